@@ -1,0 +1,300 @@
+"""Advantage estimators: one registry, one signature.
+
+Every estimator is called as::
+
+    advantages, returns = fn(token_rewards, mask, index=index, values=..., baseline=..., cfg=cfg)
+
+with ``token_rewards``/``mask`` of shape ``[B, T]`` (response tokens only), ``index`` a ``[B]`` integer
+tensor holding the group (prompt) id of each sample, ``values`` the critic's ``[B, T]`` predictions (``gae``
+only) and ``baseline`` a ``[B]`` reward of a baseline response (``remax`` only). Both outputs are
+``[B, T]`` and are exactly zero wherever ``mask`` is zero.
+
+Conventions (as in verl's ``core_algos.py``):
+
+* A sequence-level reward (outcome reward) is given as ``token_rewards`` that hold the score on the last valid
+  token and zeros elsewhere. Outcome estimators use the masked row sum ``(token_rewards * mask).sum(-1)`` as
+  the sample's score, so rewards sitting on padding never count.
+* Masked positions inside a response (padding, or tool/observation tokens in multi-turn rollouts) are
+  transparent for the recursive estimators (``gae``, ``reinforce_pp``, ``remax``): they add no reward, are not
+  discounted over, and the recursion carries straight through them.
+* Groups of size 1 get a zero group-centred advantage (``grpo``, ``dr_grpo``, ``rloo``,
+  ``reinforce_pp_baseline`` before whitening): a lone sample has no peer to form a baseline from, so it
+  carries no learning signal. This matches TRL (``num_generations=1`` gives ``r - mean = 0``) and differs from
+  verl, which uses mean 0 / std 1 for singletons and so passes the raw reward through.
+
+Estimators run under ``torch.no_grad()``: advantages and returns are regression/weighting targets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+AdvantageFn = Callable[..., tuple[Tensor, Tensor]]
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """Hyper-parameters shared by all advantage estimators (each reads only what it needs).
+
+    gamma: discount factor (``gae``, ``reinforce_pp``). lam: GAE λ (``gae``).
+    norm_by_std: divide the group-centred reward by the group std (``grpo`` only).
+    whiten: masked batch whitening of the GAE advantages (``gae`` only; verl and TRL's PPO both do it).
+    eps: added to the group std before dividing (``grpo``).
+    """
+
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_by_std: bool = True
+    whiten: bool = True
+    eps: float = 1e-6
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Register an advantage estimator under ``name`` in ``ADVANTAGE_ESTIMATORS``."""
+
+    def decorator(fn: AdvantageFn) -> AdvantageFn:
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGE_ESTIMATORS[name] = fn
+        return fn
+
+    return decorator
+
+
+def zero_masked(values: Tensor, mask: Tensor) -> Tensor:
+    """``values`` where ``mask`` is non-zero, exact 0 elsewhere (even if the padding holds inf/NaN)."""
+    return torch.where(mask.bool(), values, torch.zeros_like(values))
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``values`` over positions where ``mask`` is non-zero (0 if the mask is empty)."""
+    return zero_masked(values, mask).sum() / mask.to(values.dtype).sum().clamp(min=1.0)
+
+
+def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """``(x - mean) / sqrt(var + eps)`` with mean and unbiased variance over the mask; zero where masked.
+
+    Same statistics as verl's ``masked_whiten`` (Bessel-corrected variance); with a single valid element the
+    variance is taken as 0 instead of raising.
+    """
+    n = mask.to(values.dtype).sum()
+    mean = masked_mean(values, mask)
+    var = zero_masked((values - mean) ** 2, mask).sum() / (n - 1).clamp(min=1.0)
+    return zero_masked((values - mean) * torch.rsqrt(var + eps), mask)
+
+
+def _scores(token_rewards: Tensor, mask: Tensor) -> Tensor:
+    """Per-sample outcome score: the masked row sum of the token rewards, ``[B]``."""
+    return zero_masked(token_rewards, mask).sum(-1)
+
+
+def _group_stats(scores: Tensor, index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-sample (group size, group mean, unbiased group std) broadcast back to ``[B]``.
+
+    A singleton group has mean equal to its only score and std 0.
+    """
+    _, inverse = torch.unique(index, return_inverse=True)
+    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    zeros = scores.new_zeros(n_groups)
+    count = zeros.index_add(0, inverse, torch.ones_like(scores))
+    mean = zeros.index_add(0, inverse, scores) / count.clamp(min=1.0)
+    sq_dev = zeros.index_add(0, inverse, (scores - mean[inverse]) ** 2)
+    std = (sq_dev / (count - 1).clamp(min=1.0)).sqrt()
+    return count[inverse], mean[inverse], std[inverse]
+
+
+def _returns_to_go(token_rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:
+    """``G_t = r_t + γ G_{t+1}`` over valid tokens only (masked tokens are skipped, their output is 0)."""
+    valid = mask.bool()
+    running = token_rewards.new_zeros(token_rewards.shape[0])
+    returns = torch.zeros_like(token_rewards)
+    for t in reversed(range(token_rewards.shape[1])):
+        running = torch.where(valid[:, t], token_rewards[:, t] + gamma * running, running)
+        returns[:, t] = running
+    return zero_masked(returns, mask)
+
+
+def _broadcast(per_sample: Tensor, mask: Tensor) -> Tensor:
+    """Spread a ``[B]`` value over the valid tokens of each row."""
+    return zero_masked(per_sample.unsqueeze(-1).expand(mask.shape), mask)
+
+
+@register_advantage("gae")
+@torch.no_grad()
+def gae(
+    token_rewards: Tensor,
+    mask: Tensor,
+    *,
+    index: Tensor,
+    values: Tensor | None = None,
+    baseline: Tensor | None = None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, Tensor]:
+    """Generalised Advantage Estimation (Schulman et al. 2016, "High-Dimensional Continuous Control Using
+    Generalized Advantage Estimation", eq. 16).
+
+    ``δ_t = r_t + γ V_{t+1} - V_t``, ``A_t = δ_t + γλ A_{t+1}``, with ``V`` after the last valid token = 0;
+    ``returns = A + V`` (the critic target, computed before whitening). Advantages are then masked-whitened
+    over the batch if ``cfg.whiten``. ``index`` and ``baseline`` are unused.
+    """
+    if values is None:
+        raise ValueError("gae needs `values` from the critic")
+    valid = mask.bool()
+    batch, length = token_rewards.shape
+    next_value = token_rewards.new_zeros(batch)
+    last_adv = token_rewards.new_zeros(batch)
+    advantages = torch.zeros_like(token_rewards)
+    for t in reversed(range(length)):
+        delta = token_rewards[:, t] + cfg.gamma * next_value - values[:, t]
+        last_adv = torch.where(valid[:, t], delta + cfg.gamma * cfg.lam * last_adv, last_adv)
+        next_value = torch.where(valid[:, t], values[:, t], next_value)
+        advantages[:, t] = last_adv
+    advantages = zero_masked(advantages, mask)
+    returns = zero_masked(advantages + values, mask)
+    if cfg.whiten:
+        advantages = masked_whiten(advantages, mask)
+    return advantages, returns
+
+
+@register_advantage("grpo")
+@torch.no_grad()
+def grpo(
+    token_rewards: Tensor,
+    mask: Tensor,
+    *,
+    index: Tensor,
+    values: Tensor | None = None,
+    baseline: Tensor | None = None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, Tensor]:
+    """GRPO group-relative advantage (Shao et al. 2024, "DeepSeekMath", arXiv 2402.03300, §4.1.2 outcome
+    supervision: ``Â_{i,t} = r̃_i = (r_i - mean(r)) / std(r)``).
+
+    ``A_i = (r_i - mean_g(r)) / (std_g(r) + eps)`` (std unbiased, as verl and TRL; dropped if
+    ``not cfg.norm_by_std``), broadcast to every valid token; returns = advantages. TRL uses eps=1e-4,
+    verl 1e-6.
+    """
+    scores = _scores(token_rewards, mask)
+    _, mean, std = _group_stats(scores, index)
+    adv = scores - mean
+    if cfg.norm_by_std:
+        adv = adv / (std + cfg.eps)
+    advantages = _broadcast(adv, mask)
+    return advantages, advantages
+
+
+@register_advantage("dr_grpo")
+@torch.no_grad()
+def dr_grpo(
+    token_rewards: Tensor,
+    mask: Tensor,
+    *,
+    index: Tensor,
+    values: Tensor | None = None,
+    baseline: Tensor | None = None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, Tensor]:
+    """Dr. GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv 2503.20783).
+
+    ``A_i = r_i - mean_g(r)``: GRPO without the std division (which biases towards too easy/hard
+    questions); ``cfg.norm_by_std`` is ignored. Pair with ``seq-mean-token-sum-norm`` aggregation.
+    """
+    scores = _scores(token_rewards, mask)
+    _, mean, _ = _group_stats(scores, index)
+    advantages = _broadcast(scores - mean, mask)
+    return advantages, advantages
+
+
+@register_advantage("rloo")
+@torch.no_grad()
+def rloo(
+    token_rewards: Tensor,
+    mask: Tensor,
+    *,
+    index: Tensor,
+    values: Tensor | None = None,
+    baseline: Tensor | None = None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE Leave-One-Out (Ahmadian et al. 2024, "Back to Basics", arXiv 2402.14740;
+    Kool et al. 2019).
+
+    ``A_i = r_i - mean_{j≠i} r_j = n/(n-1) · (r_i - mean_g(r))``; singleton groups get 0.
+    """
+    scores = _scores(token_rewards, mask)
+    count, mean, _ = _group_stats(scores, index)
+    adv = torch.where(count > 1, (scores - mean) * count / (count - 1).clamp(min=1.0), 0.0)
+    advantages = _broadcast(adv, mask)
+    return advantages, advantages
+
+
+@register_advantage("reinforce_pp")
+@torch.no_grad()
+def reinforce_pp(
+    token_rewards: Tensor,
+    mask: Tensor,
+    *,
+    index: Tensor,
+    values: Tensor | None = None,
+    baseline: Tensor | None = None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE++ (Hu 2025, "REINFORCE++", arXiv 2501.03262: token-level KL in the reward,
+    global advantage normalisation).
+
+    ``G_t = Σ_{s≥t} γ^{s-t} r_s`` over valid tokens, where the caller has already folded the per-token KL
+    penalty into ``token_rewards`` (see ``kl_penalty_rewards``); ``A = whiten_batch(G)``; returns = ``G``.
+    """
+    returns = _returns_to_go(token_rewards, mask, cfg.gamma)
+    return masked_whiten(returns, mask), returns
+
+
+@register_advantage("reinforce_pp_baseline")
+@torch.no_grad()
+def reinforce_pp_baseline(
+    token_rewards: Tensor,
+    mask: Tensor,
+    *,
+    index: Tensor,
+    values: Tensor | None = None,
+    baseline: Tensor | None = None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE++-baseline (Hu 2025, arXiv 2501.03262: group-mean baseline, then
+    global normalisation).
+
+    ``A_i = whiten_batch(r_i - mean_g(r))`` over all valid tokens of the batch; returns = advantages
+    (as verl). Singleton groups enter the whitening with a centred reward of 0.
+    """
+    scores = _scores(token_rewards, mask)
+    _, mean, _ = _group_stats(scores, index)
+    advantages = masked_whiten(_broadcast(scores - mean, mask), mask)
+    return advantages, advantages
+
+
+@register_advantage("remax")
+@torch.no_grad()
+def remax(
+    token_rewards: Tensor,
+    mask: Tensor,
+    *,
+    index: Tensor,
+    values: Tensor | None = None,
+    baseline: Tensor | None = None,
+    cfg: AdvantageConfig,
+) -> tuple[Tensor, Tensor]:
+    """ReMax (Li et al. 2024, "ReMax", arXiv 2310.10505, Algorithm 1): reward minus greedy-response reward.
+
+    ``G_t = Σ_{s≥t} r_s`` (undiscounted, as the paper and verl; ``cfg.gamma`` is not used),
+    ``A_t = G_t - b`` with ``b = baseline[i]`` the reward of the greedy decode of the same prompt;
+    returns = ``G``.
+    """
+    if baseline is None:
+        raise ValueError("remax needs `baseline`: the reward of the greedy response, shape [B]")
+    returns = _returns_to_go(token_rewards, mask, 1.0)
+    return returns - _broadcast(baseline.to(returns.dtype), mask), returns
