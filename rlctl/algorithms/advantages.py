@@ -98,8 +98,8 @@ def _group_stats(scores: Tensor, index: Tensor) -> tuple[Tensor, Tensor, Tensor]
 
     A singleton group has mean equal to its only score and std 0.
     """
-    _, inverse = torch.unique(index, return_inverse=True)
-    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    groups, inverse = torch.unique(index, return_inverse=True)
+    n_groups = groups.numel()
     zeros = scores.new_zeros(n_groups)
     count = zeros.index_add(0, inverse, torch.ones_like(scores))
     mean = zeros.index_add(0, inverse, scores) / count.clamp(min=1.0)

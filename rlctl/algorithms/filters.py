@@ -17,8 +17,8 @@ def groups_with_variance(rewards: Tensor, index: Tensor) -> Tensor:
     non-identical rewards. Groups whose rewards are all equal (all right, all wrong, or a single sample) give
     zero group-relative advantage, so they are dropped (and more prompts sampled) by the caller.
     """
-    _, inverse = torch.unique(index, return_inverse=True)
-    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    groups, inverse = torch.unique(index, return_inverse=True)
+    n_groups = groups.numel()
     group_max = rewards.new_full((n_groups,), -torch.inf).scatter_reduce(0, inverse, rewards, reduce="amax")
     group_min = rewards.new_full((n_groups,), torch.inf).scatter_reduce(0, inverse, rewards, reduce="amin")
     return (group_max > group_min)[inverse]

@@ -93,7 +93,7 @@ def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str, *, norm_len: int | None 
       TRL ``grpo``).
     * ``seq-mean-token-sum``: mean over sequences of the per-sequence token sum.
     * ``seq-mean-token-sum-norm``: ``Σ_{i,t} m·l / (B · norm_len)`` with a constant ``norm_len`` (default
-      ``T``; pass the max response length): Dr. GRPO (Liu et al. 2025, Listing 1), same as TRL ``dr_grpo``
+      ``T``; pass the max response length): Dr. GRPO (Liu et al. 2025, arXiv 2503.20783), same as TRL ``dr_grpo``
       (``/ (B · max_completion_length)``). verl divides by ``norm_len`` only, i.e. ``B`` times larger.
 
     The ``seq-mean-*`` modes average only over sequences with at least one valid token (as verl);
