@@ -1,0 +1,255 @@
+"""The `rlctl` command line. Torch-free: heavy imports happen only inside train/export code paths."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rlctl import __version__, presets
+from rlctl import config as config_mod
+from rlctl import plan as plan_mod
+from rlctl.errors import UserError
+from rlctl.resources import data_dir
+
+app = typer.Typer(
+    help="Post-train LLMs without writing Python: SFT -> reward model -> RL, planned for your hardware.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+)
+presets_app = typer.Typer(help="Browse the shipped presets.", no_args_is_help=True)
+app.add_typer(presets_app, name="presets")
+console = Console()
+err_console = Console(stderr=True)
+
+PresetOpt = Annotated[str | None, typer.Option("--preset", "-p", help="Preset to start from (rlctl presets list).")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config layered on the preset.")]
+AlgoOpt = Annotated[str | None, typer.Option("--algorithm", "-a", help="Algorithm preset (grpo, ppo, dapo, ...).")]
+HwOpt = Annotated[str | None, typer.Option("--hardware", help="Plan for: cpu, 1xH100-80GB, 2x8xH100-80GB, ...")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", "-s", help="Override one key: --set rl.beta=0.04")]
+RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="Run directory (default runs/<name>-<time>).")]
+StagesOpt = Annotated[str | None, typer.Option("--stages", help="Run a subset: sft,rm,rl.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"rlctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """rlctl: no-code post-training for LLMs."""
+
+
+def _resolve(
+    preset: str | None,
+    config_file: Path | None,
+    algorithm: str | None,
+    hardware: str | None,
+    sets: list[str] | None,
+    stages: str | None,
+) -> config_mod.RunConfig:
+    if not preset and not config_file and Path("rlctl.yaml").is_file():
+        config_file = Path("rlctl.yaml")
+    sets = list(sets or [])
+    if stages:
+        sets.append(f"stages=[{stages}]")
+    return config_mod.resolve(preset, config_file, algorithm, hardware, sets)
+
+
+def _default_run_dir(cfg: config_mod.RunConfig, preset: str | None) -> Path:
+    return Path("runs") / f"{preset or cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+@app.command()
+def init(
+    directory: Annotated[Path, typer.Argument(help="Project folder to create.")] = Path("."),
+    preset: Annotated[str, typer.Option("--preset", "-p", help="Preset the project starts from.")] = "tiny-demo",
+) -> None:
+    """Scaffold a project: a commented rlctl.yaml, sample datasets and a reward plugin template."""
+    presets.get(preset)
+    target = directory / "rlctl.yaml"
+    if target.exists():
+        raise UserError(f"{target} already exists; refusing to overwrite it.")
+    template = data_dir("templates") / "project"
+    shutil.copytree(template, directory, dirs_exist_ok=True)
+    text = (template / "rlctl.yaml").read_text().replace("{preset}", preset)
+    target.write_text(text)
+    console.print(f"[green]Created[/] {directory}/ from preset [bold]{preset}[/]:")
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.relative_to(directory).parts[0] != "runs"):
+        console.print(f"  {path.relative_to(directory)}")
+    console.print(f"Next: [bold]cd {directory} && rlctl plan && rlctl train[/]")
+
+
+@presets_app.command("list")
+def presets_list() -> None:
+    """Every preset: recipes (name, model, algorithm, stages, minimum hardware), then the building blocks."""
+    table = Table(title="Recipes", title_justify="left")
+    for col in ("name", "model", "algorithm", "stages", "min hardware", "description"):
+        table.add_column(col, overflow="fold")
+    by_kind: dict[str, list[str]] = {}
+    for name, p in presets.all_presets().items():
+        by_kind.setdefault(p.kind, []).append(name)
+    for name in by_kind.get("recipes", []):
+        cfg = config_mod.validate(presets.load(name), source=f"preset {name}")
+        algo = cfg.rl.algorithm if "rl" in cfg.stages else "-"
+        table.add_row(name, cfg.model.name_or_path, algo, ",".join(cfg.stages), cfg.hardware.spec, cfg.description)
+    console.print(table)
+    blocks = Table(
+        title="Building blocks (use with --algorithm, --hardware, or defaults: in a config)", title_justify="left"
+    )
+    blocks.add_column("kind")
+    blocks.add_column("names", overflow="fold")
+    for kind in ("algorithms", "models", "hardware"):
+        blocks.add_row(kind, ", ".join(by_kind.get(kind, [])))
+    console.print(blocks)
+
+
+@presets_app.command("show")
+def presets_show(name: Annotated[str, typer.Argument(help="Preset name.")]) -> None:
+    """A preset's file and the config it resolves to."""
+    preset = presets.get(name)
+    console.print(
+        f"[bold]{preset.name}[/] ({preset.kind[:-1] if preset.kind != 'hardware' else 'hardware'}) from {preset.path}\n"
+    )
+    console.print(preset.path.read_text(), markup=False, highlight=False)
+    if preset.kind == "recipes":
+        console.print("[bold]Resolved config:[/]")
+        cfg = config_mod.validate(presets.load(name), source=f"preset {name}")
+        console.print(config_mod.dump(cfg), markup=False, highlight=False)
+
+
+def _print_plan(plan: plan_mod.Plan) -> None:
+    cfg = plan.config
+    hw = plan.hardware
+    where = "CPU" if hw.is_cpu else f"{hw.nodes} node(s) x {hw.gpus_per_node} x {hw.gpu_name} {hw.gpu_memory_gib:g} GiB"
+    console.print(f"[bold]Run[/] {cfg.name}  ->  {plan.run_dir}")
+    console.print(f"[bold]Model[/] {cfg.model.name_or_path}   [bold]Hardware[/] {hw.spec} ({where})")
+    console.print(
+        f"[bold]Strategy[/] {plan.strategy}, {plan.num_processes} process(es) per node, "
+        f"mixed precision {plan.mixed_precision}"
+    )
+    table = Table(title="Stages", title_justify="left")
+    for col in ("stage", "starts from", "steps", "batch", "micro x accum", "lr", "writes"):
+        table.add_column(col, overflow="fold")
+    for s in plan.stages:
+        sc = getattr(cfg, s.name)
+        label = f"rl ({cfg.rl.algorithm})" if s.name == "rl" else s.name
+        table.add_row(
+            label,
+            s.init_from,
+            str(s.max_steps),
+            str(s.batch_size),
+            f"{s.micro_batch_size} x {s.grad_accum}",
+            f"{sc.learning_rate:g}",
+            s.output,
+        )
+    console.print(table)
+    console.print("[bold]Launch[/]", plan.command, markup=True, highlight=False)
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+@app.command()
+def plan(
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    algorithm: AlgoOpt = None,
+    hardware: HwOpt = None,
+    set_: SetOpt = None,
+    run_dir: RunDirOpt = None,
+    stages: StagesOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Show the resolved config, the stages and the exact launch command, without running anything."""
+    cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
+    the_plan = plan_mod.build(cfg, run_dir or _default_run_dir(cfg, preset))
+    if as_json:
+        sys.stdout.write(json.dumps(the_plan.to_json(), indent=2) + "\n")
+    else:
+        _print_plan(the_plan)
+
+
+@app.command()
+def train(
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    algorithm: AlgoOpt = None,
+    hardware: HwOpt = None,
+    set_: SetOpt = None,
+    run_dir: RunDirOpt = None,
+    stages: StagesOpt = None,
+) -> None:
+    """Validate, plan and run the stages through `accelerate launch`, with live progress."""
+    from rlctl import launch
+
+    cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
+    run_dir = run_dir or _default_run_dir(cfg, preset)
+    if (run_dir / "config.yaml").exists():
+        raise UserError(
+            f"{run_dir} already holds a run; continue it with `rlctl resume {run_dir}` or pick another --run-dir."
+        )
+    the_plan = launch.prepare(cfg, run_dir)
+    raise typer.Exit(launch.run(the_plan, console))
+
+
+@app.command()
+def resume(run_dir: Annotated[Path, typer.Argument(help="Run directory to continue.")]) -> None:
+    """Continue a run from its last complete checkpoint; finished stages are not redone."""
+    from rlctl import launch
+
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
+    the_plan = plan_mod.build(config_mod.load_run_config(cfg_path), run_dir)
+    raise typer.Exit(launch.run(the_plan, console, resuming=True))
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory to export from.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the Hugging Face model to.")],
+    push: Annotated[str | None, typer.Option("--push", help="Also upload to this Hub repo id.")] = None,
+    private: Annotated[bool, typer.Option("--private", help="Create the Hub repo as private.")] = False,
+) -> None:
+    """Write the final policy as a Hugging Face folder (safetensors, tokenizer, model card), LoRA merged."""
+    from rlctl import export as export_mod
+
+    folder = export_mod.export(run_dir, out)
+    console.print(f"[green]Exported[/] {folder}")
+    if push:
+        url = export_mod.push(folder, push, private=private)
+        console.print(f"[green]Pushed[/] {url}")
+
+
+def main() -> None:
+    """Entry point: bad input exits 2 with one paragraph and no traceback."""
+    try:
+        code = app(standalone_mode=False)
+    except UserError as e:
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False)
+        sys.exit(2)
+    except click.UsageError as e:
+        e.show()
+        sys.exit(2)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Prepare a run directory and start the stages through `accelerate launch`, showing live progress.
+
+The launched processes (rlctl.runner) write `metrics.jsonl`; this side tails it into rich progress bars,
+keeps the full log in `logs/train.log`, and prints the summary table at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from rlctl import config as config_mod
+from rlctl import data, rewards, tasks
+from rlctl import plan as plan_mod
+from rlctl.errors import UserError
+
+ROLE_OF_STAGE = {"sft": "sft", "rm": "preference", "rl": "rl"}
+
+
+def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
+    """Data files and reward plugins as absolute paths, so `rlctl resume` works from any folder."""
+    cfg = cfg.model_copy(deep=True)
+    for role in plan_mod.DATA_ROLES:
+        value = getattr(cfg.data, role)
+        if value:
+            setattr(cfg.data, role, str(Path(value).resolve()))
+    for spec in cfg.rl.rewards:
+        if ".py:" in spec.name:
+            path, _, fn = spec.name.rpartition(":")
+            spec.name = f"{Path(path).resolve()}:{fn}"
+    return cfg
+
+
+def check_inputs(cfg: config_mod.RunConfig, paths: dict[str, Path]) -> None:
+    """Validate datasets and rewards before anything starts; raises UserError."""
+    missing = plan_mod.missing_data(cfg)
+    if missing:
+        raise UserError("Missing data: " + "; ".join(missing) + ".")
+    for stage in cfg.stages:
+        role = ROLE_OF_STAGE[stage]
+        data.check(paths[role], role, cfg.data.answer_field if role == "rl" else None)
+    if "eval" in paths:
+        data.check(paths["eval"], "eval", cfg.data.answer_field)
+    if "rl" in cfg.stages:
+        for spec in cfg.rl.rewards:
+            if spec.name not in rewards.MODEL_REWARDS:
+                rewards.resolve(spec.name, cfg.data.answer_field)
+
+
+def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
+    """Validate everything, then write config.yaml, accelerate.yaml and the data into a new run directory."""
+    cfg = _absolute(cfg)
+    the_plan = plan_mod.build(cfg, run_dir)
+    if cfg.data.generate:
+        gen_dir = run_dir / "data"
+        tasks.GENERATORS[cfg.data.generate](gen_dir, cfg.seed)
+    check_inputs(cfg, plan_mod.data_paths(cfg, run_dir))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
+    (run_dir / "plan.json").write_text(json.dumps(the_plan.to_json(), indent=2))
+    (run_dir / "config.yaml").write_text(config_mod.dump(cfg))
+    return the_plan
+
+
+def _env(the_plan: plan_mod.Plan) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    if the_plan.hardware.is_cpu:
+        env["ACCELERATE_USE_CPU"] = "1"
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(the_plan.num_processes, 1))))
+    return env
+
+
+def _read_new(path: Path, offset: int) -> tuple[list[dict], int]:
+    """Complete jsonl records appended to `path` since byte `offset`."""
+    if not path.exists():
+        return [], offset
+    with path.open("rb") as f:
+        f.seek(offset)
+        chunk = f.read()
+    end = chunk.rfind(b"\n") + 1
+    records = [json.loads(line) for line in chunk[:end].splitlines() if line.strip()]
+    return records, offset + end
+
+
+def summary_table(summary: dict) -> Table:
+    """The per-stage held-out metrics of summary.json as a table."""
+    table = Table(title="Summary (held-out)", title_justify="left")
+    table.add_column("stage")
+    keys = sorted({k for m in summary.get("stages", {}).values() for k in m})
+    for k in keys:
+        table.add_column(k, justify="right")
+    for stage, metrics in summary.get("stages", {}).items():
+        cells = [f"{metrics[k]:.4g}" if isinstance(metrics.get(k), float) else str(metrics.get(k, "")) for k in keys]
+        table.add_row(stage, *cells)
+    return table
+
+
+def run(the_plan: plan_mod.Plan, console: Console, resuming: bool = False) -> int:
+    """Run the launch command to completion; returns its exit code (130/143 when interrupted)."""
+    run_dir = Path(the_plan.run_dir)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / "logs" / "train.log"
+    metrics_path = run_dir / "metrics.jsonl"
+    offset = metrics_path.stat().st_size if metrics_path.exists() else 0
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]
+    console.print(f"[bold]{'Resuming' if resuming else 'Starting'}[/] {the_plan.config.name} in {run_dir}")
+    console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]", highlight=False)
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(the_plan), start_new_session=True)
+        tasks_by_stage: dict[str, int] = {}
+        columns = [
+            TextColumn("[bold]{task.description:<6}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeRemainingColumn(),
+        ]
+        try:
+            with Progress(*columns, console=console, transient=False) as progress:
+                while True:
+                    done = proc.poll() is not None
+                    records, offset = _read_new(metrics_path, offset)
+                    for rec in records:
+                        _show(progress, tasks_by_stage, rec)
+                    if done:
+                        break
+                    time.sleep(0.5)
+        except KeyboardInterrupt:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            console.print(f"[yellow]Interrupted.[/] Continue with: rlctl resume {run_dir}")
+            return 130
+    code = proc.returncode
+    summary_path = run_dir / "summary.json"
+    if code == 0 and summary_path.exists():
+        console.print(summary_table(json.loads(summary_path.read_text())))
+        console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export")
+        return 0
+    tail = log_path.read_text(errors="replace").splitlines()[-25:]
+    console.print("\n".join(tail), markup=False, highlight=False)
+    console.print(
+        f"[red]Training failed (exit {code}).[/] Full log: {log_path}. After fixing the cause: rlctl resume {run_dir}"
+    )
+    return code if code in (130, 143) else 1
+
+
+def _show(progress: Progress, tasks_by_stage: dict[str, int], rec: dict) -> None:
+    stage = rec.get("stage", "?")
+    if stage not in tasks_by_stage:
+        tasks_by_stage[stage] = progress.add_task(stage, total=rec.get("max_steps"), info="")
+    task = tasks_by_stage[stage]
+    if rec.get("event") == "eval":
+        info = "  ".join(f"{k} {v:.3f}" for k, v in rec.items() if k.startswith("eval_") and isinstance(v, float))
+        progress.update(task, info=info)
+        return
+    if rec.get("event") == "end":
+        progress.update(task, completed=progress.tasks[task].total or 0)
+        return
+    if "step" in rec:
+        shown = [f"{k} {rec[k]:.4g}" for k in ("loss", "reward", "kl") if isinstance(rec.get(k), int | float)]
+        progress.update(task, completed=rec["step"], total=rec.get("max_steps"), info="  ".join(shown))

@@ -1,0 +1,1 @@
+"""Training stages, run inside `accelerate launch` by rlctl.runner. These modules import torch."""

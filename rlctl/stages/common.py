@@ -1,0 +1,175 @@
+"""What every stage shares: its context, the TRL/transformers arguments built from the plan, callbacks
+that stream metrics and mark complete checkpoints, and the final save."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from rlctl import checkpoint
+from rlctl.config import RunConfig
+from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
+
+# Trainer log keys worth streaming, renamed to rlctl's metric names.
+_LOG_KEYS = {
+    "loss": "loss",
+    "learning_rate": "lr",
+    "grad_norm": "grad_norm",
+    "reward": "reward",
+    "kl": "kl",
+    "entropy": "entropy",
+    "accuracy": "accuracy",
+    "margin": "margin",
+    "mean_token_accuracy": "token_accuracy",
+    "completions/mean_length": "response_length",
+    "clip_ratio/region_mean": "clip_ratio",
+}
+
+
+class MetricsLog:
+    """Appends one JSON record per line to run_dir/metrics.jsonl (main process only)."""
+
+    def __init__(self, run_dir: Path, enabled: bool):
+        self.path = run_dir / "metrics.jsonl"
+        self.enabled = enabled
+
+    def write(self, **record: Any) -> None:
+        if not self.enabled:
+            return
+        record["time"] = round(time.time(), 3)
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+@dataclass
+class StageContext:
+    cfg: RunConfig
+    plan: Plan
+    stage: StagePlan
+    run_dir: Path
+    data: dict[str, Path]
+    log: MetricsLog
+    is_main: bool
+    device: Any = "cpu"
+
+    @property
+    def settings(self):
+        """This stage's section of the config (cfg.sft, cfg.rm or cfg.rl)."""
+        return getattr(self.cfg, self.stage.name)
+
+    @property
+    def checkpoints(self) -> Path:
+        return stage_dir(self.run_dir, self.stage.name) / "checkpoints"
+
+    @property
+    def final(self) -> Path:
+        return final_dir(self.run_dir, self.stage.name)
+
+
+class StreamMetrics(TrainerCallback):
+    """Streams trainer logs to metrics.jsonl and marks checkpoints complete once fully written."""
+
+    def __init__(self, ctx: StageContext):
+        self.ctx = ctx
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "train_runtime" in logs:
+            return
+        values = {}
+        for key, name in _LOG_KEYS.items():
+            value = logs.get(key)
+            if isinstance(value, int | float) and math.isfinite(value):
+                values[name] = float(value)
+        self.ctx.log.write(stage=self.ctx.stage.name, step=state.global_step, max_steps=state.max_steps, **values)
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            checkpoint.mark_complete(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
+
+def training_args(ctx: StageContext, config_cls, **extra: Any):
+    """A TRL config (SFTConfig, RewardConfig, GRPOConfig) filled from the plan and the stage settings."""
+    sc, plan = ctx.settings, ctx.plan
+    return config_cls(
+        output_dir=str(ctx.checkpoints),
+        max_steps=sc.max_steps,
+        per_device_train_batch_size=ctx.stage.micro_batch_size,
+        gradient_accumulation_steps=ctx.stage.grad_accum,
+        learning_rate=sc.learning_rate,
+        lr_scheduler_type=sc.lr_scheduler,
+        warmup_steps=sc.warmup_ratio,
+        weight_decay=sc.weight_decay,
+        max_grad_norm=sc.max_grad_norm,
+        logging_steps=ctx.cfg.logging.every,
+        logging_first_step=True,
+        save_strategy="steps",
+        save_steps=sc.save_every,
+        save_total_limit=ctx.cfg.checkpoint.keep_last,
+        seed=ctx.cfg.seed,
+        data_seed=ctx.cfg.seed,
+        bf16=plan.mixed_precision == "bf16",
+        use_cpu=plan.hardware.is_cpu,
+        report_to=ctx.cfg.logging.report_to or "none",
+        disable_tqdm=True,
+        gradient_checkpointing=plan.gradient_checkpointing,
+        dataloader_num_workers=0,
+        **extra,
+    )
+
+
+def resume_point(ctx: StageContext) -> str | None:
+    """The last complete checkpoint of this stage (partial ones from a crash are removed first)."""
+    if ctx.is_main:
+        checkpoint.drop_partial(ctx.checkpoints)
+    last = checkpoint.last_complete(ctx.checkpoints)
+    return str(last) if last else None
+
+
+def torch_dtype(ctx: StageContext):
+    import torch
+
+    if ctx.cfg.model.dtype == "auto":
+        return torch.bfloat16 if ctx.plan.mixed_precision == "bf16" else torch.float32
+    return getattr(torch, ctx.cfg.model.dtype)
+
+
+def save_final(ctx: StageContext, trainer, tokenizer) -> None:
+    """Save the trained model (LoRA merged into full weights) and tokenizer to the stage's final folder."""
+    import shutil
+
+    acc = trainer.accelerator
+    acc.wait_for_everyone()
+    state_dict = acc.get_state_dict(trainer.model)  # gathered from every shard under FSDP
+    model = acc.unwrap_model(trainer.model)
+    if hasattr(model, "merge_and_unload"):
+        model, state_dict = model.merge_and_unload(), None
+    if ctx.is_main:
+        tmp = ctx.final.with_name("final.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp, state_dict=state_dict)
+        tokenizer.save_pretrained(tmp)
+        shutil.rmtree(ctx.final, ignore_errors=True)
+        tmp.rename(ctx.final)
+    acc.wait_for_everyone()
+
+
+def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
+    """The PEFT LoRA config when the plan trains adapters, else None."""
+    if ctx.plan.adapter not in ("lora", "qlora"):
+        return None
+    from peft import LoraConfig
+
+    m = ctx.cfg.model
+    return LoraConfig(
+        r=m.lora_r,
+        lora_alpha=m.lora_alpha,
+        lora_dropout=m.lora_dropout,
+        target_modules="all-linear",
+        task_type=task_type,
+    )

@@ -1,0 +1,52 @@
+"""Loading models and tokenizers for the stages, with the plan's dtype and the user's trust setting."""
+
+from __future__ import annotations
+
+from rlctl.stages.common import StageContext, torch_dtype
+
+
+def tokenizer(ctx: StageContext, path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=ctx.cfg.model.trust_remote_code)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _quantization(ctx: StageContext) -> dict:
+    if ctx.plan.adapter != "qlora":
+        return {}
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    return {
+        "quantization_config": BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_use_double_quant=True,
+        )
+    }
+
+
+def causal_lm(ctx: StageContext, path: str):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch_dtype(ctx), trust_remote_code=ctx.cfg.model.trust_remote_code, **_quantization(ctx)
+    )
+
+
+def reward_model(ctx: StageContext, path: str, pad_token_id: int):
+    """A sequence classifier with one output (the reward), its head freshly initialised when `path` is an LM."""
+    from transformers import AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification.from_pretrained(
+        path,
+        num_labels=1,
+        dtype=torch_dtype(ctx),
+        trust_remote_code=ctx.cfg.model.trust_remote_code,
+        pad_token_id=pad_token_id,
+        **_quantization(ctx),
+    )

@@ -1,0 +1,40 @@
+"""Pairwise reward model through TRL's RewardTrainer (Bradley-Terry loss on chosen/rejected)."""
+
+from __future__ import annotations
+
+from rlctl import data
+from rlctl.stages import models
+from rlctl.stages.common import (
+    StageContext,
+    StreamMetrics,
+    lora_config,
+    resume_point,
+    save_final,
+    training_args,
+)
+
+HOLDOUT = 0.1
+
+
+def preference_split(ctx: StageContext) -> tuple[list[dict], list[dict]]:
+    """(train, held-out) preference pairs; the held-out tenth measures the reward model's accuracy."""
+    return data.holdout(data.check(ctx.data["preference"], "preference"), HOLDOUT, ctx.cfg.seed)
+
+
+def run(ctx: StageContext) -> None:
+    from datasets import Dataset
+    from trl import RewardConfig, RewardTrainer
+
+    tok = models.tokenizer(ctx, ctx.stage.init_from)
+    train_rows, _ = preference_split(ctx)
+    args = training_args(ctx, RewardConfig, max_length=ctx.settings.max_length)
+    trainer = RewardTrainer(
+        model=models.reward_model(ctx, ctx.stage.init_from, tok.pad_token_id),
+        args=args,
+        train_dataset=Dataset.from_list(train_rows),
+        processing_class=tok,
+        peft_config=lora_config(ctx, task_type="SEQ_CLS"),
+        callbacks=[StreamMetrics(ctx)],
+    )
+    trainer.train(resume_from_checkpoint=resume_point(ctx))
+    save_final(ctx, trainer, tok)

@@ -1,0 +1,65 @@
+"""Built-in synthetic tasks, generated deterministically from the seed (no downloads).
+
+`arithmetic`: add a two-digit and a one-digit number ("47+5=" -> "52"). Each training problem is shown
+by several annotators who each forget the carry 60% of the time when one is needed: SFT faithfully learns
+that habit (greedy decoding then drops the carry), while the RL stage, rewarded by exact match, has to learn
+to carry. Preference pairs prefer the correct sum to a wrong one. 20% of the problems are held out.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+CARRY_DROP_RATE = 0.6
+ANNOTATORS = 4
+EVAL_FRACTION = 0.2
+
+
+def _problems(seed: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    pairs = [(a, b) for a in range(10, 100) for b in range(10)]
+    random.Random(seed).shuffle(pairs)
+    n_eval = int(len(pairs) * EVAL_FRACTION)
+    return pairs[n_eval:], pairs[:n_eval]
+
+
+def _dropped_carry(a: int, b: int) -> int:
+    """The sum with the carry from the ones into the tens forgotten: 47+5 -> 42."""
+    return (a // 10) * 10 + (a % 10 + b) % 10
+
+
+def arithmetic(out_dir: Path, seed: int) -> dict[str, Path]:
+    """Write sft/preference/rl/eval jsonl files for the arithmetic task; returns their paths by role."""
+    rng = random.Random(seed + 1)
+    train, held_out = _problems(seed)
+    rows: dict[str, list[dict]] = {"sft": [], "preference": [], "rl": [], "eval": []}
+    for a, b in train:
+        prompt, answer = f"{a}+{b}=", a + b
+        carries = a % 10 + b >= 10
+        for _ in range(ANNOTATORS):
+            shown = _dropped_carry(a, b) if carries and rng.random() < CARRY_DROP_RATE else answer
+            rows["sft"].append({"prompt": prompt, "completion": str(shown)})
+        wrong = _dropped_carry(a, b) if carries else answer + rng.choice([-10, -1, 1, 10])
+        rows["preference"].append({"prompt": prompt, "chosen": str(answer), "rejected": str(wrong)})
+        rows["rl"].append({"prompt": prompt, "answer": str(answer)})
+    for a, b in held_out:
+        rows["eval"].append({"prompt": f"{a}+{b}=", "answer": str(a + b)})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for role, items in rows.items():
+        paths[role] = out_dir / f"{role}.jsonl"
+        paths[role].write_text("".join(json.dumps(r) + "\n" for r in items))
+    return paths
+
+
+GENERATORS = {"arithmetic": arithmetic}
+
+
+def corpus(paths: dict[str, Path]) -> list[str]:
+    """Every text of a generated task, to train the tiny tokenizer on."""
+    texts = []
+    for path in paths.values():
+        for line in path.read_text().splitlines():
+            texts.extend(v for v in json.loads(line).values() if isinstance(v, str))
+    return texts
