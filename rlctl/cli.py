@@ -7,18 +7,18 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import click
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from rlctl import __version__, presets
-from rlctl import config as config_mod
-from rlctl import plan as plan_mod
+from rlctl import __version__
 from rlctl.errors import UserError
-from rlctl.resources import data_dir
+
+if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
+    from rlctl.config import RunConfig
+    from rlctl.plan import Plan
 
 app = typer.Typer(
     help="Post-train LLMs without writing Python: SFT -> reward model -> RL, planned for your hardware.",
@@ -62,7 +62,9 @@ def _resolve(
     hardware: str | None,
     sets: list[str] | None,
     stages: str | None,
-) -> config_mod.RunConfig:
+) -> RunConfig:
+    from rlctl import config as config_mod
+
     if not preset and not config_file and Path("rlctl.yaml").is_file():
         config_file = Path("rlctl.yaml")
     sets = list(sets or [])
@@ -71,7 +73,7 @@ def _resolve(
     return config_mod.resolve(preset, config_file, algorithm, hardware, sets)
 
 
-def _default_run_dir(cfg: config_mod.RunConfig, preset: str | None) -> Path:
+def _default_run_dir(cfg: RunConfig, preset: str | None) -> Path:
     return Path("runs") / f"{preset or cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
@@ -81,6 +83,9 @@ def init(
     preset: Annotated[str, typer.Option("--preset", "-p", help="Preset the project starts from.")] = "tiny-demo",
 ) -> None:
     """Scaffold a project: a commented rlctl.yaml, sample datasets and a reward plugin template."""
+    from rlctl import presets
+    from rlctl.resources import data_dir
+
     presets.get(preset)
     target = directory / "rlctl.yaml"
     if target.exists():
@@ -98,6 +103,11 @@ def init(
 @presets_app.command("list")
 def presets_list() -> None:
     """Every preset: recipes (name, model, algorithm, stages, minimum hardware), then the building blocks."""
+    from rich.table import Table
+
+    from rlctl import config as config_mod
+    from rlctl import presets
+
     table = Table(title="Recipes", title_justify="left")
     for col in ("name", "model", "algorithm", "stages", "min hardware", "description"):
         table.add_column(col, overflow="fold")
@@ -122,6 +132,9 @@ def presets_list() -> None:
 @presets_app.command("show")
 def presets_show(name: Annotated[str, typer.Argument(help="Preset name.")]) -> None:
     """A preset's file and the config it resolves to."""
+    from rlctl import config as config_mod
+    from rlctl import presets
+
     preset = presets.get(name)
     console.print(
         f"[bold]{preset.name}[/] ({preset.kind[:-1] if preset.kind != 'hardware' else 'hardware'}) from {preset.path}\n"
@@ -133,7 +146,9 @@ def presets_show(name: Annotated[str, typer.Argument(help="Preset name.")]) -> N
         console.print(config_mod.dump(cfg), markup=False, highlight=False)
 
 
-def _print_plan(plan: plan_mod.Plan) -> None:
+def _print_plan(plan: Plan) -> None:
+    from rich.table import Table
+
     cfg = plan.config
     hw = plan.hardware
     where = "CPU" if hw.is_cpu else f"{hw.nodes} node(s) x {hw.gpus_per_node} x {hw.gpu_name} {hw.gpu_memory_gib:g} GiB"
@@ -176,6 +191,8 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Show the resolved config, the stages and the exact launch command, without running anything."""
+    from rlctl import plan as plan_mod
+
     cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
     the_plan = plan_mod.build(cfg, run_dir or _default_run_dir(cfg, preset))
     if as_json:
@@ -210,7 +227,9 @@ def train(
 @app.command()
 def resume(run_dir: Annotated[Path, typer.Argument(help="Run directory to continue.")]) -> None:
     """Continue a run from its last complete checkpoint; finished stages are not redone."""
+    from rlctl import config as config_mod
     from rlctl import launch
+    from rlctl import plan as plan_mod
 
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():

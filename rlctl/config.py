@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rlctl import presets
 from rlctl.errors import UserError, did_you_mean
 
-StageName = Literal["sft", "rm", "rl"]
-STAGE_ORDER: tuple[str, ...] = ("sft", "rm", "rl")
+StageName = Literal["sft", "dpo", "rm", "rl"]
+STAGE_ORDER: tuple[str, ...] = ("sft", "dpo", "rm", "rl")
 
 
 class Section(BaseModel):
@@ -103,6 +103,14 @@ class RMConfig(TrainConfig):
     )
 
 
+class DPOConfig(TrainConfig):
+    max_length: int = Field(1024, ge=8, description="Longest prompt+response sequence in tokens.")
+    beta: float = Field(0.1, gt=0, description="DPO temperature: how far the policy may move from the reference.")
+    loss_type: Literal["sigmoid", "ipo", "hinge", "robust"] = Field(
+        "sigmoid", description="Preference loss: sigmoid (DPO), ipo, hinge (SLiC), robust (noisy labels)."
+    )
+
+
 class RewardSpec(Section):
     name: str = Field(description="Built-in reward (`exact_match`, `reward_model`) or `path.py:function`.")
     weight: float = Field(1.0, description="Weight of this reward in the sum.")
@@ -162,11 +170,13 @@ class RunConfig(Section):
     description: str = Field("", description="What this run or preset is for.")
     seed: int = Field(42, description="Seed for data order, sampling and initialisation.")
     stages: list[StageName] = Field(
-        default_factory=lambda: ["sft", "rm", "rl"], description="Stages to run, in pipeline order."
+        default_factory=lambda: ["sft", "rm", "rl"],
+        description="Stages to run; they always run in the order sft, dpo, rm, rl.",
     )
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
+    dpo: DPOConfig = Field(default_factory=DPOConfig)
     rm: RMConfig = Field(default_factory=RMConfig)
     rl: RLConfig = Field(default_factory=RLConfig)
     hardware: HardwareConfig = Field(default_factory=HardwareConfig)
@@ -176,7 +186,7 @@ class RunConfig(Section):
     @field_validator("stages")
     @classmethod
     def _pipeline_order(cls, stages: list[str]) -> list[str]:
-        """Stages always run in pipeline order (sft, rm, rl), each once."""
+        """Stages always run in pipeline order (sft, dpo, rm, rl), each once."""
         if not stages:
             raise ValueError("stages: at least one stage is needed")
         if len(set(stages)) != len(stages):

@@ -24,8 +24,6 @@ from rlctl import data, rewards, tasks
 from rlctl import plan as plan_mod
 from rlctl.errors import UserError
 
-ROLE_OF_STAGE = {"sft": "sft", "rm": "preference", "rl": "rl"}
-
 
 def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
     """Data files and reward plugins as absolute paths, so `rlctl resume` works from any folder."""
@@ -47,7 +45,7 @@ def check_inputs(cfg: config_mod.RunConfig, paths: dict[str, Path]) -> None:
     if missing:
         raise UserError("Missing data: " + "; ".join(missing) + ".")
     for stage in cfg.stages:
-        role = ROLE_OF_STAGE[stage]
+        role = plan_mod.DATA_ROLE[stage]
         data.check(paths[role], role, cfg.data.answer_field if role == "rl" else None)
     if "eval" in paths:
         data.check(paths["eval"], "eval", cfg.data.answer_field)

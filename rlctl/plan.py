@@ -86,6 +86,7 @@ def base_model(cfg: RunConfig, run_dir: str | Path) -> str:
 
 
 DATA_ROLES = ("sft", "preference", "rl", "eval")
+DATA_ROLE = {"sft": "sft", "dpo": "preference", "rm": "preference", "rl": "rl"}  # what each stage trains on
 
 
 def data_paths(cfg: RunConfig, run_dir: str | Path) -> dict[str, Path]:
@@ -99,11 +100,10 @@ def missing_data(cfg: RunConfig) -> list[str]:
     """Datasets the selected stages need but the config does not name."""
     if cfg.data.generate:
         return []
-    need = {"sft": "sft", "rm": "preference", "rl": "rl"}
     return [
-        f"stage '{s}' needs data.{need[s]} (set --set data.{need[s]}=FILE or data.generate=arithmetic)"
+        f"stage '{s}' needs data.{DATA_ROLE[s]} (set --set data.{DATA_ROLE[s]}=FILE or data.generate=arithmetic)"
         for s in cfg.stages
-        if getattr(cfg.data, need[s]) is None
+        if getattr(cfg.data, DATA_ROLE[s]) is None
     ]
 
 
@@ -185,16 +185,14 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
     world = procs * hardware.nodes
     base = base_model(cfg, run_dir)
     stages: list[StagePlan] = []
+    policy = base  # the latest policy: each of sft, dpo, rl starts from the one before it
     for name in cfg.stages:
         sc = getattr(cfg, name)
-        if name == "rl":
-            batch = cfg.rl.prompts_per_step * cfg.rl.group_size
-            init = str(final_dir(run_dir, "sft")) if "sft" in cfg.stages else base
-        elif name == "rm":
-            batch = sc.batch_size
+        batch = cfg.rl.prompts_per_step * cfg.rl.group_size if name == "rl" else sc.batch_size
+        if name == "rm":
             init = str(final_dir(run_dir, "sft")) if "sft" in cfg.stages and cfg.rm.init_from == "sft" else base
         else:
-            batch, init = sc.batch_size, base
+            init, policy = policy, str(final_dir(run_dir, name))
         micro, accum = _batching(name, batch, sc.micro_batch_size, world)
         stages.append(StagePlan(name, init, str(final_dir(run_dir, name)), sc.max_steps, batch, micro, accum))
     accel = _accelerate_config(hardware, procs, strategy, precision)

@@ -29,6 +29,8 @@ _LOG_KEYS = {
     "mean_token_accuracy": "token_accuracy",
     "completions/mean_length": "response_length",
     "clip_ratio/region_mean": "clip_ratio",
+    "rewards/accuracies": "accuracy",
+    "rewards/margins": "margin",
 }
 
 
