@@ -173,15 +173,19 @@ class RunConfig(Section):
         default_factory=lambda: ["sft", "rm", "rl"],
         description="Stages to run; they always run in the order sft, dpo, rm, rl.",
     )
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
-    sft: SFTConfig = Field(default_factory=SFTConfig)
-    dpo: DPOConfig = Field(default_factory=DPOConfig)
-    rm: RMConfig = Field(default_factory=RMConfig)
-    rl: RLConfig = Field(default_factory=RLConfig)
-    hardware: HardwareConfig = Field(default_factory=HardwareConfig)
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    model: ModelConfig = Field(
+        default_factory=ModelConfig, description="The model to train and how (full, LoRA, QLoRA)."
+    )
+    data: DataConfig = Field(
+        default_factory=DataConfig, description="Datasets for each stage, or a generated built-in task."
+    )
+    sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning stage.")
+    dpo: DPOConfig = Field(default_factory=DPOConfig, description="Offline preference optimisation stage (DPO).")
+    rm: RMConfig = Field(default_factory=RMConfig, description="Reward-model stage (pairwise).")
+    rl: RLConfig = Field(default_factory=RLConfig, description="Online RL stage: algorithm, sampling, rewards.")
+    hardware: HardwareConfig = Field(default_factory=HardwareConfig, description="What to plan and launch for.")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoint retention.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metrics logging and trackers.")
 
     @field_validator("stages")
     @classmethod
@@ -198,7 +202,10 @@ class RunConfig(Section):
         """Rules that span several keys."""
         uses_rm = any(r.name == "reward_model" for r in self.rl.rewards)
         if "rl" in self.stages and uses_rm and "rm" not in self.stages:
-            raise ValueError("rl.rewards: `reward_model` needs the rm stage in stages (sft,rm,rl or rm,rl)")
+            raise ValueError(
+                "rl.rewards: `reward_model` needs the rm stage in stages (e.g. sft,rm,rl), "
+                "or drop it with --set 'rl.rewards=[{name: exact_match}]'"
+            )
         return self
 
 

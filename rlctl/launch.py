@@ -106,8 +106,41 @@ def summary_table(summary: dict) -> Table:
     return table
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def acquire_lock(run_dir: Path) -> Path:
+    """Claim the run directory for this process; a lock left by a dead process (kill -9) is taken over."""
+    lock = run_dir / "run.lock"
+    if lock.exists():
+        try:
+            pid = int(lock.read_text().strip() or 0)
+        except ValueError:
+            pid = 0
+        if pid and pid != os.getpid() and _pid_alive(pid):
+            raise UserError(f"{run_dir} is in use by a running rlctl (pid {pid}); wait for it or stop it first.")
+    lock.write_text(f"{os.getpid()}\n")
+    return lock
+
+
 def run(the_plan: plan_mod.Plan, console: Console, resuming: bool = False) -> int:
     """Run the launch command to completion; returns its exit code (130/143 when interrupted)."""
+    run_dir = Path(the_plan.run_dir)
+    lock = acquire_lock(run_dir)
+    try:
+        return _run(the_plan, console, resuming)
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     run_dir = Path(the_plan.run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "logs" / "train.log"
@@ -117,7 +150,9 @@ def run(the_plan: plan_mod.Plan, console: Console, resuming: bool = False) -> in
     console.print(f"[bold]{'Resuming' if resuming else 'Starting'}[/] {the_plan.config.name} in {run_dir}")
     console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]", highlight=False)
     with log_path.open("ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(the_plan), start_new_session=True)
+        # Same process group as this CLI: Ctrl-C reaches the trainers too, and killing the group leaves
+        # no orphaned trainer writing into the run directory.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(the_plan))
         tasks_by_stage: dict[str, int] = {}
         columns = [
             TextColumn("[bold]{task.description:<6}"),
@@ -137,7 +172,7 @@ def run(the_plan: plan_mod.Plan, console: Console, resuming: bool = False) -> in
                         break
                     time.sleep(0.5)
         except KeyboardInterrupt:
-            os.killpg(proc.pid, signal.SIGTERM)
+            proc.send_signal(signal.SIGTERM)
             proc.wait()
             console.print(f"[yellow]Interrupted.[/] Continue with: rlctl resume {run_dir}")
             return 130

@@ -76,6 +76,7 @@ def main(run_dir: Path) -> None:
     log = common.MetricsLog(run_dir, state.is_main_process)
     paths = plan_mod.data_paths(cfg, run_dir)
     summary = read_summary(run_dir, cfg)
+    summary["world_size"] = state.num_processes
     stage_fns = {"sft": sft.run, "dpo": dpo.run, "rm": rm.run, "rl": rl.run}
 
     def save(name: str, metrics: dict) -> None:
