@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import click
 import typer
 from rich.console import Console
 
@@ -256,18 +255,12 @@ def export(
 
 
 def main() -> None:
-    """Entry point: bad input exits 2 with one paragraph and no traceback."""
+    """Entry point: bad input exits 2 with one paragraph and no traceback (usage errors too, via Typer)."""
     try:
-        code = app(standalone_mode=False)
+        app()
     except UserError as e:
         err_console.print(f"[bold red]error:[/] {e}", highlight=False)
         sys.exit(2)
-    except click.UsageError as e:
-        e.show()
-        sys.exit(2)
-    except click.exceptions.Abort:
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
