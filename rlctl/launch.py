@@ -182,7 +182,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         console.print(summary_table(json.loads(summary_path.read_text())))
         console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export")
         return 0
-    tail = log_path.read_text(errors="replace").splitlines()[-25:]
+    tail = log_path.read_text(errors="replace").splitlines()[-25:] if log_path.exists() else []
     console.print("\n".join(tail), markup=False, highlight=False)
     console.print(
         f"[red]Training failed (exit {code}).[/] Full log: {log_path}. After fixing the cause: rlctl resume {run_dir}"
