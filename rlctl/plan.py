@@ -1,18 +1,21 @@
 """The plan: what `rlctl train` will do, resolved from the config and the hardware, without importing torch.
 
 It fixes each stage's starting point and output, the batch arithmetic per process, the distribution
-strategy, the accelerate config and the exact launch command.
+strategy, the accelerate config and the exact launch command. The memory planner (`rlctl.memory`) chooses
+what the user left on auto (strategy, adapter, gradient checkpointing, micro-batches, offload, the vLLM
+fraction and tensor parallel size) and refuses, with the nearest plan that fits, when nothing fits.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlctl import engine as engine_mod
 from rlctl import hardware as hw
+from rlctl import memory
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 
@@ -46,6 +49,12 @@ class Plan:
     accelerate: dict[str, Any]
     launch: list[str]
     warnings: list[str] = field(default_factory=list)
+    cpu_offload: bool = False  # FSDP2 keeps parameters, gradients and optimizer states in host RAM
+    phase_offload: bool = False  # RL: optimizer states live in host RAM outside the optimizer step
+    reference: str = "none"  # none | adapters-disabled | gpu | gpu-sharded | cpu
+    vllm: dict[str, Any] | None = None  # gpu_memory_utilization, tensor_parallel_size, max_model_length, ...
+    decisions: list[dict[str, str]] = field(default_factory=list)  # {setting, value, why}, one line each
+    memory: dict[str, Any] = field(default_factory=dict)  # per phase x component GiB, peak, budget, headroom
 
     @property
     def command(self) -> str:
@@ -64,6 +73,12 @@ class Plan:
             "stages": [asdict(s) for s in self.stages],
             "accelerate": self.accelerate,
             "launch": self.command,
+            "cpu_offload": self.cpu_offload,
+            "phase_offload": self.phase_offload,
+            "reference": self.reference,
+            "vllm": self.vllm,
+            "decisions": self.decisions,
+            "memory": self.memory,
             "warnings": self.warnings,
             "config": self.config.model_dump(mode="json"),
         }
@@ -127,7 +142,9 @@ def _batching(stage: str, batch: int, micro: int | str, procs: int) -> tuple[int
     return micro, per_proc // micro
 
 
-def _accelerate_config(hardware: hw.Hardware, procs: int, strategy: str, precision: str) -> dict[str, Any]:
+def _accelerate_config(
+    hardware: hw.Hardware, procs: int, strategy: str, precision: str, cpu_offload: bool = False
+) -> dict[str, Any]:
     cfg: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "NO" if procs * hardware.nodes == 1 else "MULTI_GPU",
@@ -148,58 +165,89 @@ def _accelerate_config(hardware: hw.Hardware, procs: int, strategy: str, precisi
             "fsdp_reshard_after_forward": True,
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
             "fsdp_cpu_ram_efficient_loading": True,
-            "fsdp_offload_params": False,
+            "fsdp_offload_params": cpu_offload,
         }
     return cfg
 
 
 def generation_engine(cfg: RunConfig, hardware: hw.Hardware, warnings: list[str]) -> str:
-    """`vllm` (colocated, sleep mode) when asked for or installed on a GPU, else `transformers`."""
-    if "rl" not in cfg.stages:
-        return "none"
-    installed = importlib.util.find_spec("vllm") is not None
-    if cfg.rl.use_vllm is True:
-        if hardware.is_cpu or not installed:
-            why = "the plan is for CPU" if hardware.is_cpu else "vllm is not installed (pip install 'rlctl[vllm]')"
-            raise UserError(f"Invalid config: rl.use_vllm=true but {why}; set rl.use_vllm=auto.")
-        return "vllm"
-    if cfg.rl.use_vllm == "auto" and not hardware.is_cpu:
-        if installed:
-            return "vllm"
-        warnings.append("vllm is not installed: RL generation uses plain transformers (pip install 'rlctl[vllm]')")
-    return "transformers"
+    """`vllm` (colocated, sleep mode), `transformers` or `none`; see rlctl.engine.choose."""
+    return engine_mod.choose(cfg, hardware, warnings)
+
+
+def precision_for(cfg: RunConfig, hardware: hw.Hardware, warnings: list[str]) -> str:
+    """bf16 mixed precision on GPUs that have it, else float32 ("no")."""
+    if hardware.is_cpu or cfg.model.dtype == "float32":
+        return "no"
+    if not hardware.bf16:
+        warnings.append(
+            f"{hardware.gpu_name} (compute capability {hardware.compute_capability}) has no bf16: training in float32"
+        )
+        return "no"
+    return "bf16"
 
 
 def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
-    """The plan for `cfg` in `run_dir`."""
+    """The plan for `cfg` in `run_dir`; a UserError (exit 2) when no plan fits the hardware."""
     hardware = hw.resolve(cfg.hardware.spec)
     procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
-    strategy = cfg.hardware.strategy
-    if strategy == "auto":
-        strategy = "single" if procs * hardware.nodes == 1 else "ddp"
-    precision = "no" if hardware.is_cpu or cfg.model.dtype == "float32" else "bf16"
-    adapter = "full" if cfg.model.adapter == "auto" else cfg.model.adapter
-    checkpointing = cfg.model.gradient_checkpointing
-    if checkpointing == "auto":
-        checkpointing = not hardware.is_cpu
     world = procs * hardware.nodes
-    base = base_model(cfg, run_dir)
-    stages: list[StagePlan] = []
-    policy = base  # the latest policy: each of sft, dpo, rl starts from the one before it
+    warnings = missing_data(cfg)
+    precision = precision_for(cfg, hardware, warnings)
+    engine = generation_engine(cfg, hardware, warnings)
+    batches: dict[str, tuple[int, int, int]] = {}  # stage -> (global batch, micro, accumulation)
     for name in cfg.stages:
         sc = getattr(cfg, name)
         batch = cfg.rl.prompts_per_step * cfg.rl.group_size if name == "rl" else sc.batch_size
+        batches[name] = (batch, *_batching(name, batch, sc.micro_batch_size, world))
+    mem = memory.decide(cfg, hardware, procs, engine, precision)
+    if mem is None:  # no architecture numbers: the defaults, unchecked
+        strategy = cfg.hardware.strategy
+        if strategy == "auto":
+            strategy = "single" if world == 1 else "ddp"
+        adapter = "full" if cfg.model.adapter == "auto" else cfg.model.adapter
+        checkpointing = cfg.model.gradient_checkpointing
+        if checkpointing == "auto":
+            checkpointing = not hardware.is_cpu
+        cpu_offload = phase_offload = False
+        reference, vllm, decisions = "unknown", None, []
+        memory_json: dict[str, Any] = {"estimated": False, "reason": "model.arch is not set: memory not estimated"}
+        if not hardware.is_cpu:
+            warnings.append("model.arch is not set: the memory planner cannot check this plan (add the model's arch)")
+    else:
+        setup = mem.setup
+        strategy, adapter, checkpointing = setup.strategy, setup.adapter, setup.checkpointing
+        cpu_offload, phase_offload = setup.cpu_offload, setup.phase_offload and "rl" in cfg.stages
+        reference, decisions = mem.reference, mem.decisions
+        gen = mem.generation
+        vllm = gen.to_json() if gen is not None and gen.engine == "vllm" else None
+        for name, micro in mem.micro.items():
+            batch = batches[name][0]
+            batches[name] = (batch, micro, batch // world // micro)
+        warnings += mem.warnings
+        need, free = memory.disk_need(cfg, setup, precision), hw.free_disk_gib(run_dir)
+        mem.disk = {"need_gib": memory.gib(need), "free_gib": round(free, 1)}
+        here = hardware.is_cpu or hw.has_local_gpu()  # a GPU plan made on a GPU-less machine runs elsewhere
+        if here and need > free * memory.GiB:
+            warnings.append(
+                f"checkpoints and final models need about {memory.gib(need):g} GiB but {free:.0f} GiB are free "
+                "where the run directory lives (lower checkpoint.keep_last or free disk)"
+            )
+        memory_json = mem.to_json()
+    base = base_model(cfg, run_dir)
+    stages: list[StagePlan] = []
+    policy = base  # the latest policy: each of sft, dpo, kto, rl starts from the one before it
+    for name in cfg.stages:
+        sc = getattr(cfg, name)
         if name == "rm":
             init = str(final_dir(run_dir, "sft")) if "sft" in cfg.stages and cfg.rm.init_from == "sft" else base
         else:
             init, policy = policy, str(final_dir(run_dir, name))
-        micro, accum = _batching(name, batch, sc.micro_batch_size, world)
+        batch, micro, accum = batches[name]
         stages.append(StagePlan(name, init, str(final_dir(run_dir, name)), sc.max_steps, batch, micro, accum))
-    accel = _accelerate_config(hardware, procs, strategy, precision)
+    accel = _accelerate_config(hardware, procs, strategy, precision, cpu_offload)
     launch = ["accelerate", "launch", "--config_file", str(Path(run_dir) / "accelerate.yaml")]
     launch += ["-m", "rlctl.runner", str(run_dir)]
-    warnings = missing_data(cfg)
-    engine = generation_engine(cfg, hardware, warnings)
     if hardware.is_cpu and cfg.model.name_or_path != "builtin:tiny":
         warnings.append("planning for CPU: real models train very slowly without a GPU")
     return Plan(
@@ -210,10 +258,16 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         strategy,
         precision,
         adapter,
-        checkpointing,
+        bool(checkpointing),
         engine,
         stages,
         accel,
         launch,
         warnings,
+        cpu_offload=cpu_offload,
+        phase_offload=phase_offload,
+        reference=reference,
+        vllm=vllm,
+        decisions=decisions,
+        memory=memory_json,
     )

@@ -3,7 +3,7 @@ rule-based rewards, user plugins and, optionally, the reward model trained in th
 
 from __future__ import annotations
 
-from rlctl import data, rewards
+from rlctl import data, engine, rewards
 from rlctl.plan import final_dir
 from rlctl.stages import models
 from rlctl.stages.common import (
@@ -53,9 +53,7 @@ def run(ctx: StageContext) -> None:
         scale_rewards=rl.scale_rewards,
         importance_sampling_level=rl.importance_sampling_level,
         reward_weights=weights,
-        use_vllm=ctx.plan.generation_engine == "vllm",
-        vllm_mode="colocate",
-        vllm_enable_sleep_mode=True,
+        **engine.trl_kwargs(ctx.plan),  # use_vllm and the vllm_* arguments the memory plan chose
     )
     trainer = GRPOTrainer(
         model=models.causal_lm(ctx, ctx.stage.init_from),
@@ -65,7 +63,7 @@ def run(ctx: StageContext) -> None:
         processing_class=tok,
         reward_processing_classes=reward_tokenizers,
         peft_config=lora_config(ctx),
-        callbacks=[StreamMetrics(ctx)],
+        callbacks=[StreamMetrics(ctx), *engine.callbacks(ctx.plan)],
     )
     trainer.train(resume_from_checkpoint=resume_point(ctx))
     save_final(ctx, trainer, tok)

@@ -1,0 +1,191 @@
+"""The hybrid engine: the one module that knows about vLLM.
+
+* `choose()` picks the RL generation engine: vLLM colocated with training in sleep mode when it is installed,
+  else plain transformers `generate` (with a one-line warning).
+* `trl_kwargs(plan)` builds the exact vLLM arguments of TRL's GRPOConfig / RLOOConfig for a plan, and
+  `llm_kwargs(plan)` the `vllm.LLM(...)` arguments TRL 1.16 derives from them (trl/generation/vllm_generation.py),
+  so the boundary is tested without vLLM or a GPU.
+* `offload_optimizer_state` / `reload_optimizer_state` and `callbacks(plan)` move the training-only state (AdamW
+  moments) to host RAM outside the optimizer step when the plan says memory requires it.
+
+Importing this module is cheap (no torch, no vllm): torch and transformers are imported inside the functions
+that need them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from rlctl.errors import UserError
+
+if TYPE_CHECKING:
+    from rlctl.config import RunConfig
+    from rlctl.hardware import Hardware
+    from rlctl.plan import Plan
+
+VLLM_MODE = "colocate"  # vLLM runs inside each training process and shares its GPU
+SLEEP_LEVEL = 2  # what TRL 1.16 calls between phases: weights and KV cache both released
+MAX_NUM_BATCHED_TOKENS = 4096  # TRL 1.16 fixes it for colocated engines
+
+
+def installed() -> bool:
+    """Whether vllm can be imported here (checked without importing it)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def choose(cfg: RunConfig, hardware: Hardware, warnings: list[str]) -> str:
+    """`vllm` (colocated, sleep mode), `transformers` or `none` (no RL stage).
+
+    A GPU plan made on a machine without GPUs is for another machine: it assumes that machine has vllm and says
+    so; on the machine itself (or on CPU) what is installed decides."""
+    if "rl" not in cfg.stages:
+        return "none"
+    from rlctl.hardware import has_local_gpu
+
+    here = installed()
+    elsewhere = not hardware.is_cpu and not has_local_gpu()
+    if cfg.rl.use_vllm is True:
+        if hardware.is_cpu or (not here and not elsewhere):
+            why = "the plan is for CPU" if hardware.is_cpu else "vllm is not installed (pip install 'rlctl[vllm]')"
+            raise UserError(f"Invalid config: rl.use_vllm=true but {why}; set rl.use_vllm=auto.")
+        return "vllm"
+    if cfg.rl.use_vllm is False or hardware.is_cpu:
+        return "transformers"
+    if here:
+        return "vllm"
+    if elsewhere:
+        warnings.append(
+            f"vllm is not installed here: this plan assumes the {hardware.spec} machine has it "
+            "(pip install 'rlctl[vllm]'); without it RL generation falls back to plain transformers"
+        )
+        return "vllm"
+    warnings.append("vllm is not installed: RL generation uses plain transformers (pip install 'rlctl[vllm]')")
+    return "transformers"
+
+
+def max_model_length(cfg: RunConfig) -> int:
+    """The longest sequence vLLM must hold: the longest prompt plus the longest completion."""
+    return cfg.data.max_prompt_length + cfg.rl.max_new_tokens
+
+
+def trl_kwargs(plan: Plan) -> dict[str, Any]:
+    """The vLLM arguments of TRL's GRPOConfig / RLOOConfig for this plan (TRL 1.16 names)."""
+    if plan.generation_engine != "vllm":
+        return {"use_vllm": False}
+    v = plan.vllm or {}
+    return {
+        "use_vllm": True,
+        "vllm_mode": VLLM_MODE,
+        "vllm_enable_sleep_mode": True,
+        "vllm_gpu_memory_utilization": v.get("gpu_memory_utilization", 0.3),
+        "vllm_tensor_parallel_size": v.get("tensor_parallel_size", 1),
+        "vllm_max_model_length": v.get("max_model_length", max_model_length(plan.config)),
+    }
+
+
+grpo_kwargs = trl_kwargs
+
+
+def llm_kwargs(plan: Plan, model: str = "<policy>") -> dict[str, Any]:
+    """The `vllm.LLM(...)` arguments TRL 1.16 builds from `trl_kwargs(plan)` in colocate mode
+    (VLLMGeneration.__init__), for the RL stage's batching; `quantization` is bitsandbytes under QLoRA."""
+    args = trl_kwargs(plan)
+    if not args["use_vllm"]:
+        return {}
+    rl = next(s for s in plan.stages if s.name == "rl")
+    tp = args["vllm_tensor_parallel_size"]
+    return {
+        "model": model,
+        "tensor_parallel_size": tp,
+        "gpu_memory_utilization": args["vllm_gpu_memory_utilization"],
+        "max_model_len": args["vllm_max_model_length"],
+        # per_device_train_batch_size x TP x steps_per_generation: every rollout of the process's TP group
+        "max_num_seqs": rl.micro_batch_size * rl.grad_accum * tp,
+        "enable_sleep_mode": True,
+        "model_impl": "vllm",
+        "distributed_executor_backend": "external_launcher",
+        "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+        "logprobs_mode": "processed_logprobs",
+        "quantization": "bitsandbytes" if plan.adapter == "qlora" else None,
+        "trust_remote_code": plan.config.model.trust_remote_code,
+    }
+
+
+# --- Training state between phases --------------------------------------------------------------------------------
+
+_HOME = "_rlctl_state_devices"  # optimizer attribute: where each offloaded state tensor lived
+
+
+def offload_optimizer_state(optimizer: Any, device: Any = "cpu") -> int:
+    """Move every non-scalar optimizer state tensor (AdamW's exp_avg, exp_avg_sq) to `device`, remembering
+    where it lived; returns the bytes moved. Scalars (`step`) stay. Uses pinned host memory when CUDA is up."""
+    import torch
+
+    homes: dict[tuple[int, str], torch.device] = getattr(optimizer, _HOME, {})
+    target = torch.device(device)
+    pin = target.type == "cpu" and torch.cuda.is_available()
+    moved = 0
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            for key, value in state.items():
+                if not torch.is_tensor(value) or value.dim() == 0 or value.device == target:
+                    continue
+                homes[(id(p), key)] = value.device
+                if pin:
+                    host = torch.empty(value.shape, dtype=value.dtype, device="cpu", pin_memory=True)
+                    host.copy_(value, non_blocking=True)
+                    state[key] = host
+                else:
+                    state[key] = value.to(target)
+                moved += value.numel() * value.element_size()
+    setattr(optimizer, _HOME, homes)
+    if pin:
+        torch.cuda.synchronize()
+    return moved
+
+
+def reload_optimizer_state(optimizer: Any) -> int:
+    """Bring offloaded optimizer state back to where it lived (the parameter's device when not recorded);
+    returns the bytes moved."""
+    import torch
+
+    homes: dict[tuple[int, Any], Any] = getattr(optimizer, _HOME, {})
+    moved = 0
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            for key, value in state.items():
+                if not torch.is_tensor(value) or value.dim() == 0:
+                    continue
+                home = homes.pop((id(p), key), p.device)
+                if value.device != torch.device(home):
+                    state[key] = value.to(home, non_blocking=True)
+                    moved += value.numel() * value.element_size()
+    return moved
+
+
+def callbacks(plan: Plan) -> list:
+    """Trainer callbacks the plan needs: the optimizer-state offload between phases when the planner chose it."""
+    if not plan.phase_offload:
+        return []
+    from transformers import TrainerCallback
+
+    class OffloadOptimizerBetweenPhases(TrainerCallback):
+        """AdamW state lives in host RAM except around `optimizer.step()`: generation (and forward/backward)
+        run without it, as the memory plan assumes."""
+
+        def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+            if optimizer is not None:
+                offload_optimizer_state(optimizer)
+
+        def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            if optimizer is not None:
+                reload_optimizer_state(optimizer)
+
+        def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            if optimizer is not None:
+                offload_optimizer_state(optimizer)
+
+    return [OffloadOptimizerBetweenPhases()]
