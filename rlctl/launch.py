@@ -6,6 +6,8 @@ keeps the full log in `logs/train.log`, and prints the summary table at the end.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -24,14 +26,17 @@ from rlctl import data, rewards, tasks
 from rlctl import plan as plan_mod
 from rlctl.errors import UserError
 
+PR_SET_PDEATHSIG = 1
+
 
 def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
-    """Data files and reward plugins as absolute paths, so `rlctl resume` works from any folder."""
+    """Data files and reward plugins as absolute paths, so `rlctl resume` works from any folder (Hub dataset
+    names stay as they are)."""
     cfg = cfg.model_copy(deep=True)
     for role in plan_mod.DATA_ROLES:
         value = getattr(cfg.data, role)
         if value:
-            setattr(cfg.data, role, str(Path(value).resolve()))
+            setattr(cfg.data, role, data.absolute(value))
     for spec in cfg.rl.rewards:
         if ".py:" in spec.name:
             path, _, fn = spec.name.rpartition(":")
@@ -44,11 +49,12 @@ def check_inputs(cfg: config_mod.RunConfig, paths: dict[str, Path]) -> None:
     missing = plan_mod.missing_data(cfg)
     if missing:
         raise UserError("Missing data: " + "; ".join(missing) + ".")
+    columns = cfg.data.columns
     for stage in cfg.stages:
         role = plan_mod.DATA_ROLE[stage]
-        data.check(paths[role], role, cfg.data.answer_field if role == "rl" else None)
+        data.check(paths[role], "kto" if stage == "kto" else role, cfg.data.answer_field, columns)
     if "eval" in paths:
-        data.check(paths["eval"], "eval", cfg.data.answer_field)
+        data.check(paths["eval"], "eval", cfg.data.answer_field, columns)
     if "rl" in cfg.stages:
         for spec in cfg.rl.rewards:
             if spec.name not in rewards.MODEL_REWARDS:
@@ -140,6 +146,51 @@ def run(the_plan: plan_mod.Plan, console: Console, resuming: bool = False) -> in
         lock.unlink(missing_ok=True)
 
 
+def die_with_parent() -> None:
+    """Pre-exec step (Linux): the child is killed when the process that started it dies, even by kill -9."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class _Signalled(Exception):
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def _raise_signal(signum, frame) -> None:
+    raise _Signalled(signum)
+
+
+def _runners(proc: subprocess.Popen) -> list:
+    """The training processes (rlctl.runner) under the launcher."""
+    import psutil
+
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [c for c in children if "rlctl.runner" in " ".join(_cmdline(c))]
+
+
+def _cmdline(process) -> list[str]:
+    import psutil
+
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _kill_all(proc: subprocess.Popen) -> None:
+    import psutil
+
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+    proc.kill()
+
+
 def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     run_dir = Path(the_plan.run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -149,45 +200,75 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]
     console.print(f"[bold]{'Resuming' if resuming else 'Starting'}[/] {the_plan.config.name} in {run_dir}")
     console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]", highlight=False)
-    with log_path.open("ab") as log:
-        # Same process group as this CLI: Ctrl-C reaches the trainers too, and killing the group leaves
-        # no orphaned trainer writing into the run directory.
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(the_plan))
-        tasks_by_stage: dict[str, int] = {}
-        columns = [
-            TextColumn("[bold]{task.description:<6}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeRemainingColumn(),
-        ]
-        try:
+    stopped = 0
+    errors: list[str] = []
+    previous = signal.signal(signal.SIGTERM, _raise_signal)
+    try:
+        with log_path.open("ab") as log:
+            # Its own session: a terminal Ctrl-C reaches only this CLI, which asks the trainers to stop at a step
+            # boundary. Killed with its parent, so no trainer outlives this CLI (kill -9 included).
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_env(the_plan),
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+            tasks_by_stage: dict[str, int] = {}
+            columns = [
+                TextColumn("[bold]{task.description:<6}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeRemainingColumn(),
+            ]
             with Progress(*columns, console=console, transient=False) as progress:
                 while True:
-                    done = proc.poll() is not None
-                    records, offset = _read_new(metrics_path, offset)
-                    for rec in records:
-                        _show(progress, tasks_by_stage, rec)
-                    if done:
-                        break
-                    time.sleep(0.5)
-        except KeyboardInterrupt:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait()
-            console.print(f"[yellow]Interrupted.[/] Continue with: rlctl resume {run_dir}")
-            return 130
+                    try:
+                        done = proc.poll() is not None
+                        records, offset = _read_new(metrics_path, offset)
+                        for rec in records:
+                            if rec.get("event") == "error":
+                                errors.append(rec["message"])
+                            _show(progress, tasks_by_stage, rec)
+                        if done:
+                            break
+                        time.sleep(0.5)
+                    except (KeyboardInterrupt, _Signalled) as e:
+                        signum = e.signum if isinstance(e, _Signalled) else signal.SIGINT
+                        if stopped:
+                            _kill_all(proc)
+                            progress.console.print("[red]Stopped at once.[/] The last complete checkpoint stands.")
+                        else:
+                            stopped = signum
+                            for runner in _runners(proc):
+                                with contextlib.suppress(Exception):
+                                    runner.send_signal(signal.SIGTERM)
+                            progress.console.print(
+                                "[yellow]Stopping at the next step with a checkpoint[/] (Ctrl-C again to stop at once)."
+                            )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    proc.wait()
+    if stopped:
+        console.print(f"[yellow]Interrupted.[/] Continue with: rlctl resume {run_dir}")
+        return 128 + stopped
     code = proc.returncode
     summary_path = run_dir / "summary.json"
     if code == 0 and summary_path.exists():
         console.print(summary_table(json.loads(summary_path.read_text())))
         console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export")
         return 0
+    if errors:
+        console.print(f"[red]Training stopped:[/] {errors[-1]}", highlight=False)
+        return 1
     tail = log_path.read_text(errors="replace").splitlines()[-25:] if log_path.exists() else []
     console.print("\n".join(tail), markup=False, highlight=False)
     console.print(
         f"[red]Training failed (exit {code}).[/] Full log: {log_path}. After fixing the cause: rlctl resume {run_dir}"
     )
-    return code if code in (130, 143) else 1
+    return 1
 
 
 def _show(progress: Progress, tasks_by_stage: dict[str, int], rec: dict) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,11 +76,60 @@ class StageContext:
         return final_dir(self.run_dir, self.stage.name)
 
 
+class Interrupted(Exception):
+    """A stop was asked for (SIGINT/SIGTERM); the stage saved a checkpoint at a step boundary."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by signal {signum}")
+        self.exit_code = 128 + signum
+
+
+class NonFiniteError(RuntimeError):
+    """A loss or reward became NaN/inf; the stage stopped without saving that state."""
+
+
+_stop = {"signal": 0}
+
+
+def install_stop_handlers() -> None:
+    """First SIGINT/SIGTERM: stop at the next step boundary with a checkpoint. A second one: stop at once."""
+
+    def handler(signum, frame) -> None:
+        if _stop["signal"]:
+            os._exit(128 + signum)
+        _stop["signal"] = signum
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def stop_signal() -> int:
+    """The stop signal any rank received (0 for none), agreed across processes so all stop at the same step."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return _stop["signal"]
+    flag = torch.tensor([_stop["signal"]], dtype=torch.int64)
+    if dist.get_backend() == "nccl":
+        flag = flag.cuda()
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    _stop["signal"] = int(flag.item())
+    return _stop["signal"]
+
+
 class StreamMetrics(TrainerCallback):
-    """Streams trainer logs to metrics.jsonl and marks checkpoints complete once fully written."""
+    """Streams trainer logs to metrics.jsonl, marks checkpoints complete once fully written, stops safely on a
+    signal (checkpoint at the step boundary) and on a NaN/inf loss or reward (no checkpoint of that state)."""
 
     def __init__(self, ctx: StageContext):
         self.ctx = ctx
+        self.non_finite: str | None = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if stop_signal():
+            control.should_save = True
+            control.should_training_stop = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "train_runtime" in logs:
@@ -86,8 +137,13 @@ class StreamMetrics(TrainerCallback):
         values = {}
         for key, name in _LOG_KEYS.items():
             value = logs.get(key)
-            if isinstance(value, int | float) and math.isfinite(value):
-                values[name] = float(value)
+            if isinstance(value, int | float):
+                if not math.isfinite(value) and key in ("loss", "reward", "grad_norm"):
+                    self.non_finite = f"{key} became {value} at step {state.global_step}"
+                    control.should_save = False
+                    control.should_training_stop = True
+                elif math.isfinite(value):
+                    values[name] = float(value)
         self.ctx.log.write(stage=self.ctx.stage.name, step=state.global_step, max_steps=state.max_steps, **values)
 
     def on_save(self, args, state, control, **kwargs):
@@ -141,10 +197,27 @@ def torch_dtype(ctx: StageContext):
     return getattr(torch, ctx.cfg.model.dtype)
 
 
+def check_stopped(ctx: StageContext, trainer) -> None:
+    """After training returned: raise if it ended early because of a signal or a non-finite value."""
+    guard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StreamMetrics)), None)
+    if guard is not None and guard.non_finite:
+        last = checkpoint.last_complete(ctx.checkpoints)
+        raise NonFiniteError(
+            f"Stage {ctx.stage.name} stopped: {guard.non_finite}. The last good checkpoint is "
+            f"{last or 'none (the stage restarts from its start)'}. Lower {ctx.stage.name}.learning_rate or "
+            f"check the rewards and data, then `rlctl resume {ctx.run_dir}`."
+        )
+    if _stop["signal"]:
+        raise Interrupted(_stop["signal"])
+
+
 def save_final(ctx: StageContext, trainer, tokenizer) -> None:
-    """Save the trained model (LoRA merged into full weights) and tokenizer to the stage's final folder."""
+    """Save the trained model (LoRA merged into full weights) and tokenizer to the stage's final folder.
+
+    A stage interrupted by a signal or stopped by a NaN does not get a final folder: it raises instead."""
     import shutil
 
+    check_stopped(ctx, trainer)
     acc = trainer.accelerator
     acc.wait_for_everyone()
     state_dict = acc.get_state_dict(trainer.model)  # gathered from every shard under FSDP
