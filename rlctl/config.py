@@ -60,16 +60,29 @@ class ModelConfig(Section):
 
 
 class DataConfig(Section):
+    """Datasets: a local file (jsonl, json, parquet, csv), a folder written by datasets' `save_to_disk`
+    (`folder@split` for a DatasetDict), or a Hub dataset (`owner/name[:config][@split]`, or `hf://...`).
+    Formats are recognised from the columns; see docs/datasets.md."""
+
     generate: Literal["arithmetic"] | None = Field(
         None, description="Generate a built-in synthetic task into the run directory instead of reading files."
     )
-    sft: str | None = Field(None, description="SFT data (jsonl): `prompt`+`completion` or chat `messages`.")
-    preference: str | None = Field(
-        None, description="Reward-model data (jsonl): `chosen`, `rejected`, optional `prompt`."
+    sft: str | None = Field(
+        None, description="SFT data: `prompt`+`completion`, chat `messages`, `text`, or KTO rows (desirable kept)."
     )
-    rl: str | None = Field(None, description="RL prompts (jsonl): `prompt`, plus the reward's ground-truth column.")
-    eval: str | None = Field(None, description="Held-out prompts (jsonl) with ground truth, for eval_accuracy.")
+    preference: str | None = Field(
+        None, description="Preference data (rm, dpo, kto): `chosen`+`rejected` (optional `prompt`), or KTO rows."
+    )
+    rl: str | None = Field(
+        None, description="RL prompts: `prompt` plus the ground-truth column, or verl's parquet layout as is."
+    )
+    eval: str | None = Field(None, description="Held-out prompts with ground truth (same formats as rl).")
     answer_field: str = Field("answer", description="Column that holds the ground-truth answer.")
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Rename columns to the names rlctl reads: {prompt: question, answer: solution}; a dotted source "
+        "reaches into nested fields (answer: reward_model.ground_truth).",
+    )
     max_prompt_length: int = Field(512, ge=1, description="Longest prompt in tokens.")
 
 
@@ -112,7 +125,10 @@ class DPOConfig(TrainConfig):
 
 
 class RewardSpec(Section):
-    name: str = Field(description="Built-in reward (`exact_match`, `reward_model`) or `path.py:function`.")
+    name: str = Field(
+        description="Built-in reward (see `rlctl rewards list`), `reward_model`, a plugin `path.py:function`, or an "
+        "entry point of group `rlctl.rewards`; arguments in call form: `length_penalty(max_length=512)`."
+    )
     weight: float = Field(1.0, description="Weight of this reward in the sum.")
 
 
@@ -321,5 +337,10 @@ def dump(cfg: RunConfig) -> str:
 
 
 def load_run_config(path: Path) -> RunConfig:
-    """The resolved config a run directory was started with."""
-    return validate(presets.read_yaml(path), source=str(path))
+    """The resolved config a run directory was started with; its data.columns become the column mapping that
+    `rlctl.data.check` applies in this process (so every stage reads the run's data the same way)."""
+    from rlctl import data
+
+    cfg = validate(presets.read_yaml(path), source=str(path))
+    data.set_default_columns(cfg.data.columns)
+    return cfg

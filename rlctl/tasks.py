@@ -57,9 +57,10 @@ GENERATORS = {"arithmetic": arithmetic}
 
 
 def corpus(paths: dict[str, Path]) -> list[str]:
-    """Every text of a generated task, to train the tiny tokenizer on."""
+    """Every text of a run's datasets (generated or any format rlctl reads), to train the tiny tokenizer on."""
+    from rlctl import data
+
     texts = []
     for path in paths.values():
-        for line in path.read_text().splitlines():
-            texts.extend(v for v in json.loads(line).values() if isinstance(v, str))
+        texts.extend(data.texts(data.read(path).rows))
     return texts

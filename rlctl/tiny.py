@@ -18,6 +18,11 @@ QWEN2_PATTERN = (
 )
 EOS = "<|endoftext|>"
 SPECIAL_TOKENS = [EOS, "<|im_start|>", "<|im_end|>"]
+# ChatML, as Qwen2 writes it: lets conversational data (chat `messages`, verl's message-list prompts) train.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
@@ -42,9 +47,11 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     tok.train_from_iterator(texts, trainer)
     model = json.loads(tok.to_str())["model"]
     merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
-    return Qwen2Tokenizer(
+    tokenizer = Qwen2Tokenizer(
         vocab=model["vocab"], merges=merges, unk_token=None, bos_token=None, eos_token=EOS, pad_token=EOS
     )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
 
 def build(out_dir: Path, arch: ModelArch, texts: list[str], seed: int) -> Path:
