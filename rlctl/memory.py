@@ -22,7 +22,7 @@ explains every choice in one line. Nothing fits: `decide()` raises a UserError n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from collections import namedtuple
 from typing import TYPE_CHECKING, Any
 
 from rlctl.errors import UserError
@@ -68,17 +68,15 @@ def _count(n: float) -> str:
 # --- Architecture arithmetic ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Arch:
-    """The architecture numbers the model needs (a decoder-only, GQA, SwiGLU, RMSNorm transformer)."""
+# Immutable records are plain namedtuples: `typing.NamedTuple` and dataclasses compile code per field at import,
+# which costs tens of milliseconds that `rlctl plan` does not have.
 
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    intermediate: int
-    tie_embeddings: bool = False
+
+class Arch(namedtuple("Arch", "layers hidden heads kv_heads vocab intermediate tie_embeddings", defaults=(False,))):
+    """The architecture numbers the model needs (a decoder-only, GQA, SwiGLU, RMSNorm transformer):
+    layers, hidden, heads, kv_heads, vocab, intermediate (MLP size), tie_embeddings."""
+
+    __slots__ = ()
 
     @classmethod
     def of(cls, a: ModelArch) -> Arch:
@@ -148,21 +146,20 @@ class Arch:
 # --- What runs where ----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Env:
-    """The hardware side of the model: one GPU's budget (or one CPU process's share of RAM)."""
+class Env(
+    namedtuple(
+        "Env",
+        "is_cpu procs nodes total budget host_budget host_assumed precision engine lora_r lora_dropout",
+        defaults=(16, 0.05),
+    )
+):
+    """The hardware side of the model: one GPU's budget (or one CPU process's share of RAM).
 
-    is_cpu: bool
-    procs: int  # processes per node
-    nodes: int
-    total: float  # bytes of one device as the framework sees it
-    budget: float  # bytes the plan may use per device
-    host_budget: float  # bytes of host RAM per node the plan may use
-    host_assumed: bool
-    precision: str  # "bf16" or "no" (float32)
-    engine: str  # "vllm", "transformers" or "none"
-    lora_r: int = 16
-    lora_dropout: float = 0.05
+    procs: processes per node; total: bytes of one device as the framework sees it; budget: bytes the plan may
+    use per device; host_budget: host RAM per node the plan may use; precision: "bf16" or "no" (float32);
+    engine: "vllm", "transformers" or "none"."""
+
+    __slots__ = ()
 
     @property
     def world(self) -> int:
@@ -178,33 +175,30 @@ class Env:
         return (CPU_FRAMEWORK_GIB if self.is_cpu else CUDA_CONTEXT_GIB) * GiB
 
 
-@dataclass(frozen=True)
-class Workload:
-    """One stage's shape: sequences per process per optimizer step and their lengths."""
+class Workload(
+    namedtuple(
+        "Workload",
+        "stage per_proc seqs tokens logit_tokens head prompt_tokens group_size reference reward_model critic "
+        "micro_fixed",
+        defaults=("lm", 0, 1, False, False, False, None),
+    )
+):
+    """One stage's shape. per_proc: items (sequences, pairs or rollouts) per process per optimizer step;
+    seqs: sequences per item (2 for preference pairs: chosen + rejected in one forward); tokens: tokens per
+    sequence; logit_tokens: tokens per sequence whose LM-head logits are materialised; head: "lm" or "score"
+    (reward model); micro_fixed: the user's micro-batch, or None."""
 
-    stage: str
-    per_proc: int  # items (sequences, pairs or rollouts) per process per optimizer step
-    seqs: int  # sequences per item: 2 for preference pairs (chosen + rejected in one forward)
-    tokens: int  # tokens per sequence
-    logit_tokens: int  # tokens per sequence whose LM-head logits are materialised
-    head: str = "lm"  # "lm" or "score" (reward model)
-    prompt_tokens: int = 0
-    group_size: int = 1
-    reference: bool = False
-    reward_model: bool = False
-    critic: bool = False
-    micro_fixed: int | None = None
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class Setup:
-    """One candidate: how the training state is laid out."""
+class Setup(
+    namedtuple("Setup", "strategy adapter cpu_offload phase_offload checkpointing", defaults=(False, False, False))
+):
+    """One candidate layout of the training state. strategy: single, ddp, fsdp2; adapter: full, lora, qlora;
+    cpu_offload: FSDP2 CPUOffloadPolicy (params, grads and optimizer in host RAM); phase_offload: RL optimizer
+    states leave the GPU outside the optimizer step; checkpointing: gradient checkpointing."""
 
-    strategy: str  # single, ddp, fsdp2
-    adapter: str  # full, lora, qlora
-    cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy: params, grads and optimizer live on the CPU
-    phase_offload: bool = False  # RL: optimizer states leave the GPU outside the optimizer step
-    checkpointing: bool = False
+    __slots__ = ()
 
     @property
     def label(self) -> str:
@@ -218,12 +212,14 @@ class Setup:
         return ", ".join(parts)
 
 
-@dataclass
 class Phase:
-    stage: str
-    name: str  # generation, training, optimizer step
-    components: dict[str, float]
-    budget: float
+    """One phase of one stage: its components (bytes per GPU) against the budget."""
+
+    def __init__(self, stage: str, name: str, components: dict[str, float], budget: float):
+        self.stage = stage
+        self.name = name  # generation, training, optimizer step
+        self.components = components
+        self.budget = budget
 
     @property
     def peak(self) -> float:
@@ -253,19 +249,24 @@ class Phase:
         }
 
 
-@dataclass
 class Generation:
-    """How the RL stage generates: vLLM settings, or the transformers chunk size."""
+    """How the RL stage generates: the vLLM settings, or transformers `generate` over every rollout at once."""
 
-    engine: str
-    rollouts: int  # rollouts per process per optimizer step
-    util: float = 0.0
-    tp: int = 1
-    max_model_length: int = 0
-    max_num_seqs: int = 0
-    kv_cache: float = 0.0
-    concurrent: int = 0
-    fits: bool = True
+    def __init__(
+        self,
+        engine: str,
+        rollouts: int,  # rollouts per process per step
+        util: float = 0.0,
+        tp: int = 1,
+        max_model_length: int = 0,
+        max_num_seqs: int = 0,
+        kv_cache: float = 0.0,
+        concurrent: int = 0,
+        fits: bool = True,
+    ):
+        self.engine, self.rollouts, self.util, self.tp = engine, rollouts, util, tp
+        self.max_model_length, self.max_num_seqs, self.kv_cache = max_model_length, max_num_seqs, kv_cache
+        self.concurrent, self.fits = concurrent, fits
 
     def to_json(self) -> dict[str, Any]:
         if self.engine == "vllm":
@@ -283,12 +284,11 @@ class Generation:
         return {"engine": self.engine, "rollouts_per_process": self.rollouts}
 
 
-@dataclass
 class StageFit:
-    workload: Workload
-    micro: int
-    phases: list[Phase]
-    generation: Generation | None = None
+    """One stage at one micro-batch: its phases and, for RL, how it generates."""
+
+    def __init__(self, workload: Workload, micro: int, phases: list[Phase], generation: Generation | None = None):
+        self.workload, self.micro, self.phases, self.generation = workload, micro, phases, generation
 
     @property
     def fits(self) -> bool:
@@ -303,12 +303,11 @@ class StageFit:
         return min(self.phases, key=lambda p: p.headroom)
 
 
-@dataclass
 class Attempt:
-    setup: Setup
-    stages: list[StageFit]
-    host: dict[str, float] = field(default_factory=dict)
-    host_budget: float = 0.0
+    """One candidate setup with every stage fitted, and the host RAM it needs per node."""
+
+    def __init__(self, setup: Setup, stages: list[StageFit], host: dict[str, float], host_budget: float):
+        self.setup, self.stages, self.host, self.host_budget = setup, stages, host, host_budget
 
     @property
     def host_peak(self) -> float:
@@ -605,7 +604,7 @@ def attempt(arch: Arch, env: Env, setup: Setup, wls: list[Workload], checkpointi
     """One setup with its micro-batches; checkpointing=None lets the planner choose it."""
 
     def run(ckpt: bool) -> Attempt:
-        s = replace(setup, checkpointing=ckpt)
+        s = setup._replace(checkpointing=ckpt)
         fits = [best_micro(arch, env, s, wl) for wl in wls]
         return Attempt(s, fits, host_usage(arch, env, s, wls), env.host_budget)
 
@@ -715,7 +714,7 @@ def candidates(cfg: RunConfig, env: Env) -> list[Setup]:
         order = [s for s in order if s.adapter == adapter]
     if strategy != "auto":
         picked = [s for s in order if s.strategy == strategy or (strategy != "fsdp2" and s.strategy == rep)]
-        picked = [replace(s, strategy=strategy) for s in picked]
+        picked = [s._replace(strategy=strategy) for s in picked]
         order = picked or [Setup(strategy, adapter if adapter != "auto" else "full")]
     seen: list[Setup] = []
     for s in order:
@@ -762,15 +761,13 @@ def search(cfg: RunConfig, env: Env, arch: Arch) -> tuple[Attempt | None, Attemp
 # --- The result ---------------------------------------------------------------------------------------------------
 
 
-@dataclass
 class MemoryPlan:
     """What `decide()` settled on, with its per-phase memory table and one-line explanations."""
 
-    attempt: Attempt
-    env: Env
-    decisions: list[dict[str, str]]
-    warnings: list[str]
-    disk: dict[str, float]
+    def __init__(self, attempt: Attempt, env: Env, warnings: list[str]):
+        self.attempt, self.env, self.warnings = attempt, env, warnings
+        self.decisions: list[dict[str, str]] = []
+        self.disk: dict[str, float] = {}
 
     @property
     def setup(self) -> Setup:
@@ -845,7 +842,7 @@ def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precisio
         else:
             raise UserError(refusal(cfg, hardware, procs, engine, precision, closest))
         found = closest
-    plan = MemoryPlan(found, env, [], warnings, {})
+    plan = MemoryPlan(found, env, warnings)
     plan.decisions = explain(cfg, plan, hardware)
     pure_bf16 = found.setup.adapter == "full" and not _master_weights(env, found.setup)
     if not env.is_cpu and pure_bf16 and needs_master_weights(cfg, env):
@@ -1068,13 +1065,13 @@ def explain(cfg: RunConfig, plan: MemoryPlan, hardware: Hardware) -> list[dict[s
         gen = rl_fit.generation
         if gen is not None and gen.engine == "vllm":
             add(
-                "vllm_gpu_memory_utilization",
+                "vllm.gpu_memory_utilization",
                 f"{gen.util:.2f}",
                 f"{_gb(gen.util * env.total)} GiB reserved: weights + runtime + {_gb(gen.kv_cache)} GiB KV cache "
                 f"for {gen.concurrent} of {gen.rollouts * gen.tp} rollouts at once (sleeps at level 2 in training)",
             )
             add(
-                "vllm_tensor_parallel_size",
+                "vllm.tensor_parallel_size",
                 gen.tp,
                 "vLLM's weights fit one GPU"
                 if gen.tp == 1

@@ -1,0 +1,234 @@
+"""The hybrid-engine boundary (rlctl.engine): which engine a plan uses, the exact TRL / vLLM arguments built for
+each plan (checked against TRL 1.16's own GRPOConfig, RLOOConfig and VLLMGeneration), that no other module holds
+vLLM-specific code, and the optimizer-state offload between phases on CPU tensors."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlctl import config, engine, hardware, plan
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def vllm_here(monkeypatch):
+    monkeypatch.setattr(engine, "installed", lambda: True)
+
+
+def build(preset: str, spec: str, *sets: str) -> plan.Plan:
+    return plan.build(config.resolve(preset, None, None, spec, list(sets)), "/tmp/rlctl-engine-test")
+
+
+# --- Which engine --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "installed", "local_gpu", "use_vllm", "expected", "warns"),
+    [
+        ("1xH100-80GB", True, True, "auto", "vllm", False),
+        ("1xH100-80GB", False, True, "auto", "transformers", True),  # on the GPU machine itself, without vllm
+        ("1xH100-80GB", False, False, "auto", "vllm", True),  # planned elsewhere: assumes the target has vllm
+        ("1xH100-80GB", True, True, False, "transformers", False),
+        ("cpu", True, False, "auto", "transformers", False),
+    ],
+)
+def test_choose(monkeypatch, spec, installed, local_gpu, use_vllm, expected, warns):
+    monkeypatch.setattr(engine, "installed", lambda: installed)
+    monkeypatch.setattr(hardware, "has_local_gpu", lambda: local_gpu)
+    cfg = config.resolve("qwen0.5b-grpo", None, None, spec, [f"rl.use_vllm={str(use_vllm).lower()}"])
+    warnings: list[str] = []
+    assert engine.choose(cfg, hardware.parse_spec(spec), warnings) == expected
+    assert bool([w for w in warnings if "vllm" in w]) == warns
+
+
+def test_choose_refuses_forced_vllm_where_it_cannot_run(monkeypatch):
+    from rlctl.errors import UserError
+
+    monkeypatch.setattr(engine, "installed", lambda: False)
+    monkeypatch.setattr(hardware, "has_local_gpu", lambda: True)
+    cfg = config.resolve("qwen0.5b-grpo", None, None, "1xH100-80GB", ["rl.use_vllm=true"])
+    with pytest.raises(UserError, match="vllm is not installed"):
+        engine.choose(cfg, hardware.parse_spec("1xH100-80GB"), [])
+    with pytest.raises(UserError, match="the plan is for CPU"):
+        engine.choose(cfg, hardware.parse_spec("cpu"), [])
+
+
+def test_no_rl_stage_no_engine():
+    assert build("qwen7b-sft", "1xH100-80GB").generation_engine == "none"
+
+
+# --- The exact arguments ---------------------------------------------------------------------------------------------
+
+
+def test_trl_kwargs_for_a_vllm_plan(vllm_here):
+    p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0")
+    assert engine.trl_kwargs(p) == {
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_enable_sleep_mode": True,
+        "vllm_gpu_memory_utilization": p.vllm["gpu_memory_utilization"],
+        "vllm_tensor_parallel_size": p.vllm["tensor_parallel_size"],
+        "vllm_max_model_length": 512 + 1024,  # data.max_prompt_length + rl.max_new_tokens
+    }
+    assert 0 < p.vllm["gpu_memory_utilization"] < 1 and p.vllm["tensor_parallel_size"] == 1
+
+
+def test_trl_kwargs_without_vllm():
+    p = build("tiny-demo", "cpu")
+    assert engine.trl_kwargs(p) == {"use_vllm": False}
+    assert engine.llm_kwargs(p) == {}
+
+
+@pytest.mark.parametrize("config_cls", ["GRPOConfig", "RLOOConfig"])
+def test_trl_kwargs_are_trl_fields(vllm_here, config_cls, tmp_path):
+    import trl
+
+    cls = getattr(trl, config_cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kwargs = engine.trl_kwargs(build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.0"))
+    assert set(kwargs) <= fields
+    args = cls(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kwargs)
+    for key, value in kwargs.items():
+        assert getattr(args, key) == value
+
+
+def test_llm_kwargs_match_what_trl_builds(vllm_here):
+    p = build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.0")
+    assert p.adapter == "qlora"
+    rl = p.stages[0]
+    llm = engine.llm_kwargs(p, model="Qwen/Qwen2.5-7B-Instruct")
+    assert llm == {
+        "model": "Qwen/Qwen2.5-7B-Instruct",
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": p.vllm["gpu_memory_utilization"],
+        "max_model_len": 1536,
+        "max_num_seqs": rl.micro_batch_size * rl.grad_accum,  # all 512 rollouts of the process, TP 1
+        "enable_sleep_mode": True,
+        "model_impl": "vllm",
+        "distributed_executor_backend": "external_launcher",
+        "max_num_batched_tokens": 4096,
+        "logprobs_mode": "processed_logprobs",
+        "quantization": "bitsandbytes",
+        "trust_remote_code": False,
+    }
+    assert llm["max_num_seqs"] == p.vllm["max_num_seqs"] == 512
+    # every argument name is one TRL 1.16 passes to vllm.LLM(...) in colocate mode
+    from trl.generation import vllm_generation
+
+    source = inspect.getsource(vllm_generation.VLLMGeneration)
+    call = source[source.index("self.llm = LLM(") :]
+    call = call[: call.index("\n            )")]
+    passed = set(re.findall(r"^\s+(\w+)=", call, re.M))
+    assert set(llm) - {"model"} <= passed, set(llm) - passed
+    assert "self.llm.sleep(level=2)" in source and engine.SLEEP_LEVEL == 2
+    assert "max_num_batched_tokens=4096" in call
+
+
+def test_grpo_trainer_feeds_vllm_the_arguments_we_set():
+    """TRL passes vllm_gpu_memory_utilization, vllm_tensor_parallel_size, vllm_max_model_length and
+    vllm_enable_sleep_mode straight to VLLMGeneration; max_num_seqs is batch x TP x steps_per_generation."""
+    from trl.trainer import grpo_trainer
+
+    source = inspect.getsource(grpo_trainer.GRPOTrainer.__init__)
+    for line in (
+        "tensor_parallel_size=args.vllm_tensor_parallel_size",
+        "gpu_memory_utilization=args.vllm_gpu_memory_utilization",
+        "max_model_length=args.vllm_max_model_length",
+        "enable_sleep_mode=args.vllm_enable_sleep_mode",
+    ):
+        assert line in source, line
+    assert re.search(
+        r"max_num_seqs=args\.per_device_train_batch_size\s*\*\s*args\.vllm_tensor_parallel_size\s*"
+        r"\*\s*args\.steps_per_generation",
+        source,
+    )
+
+
+def test_vllm_code_lives_in_one_module():
+    """Only rlctl/engine.py builds vLLM arguments or imports vllm; the RL stage asks it for them."""
+    pattern = re.compile(r"^\s*(import vllm|from vllm)|vllm_mode|vllm_gpu_memory_utilization|vllm_enable_sleep", re.M)
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "rlctl").rglob("*.py")
+        if path.name != "engine.py" and pattern.search(path.read_text())
+    ]
+    assert offenders == []
+    rl = (REPO / "rlctl" / "stages" / "rl.py").read_text()
+    assert "engine.trl_kwargs(ctx.plan)" in rl and "engine.callbacks(ctx.plan)" in rl
+
+
+# --- Optimizer state between phases ------------------------------------------------------------------------------
+
+
+def _train(steps: int, offload: bool) -> tuple[torch.Tensor, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = torch.randn(16, 8), torch.randn(16, 4)
+    for _ in range(steps):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if offload:
+            engine.reload_optimizer_state(opt)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if offload:
+            engine.offload_optimizer_state(opt)
+    return torch.cat([p.detach().flatten() for p in model.parameters()]), opt
+
+
+def test_offload_round_trip_keeps_training_identical():
+    plain, _ = _train(5, offload=False)
+    moved, opt = _train(5, offload=True)
+    assert torch.equal(plain, moved)  # bit for bit: the state only changed places
+    for state in opt.state.values():
+        assert state["exp_avg"].device.type == "cpu" and state["step"].dim() == 0
+
+
+def test_offload_moves_every_moment_and_reports_bytes():
+    model = torch.nn.Linear(8, 4)  # 32 + 4 parameters
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    # exp_avg and exp_avg_sq for 36 fp32 parameters: 2 x 36 x 4 = 288 bytes; `step` scalars stay
+    assert engine.offload_optimizer_state(opt, device="meta") == 288
+    for state in opt.state.values():
+        assert state["exp_avg"].is_meta and state["exp_avg_sq"].is_meta and not state["step"].is_meta
+    assert engine.offload_optimizer_state(opt, device="meta") == 0  # already there
+
+
+def test_reload_returns_state_to_where_it_lived():
+    param = torch.nn.Parameter(torch.zeros(3, device="meta"))  # a parameter on another device
+    opt = torch.optim.AdamW([param])
+    opt.state[param] = {"step": torch.tensor(1.0), "exp_avg": torch.ones(3), "exp_avg_sq": torch.ones(3)}
+    assert engine.reload_optimizer_state(opt) == 2 * 3 * 4  # no record: to the parameter's device
+    assert opt.state[param]["exp_avg"].is_meta and not opt.state[param]["step"].is_meta
+
+
+def test_callbacks_follow_the_plan(vllm_here):
+    from transformers import TrainerCallback
+
+    assert engine.callbacks(build("qwen7b-grpo", "8xH100-80GB")) == []
+    p = build("qwen7b-grpo", "1xH100-80GB", "rl.beta=0.0", "rl.learning_rate=1e-4", "rl.max_new_tokens=12288")
+    assert p.phase_offload
+    (cb,) = engine.callbacks(p)
+    assert isinstance(cb, TrainerCallback)
+    # driven the way transformers' Trainer drives it (keyword `optimizer`), on CPU tensors
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    cb.on_train_begin(None, None, None, optimizer=opt)
+    for _ in range(3):
+        model(torch.randn(3, 4)).sum().backward()
+        cb.on_pre_optimizer_step(None, None, None, optimizer=opt)
+        opt.step()
+        cb.on_optimizer_step(None, None, None, optimizer=opt)
+        opt.zero_grad()
+    assert all(s["exp_avg"].device.type == "cpu" for s in opt.state.values())

@@ -1,0 +1,519 @@
+"""The memory planner (rlctl.memory, rlctl.plan, rlctl.hardware) on CPU: hand-computed component numbers, the
+decision matrix of model presets x hardware presets, user overrides, refusals with exit 2, and a fast,
+torch-free `rlctl plan`. Every expected number is worked out in the comment next to it, without the planner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rlctl import config, engine, hardware, memory, plan
+from rlctl.errors import UserError
+from tests.conftest import RLCTL
+
+GiB = 2**30
+
+
+@pytest.fixture
+def vllm_here(monkeypatch):
+    """Plan as on a GPU machine with vllm installed (the hybrid engine), whatever this machine has."""
+    monkeypatch.setattr(engine, "installed", lambda: True)
+
+
+def build(preset: str, spec: str, *sets: str) -> plan.Plan:
+    return plan.build(config.resolve(preset, None, None, spec, list(sets)), "/tmp/rlctl-planner-test")
+
+
+def phase(p: plan.Plan, name: str) -> dict:
+    return next(ph for ph in p.memory["phases"] if f"{ph['stage']}/{ph['phase']}" == name)
+
+
+# --- Architecture arithmetic against published parameter counts ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arch", "published", "qkv_biases"),
+    [
+        # Qwen2.5-7B-Instruct: 7,615,616,512 parameters, of which q/k/v biases 28 x (3584 + 512 + 512) = 129,024
+        (memory.Arch(28, 3584, 28, 4, 152064, 18944, False), 7_615_616_512, 28 * (3584 + 512 + 512)),
+        # Llama-3.1-8B: 8,030,261,248, no biases
+        (memory.Arch(32, 4096, 32, 8, 128256, 14336, False), 8_030_261_248, 0),
+        # Qwen2.5-0.5B-Instruct (tied embeddings): 494,032,768; biases 24 x (896 + 128 + 128) = 27,648
+        (memory.Arch(24, 896, 14, 2, 151936, 4864, True), 494_032_768, 24 * (896 + 128 + 128)),
+    ],
+)
+def test_parameter_counts_match_published_models(arch, published, qkv_biases):
+    assert arch.params() + qkv_biases == published
+
+
+# A small model worked out by hand: layers 2, hidden 64, heads 4 (head_dim 16), kv_heads 2 (kv_dim 32),
+# vocab 100, intermediate 128, untied.
+#   per layer: q 64*64 = 4096, o 4096, k 64*32 = 2048, v 2048, gate/up/down 64*128 = 8192 each -> 36,864 linear
+#              + 2 norms x 64 = 36,992
+#   P = 2 x 36,992 + embedding 6,400 + LM head 6,400 + final norm 64 = 86,848
+#   LoRA r=4: per layer 4 x (q 128 + k 96 + v 96 + o 128 + gate 192 + up 192 + down 192) = 4,096 -> 8,192
+SMALL = memory.Arch(layers=2, hidden=64, heads=4, kv_heads=2, vocab=100, intermediate=128, tie_embeddings=False)
+P, PL = 86_848, 8_192
+
+
+def small_env(procs: int = 1, engine_name: str = "vllm") -> memory.Env:
+    return memory.Env(
+        is_cpu=False,
+        procs=procs,
+        nodes=1,
+        total=80 * GiB,
+        budget=76 * GiB,
+        host_budget=1000 * GiB,
+        host_assumed=False,
+        precision="bf16",
+        engine=engine_name,
+        lora_r=4,
+        lora_dropout=0.05,
+    )
+
+
+# RL workload: 16 rollouts per process, prompts of 6 tokens, completions of 8 -> 14 tokens per sequence
+RL = memory.Workload("rl", per_proc=16, seqs=1, tokens=14, logit_tokens=8, prompt_tokens=6, group_size=8)
+
+
+def test_small_model_architecture_numbers():
+    assert SMALL.params() == P
+    assert SMALL.params("score") == 2 * 36_992 + 6_400 + 64 + 64  # no LM head, a 64 x 1 score head: 80,512
+    assert SMALL.lora_params(4) == PL
+    assert SMALL.kv_bytes_per_token(2) == 256  # 2 (K, V) x 2 layers x 32 x 2 bytes
+    assert SMALL.act_bytes_per_token_layer(2) == 2_432  # 2 bytes x (10 x 64 + 2 x 32 + 4 x 128) = 2 x 1,216
+    assert SMALL.lora_dropout_bytes_per_token_layer(2) == 1_024  # 2 x (6 x 64 + 128)
+    # NF4 with double quantisation: 0.5 + 1/64 + 4/(64*256) = 0.515869140625 B per linear weight
+    # 73,728 linear weights x 0.515869140625 = 38,034; the other 13,120 weights in bf16 = 26,240 -> 64,274
+    assert memory.quantized_bytes(SMALL, small_env()) == pytest.approx(64_274)
+
+
+@pytest.mark.parametrize(
+    ("setup", "procs", "expected"),
+    [
+        # pure bf16 (the stages load bf16 weights): weights 2P, grads 2P, AdamW m+v 4P
+        (memory.Setup("single", "full"), 1, {"weights": 173_696, "grads": 173_696, "optim": 347_392, "buckets": 0}),
+        # DDP adds bf16 gradient buckets (2P) on every GPU
+        (memory.Setup("ddp", "full"), 4, {"weights": 173_696, "grads": 173_696, "optim": 347_392, "buckets": 173_696}),
+        # FSDP2 over 4 GPUs, fp32 master: 4P/4 = 86,848 + gathered units 3 x max(36,992, 6,400) x 2 = 221,952
+        # -> 308,800; grads 4P/4 = 86,848; AdamW 8P/4 = 173,696
+        (memory.Setup("fsdp2", "full"), 4, {"weights": 308_800, "grads": 86_848, "optim": 173_696, "buckets": 0}),
+        # FSDP2 + CPU offload: only the gathered units stay; the 347,392 B shard goes to host RAM
+        (
+            memory.Setup("fsdp2", "full", cpu_offload=True),
+            4,
+            {"weights": 221_952, "grads": 0, "optim": 0, "buckets": 0, "host": 347_392},
+        ),
+        # LoRA: frozen bf16 base 2P = 173,696 + fp32 adapters 4 x 8,192 = 32,768; grads 32,768; AdamW 65,536
+        (memory.Setup("single", "lora"), 1, {"weights": 206_464, "grads": 32_768, "optim": 65_536, "buckets": 0}),
+        # QLoRA: NF4 base 64,274 + adapters 32,768 = 97,042
+        (memory.Setup("single", "qlora"), 1, {"weights": 97_042, "grads": 32_768, "optim": 65_536, "buckets": 0}),
+    ],
+)
+def test_training_state_by_hand(setup, procs, expected):
+    state = memory.model_state(SMALL, small_env(procs), setup)
+    for key, value in expected.items():
+        assert state[key] == pytest.approx(value), key
+
+
+def test_activations_and_logits_by_hand():
+    env = small_env()
+    full = memory.Setup("single", "full")
+    # micro-batch 2 x 14 tokens = 28 tokens; no checkpointing: 28 x 2 layers x 2,432 = 136,192
+    assert memory.activations(SMALL, env, full, RL, 2) == 136_192
+    # checkpointing: layer inputs 28 x 2 layers x 2 B x 64 = 7,168 + one layer recomputed 28 x 2,432 = 68,096
+    assert memory.activations(SMALL, env, memory.Setup("single", "full", checkpointing=True), RL, 2) == 75_264
+    # LoRA keeps dropout copies too: 28 x 2 x (2,432 + 1,024) = 193,536
+    assert memory.activations(SMALL, env, memory.Setup("single", "lora"), RL, 2) == 193_536
+    # logits: 2 sequences x 8 completion tokens x vocab 100 x 8 B = 12,800
+    assert memory.logits(SMALL, env, RL, 2) == 12_800
+
+
+def test_phases_by_hand():
+    env = small_env()
+    fit = memory.stage_fit(SMALL, env, memory.Setup("single", "full"), RL, 2)
+    gen, train = fit.phases
+    ctx = 1.5 * GiB
+    # training: context + weights 173,696 + grads 173,696 + vLLM residue 1 GiB + activations 136,192
+    #           + logits 12,800 + AdamW 347,392
+    assert train.components["vLLM sleeping residue"] == GiB
+    assert train.peak == pytest.approx(ctx + GiB + 173_696 + 173_696 + 136_192 + 12_800 + 347_392)
+    # generation: weights and AdamW stay (no gradients: freed after each step), then vLLM's reservation.
+    # vLLM: weights 2P = 173,696; runtime 1 GiB + 16 seqs x 100 x 4 B = 1 GiB + 6,400; KV 14 tokens x 256 B
+    # = 3,584 per rollout, 16 rollouts 57,344 -> need 1,073,979,264 B = 0.0125 of 80 GiB -> util 0.02
+    assert fit.generation.util == 0.02
+    reservation = 0.02 * 80 * GiB
+    assert gen.components["vLLM KV cache"] == pytest.approx(reservation - 173_696 - GiB - 6_400)
+    assert gen.peak == pytest.approx(ctx + 173_696 + 347_392 + reservation)
+    assert fit.generation.concurrent == 16 and fit.generation.max_model_length == 14
+
+
+def test_phase_offload_splits_the_optimizer_step():
+    fit = memory.stage_fit(SMALL, small_env(), memory.Setup("single", "full", phase_offload=True), RL, 2)
+    gen, train, step = fit.phases
+    assert "optimizer states" not in gen.components and "optimizer states" not in train.components
+    assert step.name == "optimizer step" and step.components["optimizer states"] == 347_392
+    assert "activations" not in step.components
+
+
+def test_transformers_generation_by_hand():
+    env = small_env(engine_name="transformers")
+    fit = memory.stage_fit(SMALL, env, memory.Setup("single", "full"), RL, 2)
+    gen = fit.phases[0].components
+    assert gen["KV cache (generate)"] == 16 * 14 * 256  # every rollout at once: 57,344
+    assert gen["prefill activations"] == 16 * 6 * 2 * (3 * 128 + 2 * 64)  # 98,304
+    assert gen["sampling logits"] == 16 * 100 * 12  # 19,200
+
+
+# --- Real presets: per-component numbers from `rlctl plan --json` against independent arithmetic ---------------
+
+
+def test_qwen7b_on_8xh100_numbers(vllm_here):
+    p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0")
+    assert (p.strategy, p.adapter, p.cpu_offload) == ("fsdp2", "full", False)
+    n = 7_615_487_488  # Qwen2.5-7B without biases (see above)
+    embedding = 152_064 * 3_584  # 544,997,376: the largest FSDP unit
+    train = phase(p, "rl/training")["components_gib"]
+    assert train["policy weights"] == pytest.approx((4 * n / 8 + 3 * embedding * 2) / GiB, abs=1e-3)  # 6.592
+    assert train["policy gradients"] == pytest.approx(4 * n / 8 / GiB, abs=1e-3)  # 3.546
+    assert train["optimizer states"] == pytest.approx(8 * n / 8 / GiB, abs=1e-3)  # 7.092
+    rl = p.stages[0]
+    assert (rl.micro_batch_size, rl.grad_accum) == (4, 16)  # 512 rollouts / 8 GPUs = 64 per GPU
+    assert p.gradient_checkpointing is False
+    tokens = rl.micro_batch_size * (512 + 1024)  # max_prompt_length + max_new_tokens
+    per_layer = 2 * (10 * 3584 + 2 * 512 + 4 * 18944)  # 225,280 B per token per layer
+    assert train["activations"] == pytest.approx(tokens * 28 * per_layer / GiB, abs=1e-3)  # 36.094
+    assert train["logits"] == pytest.approx(rl.micro_batch_size * 1024 * 152_064 * 8 / GiB, abs=1e-3)  # 4.641
+    peak = 1.5 + 1.0 + sum(train[k] for k in ("policy weights", "policy gradients", "optimizer states"))
+    peak += train["activations"] + train["logits"]
+    assert phase(p, "rl/training")["peak_gib"] == pytest.approx(peak, abs=2e-3)
+    gen = phase(p, "rl/generation")["components_gib"]
+    assert gen["vLLM weights"] == pytest.approx(2 * n / GiB, abs=1e-3)  # 14.185
+    # KV: 64 rollouts x 1,536 tokens x 2 x 28 x 512 x 2 B = 5.25 GiB, all held at once
+    assert gen["vLLM KV cache"] >= 64 * 1536 * 57_344 / GiB - 1e-3
+    assert p.vllm["concurrent_sequences"] == 64 and p.vllm["max_model_length"] == 1536
+    for ph in p.memory["phases"]:
+        assert ph["fits"] and ph["peak_gib"] <= ph["budget_gib"] == pytest.approx(79.65 * 0.95, abs=1e-2)
+
+
+# --- The decision matrix ------------------------------------------------------------------------------------------
+
+FSDP2, CPU_OFFLOAD, QLORA = ("fsdp2", "full", False), ("fsdp2", "full", True), ("single", "qlora", False)
+MATRIX = {
+    # (preset, hardware): (strategy, adapter, FSDP2 CPU offload). The recipes' learning rates (1e-6 .. 1e-5) need
+    # fp32 master weights for full fine-tuning, which FSDP2 gives (even on one GPU); single-GPU 7-8B models
+    # offload the fp32 state to host RAM when it fits there, else fall back to QLoRA (24 GB cards).
+    ("qwen0.5b-grpo", "1xA10G-24GB"): FSDP2,
+    ("qwen0.5b-grpo", "1xH100-80GB"): FSDP2,
+    ("qwen0.5b-grpo", "8xH100-80GB"): FSDP2,
+    ("qwen0.5b-grpo", "2x8xH100-80GB"): FSDP2,
+    ("qwen1.5b-grpo", "1xA10G-24GB"): CPU_OFFLOAD,
+    ("qwen1.5b-grpo", "1xH100-80GB"): FSDP2,
+    ("qwen1.5b-grpo", "8xH100-80GB"): FSDP2,
+    ("qwen1.5b-grpo", "2x8xH100-80GB"): FSDP2,
+    ("qwen7b-grpo", "1xA10G-24GB"): QLORA,
+    ("qwen7b-grpo", "1xH100-80GB"): CPU_OFFLOAD,
+    ("qwen7b-grpo", "8xH100-80GB"): FSDP2,
+    ("qwen7b-grpo", "2x8xH100-80GB"): FSDP2,
+    ("llama8b-grpo", "1xA10G-24GB"): QLORA,
+    ("llama8b-grpo", "1xH100-80GB"): CPU_OFFLOAD,
+    ("llama8b-grpo", "8xH100-80GB"): FSDP2,
+    ("llama8b-grpo", "2x8xH100-80GB"): FSDP2,
+    ("qwen7b-sft", "1xA10G-24GB"): QLORA,
+    ("qwen7b-sft", "1xH100-80GB"): CPU_OFFLOAD,
+    ("qwen7b-sft", "8xH100-80GB"): FSDP2,
+    ("qwen7b-sft", "2x8xH100-80GB"): FSDP2,
+    ("qwen7b-dpo", "1xA10G-24GB"): QLORA,
+    ("qwen7b-dpo", "1xH100-80GB"): CPU_OFFLOAD,
+    ("qwen7b-dpo", "8xH100-80GB"): FSDP2,
+    ("qwen7b-dpo", "2x8xH100-80GB"): FSDP2,
+}
+
+
+@pytest.mark.parametrize(("preset", "spec"), list(MATRIX))
+def test_decision_matrix(vllm_here, preset, spec):
+    sets = ["rl.beta=0.0"] if "grpo" in preset else []
+    p = build(preset, spec, *sets)
+    assert (p.strategy, p.adapter, p.cpu_offload) == MATRIX[preset, spec]
+    mem = p.memory
+    assert mem["estimated"] and mem["fits"] and mem["headroom_gib"] >= 0
+    assert all(ph["peak_gib"] <= ph["budget_gib"] for ph in mem["phases"])
+    assert mem["host"]["peak_gib"] <= mem["host"]["budget_gib"]
+    for s in p.stages:  # micro-batches divide the per-process batch
+        assert s.micro_batch_size * s.grad_accum * p.num_processes * p.hardware.nodes == s.batch_size
+    settings = {d["setting"] for d in p.decisions}
+    assert {"strategy", "adapter", "gradient_checkpointing"} <= settings
+    assert all(d["why"] for d in p.decisions), "every choice is explained"
+    if "grpo" in preset:
+        assert p.generation_engine == "vllm" and 0 < p.vllm["gpu_memory_utilization"] < 1
+        assert {"vllm.gpu_memory_utilization", "vllm.tensor_parallel_size", "reference"} <= settings
+        assert p.accelerate.get("fsdp_config", {}).get("fsdp_offload_params", False) == p.cpu_offload
+
+
+def test_reference_placement(vllm_here):
+    assert build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0").reference == "none"
+    sharded = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.04")
+    assert sharded.reference == "gpu-sharded"
+    # a bf16 copy sharded over 8 GPUs: 2 x 7,615,487,488 / 8 B = 1.773 GiB
+    assert phase(sharded, "rl/training")["components_gib"]["reference model"] == pytest.approx(1.773, abs=1e-3)
+    lora = build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.04")
+    assert lora.adapter == "qlora" and lora.reference == "adapters-disabled"
+    assert "reference model" not in phase(lora, "rl/training")["components_gib"]
+
+
+def test_tensor_parallel_when_vllm_weights_crowd_one_gpu(vllm_here):
+    # Llama-3.1-70B numbers: P = 80 x (2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x 28672 + 2 x 8192)
+    # + 2 x 128256 x 8192 + 8192 = 70,553,706,496; its bf16 weights (131 GiB) cannot sit on one 80 GB GPU
+    arch = ["layers=80", "hidden=8192", "heads=64", "kv_heads=8", "vocab=128256", "intermediate=28672"]
+    p = build("llama8b-grpo", "8xH100-80GB", "rl.beta=0.0", *[f"model.arch.{a}" for a in arch])
+    tp = p.vllm["tensor_parallel_size"]
+    assert tp in (2, 4, 8)
+    assert phase(p, "rl/generation")["components_gib"]["vLLM weights"] == pytest.approx(
+        2 * 70_553_706_496 / tp / GiB, abs=1e-3
+    )
+
+
+def test_phase_offload_chosen_when_generation_needs_the_room(vllm_here):
+    # pure bf16 full fine-tuning is allowed at lr >= 1e-4. 7B on one H100 with 12,288-token completions: weights
+    # 14.2 + grads 14.2 + AdamW 28.4 + context 1.5 + vLLM residue 1 = 59.3 GiB, plus logits of one sequence
+    # 12,288 x 152,064 x 8 B = 13.9 GiB and checkpointed activations ~5 GiB: 78 GiB > 75.7 with AdamW on the GPU;
+    # without it the forward/backward needs 50 GiB and the optimizer step 59.3 GiB
+    p = build("qwen7b-grpo", "1xH100-80GB", "rl.beta=0.0", "rl.learning_rate=1e-4", "rl.max_new_tokens=12288")
+    assert (p.strategy, p.adapter, p.phase_offload) == ("single", "full", True)
+    names = [f"{ph['stage']}/{ph['phase']}" for ph in p.memory["phases"]]
+    assert names == ["rl/generation", "rl/training", "rl/optimizer step"]
+    assert "optimizer states" not in phase(p, "rl/generation")["components_gib"]
+    assert any(d["setting"] == "optimizer offload" and d["value"] == "between phases" for d in p.decisions)
+
+
+def test_transformers_generation_when_vllm_is_missing_on_a_gpu_machine(monkeypatch):
+    monkeypatch.setattr(engine, "installed", lambda: False)
+    monkeypatch.setattr(hardware, "has_local_gpu", lambda: True)
+    p = build("qwen0.5b-grpo", "1xA10G-24GB", "rl.beta=0.0")
+    assert p.generation_engine == "transformers" and p.vllm is None
+    assert any("vllm is not installed" in w for w in p.warnings)
+    gen = phase(p, "rl/generation")["components_gib"]
+    # all 256 rollouts at once: 256 x (512 + 1024) tokens x 2 x 24 layers x 128 x 2 B = 4.5 GiB
+    assert gen["KV cache (generate)"] == pytest.approx(256 * 1536 * 2 * 24 * 128 * 2 / GiB, abs=1e-3)
+
+
+# --- Tiny demo on CPU: reported against RAM, never refused --------------------------------------------------------
+
+
+def test_tiny_demo_on_cpu_keeps_its_settings():
+    p = build("tiny-demo", "cpu")
+    assert (p.strategy, p.adapter, p.gradient_checkpointing, p.generation_engine) == (
+        "single",
+        "full",
+        False,
+        "transformers",
+    )
+    assert [(s.name, s.micro_batch_size, s.grad_accum) for s in p.stages] == [
+        ("sft", 64, 1),
+        ("rm", 32, 1),
+        ("rl", 64, 2),
+    ]
+    mem = p.memory
+    assert mem["device"] == "cpu" and mem["fits"] and 0 < mem["peak_gib"] < mem["budget_gib"]
+    assert not p.phase_offload and not p.cpu_offload and p.vllm is None
+
+
+def test_tiny_demo_is_never_refused_even_without_ram(monkeypatch):
+    real = hardware.parse_spec
+
+    def tiny_ram(spec):
+        hw = real(spec)
+        return hw.__class__(**{**hw.to_dict(), "ram_gib": 0.001}) if spec == "cpu" else hw
+
+    monkeypatch.setattr(hardware, "parse_spec", tiny_ram)
+    p = build("tiny-demo", "cpu")
+    assert not p.memory["fits"]
+    assert any("the run may swap or fail" in w for w in p.warnings)
+
+
+# --- The user's explicit settings win --------------------------------------------------------------------------
+
+
+def test_explicit_adapter_wins_with_a_warning(vllm_here):
+    p = build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.0", "model.adapter=full")
+    assert p.adapter == "full" and not p.memory["fits"]
+    warning = next(w for w in p.warnings if "model.adapter=full will not fit" in w)
+    assert "Nearest plan that fits: --set model.adapter=qlora" in warning
+    assert any(d["setting"] == "adapter" and "(set by you)" in d["why"] for d in p.decisions)
+
+
+def test_explicit_settings_that_fit_are_kept(vllm_here):
+    p = build(
+        "qwen7b-grpo",
+        "8xH100-80GB",
+        "rl.beta=0.0",
+        "hardware.strategy=ddp",
+        "model.adapter=lora",
+        "model.gradient_checkpointing=true",
+        "rl.micro_batch_size=2",
+    )
+    assert (p.strategy, p.adapter, p.gradient_checkpointing, p.stages[0].micro_batch_size) == ("ddp", "lora", True, 2)
+    assert p.memory["fits"] and not [w for w in p.warnings if "will not fit" in w]
+
+
+def test_pure_bf16_full_is_warned_at_low_learning_rate(vllm_here):
+    p = build("qwen0.5b-grpo", "1xH100-80GB", "rl.beta=0.0", "hardware.strategy=single", "model.adapter=full")
+    assert (p.strategy, p.adapter) == ("single", "full")
+    assert any("round away" in w for w in p.warnings)
+
+
+# --- Refusal ------------------------------------------------------------------------------------------------------
+
+
+def test_refusal_names_the_nearest_fitting_plan(vllm_here):
+    cfg = config.resolve("qwen7b-grpo", None, None, "1xL4-24GB", ["rl.beta=0.0", "rl.max_new_tokens=32000"])
+    with pytest.raises(UserError) as e:
+        plan.build(cfg, "/tmp/x")
+    text = str(e.value)
+    assert "does not fit 1xL4-24GB" in text and "Nearest plans that fit" in text
+    assert "--set rl.max_new_tokens=8000 (qlora" in text  # 32000 -> 16000 -> 8000 fits
+    assert "--hardware 1xA100-80GB" in text
+
+
+def test_refusal_exits_2_from_the_cli():
+    proc = subprocess.run(
+        [RLCTL, "plan", "--preset", "qwen7b-grpo", "--hardware", "1xL4-24GB", "--set", "rl.max_new_tokens=32000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "does not fit 1xL4-24GB" in proc.stderr and "Traceback" not in proc.stderr
+    assert "Nearest plans that fit" in proc.stderr or "No nearby plan fits" in proc.stderr
+
+
+# --- Fast and torch-free ------------------------------------------------------------------------------------------
+
+_PLAN_JSON = (
+    "import sys, time, io, contextlib\n"
+    "t = time.perf_counter()\n"
+    "sys.argv = ['rlctl', 'plan', '--preset', 'qwen7b-grpo', '--hardware', '1xH100-80GB', '--json',"
+    " '--run-dir', '/tmp/rlctl-planner-test']\n"
+    "from rlctl.cli import main\n"
+    "out = io.StringIO()\n"
+    "try:\n"
+    "    with contextlib.redirect_stdout(out):\n"
+    "        main()\n"
+    "except SystemExit as e:\n"
+    "    assert not e.code, e.code\n"
+    "import json\n"
+    "json.loads(out.getvalue())\n"
+    "print(time.perf_counter() - t, 'torch' in sys.modules, 'vllm' in sys.modules)\n"
+)
+
+
+def test_plan_json_is_fast_and_torch_free():
+    # as installed: bytecode cached (this sandbox sets PYTHONDONTWRITEBYTECODE, which recompiles every module)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    runs = []
+    for _ in range(4):
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", _PLAN_JSON], capture_output=True, text=True, timeout=60, env=env)
+        wall = time.perf_counter() - start
+        assert proc.returncode == 0, proc.stderr
+        _, torch_loaded, vllm_loaded = proc.stdout.split()
+        assert torch_loaded == "False" and vllm_loaded == "False"
+        runs.append(wall)
+    assert min(runs) < 0.5, runs
+
+
+def test_planning_itself_takes_milliseconds(vllm_here):
+    cfg = config.resolve("qwen7b-grpo", None, None, "1xH100-80GB", [])
+    start = time.perf_counter()
+    for _ in range(5):
+        plan.build(cfg, "/tmp/x")
+    assert (time.perf_counter() - start) / 5 < 0.05
+
+
+def test_plan_json_carries_the_memory_section():
+    proc = subprocess.run(
+        [RLCTL, "plan", "--preset", "qwen7b-grpo", "--hardware", "8xH100-80GB", "--json", "--run-dir", "/tmp/x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    p = json.loads(proc.stdout)
+    for key in ("strategy", "adapter", "gradient_checkpointing", "cpu_offload", "phase_offload", "reference"):
+        assert key in p
+    mem = p["memory"]
+    assert {"phases", "peak_gib", "budget_gib", "headroom_gib", "fits", "host", "disk"} <= set(mem)
+    assert {"stage", "phase", "components_gib", "peak_gib", "budget_gib", "headroom_gib"} <= set(mem["phases"][0])
+    assert all(set(d) == {"setting", "value", "why"} for d in p["decisions"])
+
+
+def test_render_is_a_rich_table(vllm_here):
+    from rich.console import Console
+    from rich.table import Table
+
+    p = build("qwen7b-grpo", "1xA10G-24GB")
+    table = memory.render(p)
+    assert isinstance(table, Table)
+    console = Console(width=200, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "rl: generation" in text and "vLLM KV cache" in text and "headroom" in text
+    assert "vllm.gpu_memory_utilization" in text
+
+
+# --- Hardware -----------------------------------------------------------------------------------------------------
+
+
+def test_specs_carry_usable_memory_and_compute_capability():
+    h = hardware.parse_spec("1xA10G-24GB")
+    assert (h.gpu_memory_gib, h.gpu_usable_gib, h.compute_capability) == (24.0, 22.49, "8.6")  # 23,028 MiB
+    h = hardware.parse_spec("2x8xH100-80GB")
+    assert (h.nodes, h.gpus_per_node, h.world_size, h.gpu_usable_gib) == (2, 8, 16, 79.65)  # 81,559 MiB
+    assert h.ram_assumed and h.ram_gib == 2 * 80 * 8
+    t4 = hardware.parse_spec("1xT4-16GB")
+    assert t4.compute_capability == "7.5" and not t4.bf16 and t4.gpu_usable_gib == 16.0
+
+
+def test_t4_plans_in_float32(vllm_here):
+    p = build("qwen0.5b-grpo", "1xT4-16GB", "rl.beta=0.0")
+    assert p.mixed_precision == "no" and any("no bf16" in w for w in p.warnings)
+
+
+def _fake_smi(monkeypatch, rows_by_fields: dict[str, str]):
+    def run(cmd, **kwargs):
+        fields = cmd[1].split("=", 1)[1]
+        if fields not in rows_by_fields:
+            raise subprocess.CalledProcessError(6, cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=rows_by_fields[fields], stderr="")
+
+    monkeypatch.setattr(hardware.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(hardware.subprocess, "run", run)
+
+
+def test_detect_reads_nvidia_smi_without_cuda(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    rows = "".join(f"{i}, NVIDIA H100 80GB HBM3, 81559, 9.0\n" for i in range(8))
+    _fake_smi(monkeypatch, {"index,name,memory.total,compute_cap": rows})
+    h = hardware.detect()
+    assert (h.spec, h.gpus_per_node, h.gpu_name, h.compute_capability) == ("8xH100-80GB", 8, "H100", "9.0")
+    assert h.gpu_usable_gib == 79.6 and not h.ram_assumed  # floor(81,559 / 1,024, 0.1)
+
+
+def test_detect_old_driver_and_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    rows = "0, NVIDIA A10G, 23028\n1, NVIDIA A10G, 23028\n"
+    _fake_smi(monkeypatch, {"index,name,memory.total": rows})  # no compute_cap column on old drivers
+    h = hardware.detect()
+    assert (h.spec, h.gpus_per_node, h.compute_capability) == ("1xA10G-24GB", 1, "8.6")
+
+
+def test_free_disk_of_a_future_run_dir(tmp_path):
+    assert hardware.free_disk_gib(tmp_path / "not" / "yet") > 0
+    p = build("tiny-demo", "cpu")
+    assert p.memory["disk"]["free_gib"] > 0 and p.memory["disk"]["need_gib"] >= 0
