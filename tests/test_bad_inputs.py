@@ -1,0 +1,218 @@
+"""The bad-input corpus: every case exits 2 before anything starts, without a traceback, and the message
+names the key, file or row at fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import rlctl
+
+GOOD_RL = '{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2=", "answer": "4"}\n'
+
+# (id, files to write {name: text}, argv after `rlctl`, substrings the message must contain)
+CASES = [
+    ("top-level-typo", {}, ["plan", "--preset", "tiny-demo", "--set", "modle.dtype=float32"], ["modle", "model"]),
+    (
+        "nested-typo",
+        {},
+        ["plan", "--preset", "tiny-demo", "--set", "rl.lerning_rate=1e-5"],
+        ["rl.lerning_rate", "learning_rate"],
+    ),
+    ("sft-typo", {}, ["plan", "--preset", "tiny-demo", "--set", "sft.max_step=3"], ["sft.max_step", "max_steps"]),
+    ("wrong-type", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.max_steps=abc"], ["rl.max_steps"]),
+    ("negative-lr", {}, ["plan", "--preset", "tiny-demo", "--set", "sft.learning_rate=-1"], ["sft.learning_rate"]),
+    ("huge-lr", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.learning_rate=5"], ["rl.learning_rate"]),
+    ("group-of-one", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.group_size=1"], ["rl.group_size"]),
+    ("clip-out-of-range", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.clip_low=1.5"], ["rl.clip_low"]),
+    ("zero-temperature", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.temperature=0"], ["rl.temperature"]),
+    ("no-stages", {}, ["plan", "--preset", "tiny-demo", "--set", "stages=[]"], ["stages"]),
+    ("stage-twice", {}, ["plan", "--preset", "tiny-demo", "--set", "stages=[sft,sft]"], ["stages", "twice"]),
+    ("unknown-stage", {}, ["plan", "--preset", "tiny-demo", "--set", "stages=[sft,ppo]"], ["stages"]),
+    ("bad-dtype", {}, ["plan", "--preset", "tiny-demo", "--set", "model.dtype=fp8"], ["model.dtype"]),
+    ("bad-adapter", {}, ["plan", "--preset", "tiny-demo", "--set", "model.adapter=qlora2"], ["model.adapter"]),
+    ("bad-hw-key", {}, ["plan", "--preset", "tiny-demo", "--set", "hardware.spec=banana"], ["banana"]),
+    (
+        "zero-processes",
+        {},
+        ["plan", "--preset", "tiny-demo", "--set", "hardware.num_processes=0"],
+        ["hardware.num_processes"],
+    ),
+    ("unknown-algorithm-key", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.algorithm=gpro"], ["gpro", "grpo"]),
+    ("unknown-algorithm-flag", {}, ["plan", "--preset", "tiny-demo", "--algorithm", "gpro"], ["gpro", "grpo"]),
+    ("unknown-preset", {}, ["plan", "--preset", "qwen7b-grop"], ["qwen7b-grop", "qwen7b-grpo"]),
+    ("bad-hardware-flag", {}, ["plan", "--preset", "tiny-demo", "--hardware", "1xH100"], ["1xH100"]),
+    ("missing-config-file", {}, ["plan", "--config", "{tmp}/nope.yaml"], ["nope.yaml"]),
+    ("malformed-config", {"c.yaml": "rl:\n  beta: [1, 2\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml:"]),
+    ("config-not-mapping", {"c.yaml": "- a\n- b\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "mapping"]),
+    (
+        "config-bad-default",
+        {"c.yaml": "defaults: [tiny-dem]\n"},
+        ["plan", "--config", "{tmp}/c.yaml"],
+        ["tiny-dem", "tiny-demo"],
+    ),
+    (
+        "config-typo",
+        {"c.yaml": "defaults: [tiny-demo]\nrl:\n  grup_size: 4\n"},
+        ["plan", "--config", "{tmp}/c.yaml"],
+        ["rl.grup_size", "group_size"],
+    ),
+    ("set-without-equals", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.beta"], ["key=value"]),
+    ("set-empty-key", {}, ["plan", "--preset", "tiny-demo", "--set", "=3"], ["empty key"]),
+    ("rm-reward-without-rm", {}, ["plan", "--preset", "tiny-demo", "--stages", "sft,rl"], ["reward_model"]),
+    (
+        "batch-not-divisible",
+        {},
+        ["plan", "--preset", "tiny-demo", "--set", "hardware.num_processes=3"],
+        ["divide", "3"],
+    ),
+    (
+        "micro-not-dividing",
+        {},
+        ["plan", "--preset", "tiny-demo", "--set", "sft.micro_batch_size=5"],
+        ["sft.micro_batch_size"],
+    ),
+    ("bad-tracker", {}, ["plan", "--preset", "tiny-demo", "--set", "logging.report_to=[foo]"], ["logging.report_to"]),
+    ("keep-zero", {}, ["plan", "--preset", "tiny-demo", "--set", "checkpoint.keep_last=0"], ["checkpoint.keep_last"]),
+    ("vllm-on-cpu", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.use_vllm=true"], ["rl.use_vllm"]),
+    (
+        "unknown-reward",
+        {"rl.jsonl": GOOD_RL},
+        [
+            "train",
+            "--preset",
+            "qwen0.5b-grpo",
+            "--set",
+            "data.rl={tmp}/rl.jsonl",
+            "--set",
+            "rl.rewards=[{name: exact_mach}]",
+        ],
+        ["exact_mach", "exact_match"],
+    ),
+    (
+        "plugin-file-missing",
+        {"rl.jsonl": GOOD_RL},
+        [
+            "train",
+            "--preset",
+            "qwen0.5b-grpo",
+            "--set",
+            "data.rl={tmp}/rl.jsonl",
+            "--set",
+            "rl.rewards=[{name: '{tmp}/r.py:f'}]",
+        ],
+        ["r.py"],
+    ),
+    (
+        "plugin-function-missing",
+        {"rl.jsonl": GOOD_RL, "r.py": "def score(prompts, completions, **kw):\n    return [0.0]\n"},
+        [
+            "train",
+            "--preset",
+            "qwen0.5b-grpo",
+            "--set",
+            "data.rl={tmp}/rl.jsonl",
+            "--set",
+            "rl.rewards=[{name: '{tmp}/r.py:scor'}]",
+        ],
+        ["scor", "score"],
+    ),
+    (
+        "plugin-import-error",
+        {"rl.jsonl": GOOD_RL, "r.py": "import does_not_exist_anywhere\n"},
+        [
+            "train",
+            "--preset",
+            "qwen0.5b-grpo",
+            "--set",
+            "data.rl={tmp}/rl.jsonl",
+            "--set",
+            "rl.rewards=[{name: '{tmp}/r.py:f'}]",
+        ],
+        ["r.py", "does_not_exist_anywhere"],
+    ),
+    (
+        "missing-rl-file",
+        {},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/missing.jsonl"],
+        ["missing.jsonl"],
+    ),
+    (
+        "malformed-jsonl",
+        {"rl.jsonl": GOOD_RL + '{"prompt": "3+3=", oops}\n'},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["rl.jsonl:3"],
+    ),
+    (
+        "empty-file",
+        {"rl.jsonl": ""},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["rl.jsonl", "empty"],
+    ),
+    (
+        "row-not-object",
+        {"rl.jsonl": GOOD_RL + "[1, 2]\n"},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["rl.jsonl:3"],
+    ),
+    (
+        "missing-answer",
+        {"rl.jsonl": '{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n'},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["rl.jsonl:2", "answer"],
+    ),
+    (
+        "missing-prompt",
+        {"rl.jsonl": '{"question": "1+1=", "answer": "2"}\n'},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["rl.jsonl", "prompt"],
+    ),
+    (
+        "empty-prompt",
+        {"rl.jsonl": '{"prompt": "1+1=", "answer": "2"}\n{"prompt": "", "answer": "2"}\n'},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["rl.jsonl:2", "prompt"],
+    ),
+    (
+        "sft-wrong-columns",
+        {"sft.jsonl": '{"question": "a", "reply": "b"}\n'},
+        ["train", "--preset", "qwen7b-sft", "--set", "data.sft={tmp}/sft.jsonl"],
+        ["sft.jsonl", "completion"],
+    ),
+    (
+        "preference-no-rejected",
+        {"p.jsonl": '{"prompt": "a", "chosen": "b"}\n'},
+        ["train", "--preset", "qwen7b-dpo", "--set", "data.preference={tmp}/p.jsonl"],
+        ["p.jsonl", "rejected"],
+    ),
+    ("no-data-for-stage", {}, ["train", "--preset", "qwen7b-grpo"], ["data.rl"]),
+    (
+        "json-not-array",
+        {"rl.json": '"just a string"'},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.json"],
+        ["rl.json", "array"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("files", "argv", "needles"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, files, argv, needles):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    run_dir = tmp_path / "run"
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    if argv[0] == "train":
+        argv += ["--run-dir", str(run_dir)]
+    proc = rlctl(*argv, cwd=tmp_path)
+    out = (proc.stdout + proc.stderr).replace("\n", " ")
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out, out
+    assert out.count("error:") == 1, "one paragraph"
+    for needle in needles:
+        assert needle.replace("{tmp}", str(tmp_path)) in out, (needle, out)
+    assert not (run_dir / "config.yaml").exists(), "nothing was started"
+
+
+def test_corpus_is_large_enough():
+    assert len(CASES) >= 40
