@@ -383,11 +383,24 @@ def quantized_bytes(arch: Arch, env: Env, head: str = "lm") -> float:
 
 
 def frozen_copy(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> float:
-    """A frozen model next to the policy (reference or reward model), per GPU."""
+    """The frozen reference model per GPU: bf16 (NF4 under QLoRA), sharded by FSDP2 (TRL's prepare_fsdp), in
+    host RAM with FSDP2 CPU offload."""
     full = quantized_bytes(arch, env, head) if setup.adapter == "qlora" else arch.params(head) * env.wb
     if setup.cpu_offload:
         return 0.0
     return full / env.world if setup.strategy == "fsdp2" else full
+
+
+def reward_model_copy(arch: Arch, env: Env, setup: Setup) -> float:
+    """The rm stage's classifier used as an RL reward: bf16 (NF4 under QLoRA) on every GPU. TRL prepares reward
+    models for evaluation only, so they are counted whole on each GPU whatever the strategy."""
+    return quantized_bytes(arch, env, "score") if setup.adapter == "qlora" else arch.params("score") * env.wb
+
+
+def critic_state(arch: Arch, env: Env, setup: Setup, with_grads: bool) -> float:
+    """A value model (critic) laid out like the policy: weights + optimizer (+ gradients while training)."""
+    c = model_state(arch, env, setup, "score")
+    return c["weights"] + c["optim"] + c["buckets"] + (c["grads"] if with_grads else 0.0)
 
 
 def activations(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> float:
@@ -419,12 +432,9 @@ def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int
     if wl.reference and setup.adapter == "full":
         comps["reference model"] = frozen_copy(arch, env, setup)
     if wl.reward_model:
-        comps["reward model"] = frozen_copy(arch, env, setup, "score")
-    critic_state = 0.0
+        comps["reward model"] = reward_model_copy(arch, env, setup)
     if wl.critic:
-        cst = model_state(arch, env, setup, "score")
-        critic_state = cst["weights"] + cst["grads"] + cst["optim"] + cst["buckets"]
-        comps["critic (weights, grads, optimizer)"] = critic_state
+        comps["critic (weights, grads, optimizer)"] = critic_state(arch, env, setup, with_grads=True)
     if env.engine == "vllm" and wl.stage == "rl":
         comps["vLLM sleeping residue"] = VLLM_SLEEP_RESIDUE_GIB * GiB
     act = activations(arch, env, setup, wl, micro) * (2 if wl.critic else 1)
@@ -457,10 +467,9 @@ def generation_resident(arch: Arch, env: Env, setup: Setup, wl: Workload) -> dic
     if wl.reference and setup.adapter == "full":
         comps["reference model"] = frozen_copy(arch, env, setup)
     if wl.reward_model:
-        comps["reward model"] = frozen_copy(arch, env, setup, "score")
+        comps["reward model"] = reward_model_copy(arch, env, setup)
     if wl.critic:
-        cst = model_state(arch, env, setup, "score")
-        comps["critic (weights, grads, optimizer)"] = cst["weights"] + cst["grads"] + cst["optim"] + cst["buckets"]
+        comps["critic (weights, optimizer)"] = critic_state(arch, env, setup, with_grads=False)
     return _nonzero(comps, env)
 
 
@@ -597,6 +606,8 @@ def host_usage(arch: Arch, env: Env, setup: Setup, wls: list[Workload]) -> dict[
         out["FSDP2 CPU offload (params, grads, optimizer)"] = st["host"] * env.procs
         if any(w.reference for w in wls) and setup.adapter == "full":
             out["reference model (CPU offload)"] = arch.params() * env.wb / env.world * env.procs
+        if any(w.critic for w in wls):
+            out["critic (CPU offload)"] = model_state(arch, env, setup, "score")["host"] * env.procs
     return out
 
 

@@ -161,6 +161,19 @@ def test_phase_offload_splits_the_optimizer_step():
     assert "activations" not in step.components
 
 
+def test_reward_model_and_critic_by_hand():
+    wl = RL._replace(reward_model=True, critic=True)
+    gen, train = memory.stage_fit(SMALL, small_env(), memory.Setup("single", "full"), wl, 2).phases
+    # reward model: the classifier (80,512 parameters) in bf16 on the GPU = 161,024 in both phases
+    assert gen.components["reward model"] == train.components["reward model"] == 161_024
+    # critic laid out like the policy: weights 161,024 + grads 161,024 + AdamW 322,048 = 644,096 while training;
+    # no gradients while generating: 483,072
+    assert train.components["critic (weights, grads, optimizer)"] == 644_096
+    assert gen.components["critic (weights, optimizer)"] == 483_072
+    # the critic runs its own forward/backward over the same tokens: activations 2 x 136,192
+    assert train.components["activations"] == 272_384
+
+
 def test_transformers_generation_by_hand():
     env = small_env(engine_name="transformers")
     fit = memory.stage_fit(SMALL, env, memory.Setup("single", "full"), RL, 2)
