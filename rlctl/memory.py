@@ -841,9 +841,8 @@ def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precisio
     warnings: list[str] = []
     fixed = explicit_settings(cfg)
     if found is None:
-        where = "RAM" if env.is_cpu else f"the {_gb(env.budget)} GiB budget per GPU"
         if env.is_cpu:
-            warnings.append(f"the memory model expects {closest.why_not()} ({where}); the run may swap or fail")
+            warnings.append(f"the memory model expects {closest.why_not()} (of RAM); the run may swap or fail")
         elif fixed:
             near = nearest(cfg, hardware, procs, engine, precision, relax_user=True)
             warnings.append(
@@ -968,10 +967,13 @@ def nearest(
         other = hw.parse_spec(spec)
         if other.world_size * other.gpu_usable_gib <= have:
             continue
-        a = _try(base, other, other.gpus_per_node, engine, precision)
+        other_precision = "bf16" if other.bf16 and cfg.model.dtype != "float32" else "no"
+        a = _try(base, other, other.gpus_per_node, engine, other_precision)
         if a is not None:
             out.append(f"--hardware {spec} ({_describe(a)})")
             break
+    if relax_user:  # the user's settings alone do not fit anywhere near: these need them back on auto
+        out = [f"{s}, with {', '.join(explicit_settings(cfg))} back on auto" for s in out]
     return out
 
 
