@@ -27,6 +27,8 @@ app = typer.Typer(
 )
 presets_app = typer.Typer(help="Browse the shipped presets.", no_args_is_help=True)
 app.add_typer(presets_app, name="presets")
+rewards_app = typer.Typer(help="Reward functions: the built-ins, and a dry run on your data.", no_args_is_help=True)
+app.add_typer(rewards_app, name="rewards")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -45,13 +47,26 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+VERBOSE = {"on": False}
+
+
 @app.callback()
 def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
     ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors and final results.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="More detail: full texts, every eval sample, the plan before training."),
+    ] = False,
 ) -> None:
-    """rlctl: no-code post-training for LLMs."""
+    """rlctl: no-code post-training for LLMs. Colours turn off when output is not a terminal (or NO_COLOR is set).
+    Shell completion: rlctl --install-completion."""
+    if quiet and verbose:
+        raise UserError("--quiet and --verbose contradict each other; pick one.")
+    console.quiet = quiet
+    VERBOSE["on"] = verbose
 
 
 def _resolve(
@@ -309,6 +324,125 @@ def export(
     if push:
         url = export_mod.push(folder, push, private=private)
         console.print(f"[green]Pushed[/] {url}")
+
+
+RewardOpt = Annotated[
+    list[str] | None,
+    typer.Option("--reward", "-r", help="Reward to use (repeatable); default: the config's rl.rewards."),
+]
+ColumnOpt = Annotated[
+    list[str] | None, typer.Option("--column", help="Map a column: prompt=question (repeatable; adds to data.columns).")
+]
+
+
+def _ui():
+    from rlctl.cockpit import UI
+
+    return UI(console, VERBOSE["on"])
+
+
+@rewards_app.command("list")
+def rewards_list() -> None:
+    """The built-in rewards with their arguments, and rewards installed as `rlctl.rewards` entry points."""
+    from rlctl import cockpit
+
+    cockpit.rewards_list(_ui())
+
+
+@rewards_app.command("test")
+def rewards_test(
+    data_file: Annotated[str, typer.Option("--data", "-d", help="Samples: prompt, completion, ground truth.")],
+    reward: RewardOpt = None,
+    run: Annotated[Path | None, typer.Option("--run", help="Use this run's rewards (and its reward model).")] = None,
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    column: ColumnOpt = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Rows to score.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+) -> None:
+    """Run the configured rewards on sample rows and print each reward and the weighted total per row.
+
+    Rows need a prompt and the ground truth; the `completion` column is what gets scored (without one, the
+    ground truth itself is scored: a sanity check that a right answer gets full marks)."""
+    from rlctl import cockpit
+    from rlctl import config as config_mod
+
+    cfg = None
+    if run is not None:
+        if not (run / "config.yaml").is_file():
+            raise UserError(f"{run} is not a run directory (no config.yaml).")
+        cfg = config_mod.load_run_config(run / "config.yaml")
+    elif preset or config or set_ or Path("rlctl.yaml").is_file():
+        cfg = _resolve(preset, config, None, None, set_, None)
+    specs, answer_field, columns, rm_dir = cockpit.reward_setup(run, cfg, reward)
+    columns.update(cockpit.columns_opt(column))
+    cockpit.rewards_test(_ui(), data_file, specs, answer_field, columns, rm_dir, limit, as_json)
+
+
+@app.command("eval")
+def eval_(
+    target: Annotated[Path, typer.Argument(help="Run directory, exported model folder, or Hub model id.")],
+    data_file: Annotated[str, typer.Option("--data", "-d", help="Held-out prompts with ground truth (any format).")],
+    stage: Annotated[str | None, typer.Option("--stage", help="For a run: evaluate this stage's model.")] = None,
+    samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="Completions per prompt (pass@k).")] = 1,
+    temperature: Annotated[
+        float | None, typer.Option("--temperature", "-t", min=0.0, help="Sample at this temperature.")
+    ] = None,
+    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")] = 1.0,
+    greedy: Annotated[bool, typer.Option("--greedy", help="Greedy decoding (the default with one sample).")] = False,
+    max_new_tokens: Annotated[
+        int | None, typer.Option("--max-new-tokens", min=1, help="Default: the run's rl.max_new_tokens, else 256.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Evaluate the first N rows.")] = None,
+    reward: RewardOpt = None,
+    accuracy: Annotated[
+        str | None, typer.Option("--accuracy", help="Reward that decides correctness (exact_match, gsm8k, boxed, ...).")
+    ] = None,
+    column: ColumnOpt = None,
+    answer_field: Annotated[str | None, typer.Option("--answer-field", help="Ground-truth column.")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generation batch.")] = 16,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="JSON file (default RUN_DIR/eval/<data>.json).")
+    ] = None,
+) -> None:
+    """Accuracy, mean reward and pass@k of a model on held-out data; a table, a JSON file and every sample.
+
+    One greedy completion per prompt by default; --samples K draws K at --temperature (default: the run's
+    rl.temperature, else 1.0) and adds pass@1..pass@K. A sample is correct when the --accuracy reward gives it
+    more than 0.5 (default: the run's first correctness reward, else exact_match)."""
+    from rlctl import cockpit
+
+    options = cockpit.EvalOptions(
+        stage=stage,
+        samples=samples,
+        temperature=temperature,
+        top_p=top_p,
+        greedy=greedy,
+        max_new_tokens=max_new_tokens,
+        limit=limit,
+        reward=reward,
+        accuracy=accuracy,
+        columns=cockpit.columns_opt(column),
+        answer_field=answer_field,
+        batch_size=batch_size,
+        out=out,
+    )
+    cockpit.evaluate_command(_ui(), target, data_file, options)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (finished, running, or interrupted).")],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Folder for the report (default RUN_DIR/report).")
+    ] = None,
+) -> None:
+    """PNG plots of every stage's curves against steps, a report.md with the config and final metrics, and
+    TensorBoard event files (RUN_DIR/tensorboard)."""
+    from rlctl import cockpit
+
+    cockpit.report_command(_ui(), run_dir, out)
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rlctl import config as config_mod
-from rlctl import data, rewards, tasks
+from rlctl import data, rewards, tasks, tbevents
 from rlctl import plan as plan_mod
 from rlctl.errors import UserError
 
@@ -50,15 +50,15 @@ def check_inputs(cfg: config_mod.RunConfig, paths: dict[str, Path]) -> None:
     if missing:
         raise UserError("Missing data: " + "; ".join(missing) + ".")
     columns = cfg.data.columns
+    rows: dict[str, list] = {}
     for stage in cfg.stages:
         role = plan_mod.DATA_ROLE[stage]
-        data.check(paths[role], "kto" if stage == "kto" else role, cfg.data.answer_field, columns)
+        rows[stage] = data.check(paths[role], "kto" if stage == "kto" else role, cfg.data.answer_field, columns)
     if "eval" in paths:
         data.check(paths["eval"], "eval", cfg.data.answer_field, columns)
     if "rl" in cfg.stages:
-        for spec in cfg.rl.rewards:
-            if spec.name not in rewards.MODEL_REWARDS:
-                rewards.resolve(spec.name, cfg.data.answer_field)
+        names = [spec.name for spec in cfg.rl.rewards if spec.name not in rewards.MODEL_REWARDS]
+        rewards.dry_run(names, rows["rl"], cfg.data.answer_field)  # plugin errors surface now, not mid-run
 
 
 def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
@@ -216,6 +216,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                 preexec_fn=die_with_parent,
             )
             tasks_by_stage: dict[str, int] = {}
+            events = tbevents.MetricsEvents(run_dir / "tensorboard")  # TensorBoard, live, no account needed
             columns = [
                 TextColumn("[bold]{task.description:<6}"),
                 BarColumn(),
@@ -229,6 +230,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                         done = proc.poll() is not None
                         records, offset = _read_new(metrics_path, offset)
                         for rec in records:
+                            events.add(rec)
                             if rec.get("event") == "error":
                                 errors.append(rec["message"])
                             _show(progress, tasks_by_stage, rec)

@@ -8,7 +8,7 @@ A reward function receives the prompts, the generated completions and every othe
 def short_answer(prompts: list[str], completions: list[str], answer: list[str], **columns) -> list[float]:
     """1.0 for a completion no longer than the reference answer, scaled down as it grows longer."""
     scores = []
-    for completion, reference in zip(completions, answer):
+    for completion, reference in zip(completions, answer, strict=True):
         extra = max(0, len(completion.strip()) - len(str(reference)))
         scores.append(1.0 / (1.0 + extra))
     return scores
