@@ -91,4 +91,7 @@ def test_kill_9_in_every_stage_resumes_bit_exact(tmp_path: Path):
     # the step counter continued: every step logged once after the last resume point, ending at max_steps
     for stage, last in (("sft", 30), ("rm", 12), ("rl", 12)):
         assert [r["step"] for r in _records(broken) if r.get("stage") == stage and "step" in r][-1] == last
-    assert summary(broken)["stages"].keys() == summary(straight)["stages"].keys()
+    final = summary(broken)
+    assert final["stages"].keys() == summary(straight)["stages"].keys()
+    again = rlctl("resume", str(broken))
+    assert again.returncode == 0 and summary(broken) == final, "a finished run has nothing left to do"
