@@ -312,18 +312,29 @@ def resume(run_dir: Annotated[Path, typer.Argument(help="Run directory to contin
 @app.command()
 def export(
     run_dir: Annotated[Path, typer.Argument(help="Run directory to export from.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the Hugging Face model to.")],
-    push: Annotated[str | None, typer.Option("--push", help="Also upload to this Hub repo id.")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Folder to write the model to (default RUN_DIR/export).")
+    ] = None,
+    push: Annotated[
+        str | None, typer.Option("--push", help="Also upload to this Hub repo id (namespace/name).")
+    ] = None,
     private: Annotated[bool, typer.Option("--private", help="Create the Hub repo as private.")] = False,
+    adapter: Annotated[
+        bool, typer.Option("--adapter", help="Export the LoRA adapter alone instead of merged full weights.")
+    ] = False,
 ) -> None:
-    """Write the final policy as a Hugging Face folder (safetensors, tokenizer, model card), LoRA merged."""
+    """Write the final policy as a Hugging Face folder (safetensors, tokenizer, model card), LoRA merged or as an
+    adapter; with --push, create the Hub repo and upload it (token from HF_TOKEN or `hf auth login`)."""
     from rlctl import export as export_mod
 
-    folder = export_mod.export(run_dir, out)
-    console.print(f"[green]Exported[/] {folder}")
+    out = out or run_dir / "export"
+    with console.status("Exporting the model..."):
+        folder = export_mod.export(run_dir, out, adapter=adapter, repo_id=push)
+    _results().print(f"[green]Exported[/] {folder}", highlight=False)
     if push:
-        url = export_mod.push(folder, push, private=private)
-        console.print(f"[green]Pushed[/] {url}")
+        console.print(f"Pushing to {push}{' (private)' if private else ''}...", highlight=False)
+        url = export_mod.push(folder, push, private=private, quiet=console.quiet)
+        _results().print(f"[green]Pushed[/] {url}", highlight=False)
 
 
 RewardOpt = Annotated[
@@ -333,6 +344,11 @@ RewardOpt = Annotated[
 ColumnOpt = Annotated[
     list[str] | None, typer.Option("--column", help="Map a column: prompt=question (repeatable; adds to data.columns).")
 ]
+
+
+def _results() -> Console:
+    """Where final results go: the console, or a fresh one with --quiet (results print even then)."""
+    return Console() if console.quiet else console
 
 
 def _ui():
@@ -443,6 +459,19 @@ def report(
     from rlctl import cockpit
 
     cockpit.report_command(_ui(), run_dir, out)
+
+
+@app.command()
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+    offline: Annotated[bool, typer.Option("--offline", help="Do not contact the Hub to verify the token.")] = False,
+) -> None:
+    """Check this machine: Python, torch/CUDA, GPUs, library versions against the supported matrix (with the
+    exact fix command for each mismatch), free disk, and the Hub login (the token is never printed).
+    Exits 1 when something needs fixing."""
+    from rlctl import cockpit
+
+    raise typer.Exit(cockpit.doctor_command(_ui(), online=not offline, as_json=as_json))
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rlctl.errors import UserError
@@ -33,15 +34,16 @@ class UI:
 
         text = completion_text(value) if isinstance(value, list) else str(value)
         text = text.replace("\n", "\\n")
-        if self.verbose or len(text) <= width:
-            return text
-        return text[: width - 1] + "…"
+        if not self.verbose and len(text) > width:
+            text = text[: width - 1] + "…"
+        return escape(text)
 
 
 def fmt(value: object) -> str:
+    """A table cell: numbers to 4 significant digits, text with rich markup escaped."""
     if isinstance(value, float):
         return "nan" if value != value else f"{value:.4g}"
-    return "-" if value is None else str(value)
+    return "-" if value is None else escape(str(value))
 
 
 def columns_opt(items: list[str] | None) -> dict[str, str]:
@@ -63,7 +65,7 @@ def rewards_list(ui: UI) -> None:
     for col in ("name", "arguments", "what it scores"):
         table.add_column(col, overflow="fold")
     for name, args, doc in rewards.describe_builtins():
-        table.add_row(name, args, doc)
+        table.add_row(escape(name), escape(args), escape(doc))
     ui.results().print(table)
     eps = rewards.entry_points()
     if eps:
@@ -287,3 +289,36 @@ def report_command(ui: UI, run_dir: Path, out: Path | None) -> None:
     if rep.tensorboard:
         ui.console.print(f"  tensorboard: tensorboard --logdir {rep.tensorboard.parent}", highlight=False)
     ui.results().print(f"[green]Wrote[/] {rep.markdown}", highlight=False)
+
+
+# -------------------------------------------------------------------------------------------- doctor
+STATUS_STYLE = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]", "info": "[blue]info[/]"}
+
+
+def doctor_command(ui: UI, online: bool, as_json: bool) -> int:
+    """Print the checks; 1 when any failed (each with its fix command), else 0."""
+    from rlctl import doctor
+
+    with ui.console.status("Checking this machine..."):
+        checks = doctor.run(online=online)
+    failed = [c for c in checks if c.status == doctor.FAIL]
+    if as_json:
+        sys.stdout.write(json.dumps({"ok": not failed, "checks": doctor.as_json(checks)}, indent=2) + "\n")
+        return 1 if failed else 0
+    table = Table(title="rlctl doctor", title_justify="left")
+    for col in ("check", "status", "detail", "fix"):
+        table.add_column(col, overflow="fold")
+    for c in checks:
+        table.add_row(escape(c.name), STATUS_STYLE[c.status], escape(c.detail), escape(c.fix))
+    ui.results().print(table, highlight=False)
+    if failed:
+        ui.results().print(
+            f"[bold red]{len(failed)} problem(s).[/] Run the fix command(s) above, then rlctl doctor again."
+        )
+        if ui.verbose:
+            for c in failed:
+                ui.console.print(f"  {c.fix}", markup=False, highlight=False)
+        return 1
+    warned = sum(c.status == doctor.WARN for c in checks)
+    ui.results().print("[green]Ready.[/]" + (f" {warned} warning(s) above." if warned else ""))
+    return 0

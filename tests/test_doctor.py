@@ -1,0 +1,114 @@
+"""`rlctl doctor` on this machine, with a mismatched library faked in front of the real one, and with the Hub
+login verified against a local stand-in (the token never printed); its matrix agrees with pyproject.toml."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlctl import doctor
+from tests.conftest import rlctl
+from tests.hub_stub import HubStub
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def checks_of(proc) -> dict[str, dict]:
+    return {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+
+
+def test_doctor_on_this_machine(tmp_path):
+    proc = rlctl("doctor", "--json", "--offline", env={"HF_HOME": str(tmp_path / "hf"), "HF_TOKEN": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    checks = checks_of(proc)
+    for name in ("python", "torch", "transformers", "trl", "peft", "accelerate", "datasets"):
+        assert checks[name]["status"] == "ok", checks[name]
+    assert checks["torch"]["detail"].startswith("2.13")
+    assert checks["vllm"]["status"] in ("ok", "info") and checks["bitsandbytes"]["status"] in ("ok", "info")
+    assert checks["CUDA"]["status"] in ("ok", "info")
+    assert re.search(r"[\d.]+ GiB free", checks["disk (runs)"]["detail"])
+    assert checks["Hub login"]["status"] == "info" and "no token" in checks["Hub login"]["detail"]
+
+
+def test_mismatched_version_gets_the_exact_fix_command(tmp_path):
+    fake = tmp_path / "site"
+    dist = fake / "trl-1.15.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: trl\nVersion: 1.15.0\n")
+    proc = rlctl("doctor", "--json", "--offline", env={"PYTHONPATH": str(fake), "HF_HOME": str(tmp_path / "hf")})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    trl = checks_of(proc)["trl"]
+    assert trl["status"] == "fail" and "1.15.0 is outside the supported ==1.16.*" in trl["detail"]
+    assert trl["fix"] == f"{sys.executable} -m pip install 'trl==1.16.*'"
+    table = rlctl(
+        "doctor", "--offline", env={"PYTHONPATH": str(fake), "HF_HOME": str(tmp_path / "hf"), "COLUMNS": "400"}
+    )
+    assert table.returncode == 1 and "1 problem(s)" in table.stdout and "transformers" in table.stdout
+    assert "pip install 'trl==1.16.*'" in table.stdout
+
+
+def test_check_package_cases():
+    torch_req = next(r for r in doctor.MATRIX if r.package == "torch")
+    assert doctor.check_package(torch_req, "2.13.0+cu128").status == "ok"
+    bad = doctor.check_package(torch_req, "2.12.1")
+    assert bad.status == "fail" and bad.fix.endswith("-m pip install --force-reinstall 'torch==2.13.*'")
+    missing = doctor.check_package(next(r for r in doctor.MATRIX if r.package == "peft"), None)
+    assert missing.status == "fail" and missing.fix.endswith("pip install 'peft>=0.15'")
+    optional = doctor.check_package(next(r for r in doctor.MATRIX if r.package == "vllm"), None)
+    assert optional.status == "info" and not optional.fix
+    assert doctor.check_package(next(r for r in doctor.MATRIX if r.package == "vllm"), "0.30.2").status == "fail"
+
+
+def test_hub_login_verified_without_printing_the_token(tmp_path):
+    token = "hf_doctor" + secrets.token_hex(12)
+    with HubStub(token, user="alice") as hub:
+        env = {"HF_ENDPOINT": hub.url, "HF_TOKEN": token, "HF_HOME": str(tmp_path / "hf")}
+        proc = rlctl("doctor", "--json", env=env)
+        wrong = rlctl("doctor", "--json", env={**env, "HF_TOKEN": "hf_wrong" + secrets.token_hex(8)})
+    assert token not in proc.stdout + proc.stderr
+    login = checks_of(proc)["Hub login"]
+    assert login["status"] == "ok" and "logged in as alice (HF_TOKEN environment variable" in login["detail"]
+    rejected = checks_of(wrong)["Hub login"]
+    assert wrong.returncode == 1 and rejected["status"] == "fail" and "rejected" in rejected["detail"]
+    assert rejected["fix"] == "hf auth login"
+
+
+def test_unreachable_hub_is_a_warning_not_a_hang(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: connections are refused
+    env = {
+        "HF_ENDPOINT": f"http://127.0.0.1:{port}",
+        "HF_TOKEN": "hf_x" + secrets.token_hex(8),
+        "HF_HOME": str(tmp_path),
+    }
+    proc = rlctl("doctor", "--json", env=env, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert checks_of(proc)["Hub login"]["status"] == "warn"
+
+
+def test_matrix_agrees_with_pyproject():
+    from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    reqs += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+    declared = {r.name.replace("-", "_").lower(): r.specifier for r in reqs}
+    for row in doctor.MATRIX:
+        spec = declared.get(row.package.lower())
+        assert spec is not None, f"{row.package} is in the doctor's matrix but not in pyproject.toml"
+        if row.package in ("trl", "vllm"):
+            (pin,) = list(spec)
+            assert row.spec == "==" + ".".join(pin.version.split(".")[:2]) + ".*", row
+        elif row.package == "torch":
+            assert set(map(str, spec)) == {">=2.4", "<2.14"} and row.spec == "==2.13.*"  # supported = tested
+        else:
+            assert set(map(str, spec)) == set(row.spec.split(",")), (row, spec)
