@@ -116,6 +116,9 @@ def _quiet_transformers() -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    from huggingface_hub.utils import logging as hub_logging
+
+    hub_logging.set_verbosity_error()
 
 
 def default_device() -> str:
@@ -150,7 +153,7 @@ def load_causal_lm(path: str | Path, device: str, trust_remote_code: bool = Fals
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
         raise UserError(
             f"Cannot load a model from '{path}': {first}. Give a run directory, an exported folder, or a Hub model id "
             "(online, or already in the Hugging Face cache)."
