@@ -291,8 +291,10 @@ def train(
             f"{run_dir} already holds a run; continue it with `rlctl resume {run_dir}` or pick another --run-dir."
         )
     the_plan = launch.prepare(cfg, run_dir)
+    if VERBOSE["on"]:
+        _print_plan(the_plan)
     _print_recognised()
-    raise typer.Exit(launch.run(the_plan, console))
+    raise typer.Exit(_finish(launch.run(the_plan, console), run_dir))
 
 
 @app.command()
@@ -306,7 +308,21 @@ def resume(run_dir: Annotated[Path, typer.Argument(help="Run directory to contin
     if not cfg_path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
     the_plan = plan_mod.build(config_mod.load_run_config(cfg_path), run_dir)
-    raise typer.Exit(launch.run(the_plan, console, resuming=True))
+    raise typer.Exit(_finish(launch.run(the_plan, console, resuming=True), run_dir))
+
+
+def _finish(code: int, run_dir: Path) -> int:
+    """With --quiet the live display is silent: still say where the run ended up (and why, on failure)."""
+    if console.quiet:
+        if code == 0:
+            _results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})", highlight=False)
+        else:
+            err_console.print(
+                f"[red]Training stopped (exit {code}).[/] Log: {run_dir / 'logs' / 'train.log'}. "
+                f"After fixing the cause: rlctl resume {run_dir}",
+                highlight=False,
+            )
+    return code
 
 
 @app.command()

@@ -77,3 +77,31 @@ def test_relative_links_resolve():
                 broken.append(f"{page.relative_to(REPO)} -> {target}")
     assert not broken, broken
     assert "(memory-planner.md)" in (DOCS / "hardware.md").read_text()
+
+
+# ---------------------------------------------------------------------------------- the CLI's feel
+def test_shell_completion_knows_the_new_commands():
+    from tests.conftest import rlctl
+
+    script = rlctl("--show-completion", "bash", env={"SHELL": "/bin/bash"})
+    assert script.returncode == 0 and "_rlctl_completion" in script.stdout
+    words = rlctl(env={"_RLCTL_COMPLETE": "complete_bash", "COMP_WORDS": "rlctl rew", "COMP_CWORD": "1"})
+    assert words.stdout.split() == ["rewards"]
+    options = rlctl(env={"_RLCTL_COMPLETE": "complete_bash", "COMP_WORDS": "rlctl eval x --sa", "COMP_CWORD": "3"})
+    assert options.stdout.split() == ["--samples"]
+
+
+def test_quiet_keeps_errors_and_results_and_output_has_no_colour_codes(tmp_path):
+    from tests.conftest import rlctl
+
+    (tmp_path / "s.jsonl").write_text('{"prompt": "1+1=", "completion": "2", "answer": "2"}\n')
+    quiet = rlctl("-q", "rewards", "test", "--data", str(tmp_path / "s.jsonl"), "-r", "exact_match")
+    assert quiet.returncode == 0 and "exact_match x1" in quiet.stdout, "the result table prints even with --quiet"
+    bad = rlctl(
+        "-q", "train", "--preset", "qwen0.5b-grpo", "--set", "data.rl=/nope.jsonl", "--run-dir", str(tmp_path / "r")
+    )
+    assert bad.returncode == 2 and "Dataset file not found" in bad.stderr, "errors print even with --quiet"
+    plan = rlctl("plan", "--preset", "tiny-demo")
+    assert plan.returncode == 0 and "\x1b[" not in plan.stdout + plan.stderr, "no colour codes when not a terminal"
+    both = rlctl("-q", "-v", "doctor")
+    assert both.returncode == 2 and "contradict" in both.stderr
