@@ -101,7 +101,8 @@ def base_model(cfg: RunConfig, run_dir: str | Path) -> str:
 
 
 DATA_ROLES = ("sft", "preference", "rl", "eval")
-DATA_ROLE = {"sft": "sft", "dpo": "preference", "rm": "preference", "rl": "rl"}  # what each stage trains on
+# what each stage trains on
+DATA_ROLE = {"sft": "sft", "dpo": "preference", "kto": "preference", "rm": "preference", "rl": "rl"}
 
 
 def data_paths(cfg: RunConfig, run_dir: str | Path) -> dict[str, Path]:

@@ -68,7 +68,7 @@ def evaluate_reward_model(ctx: common.StageContext) -> dict[str, float]:
 def main(run_dir: Path) -> None:
     from accelerate import PartialState
 
-    from rlctl.stages import dpo, rl, rm, sft
+    from rlctl.stages import dpo, kto, rl, rm, sft
 
     cfg = load_run_config(run_dir / "config.yaml")
     the_plan = plan_mod.build(cfg, run_dir)
@@ -77,7 +77,7 @@ def main(run_dir: Path) -> None:
     paths = plan_mod.data_paths(cfg, run_dir)
     summary = read_summary(run_dir, cfg)
     summary["world_size"] = state.num_processes
-    stage_fns = {"sft": sft.run, "dpo": dpo.run, "rm": rm.run, "rl": rl.run}
+    stage_fns = {"sft": sft.run, "dpo": dpo.run, "kto": kto.run, "rm": rm.run, "rl": rl.run}
 
     def save(name: str, metrics: dict) -> None:
         if state.is_main_process:

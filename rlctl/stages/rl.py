@@ -1,7 +1,15 @@
-"""RL through TRL's GRPOTrainer: the policy starts from the SFT output (or the base model) and is scored by
-rule-based rewards, user plugins and, optionally, the reward model trained in the rm stage."""
+"""The RL stage: the policy starts from the SFT output (or the base model) and is scored by rule-based rewards,
+user plugins and, optionally, the reward model trained in the rm stage.
+
+Each algorithm runs on exactly one code path (`rlctl.config.RL_ALGORITHM_PATHS`): TRL's GRPOTrainer for the
+GRPO family it implements faithfully (grpo, dr-grpo, gspo, cispo), TRL's RLOOTrainer for rloo, and rlctl's own
+loop (`rlctl.stages.rl_loop`) for everything else (ppo, dapo, reinforce-pp, reinforce-pp-baseline, remax,
+pf-ppo). This module translates the algorithm keys of `rl` into the TRL trainers' arguments.
+"""
 
 from __future__ import annotations
+
+import dataclasses
 
 from rlctl import data, engine, rewards
 from rlctl.plan import final_dir
@@ -14,6 +22,9 @@ from rlctl.stages.common import (
     save_final,
     training_args,
 )
+
+# rl.loss_agg -> TRL GRPOTrainer loss_type (policy_loss=cispo uses TRL's "cispo", which normalises like "dapo").
+TRL_LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
 
 
 def reward_sources(ctx: StageContext) -> tuple[list, list, list[float]]:
@@ -32,30 +43,87 @@ def reward_sources(ctx: StageContext) -> tuple[list, list, list[float]]:
     return funcs, tokenizers, weights
 
 
+def overlong_buffer_tokens(ctx: StageContext) -> int:
+    """DAPO's soft-overlong buffer in tokens (rl.overlong_buffer is a fraction of max_new_tokens); 0 = off."""
+    rl = ctx.cfg.rl
+    return round(rl.overlong_buffer * rl.max_new_tokens) if rl.overlong_buffer else 0
+
+
+def trl_batching(ctx: StageContext) -> dict:
+    """Batch arguments so that one generation covers the rollout batch and makes ppo_mini_batches optimizer
+    steps, each reused ppo_epochs times (TRL's num_iterations): rl.max_steps counts rollout batches."""
+    rl, stage = ctx.cfg.rl, ctx.stage
+    per_proc = stage.micro_batch_size * stage.grad_accum
+    mini = per_proc // rl.ppo_mini_batches
+    micro = max(d for d in range(1, min(stage.micro_batch_size, mini) + 1) if mini % d == 0)
+    updates = rl.ppo_mini_batches * rl.ppo_epochs
+    return {
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": mini // micro,
+        "steps_per_generation": per_proc // micro,
+        "num_iterations": rl.ppo_epochs,
+        "max_steps": rl.max_steps * updates,
+        "save_steps": rl.save_every * updates,
+    }
+
+
 def run(ctx: StageContext) -> None:
+    path = ctx.cfg.rl.path
+    if path == "rlctl":
+        from rlctl.stages import rl_loop
+
+        rl_loop.run(ctx)
+    elif path == "trl-rloo":
+        _run_trl(ctx, rloo=True)
+    else:
+        _run_trl(ctx, rloo=False)
+
+
+def _run_trl(ctx: StageContext, rloo: bool) -> None:
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+
+    if rloo:
+        from trl import RLOOConfig as Config
+        from trl import RLOOTrainer as Trainer
+    else:
+        from trl import GRPOConfig as Config
+        from trl import GRPOTrainer as Trainer
 
     rl = ctx.cfg.rl
     tok = models.tokenizer(ctx, ctx.stage.init_from)
     rows = data.check(ctx.data["rl"], "rl", ctx.cfg.data.answer_field)
     funcs, reward_tokenizers, weights = reward_sources(ctx)
+    if overlong_buffer_tokens(ctx):
+        from trl.rewards import get_soft_overlong_punishment
+
+        funcs.append(get_soft_overlong_punishment(rl.max_new_tokens, overlong_buffer_tokens(ctx)))
+        reward_tokenizers.append(None)
+        weights.append(rl.overlong_penalty)
+    if rloo:
+        algorithm = {"normalize_advantages": False}
+    else:
+        algorithm = {
+            "loss_type": "cispo" if rl.policy_loss == "cispo" else TRL_LOSS_TYPE[rl.loss_agg],
+            "scale_rewards": "group" if rl.advantage == "grpo" else "none",
+            "importance_sampling_level": "sequence" if rl.policy_loss == "gspo" else "token",
+        }
+    batching = trl_batching(ctx)
     args = training_args(
         ctx,
-        GRPOConfig,
+        Config,
         num_generations=rl.group_size,
         max_completion_length=rl.max_new_tokens,
         temperature=rl.temperature,
         beta=rl.beta,
         epsilon=rl.clip_low,
         epsilon_high=rl.clip_high,
-        loss_type=rl.loss_type,
-        scale_rewards=rl.scale_rewards,
-        importance_sampling_level=rl.importance_sampling_level,
+        mask_truncated_completions=rl.mask_truncated,
         reward_weights=weights,
+        **algorithm,
         **engine.trl_kwargs(ctx.plan),  # use_vllm and the vllm_* arguments the memory plan chose
     )
-    trainer = GRPOTrainer(
+    args = dataclasses.replace(args, generation_batch_size=None, **batching)
+    trainer = Trainer(
         model=models.causal_lm(ctx, ctx.stage.init_from),
         reward_funcs=funcs,
         args=args,
