@@ -68,6 +68,11 @@ def evaluate_reward_model(ctx: common.StageContext) -> dict[str, float]:
 def main(run_dir: Path) -> None:
     from accelerate import PartialState
 
+    from rlctl.launch import die_with_parent
+
+    die_with_parent()  # no trainer outlives its launcher
+    common.install_stop_handlers()
+
     from rlctl.stages import dpo, kto, rl, rm, sft
 
     cfg = load_run_config(run_dir / "config.yaml")
@@ -100,7 +105,14 @@ def main(run_dir: Path) -> None:
             continue
         ctx = context(stage)
         log.write(stage=stage.name, event="start", max_steps=stage.max_steps)
-        stage_fns[stage.name](ctx)
+        try:
+            stage_fns[stage.name](ctx)
+        except common.Interrupted as e:
+            log.write(stage=stage.name, event="interrupted")
+            sys.exit(e.exit_code)
+        except common.NonFiniteError as e:
+            log.write(stage=stage.name, event="error", message=str(e))
+            sys.exit(1)
         if state.is_main_process:
             if stage.name == "rm":
                 metrics = evaluate_reward_model(ctx)
