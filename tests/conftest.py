@@ -14,7 +14,7 @@ import pytest
 RLCTL = shutil.which("rlctl", path=str(Path(sys.executable).parent)) or "rlctl"
 
 
-def rlctl(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None):
+def rlctl(*args: str, cwd: Path | None = None, timeout: float = 1800, env: dict | None = None):
     """`rlctl ARGS` as a user would type it; returns the CompletedProcess (text output)."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run([RLCTL, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
