@@ -41,6 +41,8 @@ def choose(cfg: RunConfig, hardware: Hardware, warnings: list[str]) -> str:
     so; on the machine itself (or on CPU) what is installed decides."""
     if "rl" not in cfg.stages:
         return "none"
+    if getattr(cfg.rl, "path", None) == "rlctl":  # rlctl's own RL loop samples with transformers
+        return "transformers"
     from rlctl.hardware import has_local_gpu
 
     here = installed()

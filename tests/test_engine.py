@@ -60,6 +60,15 @@ def test_choose_refuses_forced_vllm_where_it_cannot_run(monkeypatch):
         engine.choose(cfg, hardware.parse_spec("cpu"), [])
 
 
+def test_rlctl_loop_generates_with_transformers(vllm_here):
+    p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0", "rl.algorithm=ppo")
+    if getattr(p.config.rl, "path", None) != "rlctl":
+        pytest.skip("no rlctl RL loop in this checkout")
+    assert p.generation_engine == "transformers" and p.vllm is None
+    gen = next(ph for ph in p.memory["phases"] if ph["phase"] == "generation")
+    assert "KV cache (generate)" in gen["components_gib"]
+
+
 def test_no_rl_stage_no_engine():
     assert build("qwen7b-sft", "1xH100-80GB").generation_engine == "none"
 
