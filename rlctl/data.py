@@ -557,14 +557,81 @@ def check(
     return load(path, role, answer_field if role in ("rl", "eval") else None, columns)[0]
 
 
+PEEK_ROWS = 50
+PEEK_ABOVE_BYTES = 32 * 2**20  # larger local files are only sampled by `rlctl plan`
+
+
+def _peek(source: Source) -> tuple[Table, int] | None:
+    """(the first PEEK_ROWS rows, the total row count) of a large jsonl, csv or parquet file; None otherwise."""
+    path = source.path
+    if source.kind not in ("jsonl", "csv", "parquet") or path.stat().st_size < PEEK_ABOVE_BYTES:
+        return None
+    if source.kind == "parquet":
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(path)
+        first = next(pf.iter_batches(batch_size=PEEK_ROWS)).to_pylist()
+        return Table(first, lambda i: f"{path} row {i + 1}", str(path)), pf.metadata.num_rows
+    if source.kind == "csv":
+        table = _csv_head(path, PEEK_ROWS)
+        with path.open("rb") as f:
+            total = max(0, sum(1 for line in f if line.strip()) - 1)  # lines, not records: an estimate
+        return table, total
+    rows, lines, total = [], [], 0
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            total += 1
+            if len(rows) < PEEK_ROWS:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"Malformed JSON in {path}:{n}: {e.msg} (column {e.colno}).") from None
+                if not isinstance(row, dict):
+                    raise UserError(f"{path}:{n} must be a JSON object, not {type(row).__name__}.")
+                rows.append(row)
+                lines.append(n)
+    if not rows:
+        raise UserError(f"Dataset {path} is empty.")
+    return Table(rows, lambda i: f"{path}:{lines[i]}", str(path)), total
+
+
+def _csv_head(path: Path, n: int) -> Table:
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    rows, lines = [], []
+    with path.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f, delimiter=delimiter)
+        for row in reader:
+            rows.append({k: _cell(v) if isinstance(v, str) else v for k, v in row.items()})
+            lines.append(reader.line_num)
+            if len(rows) >= n:
+                break
+    if not rows:
+        raise UserError(f"Dataset {path} is empty.")
+    return Table(rows, lambda i: f"{path}:{lines[i]}", str(path))
+
+
 def describe(
     spec: str | Path, role: str, answer_field: str | None = None, columns: dict[str, str] | None = None
 ) -> DataInfo:
-    """What `spec` holds for `role`, for the plan: Hub datasets are not downloaded here."""
+    """What `spec` holds for `role`, for the plan. Hub datasets are not downloaded here, and files over
+    PEEK_ABOVE_BYTES are judged by their first rows (every row is checked when training starts)."""
     source = parse_source(spec, role)
     if source.kind == "hub":
         return DataInfo(role, str(source), "hub", 0, ["downloaded and checked when training starts"])
-    return load(spec, role, answer_field if role in ("rl", "eval") else None, columns)[1]
+    answer = answer_field if role in ("rl", "eval") else None
+    peeked = _peek(source)
+    if peeked is None:
+        return load(spec, role, answer, columns)[1]
+    table, total = peeked
+    mapping = _default_columns if columns is None else columns
+    if mapping:
+        table = Table([map_columns(r, mapping) for r in table.rows], table.where, table.source)
+    _, info = normalise(table, role, answer)
+    info.rows = total
+    info.notes.append(f"first {len(table.rows)} rows checked; all of them when training starts")
+    return info
 
 
 def holdout(rows: list[dict[str, Any]], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:

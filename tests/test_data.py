@@ -257,3 +257,20 @@ def test_verl_parquet_trains_without_conversion(tmp_path):
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("stage") == "rl" and r.get("step") == 2 and "reward" in r for r in records)
     assert (run_dir / "rl" / "final" / "model.safetensors").is_file()
+
+
+def test_plan_samples_large_files(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(data, "PEEK_ABOVE_BYTES", 1)
+    rows = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(500)]
+    write_jsonl(tmp_path / "big.jsonl", [*rows, {"prompt": "late", "answer": ""}])
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "big.parquet")
+    (tmp_path / "big.csv").write_text("prompt,answer\n" + "".join(f"{r['prompt']},{r['answer']}\n" for r in rows))
+    for name, total in (("big.jsonl", 501), ("big.parquet", 500), ("big.csv", 500)):
+        info = data.describe(tmp_path / name, "rl", "answer")
+        assert info.rows == total and info.format == "prompt_answer", name
+        assert "first 50 rows checked" in info.notes[-1]
+    with pytest.raises(UserError, match=r"big.jsonl:501: column\(s\) answer must be non-empty"):
+        data.check(tmp_path / "big.jsonl", "rl", "answer")  # training still checks every row
