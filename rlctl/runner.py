@@ -48,7 +48,7 @@ def evaluate_policy(ctx: common.StageContext, path: str) -> dict[str, float]:
         for r in cfg.rl.rewards
         if r.name not in rewards.MODEL_REWARDS
     ]
-    model = models.causal_lm(ctx, path).to(ctx.device)
+    model = models.causal_lm(ctx, path, trainable=False).to(ctx.device)
     tok = models.tokenizer(ctx, path)
     return evaluate.score_policy(model, tok, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens)
 
@@ -60,7 +60,7 @@ def evaluate_reward_model(ctx: common.StageContext) -> dict[str, float]:
 
     path = str(ctx.final)
     tok = models.tokenizer(ctx, path)
-    model = models.reward_model(ctx, path, tok.pad_token_id).to(ctx.device)
+    model = models.reward_model(ctx, path, tok.pad_token_id, trainable=False).to(ctx.device)
     _, held = preference_split(ctx)
     return evaluate.score_reward_model(model, tok, held[: ctx.settings.eval_samples])
 

@@ -189,12 +189,17 @@ def resume_point(ctx: StageContext) -> str | None:
     return str(last) if last else None
 
 
-def torch_dtype(ctx: StageContext):
+def torch_dtype(ctx: StageContext, trainable: bool = True):
+    """The dtype to load a model in. Under bf16 mixed precision, weights that train in full keep an fp32 master
+    copy (autocast runs the math in bf16; AdamW updates below half a bf16 step would otherwise round away);
+    frozen models and LoRA/QLoRA bases load in bf16."""
     import torch
 
-    if ctx.cfg.model.dtype == "auto":
-        return torch.bfloat16 if ctx.plan.mixed_precision == "bf16" else torch.float32
-    return getattr(torch, ctx.cfg.model.dtype)
+    if ctx.cfg.model.dtype != "auto":
+        return getattr(torch, ctx.cfg.model.dtype)
+    if ctx.plan.mixed_precision != "bf16":
+        return torch.float32
+    return torch.float32 if trainable and ctx.plan.adapter == "full" else torch.bfloat16
 
 
 def check_stopped(ctx: StageContext, trainer) -> None:

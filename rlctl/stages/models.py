@@ -30,22 +30,22 @@ def _quantization(ctx: StageContext) -> dict:
     }
 
 
-def causal_lm(ctx: StageContext, path: str):
+def causal_lm(ctx: StageContext, path: str, trainable: bool = True):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch_dtype(ctx), trust_remote_code=ctx.cfg.model.trust_remote_code, **_quantization(ctx)
+        path, dtype=torch_dtype(ctx, trainable), trust_remote_code=ctx.cfg.model.trust_remote_code, **_quantization(ctx)
     )
 
 
-def reward_model(ctx: StageContext, path: str, pad_token_id: int):
+def reward_model(ctx: StageContext, path: str, pad_token_id: int, trainable: bool = True):
     """A sequence classifier with one output (the reward), its head freshly initialised when `path` is an LM."""
     from transformers import AutoModelForSequenceClassification
 
     return AutoModelForSequenceClassification.from_pretrained(
         path,
         num_labels=1,
-        dtype=torch_dtype(ctx),
+        dtype=torch_dtype(ctx, trainable),
         trust_remote_code=ctx.cfg.model.trust_remote_code,
         pad_token_id=pad_token_id,
         **_quantization(ctx),

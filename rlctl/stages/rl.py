@@ -34,7 +34,7 @@ def reward_sources(ctx: StageContext) -> tuple[list, list, list[float]]:
         if spec.name == "reward_model":
             path = str(final_dir(ctx.run_dir, "rm"))
             tok = models.tokenizer(ctx, path)
-            funcs.append(models.reward_model(ctx, path, tok.pad_token_id))
+            funcs.append(models.reward_model(ctx, path, tok.pad_token_id, trainable=False))
             tokenizers.append(tok)
         else:
             funcs.append(rewards.resolve(spec.name, ctx.cfg.data.answer_field))
