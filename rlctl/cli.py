@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -39,6 +40,16 @@ HwOpt = Annotated[str | None, typer.Option("--hardware", help="Plan for: cpu, 1x
 SetOpt = Annotated[list[str] | None, typer.Option("--set", "-s", help="Override one key: --set rl.beta=0.04")]
 RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="Run directory (default runs/<name>-<time>).")]
 StagesOpt = Annotated[str | None, typer.Option("--stages", help="Run a subset: sft,rm,rl.")]
+NodesOpt = Annotated[
+    int | None, typer.Option("--nodes", min=1, help="Machines the run spans; run rlctl once on each (see rlctl slurm).")
+]
+NodeRankOpt = Annotated[
+    int | None, typer.Option("--node-rank", min=0, help="This machine's rank, 0 to nodes-1 (0 at --main-address).")
+]
+MainOpt = Annotated[
+    str | None,
+    typer.Option("--main-address", help="HOST[:PORT] of the rank-0 node for a multi-node run (port 29500 default)."),
+]
 
 
 def _version(value: bool) -> None:
@@ -85,6 +96,71 @@ def _resolve(
     if stages:
         sets.append(f"stages=[{stages}]")
     return config_mod.resolve(preset, config_file, algorithm, hardware, sets)
+
+
+def split_address(address: str) -> tuple[str, int | None]:
+    """`host`, `host:port`, `[v6]:port` or a bare IPv6 address as (host, port or None)."""
+    host, port = address, ""
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else rest
+    elif address.count(":") == 1:
+        host, port = address.split(":")
+    if not host or (port and not (port.isdigit() and 1 <= int(port) <= 65535)):
+        raise UserError(f"--main-address {address!r} is not HOST[:PORT] (e.g. 10.0.0.1:29500 or node001).")
+    return host, int(port) if port else None
+
+
+def _apply_nodes(cfg: RunConfig, nodes: int | None, node_rank: int | None, main_address: str | None) -> None:
+    """--nodes / --node-rank / --main-address onto cfg.hardware (they win over --set and config files)."""
+    if nodes is not None:
+        cfg.hardware.nodes = nodes
+    if node_rank is not None:
+        cfg.hardware.node_rank = node_rank
+    if main_address is not None:
+        cfg.hardware.main_address, port = split_address(main_address)
+        if port is not None:
+            cfg.hardware.main_port = port
+
+
+def _node_count(cfg: RunConfig) -> int:
+    """How many machines the run spans (node_rank and --nodes checked against the spec)."""
+    from rlctl import hardware as hw
+    from rlctl import plan as plan_mod
+
+    return plan_mod._nodes(cfg, hw.resolve(cfg.hardware.spec)).nodes
+
+
+def _check_rendezvous(cfg: RunConfig, nodes: int) -> None:
+    if nodes > 1 and not cfg.hardware.main_address:
+        raise UserError(
+            f"A {nodes}-node run needs the rank-0 node's address: start rlctl on every node with the same "
+            "--main-address HOST[:PORT] (the rank-0 node's host, default port 29500) and its own --node-rank "
+            "0..N-1; or let `rlctl slurm` write the job script."
+        )
+
+
+def _wait_for_rank0(run_dir: Path, timeout: float) -> None:
+    """Nodes other than 0 join the run directory node 0 prepares (a shared filesystem)."""
+    deadline = time.monotonic() + timeout
+    if not (run_dir / "config.yaml").is_file():
+        console.print(f"Waiting for node 0 to prepare {run_dir} ...", highlight=False)
+    while not (run_dir / "config.yaml").is_file():
+        if time.monotonic() > deadline:
+            raise UserError(
+                f"node 0 did not prepare {run_dir} within {timeout:.0f} s: the run directory must be on a filesystem "
+                "every node shares, and node 0 must be started with the same --run-dir."
+            )
+        time.sleep(1.0)
+
+
+def _launch(the_plan: Plan, resuming: bool) -> int:
+    """Run the plan; nodes other than 0 do not take the run directory's lock (node 0 holds it)."""
+    from rlctl import launch
+
+    if the_plan.config.hardware.node_rank == 0:
+        return launch.run(the_plan, console, resuming=resuming)
+    return launch._run(the_plan, console, resuming)
 
 
 def _default_run_dir(cfg: RunConfig, preset: str | None) -> Path:
@@ -242,6 +318,23 @@ def _print_plan(plan: Plan) -> None:
         )
     console.print(table)
     _print_data(_data_report(cfg))
+    lay = plan.layout
+    if lay:
+        per = "CPU process" if hw.is_cpu else f"GPU ({hw.gpu_name} {hw.gpu_memory_gib:g} GiB)"
+        line = (
+            f"[bold]Layout[/] {lay['nodes']} node(s) x {lay['processes_per_node']} process(es) = world size "
+            f"{lay['world_size']}, one process per {per}"
+        )
+        if lay["nodes"] > 1:
+            line += f"; this node: rank {lay['node_rank']} of {lay['nodes']}, main {lay['main'] or '(unset)'}"
+        console.print(line, highlight=False)
+        peak = plan.memory.get("peak_gib")
+        if peak is not None:
+            console.print(
+                f"[bold]Per GPU[/] peak {peak:g} GiB ({plan.memory.get('peak_phase')}) of "
+                f"{plan.memory.get('budget_gib'):g} GiB budget; per stage micro batch x accumulation above",
+                highlight=False,
+            )
     console.print("[bold]Launch[/]", plan.command, markup=True, highlight=False)
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {w}")
@@ -257,11 +350,16 @@ def plan(
     run_dir: RunDirOpt = None,
     stages: StagesOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    nodes: NodesOpt = None,
+    node_rank: NodeRankOpt = None,
+    main_address: MainOpt = None,
 ) -> None:
-    """Show the resolved config, the stages and the exact launch command, without running anything."""
+    """Show the resolved config, the stages, the node/GPU layout and the exact launch command, without running
+    anything."""
     from rlctl import plan as plan_mod
 
     cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
+    _apply_nodes(cfg, nodes, node_rank, main_address)
     the_plan = plan_mod.build(cfg, run_dir or _default_run_dir(cfg, preset))
     if as_json:
         out = the_plan.to_json()
@@ -280,12 +378,33 @@ def train(
     set_: SetOpt = None,
     run_dir: RunDirOpt = None,
     stages: StagesOpt = None,
+    nodes: NodesOpt = None,
+    node_rank: NodeRankOpt = None,
+    main_address: MainOpt = None,
 ) -> None:
-    """Validate, plan and run the stages through `accelerate launch`, with live progress."""
+    """Validate, plan and run the stages through `accelerate launch`, with live progress.
+
+    Several machines: run the same command on each with --nodes N, its own --node-rank and the rank-0 node's
+    --main-address, and a --run-dir on a shared filesystem; node 0 prepares the run directory, the others join it
+    (torch.distributed static rendezvous through accelerate)."""
     from rlctl import launch
 
     cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
+    _apply_nodes(cfg, nodes, node_rank, main_address)
+    count = _node_count(cfg)
+    _check_rendezvous(cfg, count)
+    if count > 1 and run_dir is None:
+        raise UserError("A multi-node run needs --run-dir: a folder on a filesystem every node shares.")
     run_dir = run_dir or _default_run_dir(cfg, preset)
+    if cfg.hardware.node_rank > 0:
+        from rlctl import config as config_mod
+        from rlctl import plan as plan_mod
+
+        _wait_for_rank0(run_dir, float(os.environ.get("RLCTL_NODE_WAIT", "600")))
+        shared = config_mod.load_run_config(run_dir / "config.yaml")  # node 0's config, this node's rank
+        _apply_nodes(shared, count, cfg.hardware.node_rank, main_address)
+        shared.hardware.main_address, shared.hardware.main_port = cfg.hardware.main_address, cfg.hardware.main_port
+        raise typer.Exit(_finish(_launch(plan_mod.build(shared, run_dir), resuming=False), run_dir))
     if (run_dir / "config.yaml").exists():
         raise UserError(
             f"{run_dir} already holds a run; continue it with `rlctl resume {run_dir}` or pick another --run-dir."
@@ -298,17 +417,28 @@ def train(
 
 
 @app.command()
-def resume(run_dir: Annotated[Path, typer.Argument(help="Run directory to continue.")]) -> None:
-    """Continue a run from its last complete checkpoint; finished stages are not redone."""
+def resume(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory to continue.")],
+    nodes: NodesOpt = None,
+    node_rank: NodeRankOpt = None,
+    main_address: MainOpt = None,
+) -> None:
+    """Continue a run from its last complete checkpoint; finished stages are not redone.
+
+    A multi-node run resumes with the same command on every node: each gives its own --node-rank (the run's
+    config.yaml is shared, so the rank is never read from it) and, when the nodes changed, the new --main-address."""
     from rlctl import config as config_mod
-    from rlctl import launch
     from rlctl import plan as plan_mod
 
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
-    the_plan = plan_mod.build(config_mod.load_run_config(cfg_path), run_dir)
-    raise typer.Exit(_finish(launch.run(the_plan, console, resuming=True), run_dir))
+    cfg = config_mod.load_run_config(cfg_path)
+    cfg.hardware.node_rank = 0
+    _apply_nodes(cfg, nodes, node_rank, main_address)
+    _check_rendezvous(cfg, _node_count(cfg))
+    the_plan = plan_mod.build(cfg, run_dir)
+    raise typer.Exit(_finish(_launch(the_plan, resuming=True), run_dir))
 
 
 def _finish(code: int, run_dir: Path) -> int:

@@ -419,6 +419,16 @@ class HardwareConfig(Section):
     strategy: Literal["auto", "single", "ddp", "fsdp2"] = Field(
         "auto", description="Distribution strategy; auto lets the planner pick."
     )
+    nodes: int | None = Field(
+        None, ge=1, description="Machines the run spans (default: the M of an MxNxGPU spec, else 1); see --nodes."
+    )
+    node_rank: int = Field(
+        0, ge=0, description="This machine's rank among the nodes, 0 to nodes-1; given per node (--node-rank)."
+    )
+    main_address: str | None = Field(
+        None, description="Host name or IP of the rank-0 node, which every node reaches (needed when nodes > 1)."
+    )
+    main_port: int = Field(29500, ge=1, le=65535, description="TCP port of the rendezvous on the rank-0 node.")
 
 
 class CheckpointConfig(Section):

@@ -9,7 +9,7 @@ fraction and tensor parallel size) and refuses, with the nearest plan that fits,
 from __future__ import annotations
 
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ class Plan:
     vllm: dict[str, Any] | None = None  # gpu_memory_utilization, tensor_parallel_size, max_model_length, ...
     decisions: list[dict[str, str]] = field(default_factory=list)  # {setting, value, why}, one line each
     memory: dict[str, Any] = field(default_factory=dict)  # per phase x component GiB, peak, budget, headroom
+    layout: dict[str, Any] = field(default_factory=dict)  # nodes, gpus_per_node, world_size, node_rank, main
 
     @property
     def command(self) -> str:
@@ -64,6 +65,7 @@ class Plan:
         return {
             "run_dir": self.run_dir,
             "hardware": self.hardware.to_dict(),
+            "layout": self.layout,
             "num_processes": self.num_processes,
             "strategy": self.strategy,
             "mixed_precision": self.mixed_precision,
@@ -144,14 +146,26 @@ def _batching(stage: str, batch: int, micro: int | str, procs: int) -> tuple[int
 
 
 def _accelerate_config(
-    hardware: hw.Hardware, procs: int, strategy: str, precision: str, cpu_offload: bool = False
+    hardware: hw.Hardware,
+    procs: int,
+    strategy: str,
+    precision: str,
+    cpu_offload: bool = False,
+    node_rank: int = 0,
+    main: tuple[str | None, int] = (None, 29500),
 ) -> dict[str, Any]:
+    """accelerate's config: `num_processes` counts every process of every node; a multi-node run adds this
+    node's rank and the rank-0 node's address (torch.distributed static rendezvous)."""
     cfg: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "NO" if procs * hardware.nodes == 1 else "MULTI_GPU",
         "num_machines": hardware.nodes,
-        "machine_rank": 0,
+        "machine_rank": node_rank,
         "num_processes": procs * hardware.nodes,
+    }
+    if hardware.nodes > 1:
+        cfg["main_process_ip"], cfg["main_process_port"] = main
+    cfg |= {
         "mixed_precision": precision,
         "use_cpu": hardware.is_cpu,
         "rdzv_backend": "static",
@@ -188,9 +202,53 @@ def precision_for(cfg: RunConfig, hardware: hw.Hardware, warnings: list[str]) ->
     return "bf16"
 
 
+def _nodes(cfg: RunConfig, hardware: hw.Hardware) -> hw.Hardware:
+    """The hardware with `hardware.nodes` applied (it must agree with an MxN spec), node_rank checked."""
+    nodes, rank = cfg.hardware.nodes, cfg.hardware.node_rank
+    if nodes is not None and nodes != hardware.nodes:
+        if hardware.nodes > 1:
+            raise UserError(
+                f"Invalid config: hardware.nodes={nodes} contradicts the hardware spec {hardware.spec} "
+                f"({hardware.nodes} nodes); drop --nodes or use --hardware {nodes}x"
+                f"{hardware.spec.split('x', 1)[1]}."
+            )
+        hardware = replace(hardware, nodes=nodes)
+    if rank >= hardware.nodes:
+        raise UserError(
+            f"Invalid config: hardware.node_rank={rank} is out of range: a {hardware.nodes}-node run has node "
+            f"ranks 0 to {hardware.nodes - 1} (--node-rank R, one per machine, 0 on the one at --main-address)."
+        )
+    return hardware
+
+
+def launch_command(run_dir: str | Path, hardware: hw.Hardware, cfg: RunConfig) -> list[str]:
+    """`accelerate launch ... -m rlctl.runner RUN`; on several nodes this node's rank and the rank-0 address are
+    on the command line too (they win over the shared accelerate.yaml, so a requeued job can move)."""
+    launch = ["accelerate", "launch", "--config_file", str(Path(run_dir) / "accelerate.yaml")]
+    if hardware.nodes > 1:
+        launch += ["--num_machines", str(hardware.nodes), "--machine_rank", str(cfg.hardware.node_rank)]
+        if cfg.hardware.main_address:
+            launch += ["--main_process_ip", cfg.hardware.main_address]
+        launch += ["--main_process_port", str(cfg.hardware.main_port)]
+    return [*launch, "-m", "rlctl.runner", str(run_dir)]
+
+
+def layout(hardware: hw.Hardware, procs: int, cfg: RunConfig) -> dict[str, Any]:
+    """Where the processes run: nodes x processes per node, this node's rank and the rendezvous address."""
+    main = f"{cfg.hardware.main_address}:{cfg.hardware.main_port}" if cfg.hardware.main_address else None
+    return {
+        "nodes": hardware.nodes,
+        "gpus_per_node": hardware.gpus_per_node,
+        "processes_per_node": procs,
+        "world_size": procs * hardware.nodes,
+        "node_rank": cfg.hardware.node_rank,
+        "main": main if hardware.nodes > 1 else None,
+    }
+
+
 def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
     """The plan for `cfg` in `run_dir`; a UserError (exit 2) when no plan fits the hardware."""
-    hardware = hw.resolve(cfg.hardware.spec)
+    hardware = _nodes(cfg, hw.resolve(cfg.hardware.spec))
     procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
     world = procs * hardware.nodes
     warnings = missing_data(cfg)
@@ -246,9 +304,14 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
             init, policy = policy, str(final_dir(run_dir, name))
         batch, micro, accum = batches[name]
         stages.append(StagePlan(name, init, str(final_dir(run_dir, name)), sc.max_steps, batch, micro, accum))
-    accel = _accelerate_config(hardware, procs, strategy, precision, cpu_offload)
-    launch = ["accelerate", "launch", "--config_file", str(Path(run_dir) / "accelerate.yaml")]
-    launch += ["-m", "rlctl.runner", str(run_dir)]
+    main = (cfg.hardware.main_address, cfg.hardware.main_port)
+    accel = _accelerate_config(hardware, procs, strategy, precision, cpu_offload, cfg.hardware.node_rank, main)
+    launch = launch_command(run_dir, hardware, cfg)
+    if hardware.nodes > 1 and not cfg.hardware.main_address:
+        warnings.append(
+            f"{hardware.nodes} nodes: every node needs --main-address HOST[:PORT] of the rank-0 node and its own "
+            "--node-rank to launch (rlctl slurm fills both in)"
+        )
     if hardware.is_cpu and cfg.model.name_or_path != "builtin:tiny":
         warnings.append("planning for CPU: real models train very slowly without a GPU")
     return Plan(
@@ -271,4 +334,5 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         vllm=vllm,
         decisions=decisions,
         memory=memory_json,
+        layout=layout(hardware, procs, cfg),
     )
