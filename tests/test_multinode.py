@@ -175,3 +175,94 @@ def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
     assert (accel["num_machines"], accel["num_processes"], accel["main_process_ip"]) == (2, 2, "127.0.0.1")
     assert (run / "sft" / "final").is_dir()
     print(f"2-node CPU run: {time.monotonic() - started:.0f} s")
+
+
+def _slurm(tmp_path: Path, *extra: str) -> tuple[Path, str]:
+    run = tmp_path / "shared" / "q7"
+    proc = rlctl("slurm", "--preset", "qwen7b-grpo", "--hardware", "2x8xH100-80GB", "--run-dir", str(run), *extra)
+    assert proc.returncode == 0, proc.stderr
+    return run, proc.stdout
+
+
+def test_slurm_script_line_by_line(tmp_path: Path):
+    from rlctl import __version__
+
+    run, text = _slurm(tmp_path, "--set", "rl.rewards=[{name: gsm8k}]", "--time", "24:00:00")
+    expected = f"""#!/bin/bash
+# Written by rlctl {__version__}: qwen7b-grpo on 2 node(s) x 8 x H100-80GB = 16 processes, run directory {run}.
+# Submit with: sbatch THIS_FILE. The run directory must be on a filesystem every node shares, and rlctl on
+# PATH on every node. A requeued job (preemption, time limit) resumes from the last complete checkpoint.
+#SBATCH --job-name=rlctl-qwen7b-grpo
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=64
+#SBATCH --requeue
+#SBATCH --signal=B:TERM@120
+#SBATCH --output={run}/logs/slurm-%j.out
+#SBATCH --time=24:00:00
+
+set -uo pipefail
+RUN={run}
+MAIN=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+if [ -f "$RUN/config.yaml" ]; then
+  STEP=(rlctl resume "$RUN")
+else
+  STEP=(rlctl train --preset qwen7b-grpo --hardware 2x8xH100-80GB --set 'rl.rewards=[{{name: gsm8k}}]' --run-dir "$RUN")
+fi
+# one task per node; each takes its rank from SLURM
+srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+  bash -c 'exec "$@" --node-rank "$SLURM_NODEID"' rlctl-node \\
+  "${{STEP[@]}}" --nodes 2 --main-address "$MAIN:29500" &
+SRUN=$!
+STOPPED=0
+# time limit or preemption: rlctl saves a checkpoint at the next step, then the job is requeued
+trap 'STOPPED=1; kill -TERM "$SRUN" 2>/dev/null' TERM
+wait "$SRUN"; CODE=$?
+while [ "$STOPPED" = 1 ] && kill -0 "$SRUN" 2>/dev/null; do wait "$SRUN"; CODE=$?; done
+if [ "$STOPPED" = 1 ]; then scontrol requeue "$SLURM_JOB_ID"; fi
+exit "$CODE"
+"""
+    assert text.splitlines() == expected.splitlines()
+    assert (run / "logs").is_dir()  # SLURM opens its --output file before the job starts
+
+
+def test_slurm_script_runs_train_then_resume_with_each_nodes_rank(tmp_path: Path):
+    """The script under a fake SLURM (scontrol, srun with two node ids) and a fake rlctl that records its argv."""
+    run, text = _slurm(tmp_path, "--set", "rl.rewards=[{name: exact_match}]")
+    job = tmp_path / "job.sbatch"
+    job.write_text(text)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "calls.txt"
+    (fake / "scontrol").write_text('#!/bin/bash\n[ "$1" = show ] && printf "gpu017\\ngpu018\\n"\n')
+    (fake / "srun").write_text(
+        '#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\n'
+        'for id in 0 1; do SLURM_NODEID=$id "$@" || exit $?; done\n'
+    )
+    (fake / "rlctl").write_text(f'#!/bin/bash\necho "$*" >> {calls}\n')
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "gpu[017-018]", "SLURM_JOB_ID": "1"}
+    first = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    (run / "config.yaml").write_text("name: q7\n")  # what node 0's `rlctl train` leaves: a requeue resumes
+    second = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0, second.stderr
+    train = (
+        f"train --preset qwen7b-grpo --hardware 2x8xH100-80GB --set rl.rewards=[{{name: exact_match}}] --run-dir {run}"
+    )
+    node = "--nodes 2 --main-address gpu017:29500 --node-rank"
+    assert calls.read_text().splitlines() == [
+        f"{train} {node} 0",
+        f"{train} {node} 1",
+        f"resume {run} {node} 0",
+        f"resume {run} {node} 1",
+    ]
+
+
+def test_slurm_refuses_what_would_fail_on_the_cluster(tmp_path: Path):
+    proc = rlctl("slurm", "--preset", "qwen7b-grpo", "--hardware", "2x8xH100-80GB", "--nodes", "3", "--run-dir", "r")
+    assert proc.returncode == 2 and "contradicts the hardware spec" in " ".join(proc.stderr.split())
+    missing = rlctl("slurm", "--preset", "qwen7b-grpo")
+    assert missing.returncode == 2 and "--run-dir" in missing.stderr
