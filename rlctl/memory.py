@@ -50,7 +50,6 @@ TOKENS_PER_MICRO = 4096  # checkpointing stays off when a micro-batch of this ma
 LOGIT_BYTES = {"sft": 12.0, "dpo": 8.0, "rl": 8.0, "rm": 0.0}  # per token per vocab entry at bf16, see docs
 SAMPLING_LOGIT_BYTES = 12.0  # transformers generate: fp32 last-token logits, processed copy, probabilities
 CRITIC_ALGORITHMS = frozenset({"ppo", "vapo"})  # algorithms that train a value model next to the policy
-LOW_LR_PURE_BF16 = 1e-4  # below this, bf16 weights without an fp32 master copy drop most Adam updates
 
 
 def gib(x: float) -> float:
@@ -133,6 +132,19 @@ class Arch(namedtuple("Arch", "layers hidden heads kv_heads vocab intermediate t
         act(gate) and act*up I each. Total 10h + 2 kv_dim + 4I (docs/memory-planner.md itemises it)."""
         return ab * (10 * self.hidden + 2 * self.kv_dim + 4 * self.intermediate)
 
+    def act_bytes_per_token_layer_master(self) -> float:
+        """Bytes one decoder layer saves per token when the weights are fp32 and autocast computes in bf16 (full
+        training on single/DDP): the embedding is fp32, so the residual stream and both RMSNorms stay fp32 (input
+        4h + normalised 4h bytes each), and every linear casts its input to bf16 on its own (q, k, v: 3 copies,
+        gate, up: 2; 2h bytes each); Q, the attention output, K, V and the MLP tensors are bf16 as above.
+        Total 2 x 8h + 5 x 2h + 2 x (2h + 2 kv_dim + 4I) = 30h + 4 kv_dim + 8I."""
+        return 30 * self.hidden + 4 * self.kv_dim + 8 * self.intermediate
+
+    def matmul_params(self, head: str = "lm") -> int:
+        """Weights autocast casts to bf16 for a forward: the linear layers and the LM head (vocab x h, tied or
+        not) or the reward model's h x 1 score head; embeddings and norms are not matmuls."""
+        return self.linear_params + (self.embedding if head == "lm" else self.hidden)
+
     def lora_dropout_bytes_per_token_layer(self, ab: float) -> float:
         """LoRA dropout keeps a copy of each adapted matrix's input: q, k, v, o, gate, up (h) and down (I)."""
         return ab * (6 * self.hidden + self.intermediate)
@@ -167,7 +179,8 @@ class Env(
 
     @property
     def wb(self) -> float:
-        """Bytes of one weight as loaded (and of activations): bf16 2, float32 4."""
+        """Bytes of a frozen weight as loaded (and of activations): bf16 2, float32 4. Weights that train in full
+        are fp32 either way (`master_weights`)."""
         return 2.0 if self.precision == "bf16" else 4.0
 
     @property
@@ -345,10 +358,10 @@ class Attempt:
 def model_state(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> dict[str, float]:
     """Training state of one model per GPU: weights, gradients, optimizer states, DDP buckets, host share.
 
-    full, single/DDP: the stages load the weights in bf16 and AdamW keeps m and v in the parameter dtype:
-        weights 2P, gradients 2P, optimizer 4P (x2 when training in float32); DDP adds gradient buckets 2P.
-    full, FSDP2: accelerate upcasts trainable parameters to fp32 master weights under bf16 mixed precision:
-        weights 4P/N, gradients 4P/N, optimizer 8P/N, plus the gathered bf16 units (3 x largest unit x 2 B).
+    full: the stages load weights that train in full in fp32 (master weights; bf16 autocast runs the math):
+        weights 4P, gradients 4P, AdamW m and v 8P; DDP adds gradient buckets 4P (autocast's bf16 copies of the
+        weights are transient: `autocast_copies`).
+    full, FSDP2: the same state sharded, 16P/N, plus the gathered bf16 units (3 x largest unit x 2 B).
     FSDP2 + CPU offload: the sharded state lives in host RAM; the GPU keeps the gathered units.
     LoRA: frozen base 2P (bf16) + adapters in fp32 (PEFT autocasts them): 4Pa weights, 4Pa grads, 8Pa Adam.
     QLoRA: the base's linear weights in NF4 (NF4_BYTES per param), embeddings/head/norms in bf16 + LoRA as above.
@@ -359,7 +372,7 @@ def model_state(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> dict[st
     n = world if sharded else 1
     if setup.adapter == "full":
         trainable, frozen = p, 0.0
-        tb = 4.0 if sharded else env.wb  # bytes per trainable weight (fp32 master under FSDP2)
+        tb = 4.0  # bytes per trainable weight: fp32 master weights
     else:
         trainable = arch.lora_params(env.lora_r)
         tb = 4.0
@@ -382,12 +395,33 @@ def quantized_bytes(arch: Arch, env: Env, head: str = "lm") -> float:
     return arch.linear_params * NF4_BYTES + (p - arch.linear_params) * env.wb
 
 
+def master_weights(env: Env, setup: Setup) -> bool:
+    """Full training on single/DDP under bf16 mixed precision: the weights are fp32 on the GPU and autocast
+    computes in bf16 (FSDP2 instead gathers bf16 units through its MixedPrecisionPolicy: bf16 activations)."""
+    return setup.adapter == "full" and setup.strategy != "fsdp2" and env.precision == "bf16"
+
+
+def autocast_copies(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> float:
+    """autocast's bf16 copies of the fp32 weights, 2 B per matmul weight: cached for the whole forward (the
+    autocast weight cache, with or without checkpointing) and, without checkpointing, saved for backward."""
+    return 2.0 * arch.matmul_params(head) if master_weights(env, setup) else 0.0
+
+
+def reference_bytes(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> float:
+    """The whole frozen reference: TRL 1.16 builds it in the policy's dtype (GRPO/RLOO/DPO/KTO:
+    `model_init_kwargs.setdefault("dtype", self.model.dtype)`) and rlctl's RL loop deep-copies the policy, so
+    under full training it is fp32 like the policy's weights (4P); NF4 under QLoRA."""
+    if setup.adapter == "qlora":
+        return quantized_bytes(arch, env, head)
+    return arch.params(head) * (4.0 if setup.adapter == "full" else env.wb)
+
+
 def frozen_copy(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> float:
-    """The frozen reference model per GPU: bf16 (NF4 under QLoRA), sharded by FSDP2 (TRL's prepare_fsdp), in
-    host RAM with FSDP2 CPU offload."""
-    full = quantized_bytes(arch, env, head) if setup.adapter == "qlora" else arch.params(head) * env.wb
+    """The frozen reference model per GPU (`reference_bytes`), sharded by FSDP2 (TRL's prepare_fsdp), in host RAM
+    with FSDP2 CPU offload."""
     if setup.cpu_offload:
         return 0.0
+    full = reference_bytes(arch, env, setup, head)
     return full / env.world if setup.strategy == "fsdp2" else full
 
 
@@ -405,10 +439,12 @@ def critic_state(arch: Arch, env: Env, setup: Setup, with_grads: bool) -> float:
 
 def activations(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> float:
     """Saved activations of one micro-batch: tokens x layers x per-layer bytes, or with checkpointing the layer
-    inputs (h per token per layer) plus one layer recomputed during the backward pass."""
+    inputs (h per token per layer; fp32 under master weights) plus one layer recomputed in the backward pass."""
     tokens = micro * wl.seqs * wl.tokens
     ab = env.wb
     per_layer = arch.act_bytes_per_token_layer(ab)
+    if master_weights(env, setup):
+        ab, per_layer = 4.0, arch.act_bytes_per_token_layer_master()
     if setup.adapter != "full" and env.lora_dropout > 0:
         per_layer += arch.lora_dropout_bytes_per_token_layer(ab)
     if setup.checkpointing:
@@ -440,6 +476,8 @@ def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int
     act = activations(arch, env, setup, wl, micro) * (2 if wl.critic else 1)
     split = setup.phase_offload and wl.stage == "rl" and st["optim"] > 0
     train = dict(comps)
+    copies = autocast_copies(arch, env, setup, wl.head)
+    train["bf16 weight copies (autocast)"] = copies + (autocast_copies(arch, env, setup, "score") if wl.critic else 0)
     train["activations"] = act
     train["logits"] = logits(arch, env, wl, micro)
     if not split:
@@ -543,13 +581,21 @@ def vllm_generation(
 
 def transformers_generation(arch: Arch, env: Env, setup: Setup, wl: Workload) -> tuple[Generation, Phase]:
     """transformers `generate` over the whole per-process rollout batch at once (TRL's generation batch): the KV
-    cache of every rollout, the prefill's MLP working set (3I + 2h per prompt token) and the sampling logits."""
+    cache of every rollout, the prefill's MLP working set (3I + 2h per prompt token) and the sampling logits.
+
+    Under master weights every forward re-casts the weights to bf16 (`autocast_copies`), and the fp32 embedding
+    makes RoPE's cos/sin fp32, so the cached keys are fp32 and the values follow them: a 4-byte KV cache; the
+    residual and the norm output of the prefill are fp32 too."""
     n = wl.per_proc
     seq = wl.prompt_tokens + wl.logit_tokens
+    master = master_weights(env, setup)
     comps = generation_resident(arch, env, setup, wl)
-    comps["KV cache (generate)"] = n * seq * arch.kv_bytes_per_token(env.wb)
-    comps["prefill activations"] = n * wl.prompt_tokens * env.wb * (3 * arch.intermediate + 2 * arch.hidden)
+    comps["bf16 weight copies (autocast)"] = autocast_copies(arch, env, setup)
+    comps["KV cache (generate)"] = n * seq * arch.kv_bytes_per_token(4.0 if master else env.wb)
+    mlp, resid = (2.0, 4.0) if master else (env.wb, env.wb)
+    comps["prefill activations"] = n * wl.prompt_tokens * (3 * arch.intermediate * mlp + 2 * arch.hidden * resid)
     comps["sampling logits"] = n * arch.vocab * SAMPLING_LOGIT_BYTES
+    comps = _nonzero(comps, env)
     phase = Phase(wl.stage, "generation", comps, env.budget)
     return Generation("transformers", n, concurrent=n, fits=phase.fits), phase
 
@@ -605,7 +651,7 @@ def host_usage(arch: Arch, env: Env, setup: Setup, wls: list[Workload]) -> dict[
     if setup.cpu_offload:
         out["FSDP2 CPU offload (params, grads, optimizer)"] = st["host"] * env.procs
         if any(w.reference for w in wls) and setup.adapter == "full":
-            out["reference model (CPU offload)"] = arch.params() * env.wb / env.world * env.procs
+            out["reference model (CPU offload)"] = reference_bytes(arch, env, setup) / env.world * env.procs
         if any(w.critic for w in wls):
             out["critic (CPU offload)"] = model_state(arch, env, setup, "score")["host"] * env.procs
     return out
@@ -689,28 +735,17 @@ def environment(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, pre
     )
 
 
-def min_lr(cfg: RunConfig) -> float:
-    return min(getattr(cfg, s).learning_rate for s in cfg.stages)
-
-
-def needs_master_weights(cfg: RunConfig, env: Env) -> bool:
-    """bf16 weights updated by AdamW lose updates smaller than half a bf16 step (2^-9 relative): at a learning
-    rate below LOW_LR_PURE_BF16 full fine-tuning needs fp32 master weights, which FSDP2 provides."""
-    return env.precision == "bf16" and min_lr(cfg) < LOW_LR_PURE_BF16
-
-
 def candidates(cfg: RunConfig, env: Env) -> list[Setup]:
-    """Setups in the planner's order of preference, restricted by what the user fixed: full replicated (pure
-    bf16, skipped when the learning rate needs fp32 master weights), full FSDP2, full with the optimizer offloaded
-    between phases, FSDP2 with CPU offload, LoRA, QLoRA (each adapter also with the offload between phases)."""
+    """Setups in the planner's order of preference, restricted by what the user fixed: full replicated, full
+    FSDP2 (several GPUs), full with the optimizer offloaded between phases, FSDP2 with CPU offload, LoRA, QLoRA
+    (each adapter also with the offload between phases)."""
     rep = "single" if env.world == 1 else "ddp"
     rl = "rl" in cfg.stages
-    pure_ok = not needs_master_weights(cfg, env)
-    order = [Setup(rep, "full")] if pure_ok else []
-    if env.world > 1 or not pure_ok:
+    order = [Setup(rep, "full")]
+    if env.world > 1:
         order.append(Setup("fsdp2", "full"))
     if rl:
-        order.append(Setup(rep if env.world == 1 and pure_ok else "fsdp2", "full", phase_offload=True))
+        order.append(Setup(rep if env.world == 1 else "fsdp2", "full", phase_offload=True))
     order.append(Setup("fsdp2", "full", cpu_offload=True))
     for adapter in ("lora", "qlora"):
         order.append(Setup(rep, adapter))
@@ -854,22 +889,11 @@ def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precisio
         found = closest
     plan = MemoryPlan(found, env, warnings)
     plan.decisions = explain(cfg, plan, hardware)
-    pure_bf16 = found.setup.adapter == "full" and not _master_weights(env, found.setup)
-    if not env.is_cpu and pure_bf16 and needs_master_weights(cfg, env):
-        warnings.append(
-            f"full fine-tuning with {found.setup.strategy} keeps bf16 weights and AdamW states (no fp32 master "
-            f"copy): at lr {min_lr(cfg):g} most updates are smaller than half a bf16 step and round away; "
-            "hardware.strategy=fsdp2 (fp32 master weights) or model.adapter=lora avoid it"
-        )
     if env.host_assumed and (found.setup.cpu_offload or found.setup.phase_offload):
         warnings.append(
             f"host RAM not known for {hardware.spec}: assumed {hardware.ram_gib:g} GiB per node for the CPU offload"
         )
     return plan
-
-
-def _master_weights(env: Env, setup: Setup) -> bool:
-    return env.precision != "bf16" or setup.strategy == "fsdp2"
 
 
 # --- Nearest fitting plan -------------------------------------------------------------------------------------------
@@ -1015,7 +1039,7 @@ def explain(cfg: RunConfig, plan: MemoryPlan, hardware: Hardware) -> list[dict[s
             f"{_gb(rep['weights'] + rep['grads'] + rep['optim'] + rep['buckets'])} GiB replicated"
         )
         if env.world == 1:
-            why = f"fp32 master weights (accelerate upcasts under FSDP2): {per_gpu} GiB on the GPU"
+            why = f"{s.adapter} state through FSDP2 on one GPU: {per_gpu} GiB on the GPU"
         if s.cpu_offload:
             why = f"sharded fp32 state ({_gb(st['host'])} GiB per GPU) lives in host RAM; GPUs hold gathered layers"
         add("strategy", "fsdp2" + (" + CPU offload" if s.cpu_offload else ""), why, cfg.hardware.strategy != "auto")
@@ -1025,14 +1049,10 @@ def explain(cfg: RunConfig, plan: MemoryPlan, hardware: Hardware) -> list[dict[s
     fixed_adapter = cfg.model.adapter != "auto"
     if s.adapter == "full":
         sharded = ", sharded" if s.strategy == "fsdp2" and env.world > 1 else ""
-        if env.precision != "bf16":
-            why = f"all {_count(p)} parameters train in float32: weights 4 + grads 4 + AdamW 8 B/param{sharded}"
-        elif _master_weights(env, s):
-            why = f"all {_count(p)} parameters train with fp32 master weights: 4 + grads 4 + AdamW 8 B/param{sharded}"
-            if needs_master_weights(cfg, env):
-                why += f" (at lr {min_lr(cfg):g} bf16 weights would round the updates away)"
-        else:
-            why = f"all {_count(p)} parameters train in bf16: weights 2 + grads 2 + AdamW 4 B/param (no fp32 master)"
+        kind = "in float32" if env.precision != "bf16" else "with fp32 master weights (bf16 compute)"
+        why = f"all {_count(p)} parameters train {kind}: weights 4 + grads 4 + AdamW 8 B/param{sharded}"
+        if master_weights(env, s):
+            why += ", and autocast's bf16 copy (2 B/param) during each forward"
     else:
         pl = arch.lora_params(env.lora_r)
         base = "bf16" if s.adapter == "lora" else "4-bit NF4"
@@ -1067,11 +1087,16 @@ def explain(cfg: RunConfig, plan: MemoryPlan, hardware: Hardware) -> list[dict[s
         rl_fit = next(f for f in a.stages if f.workload.stage == "rl")
         optim = st["optim"]
         if s.phase_offload:
+            kept = stage_fit(arch, env, s._replace(phase_offload=False), rl_fit.workload, rl_fit.micro)
+            w = kept.worst
+            why = f"{w.label} would peak at {_gb(w.peak)} GiB > {_gb(w.budget)} GiB"
+            if w.fits and kept.generation is not None and not kept.generation.fits:
+                why = "generation would have no room for the rollouts' KV cache"
             add(
                 "optimizer offload",
                 "between phases",
                 f"{_gb(optim)} GiB of AdamW states move to host RAM after each step and back for the next "
-                "(generation would not fit with them on the GPU)",
+                f"(with them on the GPU {why})",
             )
         elif not s.cpu_offload:
             add("optimizer offload", "none", "the optimizer states fit on the GPU next to generation")
@@ -1098,14 +1123,15 @@ def explain(cfg: RunConfig, plan: MemoryPlan, hardware: Hardware) -> list[dict[s
                 f"{_gb(rl_fit.phases[0].components.get('KV cache (generate)', 0))} GiB)",
             )
     ref = plan.reference
+    copy = frozen_copy(arch, env, s)
     if ref != "none" or "rl" in cfg.stages:
         why = {
             "none": "rl.beta=0: TRL loads no reference model",
             "adapters-disabled": "LoRA: the reference is the base model with adapters disabled (no extra copy)",
-            "gpu": f"a frozen copy on each GPU ({_gb(frozen_copy(arch, env, s))} GiB)",
-            "gpu-sharded": f"a frozen copy sharded by FSDP2 ({_gb(frozen_copy(arch, env, s))} GiB per GPU)",
-            "cpu-offload": "a frozen copy in host RAM, offloaded with the FSDP2 state",
-            "cpu": f"a frozen copy in each process ({_gb(frozen_copy(arch, env, s))} GiB)",
+            "gpu": f"a frozen fp32 copy (TRL builds it in the policy's dtype) on each GPU ({_gb(copy)} GiB)",
+            "gpu-sharded": f"a frozen fp32 copy sharded by FSDP2 ({_gb(copy)} GiB per GPU)",
+            "cpu-offload": "a frozen fp32 copy in host RAM, offloaded with the FSDP2 state",
+            "cpu": f"a frozen copy in each process ({_gb(copy)} GiB)",
         }[ref]
         add("reference", ref, why)
     return out
@@ -1121,12 +1147,9 @@ def disk_need(cfg: RunConfig, setup: Setup, precision: str) -> float:
     total = 0.0
     for name in cfg.stages:
         p = arch.params("score" if name == "rm" else "lm")
-        if setup.adapter == "full":
-            tb = 4.0 if setup.strategy == "fsdp2" else wb
-            ckpt = p * tb * 3  # weights + AdamW m and v
-        else:
-            ckpt = arch.lora_params(cfg.model.lora_r) * 4.0 * 3
-        final = p * (4.0 if setup.adapter == "full" and setup.strategy == "fsdp2" else wb)
+        trained = p if setup.adapter == "full" else arch.lora_params(cfg.model.lora_r)
+        ckpt = trained * 4.0 * 3  # fp32 weights + AdamW m and v
+        final = p * (4.0 if setup.adapter == "full" else wb)  # saved in the dtype it trained in; LoRA merged
         total += cfg.checkpoint.keep_last * ckpt + final
     return total
 

@@ -225,7 +225,8 @@ def test_callbacks_follow_the_plan(vllm_here):
     from transformers import TrainerCallback
 
     assert engine.callbacks(build("qwen7b-grpo", "8xH100-80GB")) == []
-    p = build("qwen7b-grpo", "1xH100-80GB", "rl.beta=0.0", "rl.learning_rate=1e-4", "rl.max_new_tokens=12288")
+    # AdamW leaves the GPU between phases here (tests/test_planner.py works the numbers out)
+    p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192")
     assert p.phase_offload
     (cb,) = engine.callbacks(p)
     assert isinstance(cb, TrainerCallback)

@@ -57,8 +57,10 @@ def test_parameter_counts_match_published_models(arch, published, qkv_biases):
 #              + 2 norms x 64 = 36,992
 #   P = 2 x 36,992 + embedding 6,400 + LM head 6,400 + final norm 64 = 86,848
 #   LoRA r=4: per layer 4 x (q 128 + k 96 + v 96 + o 128 + gate 192 + up 192 + down 192) = 4,096 -> 8,192
+#   autocast's bf16 copies of the fp32 weights (full training, single/DDP): 2 B x (2 x 36,864 linear + LM head
+#   6,400 = 80,128) = 160,256; a critic's (score head 64 x 1): 2 x (73,728 + 64) = 147,584
 SMALL = memory.Arch(layers=2, hidden=64, heads=4, kv_heads=2, vocab=100, intermediate=128, tie_embeddings=False)
-P, PL = 86_848, 8_192
+P, PL, COPIES, CRITIC_COPIES = 86_848, 8_192, 160_256, 147_584
 
 
 def small_env(procs: int = 1, engine_name: str = "vllm") -> memory.Env:
@@ -87,6 +89,11 @@ def test_small_model_architecture_numbers():
     assert SMALL.lora_params(4) == PL
     assert SMALL.kv_bytes_per_token(2) == 256  # 2 (K, V) x 2 layers x 32 x 2 bytes
     assert SMALL.act_bytes_per_token_layer(2) == 2_432  # 2 bytes x (10 x 64 + 2 x 32 + 4 x 128) = 2 x 1,216
+    # fp32 weights under bf16 autocast: fp32 residual; per norm input 4h + normalised 4h bytes (2 norms: 1,024),
+    # a bf16 cast of the norm output per q, k, v, gate, up (5 x 2h = 640), Q + attention output 2 x 2h = 256,
+    # K + V 2 x 2 x 32 = 128, MLP 4 x 2 x 128 = 1,024 -> 3,072 (= 30h + 4 kv_dim + 8I)
+    assert SMALL.act_bytes_per_token_layer_master() == 3_072
+    assert SMALL.matmul_params() == 80_128 and SMALL.matmul_params("score") == 73_792
     assert SMALL.lora_dropout_bytes_per_token_layer(2) == 1_024  # 2 x (6 x 64 + 128)
     # NF4 with double quantisation: 0.5 + 1/64 + 4/(64*256) = 0.515869140625 B per linear weight
     # 73,728 linear weights x 0.515869140625 = 38,034; the other 13,120 weights in bf16 = 26,240 -> 64,274
@@ -96,10 +103,11 @@ def test_small_model_architecture_numbers():
 @pytest.mark.parametrize(
     ("setup", "procs", "expected"),
     [
-        # pure bf16 (the stages load bf16 weights): weights 2P, grads 2P, AdamW m+v 4P
-        (memory.Setup("single", "full"), 1, {"weights": 173_696, "grads": 173_696, "optim": 347_392, "buckets": 0}),
-        # DDP adds bf16 gradient buckets (2P) on every GPU
-        (memory.Setup("ddp", "full"), 4, {"weights": 173_696, "grads": 173_696, "optim": 347_392, "buckets": 173_696}),
+        # fp32 master weights (full training loads fp32, bf16 autocast): P = 86,848 -> weights 4P = 347,392,
+        # grads 4P = 347,392, AdamW m+v 8P = 694,784
+        (memory.Setup("single", "full"), 1, {"weights": 347_392, "grads": 347_392, "optim": 694_784, "buckets": 0}),
+        # DDP adds fp32 gradient buckets (4P) on every GPU
+        (memory.Setup("ddp", "full"), 4, {"weights": 347_392, "grads": 347_392, "optim": 694_784, "buckets": 347_392}),
         # FSDP2 over 4 GPUs, fp32 master: 4P/4 = 86,848 + gathered units 3 x max(36,992, 6,400) x 2 = 221,952
         # -> 308,800; grads 4P/4 = 86,848; AdamW 8P/4 = 173,696
         (memory.Setup("fsdp2", "full"), 4, {"weights": 308_800, "grads": 86_848, "optim": 173_696, "buckets": 0}),
@@ -124,10 +132,16 @@ def test_training_state_by_hand(setup, procs, expected):
 def test_activations_and_logits_by_hand():
     env = small_env()
     full = memory.Setup("single", "full")
-    # micro-batch 2 x 14 tokens = 28 tokens; no checkpointing: 28 x 2 layers x 2,432 = 136,192
-    assert memory.activations(SMALL, env, full, RL, 2) == 136_192
-    # checkpointing: layer inputs 28 x 2 layers x 2 B x 64 = 7,168 + one layer recomputed 28 x 2,432 = 68,096
-    assert memory.activations(SMALL, env, memory.Setup("single", "full", checkpointing=True), RL, 2) == 75_264
+    # micro-batch 2 x 14 tokens = 28 tokens; fp32 master weights, no checkpointing: 28 x 2 layers x 3,072 = 172,032
+    assert memory.activations(SMALL, env, full, RL, 2) == 172_032
+    # checkpointing: fp32 layer inputs 28 x 2 layers x 4 B x 64 = 14,336 + one layer recomputed 28 x 3,072
+    # = 86,016 -> 100,352
+    assert memory.activations(SMALL, env, full._replace(checkpointing=True), RL, 2) == 100_352
+    # FSDP2 computes with its gathered bf16 units (bf16 residual): 28 x 2 x 2,432 = 136,192; checkpointed: inputs
+    # 28 x 2 x 2 B x 64 = 7,168 + one layer 28 x 2,432 = 68,096 -> 75,264
+    fsdp2 = memory.Setup("fsdp2", "full")
+    assert memory.activations(SMALL, small_env(4), fsdp2, RL, 2) == 136_192
+    assert memory.activations(SMALL, small_env(4), fsdp2._replace(checkpointing=True), RL, 2) == 75_264
     # LoRA keeps dropout copies too: 28 x 2 x (2,432 + 1,024) = 193,536
     assert memory.activations(SMALL, env, memory.Setup("single", "lora"), RL, 2) == 193_536
     # logits: 2 sequences x 8 completion tokens x vocab 100 x 8 B = 12,800
@@ -139,17 +153,20 @@ def test_phases_by_hand():
     fit = memory.stage_fit(SMALL, env, memory.Setup("single", "full"), RL, 2)
     gen, train = fit.phases
     ctx = 1.5 * GiB
-    # training: context + weights 173,696 + grads 173,696 + vLLM residue 1 GiB + activations 136,192
-    #           + logits 12,800 + AdamW 347,392
+    # training: context + fp32 weights 4P = 347,392 + grads 347,392 + vLLM residue 1 GiB + bf16 copies 160,256
+    #           + activations 172,032 + logits 12,800 + AdamW 8P = 694,784
     assert train.components["vLLM sleeping residue"] == GiB
-    assert train.peak == pytest.approx(ctx + GiB + 173_696 + 173_696 + 136_192 + 12_800 + 347_392)
-    # generation: weights and AdamW stay (no gradients: freed after each step), then vLLM's reservation.
-    # vLLM: weights 2P = 173,696; runtime 1 GiB + 16 seqs x 100 x 4 B = 1 GiB + 6,400; KV 14 tokens x 256 B
-    # = 3,584 per rollout, 16 rollouts 57,344 -> need 1,073,979,264 B = 0.0125 of 80 GiB -> util 0.02
+    assert train.components["bf16 weight copies (autocast)"] == COPIES
+    assert train.peak == pytest.approx(ctx + GiB + 347_392 + 347_392 + 160_256 + 172_032 + 12_800 + 694_784)
+    # generation: weights and AdamW stay (no gradients: freed after each step; no autocast copies: vLLM
+    # generates), then vLLM's reservation. vLLM: its own bf16 weights 2P = 173,696; runtime 1 GiB + 16 seqs x
+    # 100 x 4 B = 1 GiB + 6,400; KV 14 tokens x 256 B = 3,584 per rollout, 16 rollouts 57,344
+    # -> need 1,073,979,264 B = 0.0125 of 80 GiB -> util 0.02
     assert fit.generation.util == 0.02
     reservation = 0.02 * 80 * GiB
     assert gen.components["vLLM KV cache"] == pytest.approx(reservation - 173_696 - GiB - 6_400)
-    assert gen.peak == pytest.approx(ctx + 173_696 + 347_392 + reservation)
+    assert "bf16 weight copies (autocast)" not in gen.components
+    assert gen.peak == pytest.approx(ctx + 347_392 + 694_784 + reservation)
     assert fit.generation.concurrent == 16 and fit.generation.max_model_length == 14
 
 
@@ -157,30 +174,48 @@ def test_phase_offload_splits_the_optimizer_step():
     fit = memory.stage_fit(SMALL, small_env(), memory.Setup("single", "full", phase_offload=True), RL, 2)
     gen, train, step = fit.phases
     assert "optimizer states" not in gen.components and "optimizer states" not in train.components
-    assert step.name == "optimizer step" and step.components["optimizer states"] == 347_392
-    assert "activations" not in step.components
+    # AdamW m + v in fp32: 8P = 694,784, only around the step; the step runs no forward (no activations, logits
+    # or autocast copies): context 1.5 GiB + residue 1 GiB + weights 347,392 + grads 347,392 + AdamW 694,784
+    assert step.name == "optimizer step" and step.components["optimizer states"] == 694_784
+    assert not {"activations", "logits", "bf16 weight copies (autocast)"} & set(step.components)
+    assert step.peak == pytest.approx(2.5 * GiB + 347_392 + 347_392 + 694_784)
+    assert train.peak == pytest.approx(2.5 * GiB + 347_392 + 347_392 + 160_256 + 172_032 + 12_800)
 
 
 def test_reward_model_and_critic_by_hand():
     wl = RL._replace(reward_model=True, critic=True)
     gen, train = memory.stage_fit(SMALL, small_env(), memory.Setup("single", "full"), wl, 2).phases
-    # reward model: the classifier (80,512 parameters) in bf16 on the GPU = 161,024 in both phases
+    # reward model: the frozen classifier (80,512 parameters) loads in bf16 = 161,024 in both phases
     assert gen.components["reward model"] == train.components["reward model"] == 161_024
-    # critic laid out like the policy: weights 161,024 + grads 161,024 + AdamW 322,048 = 644,096 while training;
-    # no gradients while generating: 483,072
-    assert train.components["critic (weights, grads, optimizer)"] == 644_096
-    assert gen.components["critic (weights, optimizer)"] == 483_072
-    # the critic runs its own forward/backward over the same tokens: activations 2 x 136,192
-    assert train.components["activations"] == 272_384
+    # critic: trains in full like the policy, fp32: weights 4 x 80,512 = 322,048 + grads 322,048 + AdamW 644,096
+    # = 1,288,192 while training; no gradients while generating: 966,144
+    assert train.components["critic (weights, grads, optimizer)"] == 1_288_192
+    assert gen.components["critic (weights, optimizer)"] == 966_144
+    # the critic runs its own forward/backward over the same tokens: activations 2 x 172,032; its autocast copies
+    # join the policy's: 160,256 + 147,584 = 307,840
+    assert train.components["activations"] == 344_064
+    assert train.components["bf16 weight copies (autocast)"] == COPIES + CRITIC_COPIES == 307_840
 
 
 def test_transformers_generation_by_hand():
     env = small_env(engine_name="transformers")
-    fit = memory.stage_fit(SMALL, env, memory.Setup("single", "full"), RL, 2)
-    gen = fit.phases[0].components
-    assert gen["KV cache (generate)"] == 16 * 14 * 256  # every rollout at once: 57,344
-    assert gen["prefill activations"] == 16 * 6 * 2 * (3 * 128 + 2 * 64)  # 98,304
+    gen = memory.stage_fit(SMALL, env, memory.Setup("single", "full"), RL, 2).phases[0].components
+    # fp32 policy: the fp32 embedding makes RoPE's cos/sin fp32, so cached keys (and values, cat'ed after them)
+    # are fp32: 2 x 2 layers x 32 x 4 B = 512 B per token, every rollout at once 16 x 14 x 512 = 114,688
+    assert gen["KV cache (generate)"] == 114_688
+    # prefill: 16 x 6 prompt tokens x (gate, up, act in bf16 3 x 128 x 2 B + residual, norm output fp32 2 x 64 x
+    # 4 B = 1,280) = 122,880; each forward re-casts the weights: copies 160,256
+    assert gen["prefill activations"] == 122_880
+    assert gen["bf16 weight copies (autocast)"] == COPIES
     assert gen["sampling logits"] == 16 * 100 * 12  # 19,200
+    # weights 4P + AdamW 8P stay; context 1.5 GiB
+    expected = 1.5 * GiB + 347_392 + 694_784 + 160_256 + 114_688 + 122_880 + 19_200
+    assert sum(gen.values()) == pytest.approx(expected)
+    # LoRA: a bf16 base computes in bf16: KV 16 x 14 x 256 = 57,344; prefill 16 x 6 x 2 x (3 x 128 + 2 x 64)
+    # = 98,304; no fp32 weights to re-cast
+    lora = memory.stage_fit(SMALL, env, memory.Setup("single", "lora"), RL, 2).phases[0].components
+    assert lora["KV cache (generate)"] == 57_344 and lora["prefill activations"] == 98_304
+    assert "bf16 weight copies (autocast)" not in lora
 
 
 # --- Real presets: per-component numbers from `rlctl plan --json` against independent arithmetic ---------------
@@ -214,21 +249,50 @@ def test_qwen7b_on_8xh100_numbers(vllm_here):
         assert ph["fits"] and ph["peak_gib"] <= ph["budget_gib"] == pytest.approx(79.65 * 0.95, abs=1e-2)
 
 
+def test_qwen05b_on_one_h100_numbers(vllm_here):
+    # full fine-tuning on one GPU keeps fp32 master weights without FSDP2 (the stages load the policy in fp32)
+    p = build("qwen0.5b-grpo", "1xH100-80GB", "rl.beta=0.0")
+    assert (p.strategy, p.adapter, p.cpu_offload, p.phase_offload) == ("single", "full", False, False)
+    # P = 494,005,120 (published 494,032,768 less 27,648 q/k/v biases); linear per layer 2 x 896^2 + 2 x 896 x 128
+    # + 3 x 896 x 4,864 = 14,909,440, x 24 = 357,826,560; tied LM head 151,936 x 896 = 136,134,656
+    n = 494_005_120
+    train = phase(p, "rl/training")["components_gib"]
+    assert train["policy weights"] == pytest.approx(4 * n / GiB, abs=1e-3)  # 1.840
+    assert train["policy gradients"] == pytest.approx(4 * n / GiB, abs=1e-3)  # 1.840
+    assert train["optimizer states"] == pytest.approx(8 * n / GiB, abs=1e-3)  # 3.681
+    copies = 2 * (357_826_560 + 136_134_656)  # 987,922,432 B
+    assert train["bf16 weight copies (autocast)"] == pytest.approx(copies / GiB, abs=1e-3)  # 0.920
+    rl = p.stages[0]
+    assert (rl.micro_batch_size, rl.grad_accum, p.gradient_checkpointing) == (16, 16, False)
+    tokens = 16 * (512 + 1024)  # 24,576
+    per_layer = 30 * 896 + 4 * 128 + 8 * 4864  # 66,304 B per token per layer (fp32 residual)
+    assert train["activations"] == pytest.approx(tokens * 24 * per_layer / GiB, abs=1e-3)  # 36.422
+    assert train["logits"] == pytest.approx(16 * 1024 * 151_936 * 8 / GiB, abs=1e-3)  # 18.547
+    # 1.5 + 1 (vLLM residue) + 1.840 + 1.840 + 3.681 + 0.920 + 36.422 + 18.547 = 65.750 of 79.65 x 0.95 = 75.668
+    assert phase(p, "rl/training")["peak_gib"] == pytest.approx(65.750, abs=2e-3)
+    # disk: keep_last 2 checkpoints x (fp32 weights 4P + AdamW 8P) + the fp32 final model 4P = 28P
+    assert p.memory["disk"]["need_gib"] == pytest.approx(28 * n / GiB, abs=1e-3)  # 12.882
+
+
 # --- The decision matrix ------------------------------------------------------------------------------------------
 
+SINGLE, DDP = ("single", "full", False), ("ddp", "full", False)
 FSDP2, CPU_OFFLOAD, QLORA = ("fsdp2", "full", False), ("fsdp2", "full", True), ("single", "qlora", False)
 MATRIX = {
-    # (preset, hardware): (strategy, adapter, FSDP2 CPU offload). The recipes' learning rates (1e-6 .. 1e-5) need
-    # fp32 master weights for full fine-tuning, which FSDP2 gives (even on one GPU); single-GPU 7-8B models
-    # offload the fp32 state to host RAM when it fits there, else fall back to QLoRA (24 GB cards).
-    ("qwen0.5b-grpo", "1xA10G-24GB"): FSDP2,
-    ("qwen0.5b-grpo", "1xH100-80GB"): FSDP2,
-    ("qwen0.5b-grpo", "8xH100-80GB"): FSDP2,
-    ("qwen0.5b-grpo", "2x8xH100-80GB"): FSDP2,
+    # (preset, hardware): (strategy, adapter, FSDP2 CPU offload). Full fine-tuning keeps fp32 master weights
+    # whatever the strategy (16 B/param of state + autocast's 2 B/param bf16 copies on single/DDP), so the
+    # replicated layouts come first: 0.5B and 1.5B replicate (DDP state 20 B/param: 9.2 / 28.8 GiB per GPU);
+    # 7-8B (16 B/param: 113-120 GiB) shard with FSDP2 over 8+ GPUs, offload the fp32 state to host RAM on one
+    # 80 GB GPU, and fall back to QLoRA on 24 GB cards; 1.5B on a 24 GB card offloads too (its 23 GiB of
+    # state does not fit next to the context).
+    ("qwen0.5b-grpo", "1xA10G-24GB"): SINGLE,
+    ("qwen0.5b-grpo", "1xH100-80GB"): SINGLE,
+    ("qwen0.5b-grpo", "8xH100-80GB"): DDP,
+    ("qwen0.5b-grpo", "2x8xH100-80GB"): DDP,
     ("qwen1.5b-grpo", "1xA10G-24GB"): CPU_OFFLOAD,
-    ("qwen1.5b-grpo", "1xH100-80GB"): FSDP2,
-    ("qwen1.5b-grpo", "8xH100-80GB"): FSDP2,
-    ("qwen1.5b-grpo", "2x8xH100-80GB"): FSDP2,
+    ("qwen1.5b-grpo", "1xH100-80GB"): SINGLE,
+    ("qwen1.5b-grpo", "8xH100-80GB"): DDP,
+    ("qwen1.5b-grpo", "2x8xH100-80GB"): DDP,
     ("qwen7b-grpo", "1xA10G-24GB"): QLORA,
     ("qwen7b-grpo", "1xH100-80GB"): CPU_OFFLOAD,
     ("qwen7b-grpo", "8xH100-80GB"): FSDP2,
@@ -272,8 +336,13 @@ def test_reference_placement(vllm_here):
     assert build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0").reference == "none"
     sharded = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.04")
     assert sharded.reference == "gpu-sharded"
-    # a bf16 copy sharded over 8 GPUs: 2 x 7,615,487,488 / 8 B = 1.773 GiB
-    assert phase(sharded, "rl/training")["components_gib"]["reference model"] == pytest.approx(1.773, abs=1e-3)
+    # TRL builds the reference in the policy's dtype, fp32 under full training, sharded over 8 GPUs:
+    # 4 x 7,615,487,488 / 8 = 3,807,743,744 B = 3.546 GiB
+    assert phase(sharded, "rl/training")["components_gib"]["reference model"] == pytest.approx(3.546, abs=1e-3)
+    # replicated: 4 x 494,005,120 = 1,976,020,480 B = 1.840 GiB on the one GPU
+    whole = build("qwen0.5b-grpo", "1xH100-80GB", "rl.beta=0.04")
+    assert (whole.strategy, whole.reference) == ("single", "gpu")
+    assert phase(whole, "rl/training")["components_gib"]["reference model"] == pytest.approx(1.840, abs=1e-3)
     lora = build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.04")
     assert lora.adapter == "qlora" and lora.reference == "adapters-disabled"
     assert "reference model" not in phase(lora, "rl/training")["components_gib"]
@@ -291,17 +360,25 @@ def test_tensor_parallel_when_vllm_weights_crowd_one_gpu(vllm_here):
     )
 
 
-def test_phase_offload_chosen_when_generation_needs_the_room(vllm_here):
-    # pure bf16 full fine-tuning is allowed at lr >= 1e-4. 7B on one H100 with 12,288-token completions: weights
-    # 14.2 + grads 14.2 + AdamW 28.4 + context 1.5 + vLLM residue 1 = 59.3 GiB, plus logits of one sequence
-    # 12,288 x 152,064 x 8 B = 13.9 GiB and checkpointed activations ~5 GiB: 78 GiB > 75.7 with AdamW on the GPU;
-    # without it the forward/backward needs 50 GiB and the optimizer step 59.3 GiB
-    p = build("qwen7b-grpo", "1xH100-80GB", "rl.beta=0.0", "rl.learning_rate=1e-4", "rl.max_new_tokens=12288")
-    assert (p.strategy, p.adapter, p.phase_offload) == ("single", "full", True)
+def test_phase_offload_chosen_when_training_needs_the_room(vllm_here):
+    # Qwen2.5-1.5B (P = 28 x 46,795,776 + 151,936 x 1,536 + 1,536 = 1,543,656,960) on one A100-40GB (budget
+    # 40 x 0.95 = 38 GiB) with 8,192-token completions, micro-batch 1 of 8,704 tokens, checkpointed:
+    #   context 1.5 + vLLM residue 1 + fp32 weights 4P 5.751 + grads 5.751
+    #   + bf16 copies 2 x (28 x 46,792,704 + 233,373,696) = 3,087,138,816 B = 2.875
+    #   + activations 8,704 x (28 x 4 B x 1,536 + 30 x 1,536 + 4 x 256 + 8 x 8,960) = 2,531,262,464 B = 2.357
+    #   + logits 8,192 x 151,936 x 8 B = 9.273 -> 28.507 GiB; with AdamW (8P = 11.501) also on the GPU 40.008 > 38
+    # so AdamW leaves the GPU between steps; the optimizer step: 1.5 + 1 + 5.751 + 5.751 + 11.501 = 25.503
+    p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192")
+    assert (p.strategy, p.adapter, p.phase_offload, p.gradient_checkpointing) == ("single", "full", True, True)
+    assert (p.stages[0].micro_batch_size, p.stages[0].grad_accum) == (1, 256)
     names = [f"{ph['stage']}/{ph['phase']}" for ph in p.memory["phases"]]
     assert names == ["rl/generation", "rl/training", "rl/optimizer step"]
     assert "optimizer states" not in phase(p, "rl/generation")["components_gib"]
-    assert any(d["setting"] == "optimizer offload" and d["value"] == "between phases" for d in p.decisions)
+    assert phase(p, "rl/training")["peak_gib"] == pytest.approx(28.507, abs=2e-3)
+    assert phase(p, "rl/optimizer step")["peak_gib"] == pytest.approx(25.503, abs=2e-3)
+    assert p.memory["host"]["components_gib"]["optimizer states (between phases)"] == pytest.approx(11.501, abs=1e-3)
+    why = next(d["why"] for d in p.decisions if d["setting"] == "optimizer offload" and d["value"] == "between phases")
+    assert "rl/training would peak at 40.0 GiB > 38.0 GiB" in why
 
 
 def test_transformers_generation_when_vllm_is_missing_on_a_gpu_machine(monkeypatch):
@@ -310,9 +387,11 @@ def test_transformers_generation_when_vllm_is_missing_on_a_gpu_machine(monkeypat
     p = build("qwen0.5b-grpo", "1xA10G-24GB", "rl.beta=0.0")
     assert p.generation_engine == "transformers" and p.vllm is None
     assert any("vllm is not installed" in w for w in p.warnings)
+    assert (p.strategy, p.adapter) == ("single", "full")
     gen = phase(p, "rl/generation")["components_gib"]
-    # all 256 rollouts at once: 256 x (512 + 1024) tokens x 2 x 24 layers x 128 x 2 B = 4.5 GiB
-    assert gen["KV cache (generate)"] == pytest.approx(256 * 1536 * 2 * 24 * 128 * 2 / GiB, abs=1e-3)
+    # all 256 rollouts at once, fp32 keys and values (fp32 policy): 256 x (512 + 1024) tokens x 2 x 24 layers
+    # x 128 x 4 B = 9.0 GiB
+    assert gen["KV cache (generate)"] == pytest.approx(256 * 1536 * 2 * 24 * 128 * 4 / GiB, abs=1e-3)
 
 
 # --- Tiny demo on CPU: reported against RAM, never refused --------------------------------------------------------
@@ -374,10 +453,11 @@ def test_explicit_settings_that_fit_are_kept(vllm_here):
     assert p.memory["fits"] and not [w for w in p.warnings if "will not fit" in w]
 
 
-def test_pure_bf16_full_is_warned_at_low_learning_rate(vllm_here):
+def test_full_training_keeps_fp32_master_weights(vllm_here):
     p = build("qwen0.5b-grpo", "1xH100-80GB", "rl.beta=0.0", "hardware.strategy=single", "model.adapter=full")
     assert (p.strategy, p.adapter) == ("single", "full")
-    assert any("round away" in w for w in p.warnings)
+    why = next(d for d in p.decisions if d["setting"] == "adapter")["why"]
+    assert "fp32 master weights" in why and "4 + grads 4 + AdamW 8 B/param" in why
 
 
 # --- Refusal ------------------------------------------------------------------------------------------------------
