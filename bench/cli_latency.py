@@ -1,0 +1,65 @@
+"""CLI latency: wall time of `rlctl --help`, `rlctl plan --preset qwen7b-grpo`, `rlctl presets list` as a user
+types them (a fresh process each time), best and median of N; target < 0.3 s. `--with-trl` adds `trl grpo --help`
+once for comparison.
+
+Usage: python bench/cli_latency.py [--repeat 10] [--with-trl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RLCTL, report
+
+TARGET_S = 0.3
+COMMANDS = [["--help"], ["plan", "--preset", "qwen7b-grpo"], ["presets", "list"]]
+
+
+def timed(argv: list[str], cwd: str) -> float:
+    start = time.perf_counter()
+    env = {"COLUMNS": "120", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-500:]}")
+    return elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--with-trl", action="store_true", help="also time `trl grpo --help` (slow, once)")
+    opts = ap.parse_args()
+    rows, results = [], []
+    with tempfile.TemporaryDirectory() as cwd:  # no rlctl.yaml in the way
+        timed([RLCTL, "--help"], cwd)  # warm the page cache
+        for args in COMMANDS:
+            times = [timed([RLCTL, *args], cwd) for _ in range(opts.repeat)]
+            best, median = min(times), statistics.median(times)
+            ok = "yes" if median < TARGET_S else "NO"
+            rows.append([f"rlctl {' '.join(args)}", best, median, max(times), ok])
+            results.append({"command": f"rlctl {' '.join(args)}", "best_s": best, "median_s": median, "times_s": times})
+        trl = shutil.which("trl", path=str(Path(sys.executable).parent))
+        if opts.with_trl and trl:
+            t = timed([trl, "grpo", "--help"], cwd)
+            rows.append(["trl grpo --help (once)", t, t, t, "-"])
+            results.append({"command": "trl grpo --help", "best_s": t, "median_s": t, "times_s": [t]})
+    report(
+        "cli_latency",
+        f"CLI latency, fresh process, {opts.repeat} runs each (target < {TARGET_S} s)",
+        ["command", "best s", "median s", "max s", f"median < {TARGET_S} s"],
+        rows,
+        {"target_s": TARGET_S, "repeat": opts.repeat, "results": results},
+    )
+
+
+if __name__ == "__main__":
+    main()
