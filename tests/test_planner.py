@@ -1,6 +1,7 @@
-"""The memory planner (rlctl.memory, rlctl.plan, rlctl.hardware) on CPU: hand-computed component numbers, the
-decision matrix of model presets x hardware presets, user overrides, refusals with exit 2, and a fast,
-torch-free `rlctl plan`. Every expected number is worked out in the comment next to it, without the planner."""
+"""The memory planner (rlctl.memory_model, rlctl.memory, rlctl.plan, rlctl.hardware) on CPU: hand-computed
+component numbers, the decision matrix of model presets x hardware presets, user overrides, refusals with exit 2,
+and a fast, torch-free `rlctl plan`. Every expected number is worked out in the comment next to it, without
+the planner."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from rlctl import config, engine, hardware, memory, plan
+from rlctl import config, engine, hardware, memory, memory_model, plan
 from rlctl.errors import UserError
 from tests.conftest import RLCTL
 
@@ -40,11 +41,11 @@ def phase(p: plan.Plan, name: str) -> dict:
     ("arch", "published", "qkv_biases"),
     [
         # Qwen2.5-7B-Instruct: 7,615,616,512 parameters, of which q/k/v biases 28 x (3584 + 512 + 512) = 129,024
-        (memory.Arch(28, 3584, 28, 4, 152064, 18944, False), 7_615_616_512, 28 * (3584 + 512 + 512)),
+        (memory_model.Arch(28, 3584, 28, 4, 152064, 18944, False), 7_615_616_512, 28 * (3584 + 512 + 512)),
         # Llama-3.1-8B: 8,030,261,248, no biases
-        (memory.Arch(32, 4096, 32, 8, 128256, 14336, False), 8_030_261_248, 0),
+        (memory_model.Arch(32, 4096, 32, 8, 128256, 14336, False), 8_030_261_248, 0),
         # Qwen2.5-0.5B-Instruct (tied embeddings): 494,032,768; biases 24 x (896 + 128 + 128) = 27,648
-        (memory.Arch(24, 896, 14, 2, 151936, 4864, True), 494_032_768, 24 * (896 + 128 + 128)),
+        (memory_model.Arch(24, 896, 14, 2, 151936, 4864, True), 494_032_768, 24 * (896 + 128 + 128)),
     ],
 )
 def test_parameter_counts_match_published_models(arch, published, qkv_biases):
@@ -59,12 +60,12 @@ def test_parameter_counts_match_published_models(arch, published, qkv_biases):
 #   LoRA r=4: per layer 4 x (q 128 + k 96 + v 96 + o 128 + gate 192 + up 192 + down 192) = 4,096 -> 8,192
 #   autocast's bf16 copies of the fp32 weights (full training, single/DDP): 2 B x (2 x 36,864 linear + LM head
 #   6,400 = 80,128) = 160,256; a critic's (score head 64 x 1): 2 x (73,728 + 64) = 147,584
-SMALL = memory.Arch(layers=2, hidden=64, heads=4, kv_heads=2, vocab=100, intermediate=128, tie_embeddings=False)
+SMALL = memory_model.Arch(layers=2, hidden=64, heads=4, kv_heads=2, vocab=100, intermediate=128, tie_embeddings=False)
 P, PL, COPIES, CRITIC_COPIES = 86_848, 8_192, 160_256, 147_584
 
 
-def small_env(procs: int = 1, engine_name: str = "vllm") -> memory.Env:
-    return memory.Env(
+def small_env(procs: int = 1, engine_name: str = "vllm") -> memory_model.Env:
+    return memory_model.Env(
         is_cpu=False,
         procs=procs,
         nodes=1,
@@ -80,7 +81,7 @@ def small_env(procs: int = 1, engine_name: str = "vllm") -> memory.Env:
 
 
 # RL workload: 16 rollouts per process, prompts of 6 tokens, completions of 8 -> 14 tokens per sequence
-RL = memory.Workload("rl", per_proc=16, seqs=1, tokens=14, logit_tokens=8, prompt_tokens=6, group_size=8)
+RL = memory_model.Workload("rl", per_proc=16, seqs=1, tokens=14, logit_tokens=8, prompt_tokens=6, group_size=8)
 
 
 def test_small_model_architecture_numbers():
@@ -97,7 +98,7 @@ def test_small_model_architecture_numbers():
     assert SMALL.lora_dropout_bytes_per_token_layer(2) == 1_024  # 2 x (6 x 64 + 128)
     # NF4 with double quantisation: 0.5 + 1/64 + 4/(64*256) = 0.515869140625 B per linear weight
     # 73,728 linear weights x 0.515869140625 = 38,034; the other 13,120 weights in bf16 = 26,240 -> 64,274
-    assert memory.quantized_bytes(SMALL, small_env()) == pytest.approx(64_274)
+    assert memory_model.quantized_bytes(SMALL, small_env()) == pytest.approx(64_274)
 
 
 @pytest.mark.parametrize(
@@ -105,52 +106,60 @@ def test_small_model_architecture_numbers():
     [
         # fp32 master weights (full training loads fp32, bf16 autocast): P = 86,848 -> weights 4P = 347,392,
         # grads 4P = 347,392, AdamW m+v 8P = 694,784
-        (memory.Setup("single", "full"), 1, {"weights": 347_392, "grads": 347_392, "optim": 694_784, "buckets": 0}),
+        (
+            memory_model.Setup("single", "full"),
+            1,
+            {"weights": 347_392, "grads": 347_392, "optim": 694_784, "buckets": 0},
+        ),
         # DDP adds fp32 gradient buckets (4P) on every GPU
-        (memory.Setup("ddp", "full"), 4, {"weights": 347_392, "grads": 347_392, "optim": 694_784, "buckets": 347_392}),
+        (
+            memory_model.Setup("ddp", "full"),
+            4,
+            {"weights": 347_392, "grads": 347_392, "optim": 694_784, "buckets": 347_392},
+        ),
         # FSDP2 over 4 GPUs, fp32 master: 4P/4 = 86,848 + gathered units 3 x max(36,992, 6,400) x 2 = 221,952
         # -> 308,800; grads 4P/4 = 86,848; AdamW 8P/4 = 173,696
-        (memory.Setup("fsdp2", "full"), 4, {"weights": 308_800, "grads": 86_848, "optim": 173_696, "buckets": 0}),
+        (memory_model.Setup("fsdp2", "full"), 4, {"weights": 308_800, "grads": 86_848, "optim": 173_696, "buckets": 0}),
         # FSDP2 + CPU offload: only the gathered units stay; the 347,392 B shard goes to host RAM
         (
-            memory.Setup("fsdp2", "full", cpu_offload=True),
+            memory_model.Setup("fsdp2", "full", cpu_offload=True),
             4,
             {"weights": 221_952, "grads": 0, "optim": 0, "buckets": 0, "host": 347_392},
         ),
         # LoRA: frozen bf16 base 2P = 173,696 + fp32 adapters 4 x 8,192 = 32,768; grads 32,768; AdamW 65,536
-        (memory.Setup("single", "lora"), 1, {"weights": 206_464, "grads": 32_768, "optim": 65_536, "buckets": 0}),
+        (memory_model.Setup("single", "lora"), 1, {"weights": 206_464, "grads": 32_768, "optim": 65_536, "buckets": 0}),
         # QLoRA: NF4 base 64,274 + adapters 32,768 = 97,042
-        (memory.Setup("single", "qlora"), 1, {"weights": 97_042, "grads": 32_768, "optim": 65_536, "buckets": 0}),
+        (memory_model.Setup("single", "qlora"), 1, {"weights": 97_042, "grads": 32_768, "optim": 65_536, "buckets": 0}),
     ],
 )
 def test_training_state_by_hand(setup, procs, expected):
-    state = memory.model_state(SMALL, small_env(procs), setup)
+    state = memory_model.model_state(SMALL, small_env(procs), setup)
     for key, value in expected.items():
         assert state[key] == pytest.approx(value), key
 
 
 def test_activations_and_logits_by_hand():
     env = small_env()
-    full = memory.Setup("single", "full")
+    full = memory_model.Setup("single", "full")
     # micro-batch 2 x 14 tokens = 28 tokens; fp32 master weights, no checkpointing: 28 x 2 layers x 3,072 = 172,032
-    assert memory.activations(SMALL, env, full, RL, 2) == 172_032
+    assert memory_model.activations(SMALL, env, full, RL, 2) == 172_032
     # checkpointing: fp32 layer inputs 28 x 2 layers x 4 B x 64 = 14,336 + one layer recomputed 28 x 3,072
     # = 86,016 -> 100,352
-    assert memory.activations(SMALL, env, full._replace(checkpointing=True), RL, 2) == 100_352
+    assert memory_model.activations(SMALL, env, full._replace(checkpointing=True), RL, 2) == 100_352
     # FSDP2 computes with its gathered bf16 units (bf16 residual): 28 x 2 x 2,432 = 136,192; checkpointed: inputs
     # 28 x 2 x 2 B x 64 = 7,168 + one layer 28 x 2,432 = 68,096 -> 75,264
-    fsdp2 = memory.Setup("fsdp2", "full")
-    assert memory.activations(SMALL, small_env(4), fsdp2, RL, 2) == 136_192
-    assert memory.activations(SMALL, small_env(4), fsdp2._replace(checkpointing=True), RL, 2) == 75_264
+    fsdp2 = memory_model.Setup("fsdp2", "full")
+    assert memory_model.activations(SMALL, small_env(4), fsdp2, RL, 2) == 136_192
+    assert memory_model.activations(SMALL, small_env(4), fsdp2._replace(checkpointing=True), RL, 2) == 75_264
     # LoRA keeps dropout copies too: 28 x 2 x (2,432 + 1,024) = 193,536
-    assert memory.activations(SMALL, env, memory.Setup("single", "lora"), RL, 2) == 193_536
+    assert memory_model.activations(SMALL, env, memory_model.Setup("single", "lora"), RL, 2) == 193_536
     # logits: 2 sequences x 8 completion tokens x vocab 100 x 8 B = 12,800
-    assert memory.logits(SMALL, env, RL, 2) == 12_800
+    assert memory_model.logits(SMALL, env, RL, 2) == 12_800
 
 
 def test_phases_by_hand():
     env = small_env()
-    fit = memory.stage_fit(SMALL, env, memory.Setup("single", "full"), RL, 2)
+    fit = memory_model.stage_fit(SMALL, env, memory_model.Setup("single", "full"), RL, 2)
     gen, train = fit.phases
     ctx = 1.5 * GiB
     # training: context + fp32 weights 4P = 347,392 + grads 347,392 + vLLM residue 1 GiB + bf16 copies 160,256
@@ -171,7 +180,7 @@ def test_phases_by_hand():
 
 
 def test_phase_offload_splits_the_optimizer_step():
-    fit = memory.stage_fit(SMALL, small_env(), memory.Setup("single", "full", phase_offload=True), RL, 2)
+    fit = memory_model.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full", phase_offload=True), RL, 2)
     gen, train, step = fit.phases
     assert "optimizer states" not in gen.components and "optimizer states" not in train.components
     # AdamW m + v in fp32: 8P = 694,784, only around the step; the step runs no forward (no activations, logits
@@ -184,7 +193,7 @@ def test_phase_offload_splits_the_optimizer_step():
 
 def test_reward_model_and_critic_by_hand():
     wl = RL._replace(reward_model=True, critic=True)
-    gen, train = memory.stage_fit(SMALL, small_env(), memory.Setup("single", "full"), wl, 2).phases
+    gen, train = memory_model.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full"), wl, 2).phases
     # reward model: the frozen classifier (80,512 parameters) loads in bf16 = 161,024 in both phases
     assert gen.components["reward model"] == train.components["reward model"] == 161_024
     # critic: trains in full like the policy, fp32: weights 4 x 80,512 = 322,048 + grads 322,048 + AdamW 644,096
@@ -199,7 +208,7 @@ def test_reward_model_and_critic_by_hand():
 
 def test_transformers_generation_by_hand():
     env = small_env(engine_name="transformers")
-    gen = memory.stage_fit(SMALL, env, memory.Setup("single", "full"), RL, 2).phases[0].components
+    gen = memory_model.stage_fit(SMALL, env, memory_model.Setup("single", "full"), RL, 2).phases[0].components
     # fp32 policy: the fp32 embedding makes RoPE's cos/sin fp32, so cached keys (and values, cat'ed after them)
     # are fp32: 2 x 2 layers x 32 x 4 B = 512 B per token, every rollout at once 16 x 14 x 512 = 114,688
     assert gen["KV cache (generate)"] == 114_688
@@ -213,7 +222,7 @@ def test_transformers_generation_by_hand():
     assert sum(gen.values()) == pytest.approx(expected)
     # LoRA: a bf16 base computes in bf16: KV 16 x 14 x 256 = 57,344; prefill 16 x 6 x 2 x (3 x 128 + 2 x 64)
     # = 98,304; no fp32 weights to re-cast
-    lora = memory.stage_fit(SMALL, env, memory.Setup("single", "lora"), RL, 2).phases[0].components
+    lora = memory_model.stage_fit(SMALL, env, memory_model.Setup("single", "lora"), RL, 2).phases[0].components
     assert lora["KV cache (generate)"] == 57_344 and lora["prefill activations"] == 98_304
     assert "bf16 weight copies (autocast)" not in lora
 
