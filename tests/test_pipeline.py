@@ -177,3 +177,45 @@ def test_signal_stops_with_a_checkpoint(tmp_path: Path, signum: int, code: int, 
     assert not (run_dir / "run.lock").exists()
     leftover = subprocess.run(["pgrep", "-f", f"rlctl.runner {run_dir}"], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", "no trainer outlives the stop"
+
+
+def test_non_finite_reward_stops_and_keeps_the_last_good_checkpoint(tmp_path: Path):
+    plugin = tmp_path / "bad_reward.py"
+    plugin.write_text(
+        "calls = 0\n\n\ndef explodes(prompts, completions, answer, **kw):\n"
+        "    global calls\n    calls += 1\n"
+        "    if calls > 4:\n        return [float('inf')] * len(completions)\n"
+        "    return [float(c.strip() == a) for c, a in zip(completions, answer)]\n"
+    )
+    run_dir = tmp_path / "run"
+    proc = rlctl(
+        "train",
+        "--preset",
+        "tiny-demo",
+        "--run-dir",
+        str(run_dir),
+        "--stages",
+        "sft,rl",
+        "--set",
+        "sft.max_steps=10",
+        "--set",
+        "rl.max_steps=20",
+        "--set",
+        "rl.save_every=2",
+        "--set",
+        "rl.eval_samples=20",
+        "--set",
+        f"rl.rewards=[{{name: '{plugin}:explodes'}}]",
+    )
+    out = (proc.stdout + proc.stderr).replace("\n", " ")
+    assert proc.returncode == 1, out
+    assert "reward became" in out and "rlctl resume" in out, out
+    assert summary(run_dir)["completed"] == ["sft"]
+    assert not (run_dir / "rl" / "final").exists()
+    ckpts = sorted((run_dir / "rl" / "checkpoints").glob("checkpoint-*/rlctl_complete"))
+    assert ckpts, "the last good checkpoint is kept"
+
+    from safetensors.torch import load_file
+
+    weights = load_file(ckpts[-1].parent / "model.safetensors")
+    assert all(bool(w.isfinite().all()) for w in weights.values()), "no non-finite state was checkpointed"
