@@ -352,6 +352,14 @@ def test_reference_placement(vllm_here):
     whole = build("qwen0.5b-grpo", "1xH100-80GB", "rl.beta=0.04")
     assert (whole.strategy, whole.reference) == ("single", "gpu")
     assert phase(whole, "rl/training")["components_gib"]["reference model"] == pytest.approx(1.840, abs=1e-3)
+    # FSDP2 + CPU offload (DPO, 7B on one H100): the fp32 reference waits in host RAM, 4 x 7,615,487,488 B
+    # = 28.370 GiB, next to the offloaded fp32 state 16P = 113.480 GiB and 2 GiB for the process: 143.850 of
+    # 160 x 0.9 = 144 GiB
+    dpo = build("qwen7b-dpo", "1xH100-80GB")
+    assert (dpo.strategy, dpo.cpu_offload, dpo.reference) == ("fsdp2", True, "cpu-offload")
+    host = dpo.memory["host"]
+    assert host["components_gib"]["reference model (CPU offload)"] == pytest.approx(28.370, abs=1e-3)
+    assert host["peak_gib"] == pytest.approx(143.850, abs=2e-3) and host["budget_gib"] == 144.0
     lora = build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.04")
     assert lora.adapter == "qlora" and lora.reference == "adapters-disabled"
     assert "reference model" not in phase(lora, "rl/training")["components_gib"]
