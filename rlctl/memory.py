@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from rlctl.config import RunConfig
     from rlctl.hardware import Hardware
 
-__all__ = ["GiB", "MemoryPlan", "decide", "disk_need", "gib", "render"]  # what rlctl.plan uses
+__all__ = ["GiB", "MemoryPlan", "decide", "disk_need", "gib", "render"]  # the API rlctl.plan and the display use
 
 
 def _count(n: float) -> str:
