@@ -332,7 +332,8 @@ class RLConfig(TrainConfig):
             object.__setattr__(self, "batch_size", self.prompts_per_step * g)
         if self.batch_size % self.ppo_mini_batches:
             ok = [d for d in range(1, self.batch_size + 1) if self.batch_size % d == 0]
-            near = min(ok, key=lambda d: abs(d - self.ppo_mini_batches))
+            gap = min(abs(d - self.ppo_mini_batches) for d in ok)
+            near = " or ".join(str(d) for d in ok if abs(d - self.ppo_mini_batches) == gap)
             raise ValueError(
                 f"rl.ppo_mini_batches={self.ppo_mini_batches} does not divide the {self.batch_size} completions "
                 f"of a step; nearest valid: rl.ppo_mini_batches={near}"

@@ -1,25 +1,17 @@
 """Offline unpaired preference optimisation through TRL's KTOTrainer (the reference is the starting policy).
 
-KTO learns from single completions labelled desirable or undesirable. rlctl's preference data holds pairs
-(`chosen`, `rejected`); each pair becomes two unpaired rows: the chosen completion desirable, the rejected one
-undesirable. The same held-out tenth as the rm and dpo stages is kept out of training.
+KTO learns from single completions labelled desirable or undesirable. The data layer's `kto` role reads
+data.preference either as KTO rows (`prompt`, `completion`, boolean `label`) or as preference pairs, each pair
+becoming two rows: the chosen completion desirable, the rejected one undesirable. A tenth is held out, as in the
+rm and dpo stages.
 """
 
 from __future__ import annotations
 
+from rlctl import data
 from rlctl.stages import models
 from rlctl.stages.common import StageContext, StreamMetrics, lora_config, resume_point, save_final, training_args
-from rlctl.stages.rm import preference_split
-
-
-def unpaired(pairs: list[dict]) -> list[dict]:
-    """KTO rows (prompt, completion, label) from preference pairs: chosen -> True, rejected -> False."""
-    rows = []
-    for pair in pairs:
-        prompt = pair.get("prompt", "")
-        rows.append({"prompt": prompt, "completion": pair["chosen"], "label": True})
-        rows.append({"prompt": prompt, "completion": pair["rejected"], "label": False})
-    return rows
+from rlctl.stages.rm import HOLDOUT
 
 
 def run(ctx: StageContext) -> None:
@@ -27,7 +19,7 @@ def run(ctx: StageContext) -> None:
     from trl import KTOConfig, KTOTrainer
 
     tok = models.tokenizer(ctx, ctx.stage.init_from)
-    train_pairs, _ = preference_split(ctx)
+    rows, _ = data.holdout(data.check(ctx.data["preference"], "kto"), HOLDOUT, ctx.cfg.seed)
     sc = ctx.settings
     args = training_args(
         ctx,
@@ -41,7 +33,7 @@ def run(ctx: StageContext) -> None:
     trainer = KTOTrainer(
         model=models.causal_lm(ctx, ctx.stage.init_from),
         args=args,
-        train_dataset=Dataset.from_list(unpaired(train_pairs)),
+        train_dataset=Dataset.from_list(rows),
         processing_class=tok,
         peft_config=lora_config(ctx),
         callbacks=[StreamMetrics(ctx)],

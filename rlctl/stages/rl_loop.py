@@ -21,7 +21,6 @@ The math lives in `rlctl.algorithms`; this module moves tensors between processe
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import math
 import random
@@ -171,6 +170,8 @@ class HFGenerator:
 def make_generator(ctx: StageContext, tokenizer) -> HFGenerator:
     """The generation engine of the plan: transformers for now; `rlctl.engine` plugs its vLLM engine in here."""
     rl = ctx.cfg.rl
+    if ctx.plan.generation_engine == "vllm":
+        ctx.log.write(stage="rl", event="note", message="the rlctl loop samples with transformers (no vLLM engine yet)")
     return HFGenerator(tokenizer, rl.max_new_tokens, rl.temperature)
 
 
@@ -215,7 +216,7 @@ def load_models(ctx: StageContext):
     lora = lora_config(ctx)
     ref = None
     if rl.beta > 0 and lora is None:
-        ref = copy.deepcopy(policy).eval().requires_grad_(False)
+        ref = no_dropout(models.causal_lm(ctx, init, trainable=False)).eval().requires_grad_(False)
     if lora is not None:
         from peft import get_peft_model
 
@@ -492,23 +493,20 @@ def run(ctx: StageContext) -> None:
 
         # 5. log and checkpoint
         record = {k: sum(v) / len(v) for k, v in stats.items()}  # this process's mean over its micro-batches
-        reward = sum(s.score for s in generated) / len(generated)
-        ctx.log.write(
-            stage="rl",
-            step=step,
-            max_steps=rl.max_steps,
-            reward=reward,
-            **({"kl": kl_k1, "beta": kl_ctl.value} if g_ref is not None else {}),
-            lr=sched.get_last_lr()[0],
-            response_length=sum(len(s.completion_ids) for s in samples) / len(samples),
-            **({"generation_rounds": rounds, "groups_short": shortfall} if rl.dynamic_sampling else {}),
-            **record,
-        )
-        bad = [k for k in ("loss", "value_loss", "grad_norm") if k in record and not math.isfinite(record[k])]
-        if bad or not math.isfinite(reward):
+        record["reward"] = sum(s.score for s in generated) / len(generated)
+        record["response_length"] = sum(len(s.completion_ids) for s in samples) / len(samples)
+        record["lr"] = sched.get_last_lr()[0]
+        if g_ref is not None:
+            record.update(kl=kl_k1, beta=kl_ctl.value)
+        if rl.dynamic_sampling:
+            record.update(generation_rounds=rounds, groups_short=shortfall)
+        finite = {k: v for k, v in record.items() if math.isfinite(v)}
+        ctx.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
+        bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]
+        if bad:
             last = checkpoint.last_complete(ctx.checkpoints)
             raise NonFiniteError(
-                f"Stage rl stopped: {(bad or ['reward'])[0]} became non-finite at step {step}. The last good "
+                f"Stage rl stopped: {bad[0]} became {record[bad[0]]} at step {step}. The last good "
                 f"checkpoint is {last or 'none (the stage restarts from its start)'}. Lower rl.learning_rate or "
                 f"check the rewards and data, then `rlctl resume {ctx.run_dir}`."
             )
