@@ -164,6 +164,7 @@ def export(run_dir: Path, out: Path, adapter: bool = False, repo_id: str | None 
     config and model card to `out`."""
     cfg, summary = _run(run_dir)
     stage, src = final_policy(run_dir, cfg, summary.get("completed", []))
+    ckpt = adapter_source(run_dir, cfg, stage) if adapter else None  # refuse before loading anything
 
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     from transformers.utils import logging as hf_logging
@@ -173,8 +174,7 @@ def export(run_dir: Path, out: Path, adapter: bool = False, repo_id: str | None 
     remote = cfg.model.trust_remote_code
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    if adapter:
-        ckpt = adapter_source(run_dir, cfg, stage)
+    if ckpt is not None:
         tmp.mkdir(parents=True)
         config = json.loads((ckpt / "adapter_config.json").read_text())
         if _on_hub(cfg.model.name_or_path):

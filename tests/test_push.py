@@ -59,22 +59,23 @@ def test_push_creates_the_repo_and_uploads_folder_and_card(demo_run: Path, tmp_p
     assert all(r.authorization == f"Bearer {token}" for r in api_calls)
 
 
-def test_push_with_a_rejected_token_fails_clearly(demo_run: Path, tmp_path: Path):
+def test_push_with_a_rejected_token_fails_clearly(tmp_path: Path, monkeypatch):
+    from huggingface_hub import constants
+
+    from rlctl import export
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "README.md").write_text("---\nlibrary_name: transformers\n---\n# m\n")
     wrong = "hf_wrong" + secrets.token_hex(12)
     with HubStub("hf_the_right_one") as hub:
-        proc = rlctl(
-            "export",
-            str(demo_run),
-            "--out",
-            str(tmp_path / "m"),
-            "--push",
-            "alice/x",
-            env=hub_env(hub, wrong, tmp_path),
-        )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 2, output
-    assert "refused the token" in output.replace("\n", " ") and "hf auth login" in output.replace("\n", " ")
-    assert wrong not in output and "Traceback" not in output
+        monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+        monkeypatch.setenv("HF_TOKEN", wrong)
+        with pytest.raises(UserError) as err:
+            export.push(folder, "alice/x", quiet=True)
+    message = str(err.value)
+    assert "refused the token" in message and "hf auth login" in message
+    assert wrong not in message
     assert hub.repos == {}
 
 
