@@ -71,6 +71,7 @@ def workloads(cfg: RunConfig, world: int) -> list[Workload]:
                     reward_model=any(r.name == "reward_model" for r in rl.rewards),
                     critic=critic,
                     micro_fixed=micro,
+                    loop_reference=getattr(rl, "path", None) == "rlctl",
                 )
             )
         elif name == "rm":  # a sequence classifier on chosen + rejected: no vocabulary logits
@@ -206,6 +207,8 @@ class MemoryPlan:
             return "adapters-disabled"
         if self.env.is_cpu:
             return "cpu"
+        if any(w.loop_reference for w in wls):  # rlctl's RL loop moves its reference whole to each GPU
+            return "gpu"
         if self.setup.cpu_offload:
             return "cpu-offload"
         return "gpu-sharded" if self.setup.strategy == "fsdp2" else "gpu"
@@ -494,15 +497,19 @@ def explain(cfg: RunConfig, plan: MemoryPlan, hardware: Hardware) -> list[dict[s
                 f"{gib_str(rl_fit.phases[0].components.get('KV cache (generate)', 0))} GiB)",
             )
     ref = plan.reference
-    copy = frozen_copy(arch, env, s)
     if ref != "none" or "rl" in cfg.stages:
+        wl = next((f.workload for f in a.stages if f.workload.reference), a.stages[0].workload)
+        copy = gib_str(frozen_copy(arch, env, s, wl))
+        kind = "fp32 copy (TRL builds it in the policy's dtype)"
+        if wl.loop_reference or env.precision != "bf16":
+            kind = "bf16 copy (rlctl's RL loop loads it frozen)" if env.precision == "bf16" else "float32 copy"
         why = {
-            "none": "rl.beta=0: TRL loads no reference model",
+            "none": "rl.beta=0: no reference model is loaded",
             "adapters-disabled": "LoRA: the reference is the base model with adapters disabled (no extra copy)",
-            "gpu": f"a frozen fp32 copy (TRL builds it in the policy's dtype) on each GPU ({gib_str(copy)} GiB)",
-            "gpu-sharded": f"a frozen fp32 copy sharded by FSDP2 ({gib_str(copy)} GiB per GPU)",
-            "cpu-offload": "a frozen fp32 copy in host RAM, offloaded with the FSDP2 state",
-            "cpu": f"a frozen copy in each process ({gib_str(copy)} GiB)",
+            "gpu": f"a frozen {kind} on each GPU ({copy} GiB)",
+            "gpu-sharded": f"a frozen {kind} sharded by FSDP2 ({copy} GiB per GPU)",
+            "cpu-offload": f"a frozen {kind} in host RAM, offloaded with the FSDP2 state",
+            "cpu": f"a frozen copy in each process ({copy} GiB)",
         }[ref]
         add("reference", ref, why)
     return out

@@ -183,14 +183,15 @@ class Workload(
     namedtuple(
         "Workload",
         "stage per_proc seqs tokens logit_tokens head prompt_tokens group_size reference reward_model critic "
-        "micro_fixed",
-        defaults=("lm", 0, 1, False, False, False, None),
+        "micro_fixed loop_reference",
+        defaults=("lm", 0, 1, False, False, False, None, False),
     )
 ):
     """One stage's shape. per_proc: items (sequences, pairs or rollouts) per process per optimizer step;
     seqs: sequences per item (2 for preference pairs: chosen + rejected in one forward); tokens: tokens per
     sequence; logit_tokens: tokens per sequence whose LM-head logits are materialised; head: "lm" or "score"
-    (reward model); micro_fixed: the user's micro-batch, or None."""
+    (reward model); micro_fixed: the user's micro-batch, or None; loop_reference: rlctl's own RL loop runs the
+    stage and loads its reference itself (frozen, bf16, whole on each GPU) rather than TRL."""
 
     __slots__ = ()
 
@@ -398,21 +399,24 @@ def autocast_copies(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> flo
     return 2.0 * arch.matmul_params(head) if master_weights(env, setup) else 0.0
 
 
-def reference_bytes(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> float:
-    """The whole frozen reference: TRL 1.16 builds it in the policy's dtype (GRPO/RLOO/DPO/KTO:
-    `model_init_kwargs.setdefault("dtype", self.model.dtype)`) and rlctl's RL loop deep-copies the policy, so
-    under full training it is fp32 like the policy's weights (4P); NF4 under QLoRA."""
+def reference_bytes(arch: Arch, env: Env, setup: Setup, wl: Workload) -> float:
+    """The whole frozen reference of a full fine-tuning. TRL 1.16 builds it in the policy's dtype (GRPO, RLOO,
+    DPO, KTO: `model_init_kwargs.setdefault("dtype", self.model.dtype)`), fp32 like the policy's weights (4P);
+    rlctl's RL loop loads it frozen, in bf16 (2P)."""
     if setup.adapter == "qlora":
-        return quantized_bytes(arch, env, head)
-    return arch.params(head) * (4.0 if setup.adapter == "full" else env.wb)
+        return quantized_bytes(arch, env)
+    full = setup.adapter == "full" and not wl.loop_reference
+    return arch.params() * (4.0 if full else env.wb)
 
 
-def frozen_copy(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> float:
-    """The frozen reference model per GPU (`reference_bytes`), sharded by FSDP2 (TRL's prepare_fsdp), in host RAM
-    with FSDP2 CPU offload."""
+def frozen_copy(arch: Arch, env: Env, setup: Setup, wl: Workload) -> float:
+    """The frozen reference model per GPU (`reference_bytes`): TRL's is sharded by FSDP2 (prepare_fsdp) and in
+    host RAM with FSDP2 CPU offload; rlctl's RL loop moves its reference whole to each GPU."""
+    full = reference_bytes(arch, env, setup, wl)
+    if wl.loop_reference:
+        return full
     if setup.cpu_offload:
         return 0.0
-    full = reference_bytes(arch, env, setup, head)
     return full / env.world if setup.strategy == "fsdp2" else full
 
 
@@ -457,7 +461,7 @@ def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int
     if st["buckets"]:
         comps["DDP gradient buckets"] = st["buckets"]
     if wl.reference and setup.adapter == "full":
-        comps["reference model"] = frozen_copy(arch, env, setup)
+        comps["reference model"] = frozen_copy(arch, env, setup, wl)
     if wl.reward_model:
         comps["reward model"] = reward_model_copy(arch, env, setup)
     if wl.critic:
@@ -494,7 +498,7 @@ def generation_resident(arch: Arch, env: Env, setup: Setup, wl: Workload) -> dic
     if not setup.phase_offload:
         comps["optimizer states"] = st["optim"]
     if wl.reference and setup.adapter == "full":
-        comps["reference model"] = frozen_copy(arch, env, setup)
+        comps["reference model"] = frozen_copy(arch, env, setup, wl)
     if wl.reward_model:
         comps["reward model"] = reward_model_copy(arch, env, setup)
     if wl.critic:
@@ -641,8 +645,9 @@ def host_usage(arch: Arch, env: Env, setup: Setup, wls: list[Workload]) -> dict[
         out["optimizer states (between phases)"] = st["optim"] * env.procs
     if setup.cpu_offload:
         out["FSDP2 CPU offload (params, grads, optimizer)"] = st["host"] * env.procs
-        if any(w.reference for w in wls) and setup.adapter == "full":
-            out["reference model (CPU offload)"] = reference_bytes(arch, env, setup) / env.world * env.procs
+        ref = next((w for w in wls if w.reference and not w.loop_reference), None)
+        if ref is not None and setup.adapter == "full":
+            out["reference model (CPU offload)"] = reference_bytes(arch, env, setup, ref) / env.world * env.procs
         if any(w.critic for w in wls):
             out["critic (CPU offload)"] = model_state(arch, env, setup, "score")["host"] * env.procs
     return out
