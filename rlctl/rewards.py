@@ -4,7 +4,7 @@ Every reward has TRL's signature: `fn(prompts, completions, **columns) -> list[f
 holds the dataset's other columns (the ground truth among them, as `answer`). A reward is named in
 `rl.rewards` by:
 
-- a built-in: `exact_match`, `gsm8k`, `boxed`, `verl`, `format`, `length_penalty` (see BUILTINS);
+- a built-in: `exact_match`, `gsm8k`, `boxed`, `verl`, `format`, `length_penalty`, `code_tests` (see BUILTINS);
 - `reward_model`: the reward model trained in the rm stage, wired in by the RL stage (it needs the weights);
 - a plugin file: `path/to/file.py:function`;
 - an installed entry point of group `rlctl.rewards` (`[project.entry-points."rlctl.rewards"]` in a package's
@@ -289,8 +289,33 @@ def length_penalty(
     return scores
 
 
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def code_tests(
+    prompts: list, completions: list, tests: list[str], timeout_s: float = 5.0, memory_mb: int = 512, **_: Any
+) -> list[float]:
+    """1.0 when the model's code (the last ```python block, else the whole completion) passes the row's `tests`
+    (plain asserts), run in rlctl's sandbox: separate process, wall-time/CPU/memory limits, temporary working
+    directory, no network, no writes outside it; anything else (failure, timeout, escape attempt) scores 0.0."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlctl import sandbox
+
+    limits = sandbox.Limits(wall_s=timeout_s, cpu_s=max(1, int(timeout_s)), memory_mb=memory_mb)
+
+    def score(pair: tuple[Any, str]) -> float:
+        text = completion_text(pair[0])
+        blocks = _CODE_BLOCK.findall(text)
+        return float(sandbox.run(blocks[-1] if blocks else text, str(pair[1]), limits).passed)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(score, zip(completions, tests, strict=True)))
+
+
 format_reward.__name__ = "format"
 BUILTINS: dict[str, RewardFn] = {
+    "code_tests": code_tests,
     "exact_match": exact_match,
     "gsm8k": gsm8k,
     "boxed": boxed,
