@@ -179,11 +179,16 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from rlctl import config as config_mod
-    from rlctl import data, evaluate, rewards
+    from rlctl import data, rewards
 
     if opt.greedy and (opt.samples > 1 or opt.temperature is not None):
         raise UserError("--greedy gives one completion per prompt; drop --samples/--temperature, or drop --greedy.")
     is_run = (target / "config.yaml").is_file()
+    name = str(target)
+    if not target.exists() and (target.is_absolute() or name.startswith(".") or name.count("/") > 1):
+        raise UserError(
+            f"Cannot load a model from '{target}': no such folder, and not a Hub model id (namespace/name)."
+        )
     cfg = config_mod.load_run_config(target / "config.yaml") if is_run else None
     specs = (
         [(r, 1.0) for r in opt.reward] if opt.reward else [(r.name, r.weight) for r in cfg.rl.rewards] if cfg else []
@@ -212,7 +217,11 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         stem = re.sub(r"[^\w.-]+", "_", Path(info.source.split("://")[-1]).stem or "data")
         out = target / "eval" / f"{stem}.json" if is_run else Path(f"eval-{stem}.json")
 
-    ui.console.print(f"[bold]Evaluating[/] {target} on {info.source} ({len(rows)} prompts x {opt.samples})")
+    from rlctl import evaluate  # torch: only once the inputs are known to be good
+
+    ui.console.print(
+        f"[bold]Evaluating[/] {escape(str(target))} on {escape(info.source)} ({len(rows)} x {opt.samples})"
+    )
     with ui.console.status("Loading the model..."):
         policy = evaluate.load_policy(target, opt.stage)
         rm_scorer = None
