@@ -1,4 +1,5 @@
-"""A code-execution reward plugin: the completion's Python code must pass the row's unit tests.
+"""A code-execution reward plugin: the completion's Python code must pass the row's unit tests. rlctl ships the
+same idea as the built-in `code_tests`; this file shows how such a reward is written as a plugin.
 
     data.rl rows:  {"prompt": "Write add(a, b) ...", "tests": "assert add(1, 2) == 3"}
     rl:

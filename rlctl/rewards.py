@@ -327,8 +327,8 @@ BUILTINS: dict[str, RewardFn] = {
 # What the trainer passes to reward functions besides the dataset's columns.
 TRAINER_KWARGS = ("completion_ids", "trainer_state", "log_extra", "log_metric")
 # Parameters of built-ins that the trainer or the dataset fills in, not the user.
-COLUMN_PARAMS = ("answer", "completion_ids", "data_source")
-CORRECTNESS = ("exact_match", "gsm8k", "boxed", "verl")
+COLUMN_PARAMS = ("answer", "completion_ids", "data_source", "tests")
+CORRECTNESS = ("exact_match", "gsm8k", "boxed", "verl", "code_tests")
 NEEDS_ANSWER = ("exact_match", "gsm8k", "boxed", "verl")
 
 
