@@ -15,10 +15,12 @@ from rlctl.stages.common import (
 
 
 def _fits(row: dict, tok, max_length: int) -> bool:
-    if "messages" in row:
-        n = len(tok.apply_chat_template(row["messages"], tokenize=True))
+    """Whether a training row, as SFT will tokenize it (with EOS), fits `max_length` tokens."""
+    if "messages" in row or isinstance(row.get("prompt"), list):
+        messages = row["messages"] if "messages" in row else row["prompt"] + row["completion"]
+        n = len(tok.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"])
     elif "text" in row:
-        n = len(tok(row["text"])["input_ids"])
+        n = len(tok(row["text"])["input_ids"]) + 1
     else:
         n = len(tok(row["prompt"] + row["completion"])["input_ids"]) + 1
     return n <= max_length
