@@ -180,6 +180,17 @@ class Table:
     source: str
 
 
+def _json_row(path: Path, n: int, line: str) -> dict[str, Any]:
+    """Line `n` of a jsonl file as a row; a UserError naming file:line when it is not a JSON object."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UserError(f"Malformed JSON in {path}:{n}: {e.msg} (column {e.colno}).") from None
+    if not isinstance(row, dict):
+        raise UserError(f"{path}:{n} must be a JSON object, not {type(row).__name__}.")
+    return row
+
+
 def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(line number, row) pairs of a jsonl file; a UserError naming file:line for a malformed line."""
     if not path.is_file():
@@ -189,13 +200,7 @@ def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"Malformed JSON in {path}:{n}: {e.msg} (column {e.colno}).") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{path}:{n} must be a JSON object, not {type(row).__name__}.")
-            rows.append((n, row))
+            rows.append((n, _json_row(path, n, line)))
     return rows
 
 
@@ -584,13 +589,7 @@ def _peek(source: Source) -> tuple[Table, int] | None:
                 continue
             total += 1
             if len(rows) < PEEK_ROWS:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UserError(f"Malformed JSON in {path}:{n}: {e.msg} (column {e.colno}).") from None
-                if not isinstance(row, dict):
-                    raise UserError(f"{path}:{n} must be a JSON object, not {type(row).__name__}.")
-                rows.append(row)
+                rows.append(_json_row(path, n, line))
                 lines.append(n)
     if not rows:
         raise UserError(f"Dataset {path} is empty.")
