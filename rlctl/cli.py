@@ -422,9 +422,12 @@ def resume(
     nodes: NodesOpt = None,
     node_rank: NodeRankOpt = None,
     main_address: MainOpt = None,
+    set_: SetOpt = None,
 ) -> None:
     """Continue a run from its last complete checkpoint; finished stages are not redone.
 
+    --set may change what a resume can (micro-batch sizes, gradient checkpointing, checkpoint retention, logging),
+    e.g. after an out-of-memory error; the change is saved in the run's config.yaml.
     A multi-node run resumes with the same command on every node: each gives its own --node-rank (the run's
     config.yaml is shared, so the rank is never read from it) and, when the nodes changed, the new --main-address."""
     from rlctl import config as config_mod
@@ -434,10 +437,15 @@ def resume(
     if not cfg_path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
     cfg = config_mod.load_run_config(cfg_path)
+    if set_:
+        cfg = config_mod.with_resume_overrides(cfg, set_)
+    shared = config_mod.dump(cfg)  # before this node's rank is applied: every node reads the same file
     cfg.hardware.node_rank = 0
     _apply_nodes(cfg, nodes, node_rank, main_address)
     _check_rendezvous(cfg, _node_count(cfg))
     the_plan = plan_mod.build(cfg, run_dir)
+    if set_:
+        cfg_path.write_text(shared)
     raise typer.Exit(_finish(_launch(the_plan, resuming=True), run_dir))
 
 

@@ -83,7 +83,13 @@ class DataConfig(Section):
         description="Rename columns to the names rlctl reads: {prompt: question, answer: solution}; a dotted source "
         "reaches into nested fields (answer: reward_model.ground_truth).",
     )
-    max_prompt_length: int = Field(512, ge=1, description="Longest prompt in tokens.")
+    max_prompt_length: int = Field(512, ge=1, description="Longest RL prompt in tokens.")
+    over_length: Literal["drop", "refuse"] = Field(
+        "drop",
+        description="Rows longer than their limit (RL prompts: data.max_prompt_length; training sequences: the "
+        "stage's max_length): drop them and count them (metrics.jsonl, summary.json), or refuse the run naming "
+        "the first one. Never truncated.",
+    )
 
 
 class TrainConfig(Section):
@@ -140,6 +146,11 @@ class RewardSpec(Section):
         "entry point of group `rlctl.rewards`; arguments in call form: `length_penalty(max_length=512)`."
     )
     weight: float = Field(1.0, description="Weight of this reward in the sum.")
+    on_error: Literal["raise", "zero"] = Field(
+        "raise",
+        description="When the reward function raises during training: stop the stage with a message naming the "
+        "reward and the sample (raise), or score that completion 0 and count it as `reward_errors` (zero).",
+    )
 
 
 # RL algorithm vocabulary, kept torch-free here; tests assert these equal the registries in rlctl.algorithms.
@@ -433,7 +444,14 @@ class HardwareConfig(Section):
 
 
 class CheckpointConfig(Section):
-    keep_last: int = Field(2, ge=1, description="Complete checkpoints kept per stage.")
+    """Checkpoints are written under `checkpoints/.incoming` and renamed into `checkpoints/` once complete."""
+
+    keep_last: int = Field(2, ge=1, description="Complete checkpoints kept per stage (the most recent ones).")
+    keep_best: bool = Field(
+        True,
+        description="Also keep the checkpoint with the best held-out eval_accuracy, scored at every save (policies "
+        "on data.eval, reward models on their held-out pairs); recorded in summary.json.",
+    )
 
 
 class LoggingConfig(Section):
@@ -599,6 +617,33 @@ def resolve(
 def dump(cfg: RunConfig) -> str:
     """The resolved config as YAML, as written to the run directory."""
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+# Keys `rlctl resume --set` may change: how a step is computed or kept, never what is computed (the checkpoints,
+# the data order and the schedule stay valid).
+RESUMABLE = (
+    *(f"{stage}.micro_batch_size" for stage in STAGE_ORDER),
+    "model.gradient_checkpointing",
+    "checkpoint.keep_last",
+    "checkpoint.keep_best",
+    "logging.every",
+    "logging.report_to",
+)
+
+
+def with_resume_overrides(cfg: RunConfig, sets: list[str] | tuple[str, ...]) -> RunConfig:
+    """The run's config with `--set` overrides given to `rlctl resume`; only RESUMABLE keys may change."""
+    for item in sets:
+        key = item.split("=", 1)[0]
+        if key not in RESUMABLE:
+            raise UserError(
+                f"--set {key} cannot change on resume: the run's checkpoints were made with it. Keys a resume may "
+                f"change: {', '.join(RESUMABLE)}. Start a new run (rlctl train ... --set {item}) to change it."
+            )
+    data = cfg.model_dump(mode="json")
+    for item in sets:
+        data = presets.deep_merge(data, parse_set(item))
+    return validate(data, source="rlctl resume --set")
 
 
 def load_run_config(path: Path) -> RunConfig:

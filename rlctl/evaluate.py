@@ -24,8 +24,11 @@ def prompt_text(prompt: Any, tokenizer) -> str:
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompts: list[Any], max_new_tokens: int, batch_size: int = 64) -> list[str]:
-    """Greedy completions of `prompts` (left-padded batches), special tokens stripped."""
+def generate(
+    model, tokenizer, prompts: list[Any], max_new_tokens: int, batch_size: int = 64, synced: bool = False
+) -> list[str]:
+    """Greedy completions of `prompts` (left-padded batches), special tokens stripped; `synced` keeps ranks that
+    hold shards of one model (FSDP) stepping together until every rank's batch is done."""
     model.eval()
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
@@ -40,6 +43,7 @@ def generate(model, tokenizer, prompts: list[Any], max_new_tokens: int, batch_si
                 do_sample=False,
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=tokenizer.eos_token_id,
+                synced_gpus=synced,
             )
             out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     finally:
@@ -54,10 +58,11 @@ def score_policy(
     rewards: list[tuple[RewardFn, float]],
     answer_field: str,
     max_new_tokens: int,
+    synced: bool = False,
 ) -> dict[str, float]:
     """eval_accuracy (exact match against the ground truth) and eval_reward (the weighted reward sum)."""
     prompts = [r["prompt"] for r in rows]
-    completions = generate(model, tokenizer, prompts, max_new_tokens)
+    completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced)
     columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
     correct = exact_match(prompts, completions, answer=columns[answer_field])
     total = [0.0] * len(rows)

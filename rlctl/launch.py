@@ -1,7 +1,8 @@
 """Prepare a run directory and start the stages through `accelerate launch`, showing live progress.
 
 The launched processes (rlctl.runner) write `metrics.jsonl`; this side tails it into rich progress bars,
-keeps the full log in `logs/train.log`, and prints the summary table at the end.
+keeps the full log in `logs/train.log` (`logs/train.node{R}.log` on node R > 0 of a multi-node run, so nodes
+sharing the run directory do not write one file), and prints the summary table at the end.
 """
 
 from __future__ import annotations
@@ -191,17 +192,22 @@ def _kill_all(proc: subprocess.Popen) -> None:
     proc.kill()
 
 
+def log_path(run_dir: Path, node_rank: int) -> Path:
+    """This node's launch log in the (shared) run directory: node 0 `logs/train.log`, node R `logs/train.nodeR.log`."""
+    return run_dir / "logs" / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
+
+
 def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     run_dir = Path(the_plan.run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    log_path = run_dir / "logs" / "train.log"
+    log_path = globals()["log_path"](run_dir, the_plan.config.hardware.node_rank)
     metrics_path = run_dir / "metrics.jsonl"
     offset = metrics_path.stat().st_size if metrics_path.exists() else 0
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]
     console.print(f"[bold]{'Resuming' if resuming else 'Starting'}[/] {the_plan.config.name} in {run_dir}")
     console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]", highlight=False)
     stopped = 0
-    errors: list[str] = []
+    errors: list[dict] = []
     previous = signal.signal(signal.SIGTERM, _raise_signal)
     try:
         with log_path.open("ab") as log:
@@ -232,7 +238,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                         for rec in records:
                             events.add(rec)
                             if rec.get("event") == "error":
-                                errors.append(rec["message"])
+                                errors.append(rec)
                             _show(progress, tasks_by_stage, rec)
                         if done:
                             break
@@ -263,8 +269,8 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export")
         return 0
     if errors:
-        console.print(f"[red]Training stopped:[/] {errors[-1]}", highlight=False)
-        return 1
+        console.print(f"[red]Training stopped:[/] {errors[-1]['message']}", highlight=False)
+        return errors[-1].get("exit_code", 1)  # 2: the runner found bad input (data) before training on it
     tail = log_path.read_text(errors="replace").splitlines()[-25:] if log_path.exists() else []
     console.print("\n".join(tail), markup=False, highlight=False)
     console.print(

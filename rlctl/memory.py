@@ -388,6 +388,44 @@ def refusal(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precisi
     )
 
 
+def safer(plan: Any, stage: str) -> list[str]:
+    """After an out-of-memory error in `stage`: settings that lower its memory, nearest first (halve the
+    micro-batch, gradient checkpointing, then a lighter adapter), each with the planner's headroom when it has the
+    model's architecture. The plan's own choices are pinned, so each option changes one thing."""
+    cfg: RunConfig = plan.config
+    stage_plan = next(s for s in plan.stages if s.name == stage)
+    pinned = cfg.model_copy(deep=True)
+    pinned.model.adapter, pinned.model.gradient_checkpointing = plan.adapter, plan.gradient_checkpointing
+    pinned.hardware.strategy = plan.strategy
+    for s in plan.stages:
+        getattr(pinned, s.name).micro_batch_size = s.micro_batch_size
+    options: list[tuple[str, Any]] = []
+    if stage_plan.micro_batch_size > 1:
+        options.append((f"{stage}.micro_batch_size", stage_plan.micro_batch_size // 2))
+    if not plan.gradient_checkpointing:
+        options.append(("model.gradient_checkpointing", True))
+    if plan.adapter in ("full", "lora"):
+        options.append(("model.adapter", {"full": "lora", "lora": "qlora"}[plan.adapter]))
+    args = (plan.hardware, plan.num_processes, plan.generation_engine, plan.mixed_precision)
+
+    def peaks(a: Attempt | None) -> dict[str, float]:
+        return {p.label: p.peak for p in a.phases if p.stage == stage} if a else {}
+
+    now = peaks(_try(pinned, *args))
+    out = []
+    for key, value in options:
+        flag = f"--set {key}={str(value).lower()}"
+        new = peaks(_try(_with(pinned, key, value), *args))
+        if not now or not new:
+            out.append(flag)
+            continue
+        lower = [k for k in now if new.get(k, 0) < now[k]]
+        if lower and all(new.get(k, 0) <= now[k] for k in now):
+            changes = ", ".join(f"{k} peak {gib_str(now[k])} -> {gib_str(new[k])} GiB" for k in lower)
+            out.append(f"{flag} (planned {changes})")
+    return out
+
+
 # --- Explanations ---------------------------------------------------------------------------------------------------
 
 

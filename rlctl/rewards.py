@@ -29,7 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from rlctl.errors import UserError, did_you_mean
+from rlctl.errors import RewardError, UserError, did_you_mean, is_out_of_memory
 
 RewardFn = Callable[..., list[float]]
 ENTRY_POINT_GROUP = "rlctl.rewards"
@@ -454,6 +454,53 @@ def resolve(name: str, answer_field: str = "answer") -> RewardFn:
         f"Unknown reward '{base}'.{did_you_mean(base, known)} Built-ins: {', '.join(known)}; "
         f"or give a plugin as path/to/file.py:function, or install a package with a '{ENTRY_POINT_GROUP}' entry point."
     )
+
+
+def _sample_kwargs(kwargs: dict[str, Any], i: int, n: int) -> dict[str, Any]:
+    """The per-sample slice of a batch call's keyword arguments (columns are lists of n; the rest as is)."""
+    return {k: [v[i]] if isinstance(v, list) and len(v) == n else v for k, v in kwargs.items()}
+
+
+def guarded(fn: RewardFn, label: str, on_error: str, errors: dict[str, int]) -> RewardFn:
+    """`fn` as the trainers call it during RL, with its failures handled per `on_error` (rl.rewards[].on_error).
+
+    When the batch call raises, each completion is scored alone to find the culprits: with `raise` the first one
+    stops training with a RewardError naming the reward, the sample and the error; with `zero` each failing
+    completion scores 0.0 and is counted in `errors[label]`. Out-of-memory errors always propagate."""
+
+    @functools.wraps(fn)
+    def call_guarded(prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        try:
+            return fn(prompts=prompts, completions=completions, **kwargs)
+        except Exception as e:
+            if is_out_of_memory(e):
+                raise
+            first = e
+        n, values = len(completions), []
+        for i in range(n):
+            try:
+                one = fn(prompts=[prompts[i]], completions=[completions[i]], **_sample_kwargs(kwargs, i, n))
+                values.append(one[0])
+            except Exception as e:
+                if is_out_of_memory(e):
+                    raise
+                if on_error == "raise":
+                    raise RewardError(
+                        f"Reward '{label}' raised {type(e).__name__}: {e} on the completion "
+                        f"{completion_text(completions[i])[:200]!r} of the prompt {str(prompts[i])[:200]!r}. "
+                        "Fix the reward, or give it `on_error: zero` in rl.rewards to score such completions 0 "
+                        "and count them as reward_errors."
+                    ) from e
+                values.append(0.0)
+                errors[label] = errors.get(label, 0) + 1
+        if on_error == "raise":  # no completion fails alone: the batch call itself does
+            raise RewardError(
+                f"Reward '{label}' raised {type(first).__name__}: {first} on a batch of {n} completions, though "
+                "each one alone scores; fix the reward's batch handling."
+            ) from first
+        return values
+
+    return call_guarded
 
 
 def call(fn: RewardFn, label: str, prompts: Sequence, completions: Sequence, columns: dict[str, list]) -> list[float]:

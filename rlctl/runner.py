@@ -8,13 +8,15 @@ complete checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
 
-from rlctl import checkpoint, tasks
+from rlctl import checkpoint, faults, tasks
 from rlctl import plan as plan_mod
 from rlctl.config import RunConfig, load_run_config
+from rlctl.errors import UserError
 from rlctl.stages import common
 
 
@@ -36,35 +38,6 @@ def build_base(cfg: RunConfig, run_dir: Path) -> None:
     tiny.build(base, cfg.model.arch, texts, cfg.seed)
 
 
-def evaluate_policy(ctx: common.StageContext, path: str) -> dict[str, float]:
-    """Held-out eval_accuracy / eval_reward of the causal LM at `path` (main process only)."""
-    from rlctl import data, evaluate, rewards
-    from rlctl.stages import models
-
-    cfg = ctx.cfg
-    rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field)[: cfg.rl.eval_samples]
-    fns = [
-        (rewards.resolve(r.name, cfg.data.answer_field), r.weight)
-        for r in cfg.rl.rewards
-        if r.name not in rewards.MODEL_REWARDS
-    ]
-    model = models.causal_lm(ctx, path, trainable=False).to(ctx.device)
-    tok = models.tokenizer(ctx, path)
-    return evaluate.score_policy(model, tok, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens)
-
-
-def evaluate_reward_model(ctx: common.StageContext) -> dict[str, float]:
-    from rlctl import evaluate
-    from rlctl.stages import models
-    from rlctl.stages.rm import preference_split
-
-    path = str(ctx.final)
-    tok = models.tokenizer(ctx, path)
-    model = models.reward_model(ctx, path, tok.pad_token_id, trainable=False).to(ctx.device)
-    _, held = preference_split(ctx)
-    return evaluate.score_reward_model(model, tok, held[: ctx.settings.eval_samples])
-
-
 def main(run_dir: Path) -> None:
     from accelerate import PartialState
 
@@ -73,7 +46,7 @@ def main(run_dir: Path) -> None:
     die_with_parent()  # no trainer outlives its launcher
     common.install_stop_handlers()
 
-    from rlctl.stages import dpo, kto, rl, rm, sft
+    from rlctl.stages import dpo, heldout, kto, rl, rm, sft
 
     cfg = load_run_config(run_dir / "config.yaml")
     the_plan = plan_mod.build(cfg, run_dir)
@@ -97,32 +70,59 @@ def main(run_dir: Path) -> None:
     def context(stage: plan_mod.StagePlan) -> common.StageContext:
         return common.StageContext(cfg, the_plan, stage, run_dir, paths, log, state.is_main_process, state.device)
 
-    first = the_plan.stages[0]
-    if "base" not in summary["stages"] and "eval" in paths and first.name != "rm" and state.is_main_process:
-        save("base", evaluate_policy(context(first), first.init_from))
+    @contextlib.contextmanager
+    def explained(ctx: common.StageContext):
+        """Known faults end the run with an `error` event the CLI shows: bad data exit 2, runtime faults exit 1,
+        a stop signal 128 + signal (its checkpoint already written)."""
+        try:
+            yield
+        except common.Interrupted as e:
+            log.write(stage=ctx.stage.name, event="interrupted")
+            sys.exit(e.exit_code)
+        except Exception as e:
+            if isinstance(e, UserError | common.NonFiniteError):
+                message = str(e)
+            else:
+                message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process)
+            if message is None:
+                raise
+            code = 2 if isinstance(e, UserError) else 1
+            log.write(stage=ctx.stage.name, event="error", message=message, exit_code=code)
+            print(f"rlctl: {message}", file=sys.stderr)
+            sys.exit(code)
+
+    first = context(the_plan.stages[0])
+    if cfg.data.over_length == "refuse" and state.is_main_process:  # every stage's data, before any training
+        from rlctl.stages import lengths, models
+
+        tok = models.tokenizer(first, first.stage.init_from)
+        for stage in the_plan.stages:
+            if stage.name not in summary["completed"]:
+                with explained(context(stage)):
+                    lengths.training_rows(context(stage), tok)
+    state.wait_for_everyone()
+    if "base" not in summary["stages"] and "eval" in paths and first.stage.name != "rm" and state.is_main_process:
+        with explained(first):
+            save("base", heldout.score_saved(first, first.stage.init_from))
     for stage in the_plan.stages:
         if stage.name in summary["completed"]:
             continue
         ctx = context(stage)
         log.write(stage=stage.name, event="start", max_steps=stage.max_steps)
-        try:
+        with explained(ctx):
             stage_fns[stage.name](ctx)
-        except common.Interrupted as e:
-            log.write(stage=stage.name, event="interrupted")
-            sys.exit(e.exit_code)
-        except common.NonFiniteError as e:
-            log.write(stage=stage.name, event="error", message=str(e))
-            sys.exit(1)
         if state.is_main_process:
-            if stage.name == "rm":
-                metrics = evaluate_reward_model(ctx)
-            else:
-                metrics = evaluate_policy(ctx, str(ctx.final)) if "eval" in paths else {}
+            if ctx.notes:
+                summary.setdefault("data", {})[stage.name] = ctx.notes
+            with explained(ctx):
+                metrics = heldout.score_saved(ctx, str(ctx.final)) if heldout.can_score(ctx) else {}
+            best = checkpoint.best(ctx.checkpoints)
+            if best is not None:
+                summary.setdefault("best_checkpoints", {})[stage.name] = {"path": str(best), **checkpoint.mark(best)}
             summary["completed"].append(stage.name)
             save(stage.name, metrics)
             log.write(stage=stage.name, event="end", max_steps=stage.max_steps)
         state.wait_for_everyone()
-
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))

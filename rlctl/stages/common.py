@@ -8,7 +8,7 @@ import math
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class StageContext:
     log: MetricsLog
     is_main: bool
     device: Any = "cpu"
+    notes: dict[str, Any] = field(default_factory=dict)  # data facts for summary.json (rows dropped as too long)
 
     @property
     def settings(self):
@@ -103,27 +104,33 @@ def install_stop_handlers() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def stop_signal() -> int:
-    """The stop signal any rank received (0 for none), agreed across processes so all stop at the same step."""
+def over_ranks(value: int, op: str = "sum") -> int:
+    """`value` summed (or its max) over every process; itself when not distributed. All processes call it."""
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        return _stop["signal"]
-    flag = torch.tensor([_stop["signal"]], dtype=torch.int64)
+        return value
+    total = torch.tensor([value], dtype=torch.int64)
     if dist.get_backend() == "nccl":
-        flag = flag.cuda()
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    _stop["signal"] = int(flag.item())
+        total = total.cuda()
+    dist.all_reduce(total, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return int(total.item())
+
+
+def stop_signal() -> int:
+    """The stop signal any rank received (0 for none), agreed across processes so all stop at the same step."""
+    _stop["signal"] = over_ranks(_stop["signal"], op="max")
     return _stop["signal"]
 
 
 class StreamMetrics(TrainerCallback):
-    """Streams trainer logs to metrics.jsonl, marks checkpoints complete once fully written, stops safely on a
+    """Streams trainer logs to metrics.jsonl, publishes checkpoints once fully written, stops safely on a
     signal (checkpoint at the step boundary) and on a NaN/inf loss or reward (no checkpoint of that state)."""
 
-    def __init__(self, ctx: StageContext):
+    def __init__(self, ctx: StageContext, reward_errors: dict[str, int] | None = None):
         self.ctx = ctx
+        self.reward_errors = reward_errors  # RL: completions scored 0 by rewards with on_error=zero, per reward
         self.non_finite: str | None = None
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -144,18 +151,21 @@ class StreamMetrics(TrainerCallback):
                     control.should_training_stop = True
                 elif math.isfinite(value):
                     values[name] = float(value)
+        if self.reward_errors is not None:
+            values["reward_errors"] = over_ranks(sum(self.reward_errors.values()))
         self.ctx.log.write(stage=self.ctx.stage.name, step=state.global_step, max_steps=state.max_steps, **values)
 
-    def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            checkpoint.mark_complete(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+    def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
+        from rlctl.stages import heldout  # heldout loads models through this module
+
+        heldout.publish_checkpoint(self.ctx, state.global_step, model, processing_class)
 
 
 def training_args(ctx: StageContext, config_cls, **extra: Any):
     """A TRL config (SFTConfig, RewardConfig, GRPOConfig) filled from the plan and the stage settings."""
     sc, plan = ctx.settings, ctx.plan
     return config_cls(
-        output_dir=str(ctx.checkpoints),
+        output_dir=str(checkpoint.incoming(ctx.checkpoints)),  # renamed into ctx.checkpoints once complete
         max_steps=sc.max_steps,
         per_device_train_batch_size=ctx.stage.micro_batch_size,
         gradient_accumulation_steps=ctx.stage.grad_accum,
@@ -168,7 +178,6 @@ def training_args(ctx: StageContext, config_cls, **extra: Any):
         logging_first_step=True,
         save_strategy="steps",
         save_steps=sc.save_every,
-        save_total_limit=ctx.cfg.checkpoint.keep_last,
         seed=ctx.cfg.seed,
         data_seed=ctx.cfg.seed,
         bf16=plan.mixed_precision == "bf16",

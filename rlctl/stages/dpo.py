@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from rlctl.stages import models
+from rlctl.stages import lengths, models
 from rlctl.stages.common import StageContext, StreamMetrics, lora_config, resume_point, save_final, training_args
-from rlctl.stages.rm import preference_split
 
 
 def run(ctx: StageContext) -> None:
@@ -12,7 +11,7 @@ def run(ctx: StageContext) -> None:
     from trl import DPOConfig, DPOTrainer
 
     tok = models.tokenizer(ctx, ctx.stage.init_from)
-    train_rows, _ = preference_split(ctx)
+    train_rows = lengths.training_rows(ctx, tok)
     sc = ctx.settings
     args = training_args(ctx, DPOConfig, max_length=sc.max_length, beta=sc.beta, loss_type=[sc.loss_type])
     trainer = DPOTrainer(

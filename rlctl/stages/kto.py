@@ -8,10 +8,8 @@ rm and dpo stages.
 
 from __future__ import annotations
 
-from rlctl import data
-from rlctl.stages import models
+from rlctl.stages import lengths, models
 from rlctl.stages.common import StageContext, StreamMetrics, lora_config, resume_point, save_final, training_args
-from rlctl.stages.rm import HOLDOUT
 
 
 def run(ctx: StageContext) -> None:
@@ -19,7 +17,7 @@ def run(ctx: StageContext) -> None:
     from trl import KTOConfig, KTOTrainer
 
     tok = models.tokenizer(ctx, ctx.stage.init_from)
-    rows, _ = data.holdout(data.check(ctx.data["preference"], "kto"), HOLDOUT, ctx.cfg.seed)
+    rows = lengths.training_rows(ctx, tok)
     sc = ctx.settings
     args = training_args(
         ctx,

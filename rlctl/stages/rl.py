@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from rlctl import data, engine, rewards
+from rlctl import engine, rewards
 from rlctl.plan import final_dir
-from rlctl.stages import models
+from rlctl.stages import lengths, models
 from rlctl.stages.common import (
     StageContext,
     StreamMetrics,
@@ -27,8 +27,9 @@ from rlctl.stages.common import (
 TRL_LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
 
 
-def reward_sources(ctx: StageContext) -> tuple[list, list, list[float]]:
-    """(reward functions or models, their tokenizers, weights) in the order of rl.rewards."""
+def reward_sources(ctx: StageContext, errors: dict[str, int]) -> tuple[list, list, list[float]]:
+    """(reward functions or models, their tokenizers, weights) in the order of rl.rewards; each function's
+    failures follow its `on_error`, counted per reward name in `errors`."""
     funcs, tokenizers, weights = [], [], []
     for spec in ctx.cfg.rl.rewards:
         if spec.name == "reward_model":
@@ -37,7 +38,8 @@ def reward_sources(ctx: StageContext) -> tuple[list, list, list[float]]:
             funcs.append(models.reward_model(ctx, path, tok.pad_token_id, trainable=False))
             tokenizers.append(tok)
         else:
-            funcs.append(rewards.resolve(spec.name, ctx.cfg.data.answer_field))
+            fn = rewards.resolve(spec.name, ctx.cfg.data.answer_field)
+            funcs.append(rewards.guarded(fn, spec.name, spec.on_error, errors))
             tokenizers.append(None)
         weights.append(spec.weight)
     return funcs, tokenizers, weights
@@ -91,8 +93,9 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
 
     rl = ctx.cfg.rl
     tok = models.tokenizer(ctx, ctx.stage.init_from)
-    rows = data.check(ctx.data["rl"], "rl", ctx.cfg.data.answer_field)
-    funcs, reward_tokenizers, weights = reward_sources(ctx)
+    rows = lengths.training_rows(ctx, tok)
+    reward_errors: dict[str, int] = {}
+    funcs, reward_tokenizers, weights = reward_sources(ctx, reward_errors)
     if overlong_buffer_tokens(ctx):
         from trl.rewards import get_soft_overlong_punishment
 
@@ -131,7 +134,7 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         processing_class=tok,
         reward_processing_classes=reward_tokenizers,
         peft_config=lora_config(ctx),
-        callbacks=[StreamMetrics(ctx), *engine.callbacks(ctx.plan)],
+        callbacks=[StreamMetrics(ctx, reward_errors), *engine.callbacks(ctx.plan)],
     )
     trainer.train(resume_from_checkpoint=resume_point(ctx))
     save_final(ctx, trainer, tok)

@@ -24,7 +24,6 @@ import contextlib
 import json
 import math
 import random
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,7 +31,7 @@ from types import SimpleNamespace
 import torch
 from torch import Tensor
 
-from rlctl import checkpoint, data, evaluate
+from rlctl import checkpoint, evaluate
 from rlctl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
@@ -49,12 +48,13 @@ from rlctl.algorithms import (
     pf_ppo_resample,
     value_loss,
 )
-from rlctl.stages import models
+from rlctl.stages import heldout, lengths, models
 from rlctl.stages.common import (
     Interrupted,
     NonFiniteError,
     StageContext,
     lora_config,
+    over_ranks,
     resume_point,
     save_final,
     stop_signal,
@@ -263,7 +263,8 @@ class Scorer:
     """The run's weighted reward sum (rules, plugins, reward model) plus DAPO's soft overlong punishment."""
 
     def __init__(self, ctx: StageContext, tokenizer, device):
-        self.funcs, self.tokenizers, self.weights = reward_sources(ctx)
+        self.errors: dict[str, int] = {}  # completions scored 0 by rewards with on_error=zero, per reward
+        self.funcs, self.tokenizers, self.weights = reward_sources(ctx, self.errors)
         self.funcs = [f.to(device).eval() if isinstance(f, torch.nn.Module) else f for f in self.funcs]
         self.tok, self.rl, self.buffer = tokenizer, ctx.cfg.rl, overlong_buffer_tokens(ctx)
 
@@ -299,8 +300,7 @@ def run(ctx: StageContext) -> None:
     rank, world = acc.process_index, acc.num_processes
     set_seed(cfg.seed)
     tok = models.tokenizer(ctx, ctx.stage.init_from)
-    prompt_len = cfg.data.max_prompt_length
-    rows = data.check(ctx.data["rl"], "rl", cfg.data.answer_field)
+    rows = lengths.training_rows(ctx, tok)
     policy, ref, critic = load_models(ctx)
     batch_size = rl.prompts_per_step * rl.group_size
     shard = batch_size // world
@@ -342,7 +342,7 @@ def run(ctx: StageContext) -> None:
 
     def prompt_ids(row: dict) -> list[int]:
         text = evaluate.prompt_text(row["prompt"], tok)
-        return tok(text, add_special_tokens=False)["input_ids"][-prompt_len:]
+        return tok(text, add_special_tokens=False)["input_ids"]  # fits: lengths.training_rows
 
     temp = rl.temperature
 
@@ -496,6 +496,7 @@ def run(ctx: StageContext) -> None:
         record["reward"] = sum(s.score for s in generated) / len(generated)
         record["response_length"] = sum(len(s.completion_ids) for s in samples) / len(samples)
         record["lr"] = sched.get_last_lr()[0]
+        record["reward_errors"] = over_ranks(sum(scorer.errors.values()))
         if g_ref is not None:
             record.update(kl=kl_k1, beta=kl_ctl.value)
         if rl.dynamic_sampling:
@@ -513,7 +514,7 @@ def run(ctx: StageContext) -> None:
         state = {"step": step, "cursor": stream.cursor, "kl_coef": kl_ctl.value}
         signum = stop_signal()
         if step % rl.save_every == 0 or step == rl.max_steps or signum:
-            save_checkpoint(ctx, acc, step, state)
+            save_checkpoint(ctx, acc, step, state, policy, tok)
         if signum:
             raise Interrupted(signum)
     no_callbacks = SimpleNamespace(callbacks=[])
@@ -536,16 +537,12 @@ def _add(stats: dict[str, list[float]], **values: float) -> None:
         stats.setdefault(key, []).append(float(value))
 
 
-def save_checkpoint(ctx: StageContext, acc, step: int, state: dict) -> None:
-    """Models, optimizers, schedulers and every process's RNG (accelerate), plus the loop state; marked
-    complete once all is written; older complete checkpoints beyond checkpoint.keep_last are removed."""
-    folder = ctx.checkpoints / f"checkpoint-{step}"
+def save_checkpoint(ctx: StageContext, acc, step: int, state: dict, policy, tokenizer) -> None:
+    """Models, optimizers, schedulers and every process's RNG (accelerate), plus the loop state, written under
+    `.incoming` and published (scored for keep-best, marked complete, renamed into place) once all is written."""
+    folder = checkpoint.incoming(ctx.checkpoints) / f"checkpoint-{step}"
     acc.wait_for_everyone()
     acc.save_state(str(folder))
-    acc.wait_for_everyone()
     if acc.is_main_process:
         checkpoint.write_json_atomic(folder / LOOP_STATE, state)
-        checkpoint.mark_complete(folder)
-        for old in checkpoint.complete_checkpoints(ctx.checkpoints)[: -ctx.cfg.checkpoint.keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
-    acc.wait_for_everyone()
+    heldout.publish_checkpoint(ctx, step, acc.unwrap_model(policy), tokenizer)

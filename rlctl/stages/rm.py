@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from rlctl import data
-from rlctl.stages import models
+from rlctl.stages import lengths, models
 from rlctl.stages.common import (
     StageContext,
     StreamMetrics,
@@ -13,20 +12,13 @@ from rlctl.stages.common import (
     training_args,
 )
 
-HOLDOUT = 0.1
-
-
-def preference_split(ctx: StageContext) -> tuple[list[dict], list[dict]]:
-    """(train, held-out) preference pairs; the held-out tenth measures the reward model's accuracy."""
-    return data.holdout(data.check(ctx.data["preference"], "preference"), HOLDOUT, ctx.cfg.seed)
-
 
 def run(ctx: StageContext) -> None:
     from datasets import Dataset
     from trl import RewardConfig, RewardTrainer
 
     tok = models.tokenizer(ctx, ctx.stage.init_from)
-    train_rows, _ = preference_split(ctx)
+    train_rows = lengths.training_rows(ctx, tok)
     args = training_args(ctx, RewardConfig, max_length=ctx.settings.max_length)
     trainer = RewardTrainer(
         model=models.reward_model(ctx, ctx.stage.init_from, tok.pad_token_id),

@@ -1,0 +1,76 @@
+"""Held-out metrics of a stage's model: scored after each stage (summary.json) and at every checkpoint, where
+`eval_accuracy` picks the best checkpoint that `checkpoint.keep_best` keeps besides the last ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlctl import checkpoint, data, evaluate, rewards
+from rlctl.stages import models
+from rlctl.stages.common import StageContext
+
+HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward models
+
+
+def preference_split(ctx: StageContext) -> tuple[list[dict], list[dict]]:
+    """(train, held-out) preference pairs; the held-out tenth measures the reward model's accuracy."""
+    return data.holdout(data.check(ctx.data["preference"], "preference"), HOLDOUT, ctx.cfg.seed)
+
+
+def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -> dict[str, float]:
+    """eval_accuracy (and eval_reward or eval_margin) of a live model: a policy on the run's held-out prompts, a
+    reward model on the held-out preference pairs. `synced` keeps sharded (FSDP) ranks generating in step."""
+    was_training = model.training
+    try:
+        if ctx.stage.name == "rm":
+            _, held = preference_split(ctx)
+            return evaluate.score_reward_model(model, tokenizer, held[: ctx.settings.eval_samples])
+        cfg = ctx.cfg
+        rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field)[: cfg.rl.eval_samples]
+        fns = [
+            (rewards.guarded(rewards.resolve(r.name, cfg.data.answer_field), r.name, r.on_error, {}), r.weight)
+            for r in cfg.rl.rewards
+            if r.name not in rewards.MODEL_REWARDS
+        ]
+        return evaluate.score_policy(model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced)
+    finally:
+        model.train(was_training)
+
+
+def can_score(ctx: StageContext) -> bool:
+    """Reward models always have held-out pairs; policies need the run's eval data."""
+    return ctx.stage.name == "rm" or "eval" in ctx.data
+
+
+def score_saved(ctx: StageContext, path: str) -> dict[str, float]:
+    """Held-out metrics of the model saved at `path` (the stage's final folder, or the base model)."""
+    tok = models.tokenizer(ctx, path)
+    if ctx.stage.name == "rm":
+        model = models.reward_model(ctx, path, tok.pad_token_id, trainable=False)
+    else:
+        model = models.causal_lm(ctx, path, trainable=False)
+    return score(ctx, model.to(ctx.device), tok)
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def publish_checkpoint(ctx: StageContext, step: int, model: Any, tokenizer: Any) -> None:
+    """Once every process has written `.incoming/checkpoint-STEP`: score the model on held-out data (when
+    `checkpoint.keep_best`), log the score, mark the checkpoint complete and rename it into place (main process).
+    Called at each save by the TRL stages' callback and by the rlctl RL loop."""
+    _barrier()
+    keep_best = ctx.cfg.checkpoint.keep_best and can_score(ctx)
+    sharded = ctx.plan.strategy == "fsdp2"  # every rank holds a shard: all must take part in generation
+    metric = None
+    if keep_best and (ctx.is_main or sharded):
+        scores = score(ctx, model, tokenizer, synced=sharded)
+        metric = {"metric": "eval_accuracy", "value": scores["eval_accuracy"]}
+        ctx.log.write(stage=ctx.stage.name, step=step, event="checkpoint", **scores)
+    if ctx.is_main:
+        checkpoint.publish(ctx.checkpoints, step, metric, ctx.cfg.checkpoint.keep_last, keep_best)
+    _barrier()
