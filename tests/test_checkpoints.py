@@ -120,3 +120,21 @@ def test_out_of_memory_report_has_the_plan_numbers_and_safer_settings(tmp_path: 
         for change in option.split("(planned ")[1].rstrip(")").split(", "):
             old, new = change.split(" peak ")[1].removesuffix(" GiB").split(" -> ")
             assert float(new) < float(old)
+
+
+def test_resume_may_change_only_what_the_checkpoints_do_not_hold(tmp_path: Path):
+    from conftest import rlctl
+
+    from rlctl.config import dump, with_resume_overrides
+
+    cfg = resolve(preset="tiny-demo")
+    changed = with_resume_overrides(cfg, ["rl.micro_batch_size=4", "model.gradient_checkpointing=true"])
+    assert changed.rl.micro_batch_size == 4 and changed.model.gradient_checkpointing is True
+    assert changed.rl.learning_rate == cfg.rl.learning_rate
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(dump(cfg))
+    proc = rlctl("resume", str(run), "--set", "model.adapter=lora")
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "--set model.adapter cannot change on resume" in text, text
+    assert "rl.micro_batch_size" in text and (run / "config.yaml").read_text() == dump(cfg)
