@@ -557,7 +557,8 @@ def explain(cfg: RunConfig, plan: MemoryPlan, hardware: Hardware) -> list[dict[s
 
 
 def disk_need(cfg: RunConfig, setup: Setup, precision: str) -> float:
-    """Bytes the run writes: keep_last checkpoints (weights + optimizer) and the final model of every stage."""
+    """Bytes the run writes at most: per stage, the kept checkpoints (weights + optimizer; the last keep_last, the
+    best one besides, and the next one while it is written) and the final model."""
     arch = Arch.of(cfg.model.arch)  # type: ignore[arg-type]
     wb = 2.0 if precision == "bf16" else 4.0
     total = 0.0
@@ -566,7 +567,7 @@ def disk_need(cfg: RunConfig, setup: Setup, precision: str) -> float:
         trained = p if setup.adapter == "full" else arch.lora_params(cfg.model.lora_r)
         ckpt = trained * 4.0 * 3  # fp32 weights + AdamW m and v
         final = p * (4.0 if setup.adapter == "full" else wb)  # saved in the dtype it trained in; LoRA merged
-        total += cfg.checkpoint.keep_last * ckpt + final
+        total += (cfg.checkpoint.keep_last + cfg.checkpoint.keep_best + 1) * ckpt + final
     return total
 
 
