@@ -647,10 +647,5 @@ def with_resume_overrides(cfg: RunConfig, sets: list[str] | tuple[str, ...]) -> 
 
 
 def load_run_config(path: Path) -> RunConfig:
-    """The resolved config a run directory was started with; its data.columns become the column mapping that
-    `rlctl.data.check` applies in this process (so every stage reads the run's data the same way)."""
-    from rlctl import data
-
-    cfg = validate(presets.read_yaml(path), source=str(path))
-    data.set_default_columns(cfg.data.columns)
-    return cfg
+    """The resolved config a run directory was started with."""
+    return validate(presets.read_yaml(path), source=str(path))

@@ -74,16 +74,6 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]+)?(@[\w.:%\[\]+-]+)
 _TRUE = {True, "1", "true", "True", "TRUE", "yes", "desirable"}
 _FALSE = {False, "0", "false", "False", "FALSE", "no", "undesirable"}
 
-# Column mapping used when `check` is not given one: the one of the run whose config was loaded last
-# (rlctl.config.load_run_config sets it), so stages running inside a run read its data.columns.
-_default_columns: dict[str, str] = {}
-
-
-def set_default_columns(columns: dict[str, str] | None) -> None:
-    """Make `columns` the mapping `check` applies when called without one."""
-    _default_columns.clear()
-    _default_columns.update(columns or {})
-
 
 # --------------------------------------------------------------------------------------------- sources
 @dataclass(frozen=True)
@@ -546,9 +536,8 @@ def load(
 ) -> tuple[list[dict[str, Any]], DataInfo]:
     """(rows, what was recognised) of the dataset `spec` for `role`."""
     table = read(spec, role)
-    mapping = _default_columns if columns is None else columns
-    if mapping:
-        table = Table([map_columns(r, mapping) for r in table.rows], table.where, table.source)
+    if columns:
+        table = Table([map_columns(r, columns) for r in table.rows], table.where, table.source)
     rows, info = normalise(table, role, answer_field)
     RECOGNISED[role] = info
     return rows, info
@@ -624,9 +613,8 @@ def describe(
     if peeked is None:
         return load(spec, role, answer, columns)[1]
     table, total = peeked
-    mapping = _default_columns if columns is None else columns
-    if mapping:
-        table = Table([map_columns(r, mapping) for r in table.rows], table.where, table.source)
+    if columns:
+        table = Table([map_columns(r, columns) for r in table.rows], table.where, table.source)
     _, info = normalise(table, role, answer)
     info.rows = total
     info.notes.append(f"first {len(table.rows)} rows checked; all of them when training starts")

@@ -177,19 +177,6 @@ def test_column_mapping_renames_and_reaches_nested_fields(tmp_path):
     ]
 
 
-def test_run_config_columns_reach_stages_that_pass_none(tmp_path):
-    from rlctl import config
-
-    path = write_jsonl(tmp_path / "qa.jsonl", [{"question": "1+1=", "gt": "2"}])
-    cfg_path = tmp_path / "config.yaml"
-    cfg_path.write_text("data:\n  rl: qa.jsonl\n  columns: {prompt: question, answer: gt}\n")
-    try:
-        config.load_run_config(cfg_path)
-        assert data.check(path, "rl", "answer") == [{"prompt": "1+1=", "answer": "2"}]
-    finally:
-        data.set_default_columns({})
-
-
 # -------------------------------------------------------------------------------------------- errors
 def test_errors_name_the_file_and_line_or_row(tmp_path):
     import pyarrow as pa
@@ -247,7 +234,7 @@ def test_verl_parquet_trains_without_conversion(tmp_path):
         "train", "--preset", "tiny-demo", "--stages", "rl", "--run-dir", str(run_dir),
         "--set", "data.generate=null", "--set", "data.rl=train.parquet", "--set", "data.eval=test.parquet",
         "--set", "rl.rewards=[{name: verl}]", "--set", "rl.max_steps=2", "--set", "rl.prompts_per_step=4",
-        "--set", "rl.group_size=2", "--set", "rl.eval_samples=8",
+        "--set", "rl.group_size=2", "--set", "rl.eval_samples=8", "--set", "data.max_prompt_length=56",
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -84,3 +84,23 @@ def test_over_long_rows_refused_naming_the_row(tmp_path: Path, tok):
     expected = r"1 of 10 rl rows are longer than data.max_prompt_length=12 tokens \(first: row 5 of "
     with pytest.raises(UserError, match=expected):
         training_rows(ctx, tok)
+
+
+def test_stages_read_the_run_data_through_its_column_mapping(tmp_path: Path):
+    from rlctl.stages.lengths import stage_rows
+
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"question": "1+1=", "meta": {"gt": "2"}}) + "\n")
+    sets = ["stages=[rl]", f"data.rl={qa}", "data.generate=null", "rl.rewards=[{name: exact_match}]"]
+    cfg = resolve(preset="tiny-demo", sets=[*sets, "data.columns={prompt: question, answer: meta.gt}"])
+    the_plan = plan_mod.build(cfg, tmp_path / "run")
+    paths = plan_mod.data_paths(cfg, tmp_path / "run")
+    ctx = StageContext(cfg, the_plan, the_plan.stages[0], tmp_path / "run", paths, MetricsLog(tmp_path, False), True)
+    assert stage_rows(ctx) == [{"prompt": "1+1=", "meta": {"gt": "2"}, "answer": "2"}]
+
+
+def test_nothing_left_after_the_length_policy_is_refused(tmp_path: Path, tok):
+    ctx = _context(tmp_path, "drop")
+    ctx.cfg.data.max_prompt_length = 1
+    with pytest.raises(UserError, match=r"Every one of the 10 rl rows is longer than data.max_prompt_length=1"):
+        training_rows(ctx, tok)

@@ -14,7 +14,8 @@ HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward model
 
 def preference_split(ctx: StageContext) -> tuple[list[dict], list[dict]]:
     """(train, held-out) preference pairs; the held-out tenth measures the reward model's accuracy."""
-    return data.holdout(data.check(ctx.data["preference"], "preference"), HOLDOUT, ctx.cfg.seed)
+    rows = data.check(ctx.data["preference"], "preference", columns=ctx.cfg.data.columns)
+    return data.holdout(rows, HOLDOUT, ctx.cfg.seed)
 
 
 def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -> dict[str, float]:
@@ -26,7 +27,7 @@ def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -
             _, held = preference_split(ctx)
             return evaluate.score_reward_model(model, tokenizer, held[: ctx.settings.eval_samples])
         cfg = ctx.cfg
-        rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field)[: cfg.rl.eval_samples]
+        rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field, cfg.data.columns)[: cfg.rl.eval_samples]
         fns = [
             (rewards.guarded(rewards.resolve(r.name, cfg.data.answer_field), r.name, r.on_error, {}), r.weight)
             for r in cfg.rl.rewards

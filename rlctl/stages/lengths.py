@@ -76,6 +76,11 @@ def training_rows(ctx: StageContext, tok) -> list[dict[str, Any]]:
         )
     skip = set(over)
     kept = [r for i, r in enumerate(rows) if i not in skip]
+    if not kept:
+        raise UserError(
+            f"Every one of the {len(rows)} {name} rows is longer than {limit_key(name)}={limit} tokens (the first "
+            f"has {sizes[0]}): nothing is left to train on. Raise {limit_key(name)} or shorten the data."
+        )
     ctx.notes.update(dropped_too_long=len(over), kept=len(kept), limit=limit)
     ctx.log.write(stage=name, event="data", dropped_too_long=len(over), kept=len(kept), limit=limit)
     return kept
