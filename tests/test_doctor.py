@@ -45,7 +45,9 @@ def test_mismatched_version_gets_the_exact_fix_command(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     trl = checks_of(proc)["trl"]
     assert trl["status"] == "fail" and "1.15.0 is outside the supported ==1.16.*" in trl["detail"]
-    assert trl["fix"] == f"{sys.executable} -m pip install 'trl==1.16.*'"
+    python, fix = trl["fix"].split(" ", 1)
+    assert fix == "-m pip install 'trl==1.16.*'", "the interpreter rlctl runs on (python or python3 of the venv)"
+    assert Path(python).resolve() == Path(sys.executable).resolve()
     table = rlctl(
         "doctor", "--offline", env={"PYTHONPATH": str(fake), "HF_HOME": str(tmp_path / "hf"), "COLUMNS": "400"}
     )
