@@ -514,7 +514,7 @@ def _finish(code: int, run_dir: Path) -> int:
             _results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})", highlight=False)
         else:
             err_console.print(
-                f"[red]Training stopped (exit {code}).[/] Log: {run_dir / 'logs' / 'train.log'}. "
+                f"[red]Training stopped (exit {code}).[/] Log: {run_dir}/logs/train.log (node R>0: train.nodeR.log). "
                 f"After fixing the cause: rlctl resume {run_dir}",
                 highlight=False,
             )

@@ -192,7 +192,7 @@ def _kill_all(proc: subprocess.Popen) -> None:
     proc.kill()
 
 
-def log_path(run_dir: Path, node_rank: int) -> Path:
+def node_log(run_dir: Path, node_rank: int) -> Path:
     """This node's launch log in the (shared) run directory: node 0 `logs/train.log`, node R `logs/train.nodeR.log`."""
     return run_dir / "logs" / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
 
@@ -200,7 +200,7 @@ def log_path(run_dir: Path, node_rank: int) -> Path:
 def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     run_dir = Path(the_plan.run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    log_path = globals()["log_path"](run_dir, the_plan.config.hardware.node_rank)
+    log_path = node_log(run_dir, the_plan.config.hardware.node_rank)
     metrics_path = run_dir / "metrics.jsonl"
     offset = metrics_path.stat().st_size if metrics_path.exists() else 0
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]

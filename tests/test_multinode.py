@@ -168,13 +168,24 @@ def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
             if p.poll() is None:
                 p.kill()
     outs = [(tmp_path / f"node{r}.out").read_text() for r in (0, 1)]
-    assert codes == [0, 0], "\n".join(outs) + (run / "logs" / "train.log").read_text()[-3000:]
+    logs = [run / "logs" / "train.log", run / "logs" / "train.node1.log"]
+    assert codes == [0, 0], "\n".join(outs + [log.read_text()[-3000:] for log in logs if log.exists()])
+    assert all(log.stat().st_size > 0 for log in logs)  # each node's launcher writes its own file
     summary = json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["completed"] == ["sft"]
     accel = json.loads((run / "plan.json").read_text())["accelerate"]
     assert (accel["num_machines"], accel["num_processes"], accel["main_process_ip"]) == (2, 2, "127.0.0.1")
     assert (run / "sft" / "final").is_dir()
     print(f"2-node CPU run: {time.monotonic() - started:.0f} s")
+
+
+def test_each_node_keeps_its_own_launch_log(tmp_path: Path):
+    """Nodes share the run directory: node 0 writes logs/train.log, node R logs/train.nodeR.log."""
+    from rlctl.launch import node_log
+
+    assert node_log(tmp_path, 0) == tmp_path / "logs" / "train.log"
+    assert node_log(tmp_path, 1) == tmp_path / "logs" / "train.node1.log"
+    assert node_log(tmp_path, 15) == tmp_path / "logs" / "train.node15.log"
 
 
 def _slurm(tmp_path: Path, *extra: str) -> tuple[Path, str]:
