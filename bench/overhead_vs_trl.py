@@ -2,25 +2,42 @@
 TRL script with identical settings (the tiny model folder and data rlctl built, same seed, batch, steps,
 learning rate and schedule), alternating A/B so load drift on a shared machine hits both alike.
 
+Identical means every TrainingArguments field, defaults included: TRL's SFTConfig and GRPOConfig default to
+bf16=True and gradient_checkpointing=True, while rlctl's CPU plan trains in fp32 without checkpointing; a script
+that leaves them out runs bf16 autocast and recomputes activations on CPU, several times slower per step. So
+before measuring, the bench diffs the config rlctl built (training_args.bin of a 1-step run's checkpoint) against
+the plain script's, field by field, and stops on any difference but the checkpoint schedule and output folder.
+The plain script also gets the torch thread count rlctl gives its trainer (OMP_NUM_THREADS).
+
 Per-step time comes from each trainer's own per-step log timestamps (rlctl: metrics.jsonl; TRL script: a
 logging callback), steps 2..N, so process start-up and model loading are excluded; the end-to-end wall time
 (start-up, rlctl's base/final held-out evals included) is reported separately. Target: ratio <= 1.05 per step.
+Beside wall time, the bench samples the CPU seconds of every process in each side's tree (every 50 ms) and
+reports CPU per step over the same steps: the trainer's, and for rlctl also its other processes' (the CLI
+tailing metrics.jsonl into the progress display and TensorBoard, accelerate's launcher). CPU time barely moves
+with other load on a shared machine, so the CPU ratio is the steadier estimate of the work rlctl adds.
 
 Usage: python bench/overhead_vs_trl.py [--rounds 3] [--sft-steps 40] [--grpo-steps 8]
+On a shared machine, OMP_NUM_THREADS=1 (both sides honour it) keeps other processes from stalling torch's
+thread barriers, which otherwise costs seconds per step at random on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -28,9 +45,12 @@ from _common import PYTHON, RLCTL, report
 
 TARGET = 1.05
 TRL_LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
+# TrainingArguments fields allowed to differ: rlctl's side checkpoints only after the measured steps.
+NOT_COMPARED = {"output_dir", "save_strategy", "save_steps", "save_total_limit"}
 
 TRL_SCRIPT = """
 import json, sys, time
+import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
@@ -44,12 +64,15 @@ class Stamp(TrainerCallback):
 
 rows = [json.loads(line) for line in open(S["data"]) if line.strip()]
 tok = AutoTokenizer.from_pretrained(S["model"])
-model = AutoModelForCausalLM.from_pretrained(S["model"], dtype="float32")
+if tok.pad_token is None:
+    tok.pad_token = tok.eos_token
+model = AutoModelForCausalLM.from_pretrained(S["model"], dtype=S["dtype"])
 common = dict(output_dir=S["out"], max_steps=S["max_steps"], per_device_train_batch_size=S["micro"],
               gradient_accumulation_steps=S["accum"], learning_rate=S["lr"], lr_scheduler_type=S["scheduler"],
               warmup_steps=S["warmup"], weight_decay=S["weight_decay"], max_grad_norm=S["max_grad_norm"],
               logging_steps=1, logging_first_step=True, save_strategy="no", seed=S["seed"], data_seed=S["seed"],
-              use_cpu=True, report_to="none", disable_tqdm=True, dataloader_num_workers=0)
+              bf16=S["bf16"], gradient_checkpointing=S["gradient_checkpointing"], use_cpu=True, report_to="none",
+              disable_tqdm=True, dataloader_num_workers=0)
 if S["kind"] == "sft":
     from trl import SFTConfig, SFTTrainer
     args = SFTConfig(**common, max_length=S["max_length"], packing=False)
@@ -64,14 +87,30 @@ else:
     args = GRPOConfig(**common, num_generations=S["group"], max_completion_length=S["max_new_tokens"],
                       temperature=S["temperature"], beta=S["beta"], epsilon=S["clip_low"],
                       epsilon_high=S["clip_high"], mask_truncated_completions=S["mask_truncated"],
-                      steps_per_generation=S["steps_per_generation"], num_iterations=S["num_iterations"],
-                      loss_type=S["loss_type"], scale_rewards=S["scale_rewards"],
-                      importance_sampling_level=S["importance_sampling_level"])
+                      reward_weights=[1.0], steps_per_generation=S["steps_per_generation"],
+                      num_iterations=S["num_iterations"], loss_type=S["loss_type"],
+                      scale_rewards=S["scale_rewards"], importance_sampling_level=S["importance_sampling_level"])
     trainer = GRPOTrainer(model=model, reward_funcs=[exact_match], args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tok, callbacks=[Stamp()])
-trainer.train()
-json.dump(stamps, open(S["stamps"], "w"))
+json.dump({"args": trainer.args.to_dict(), "torch_threads": torch.get_num_threads()}, open(S["args"], "w"),
+          default=str)
+if not S.get("args_only"):
+    trainer.train()
+    json.dump(stamps, open(S["stamps"], "w"))
 """
+
+
+SAMPLE_EVERY_S = 0.05
+
+
+@dataclass
+class Measured:
+    """One side of one round: per step over steps 2..N, and the whole command."""
+
+    step_s: float  # median wall seconds per step
+    cpu_step_s: float  # the trainer process's CPU seconds per step (mean over the same steps)
+    side_cpu_step_s: float  # CPU seconds per step of the other processes in the tree (rlctl's CLI, accelerate)
+    wall_s: float  # the command, start to exit
 
 
 def step_time(stamps: list[tuple[int, float]]) -> float:
@@ -81,43 +120,114 @@ def step_time(stamps: list[tuple[int, float]]) -> float:
     return statistics.median(diffs)
 
 
-def rlctl_args(kind: str, steps: int) -> list[str]:
+def run_sampled(argv: list[str], log: Path, trainer_module: str | None, env: dict | None = None):
+    """Run `argv` (output to `log`), sampling (time, trainer CPU s, other CPU s) of its process tree; the trainer
+    is the process running `python -m trainer_module` (None: the started process itself)."""
+    samples: list[tuple[float, float, float]] = []
+    start = time.time()
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        root = psutil.Process(proc.pid)
+        tree: list[tuple[psutil.Process, bool]] = []
+        last_scan = 0.0
+        while proc.poll() is None:
+            now = time.time()
+            if now - last_scan > 1.0:  # processes appear at start-up only; rescanning costs CPU
+                tree, last_scan = _tree(root, trainer_module), now
+            cpu = [0.0, 0.0]  # trainer, others
+            for p, is_trainer in tree:
+                try:
+                    t = p.cpu_times()
+                except psutil.Error:
+                    continue
+                cpu[0 if is_trainer else 1] += t.user + t.system
+            samples.append((now, cpu[0], cpu[1]))
+            time.sleep(SAMPLE_EVERY_S)
+    wall = time.time() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)[:200]} failed: {log.read_text(errors='replace')[-2000:]}")
+    return wall, samples
+
+
+def _tree(root: psutil.Process, trainer_module: str | None) -> list[tuple[psutil.Process, bool]]:
+    """The processes under `root` (itself included), each with whether it is the trainer (accelerate's launcher
+    names the module too, after its own)."""
+    if trainer_module is None:
+        return [(root, True)]
+    found = []
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    for p in procs:
+        try:
+            found.append((p, p.cmdline()[1:3] == ["-m", trainer_module]))
+        except psutil.Error:
+            continue
+    return found
+
+
+def measure(stamps: list[tuple[int, float]], samples: list[tuple[float, float, float]], wall: float) -> Measured:
+    """Wall and CPU per step between the first and the last logged step (CPU interpolated at those moments)."""
+    stamps = sorted(stamps)
+    (s0, t0), (s1, t1) = stamps[0], stamps[-1]
+    times = [t for t, _, _ in samples]
+
+    def cpu_at(t: float) -> tuple[float, float]:
+        i = min(max(bisect.bisect_left(times, t), 1), len(samples) - 1)
+        (ta, ca, oa), (tb, cb, ob) = samples[i - 1], samples[i]
+        f = (t - ta) / (tb - ta) if tb > ta else 0.0
+        return ca + f * (cb - ca), oa + f * (ob - oa)
+
+    (c0, o0), (c1, o1) = cpu_at(t0), cpu_at(t1)
+    return Measured(step_time(stamps), (c1 - c0) / (s1 - s0), (o1 - o0) / (s1 - s0), wall)
+
+
+def rlctl_args(kind: str, steps: int, save_every: int = 100000) -> list[str]:
+    """`rlctl train` arguments for one stage; the default save_every keeps checkpoints out of the measured steps."""
     if kind == "sft":
-        return ["--stages", "sft", "--set", f"sft.max_steps={steps}", "--set", "sft.save_every=100000"]
+        return ["--stages", "sft", "--set", f"sft.max_steps={steps}", "--set", f"sft.save_every={save_every}"]
     return [
         "--stages", "rl", "--set", "rl.rewards=[{name: exact_match}]", "--set", f"rl.max_steps={steps}",
-        "--set", "rl.save_every=100000",
+        "--set", f"rl.save_every={save_every}",
     ]  # fmt: skip
 
 
-def run_rlctl(kind: str, steps: int, tmp: Path, i: int) -> tuple[float, float, Path]:
-    run = tmp / f"rlctl-{kind}-{i}"
+def rlctl_train(run: Path, extra: list[str]) -> tuple[float, list]:
+    """`rlctl train` of the tiny demo into `run`; returns the wall time and the CPU samples."""
     argv = [RLCTL, "-q", "train", "--preset", "tiny-demo", "--run-dir", str(run), "--set", "rl.eval_samples=16"]
-    start = time.time()
-    proc = subprocess.run([*argv, *rlctl_args(kind, steps)], capture_output=True, text=True)
-    wall = time.time() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"rlctl {kind} failed: {proc.stderr[-2000:]}")
+    return run_sampled([*argv, *extra], run.with_name(run.name + ".log"), "rlctl.runner")
+
+
+def run_rlctl(kind: str, steps: int, tmp: Path, i: int) -> Measured:
+    run = tmp / f"rlctl-{kind}-{i}"
+    wall, samples = rlctl_train(run, rlctl_args(kind, steps))
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     stamps = [(r["step"], r["time"]) for r in records if "step" in r and r.get("stage") in (kind, "rl")]
-    return step_time(stamps), wall, run
+    return measure(stamps, samples, wall)
 
 
-def trl_settings(kind: str, run: Path, out: Path) -> dict:
-    """The plain script's settings, read from the rlctl run's resolved config and plan (same numbers)."""
+def trl_settings(kind: str, run: Path, out: Path, steps: int) -> dict:
+    """The plain script's settings, read from an rlctl run's resolved config and plan (same numbers)."""
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     plan = json.loads((run / "plan.json").read_text())
     stage = plan["stages"][0]
     sc = cfg["sft" if kind == "sft" else "rl"]
+    assert cfg["model"]["dtype"] != "auto", "bench assumes the preset names the model dtype (tiny: float32)"
     s = {
         "kind": kind,
         "model": str(run / "base"),
         "data": str(run / "data" / ("sft.jsonl" if kind == "sft" else "rl.jsonl")),
         "out": str(out),
         "stamps": str(out / "stamps.json"),
+        "args": str(out / "args.json"),
+        "dtype": cfg["model"]["dtype"],
+        "bf16": plan["mixed_precision"] == "bf16",
+        "gradient_checkpointing": plan["gradient_checkpointing"],
+        "threads": os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // plan["num_processes"])),
         "micro": stage["micro_batch_size"],
         "accum": stage["grad_accum"],
-        "max_steps": stage["max_steps"],
+        "max_steps": steps,
         "lr": sc["learning_rate"],
         "scheduler": sc["lr_scheduler"],
         "warmup": sc["warmup_ratio"],
@@ -128,11 +238,8 @@ def trl_settings(kind: str, run: Path, out: Path) -> dict:
     }
     if kind == "grpo":  # rlctl.stages.rl.trl_batching with ppo_mini_batches = ppo_epochs = 1 (the grpo preset)
         assert sc["ppo_mini_batches"] == 1 and sc["ppo_epochs"] == 1, "bench assumes one update per rollout batch"
-        per_proc = stage["micro_batch_size"] * stage["grad_accum"]
         s |= {
-            "micro": stage["micro_batch_size"],
-            "accum": stage["grad_accum"],
-            "steps_per_generation": per_proc // stage["micro_batch_size"],
+            "steps_per_generation": stage["grad_accum"],
             "num_iterations": 1,
             "group": sc["group_size"],
             "max_new_tokens": sc["max_new_tokens"],
@@ -148,14 +255,40 @@ def trl_settings(kind: str, run: Path, out: Path) -> dict:
     return s
 
 
-def run_trl(settings: dict, script: Path) -> tuple[float, float]:
-    Path(settings["out"]).mkdir(parents=True, exist_ok=True)
-    start = time.time()
-    proc = subprocess.run([PYTHON, str(script), json.dumps(settings)], capture_output=True, text=True)
-    wall = time.time() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"TRL {settings['kind']} failed: {proc.stderr[-2000:]}")
-    return step_time(json.loads(Path(settings["stamps"]).read_text())), wall
+def run_trl(settings: dict, script: Path) -> Measured | None:
+    """The plain TRL script with rlctl's launcher environment (threads); None when it only wrote its config."""
+    out = Path(settings["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    env = os.environ | {"OMP_NUM_THREADS": settings["threads"], "TOKENIZERS_PARALLELISM": "false"}
+    argv = [PYTHON, str(script), json.dumps(settings)]
+    wall, samples = run_sampled(argv, out / "plain_trl.log", None, env)
+    if settings.get("args_only"):
+        return None
+    return measure(json.loads(Path(settings["stamps"]).read_text()), samples, wall)
+
+
+def check_same_settings(kind: str, tmp: Path, script: Path) -> tuple[Path, int]:
+    """A 1-step rlctl run that saves its checkpoint, diffed field by field against the plain script's config;
+    returns the run (its model folder and data serve every TRL run) and the plain script's torch thread count."""
+    import torch
+
+    ref = tmp / f"ref-{kind}"
+    rlctl_train(ref, rlctl_args(kind, 1, save_every=1))
+    saved = next((ref / ("sft" if kind == "sft" else "rl")).rglob("checkpoint-1/training_args.bin"))
+    ours = torch.load(saved, weights_only=False)
+    ours = json.loads(json.dumps(ours.to_dict(), default=str))
+    settings = trl_settings(kind, ref, tmp / f"args-{kind}", 1) | {"args_only": True}
+    run_trl(settings, script)
+    got = json.loads(Path(settings["args"]).read_text())
+    theirs = got["args"]
+    fields = sorted((set(ours) | set(theirs)) - NOT_COMPARED)
+    diff = {k: (ours.get(k), theirs.get(k)) for k in fields if ours.get(k) != theirs.get(k)}
+    if diff:
+        raise SystemExit(f"{kind}: the plain script's config differs from rlctl's (rlctl, plain): {diff}")
+    skipped = ", ".join(sorted(NOT_COMPARED))
+    print(f"{kind}: configs identical ({len(fields)} fields compared, not: {skipped}); plain script torch threads "
+          f"{got['torch_threads']}", flush=True)  # fmt: skip
+    return ref, got["torch_threads"]
 
 
 def main() -> None:
@@ -164,66 +297,61 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=40)
     ap.add_argument("--grpo-steps", type=int, default=8)
     opts = ap.parse_args()
-    rows, payload = [], {"target_ratio": TARGET, "rounds": opts.rounds, "runs": {}}
+    threads = os.environ.get("OMP_NUM_THREADS", "rlctl's default (CPU cores / processes)")
+    rows, payload = [], {"target_ratio": TARGET, "rounds": opts.rounds, "omp_num_threads": threads, "runs": {}}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         script = tmp / "plain_trl.py"
         script.write_text(TRL_SCRIPT)
         for kind, steps in (("sft", opts.sft_steps), ("grpo", opts.grpo_steps)):
+            ref, torch_threads = check_same_settings(kind, tmp, script)
             runs = []
             for i in range(opts.rounds):
                 order = ("rlctl", "trl") if i % 2 == 0 else ("trl", "rlctl")  # ABBA: drift cancels
-                got: dict = {}
+                got: dict = {"order": "/".join(order), "load_avg_1m": round(os.getloadavg()[0], 2)}
                 for who in order:
                     if who == "rlctl":
-                        got["rlctl_step"], got["rlctl_wall"], run = run_rlctl(kind, steps, tmp, i)
-                        got["settings"] = trl_settings(kind, run, tmp / f"trl-{kind}-{i}")
+                        got["rlctl"] = asdict(run_rlctl(kind, steps, tmp, i))
                     else:
-                        ref = _reference(kind, steps, tmp)
-                        settings = got.get("settings") or trl_settings(kind, ref, tmp / f"trl-{kind}-{i}")
-                        got["trl_step"], got["trl_wall"] = run_trl(settings, script)
-                got["ratio"] = got["rlctl_step"] / got["trl_step"]
+                        settings = trl_settings(kind, ref, tmp / f"trl-{kind}-{i}", steps)
+                        got["trl"] = asdict(run_trl(settings, script))
+                a, b = got["rlctl"], got["trl"]
+                got["ratio"] = a["step_s"] / b["step_s"]
+                got["cpu_ratio"] = (a["cpu_step_s"] + a["side_cpu_step_s"]) / b["cpu_step_s"]
                 runs.append(got)
-                print(f"{kind} round {i + 1}: rlctl {got['rlctl_step']:.4f} s/step, TRL {got['trl_step']:.4f} s/step, "
-                      f"ratio {got['ratio']:.3f}", flush=True)  # fmt: skip
-            rs = [r["ratio"] for r in runs]
+                print(f"{kind} round {i + 1} ({got['order']}, load {got['load_avg_1m']}): rlctl {a['step_s']:.4f} "
+                      f"s/step, TRL {b['step_s']:.4f} s/step, ratio {got['ratio']:.3f}; CPU s/step rlctl "
+                      f"{a['cpu_step_s']:.4f} + {a['side_cpu_step_s']:.4f}, TRL {b['cpu_step_s']:.4f}, "
+                      f"ratio {got['cpu_ratio']:.3f}", flush=True)  # fmt: skip
+            rs, cs = [r["ratio"] for r in runs], [r["cpu_ratio"] for r in runs]
             med = statistics.median(rs)
+
+            def mid(who: str, key: str, runs: list = runs) -> float:
+                return statistics.median(r[who][key] for r in runs)
+
             rows.append([
-                kind, steps, statistics.median(r["rlctl_step"] for r in runs),
-                statistics.median(r["trl_step"] for r in runs), med, f"{min(rs):.3f}-{max(rs):.3f}",
-                statistics.median(r["rlctl_wall"] for r in runs), statistics.median(r["trl_wall"] for r in runs),
+                kind, steps, mid("rlctl", "step_s"), mid("trl", "step_s"), med, f"{min(rs):.3f}-{max(rs):.3f}",
+                mid("rlctl", "cpu_step_s"), mid("rlctl", "side_cpu_step_s"), mid("trl", "cpu_step_s"),
+                statistics.median(cs), f"{min(cs):.3f}-{max(cs):.3f}", mid("rlctl", "wall_s"), mid("trl", "wall_s"),
                 "yes" if med <= TARGET else "NO",
             ])  # fmt: skip
-            payload["runs"][kind] = {"steps": steps, "median_ratio": med, "rounds": runs}
+            payload["runs"][kind] = {
+                "steps": steps,
+                "median_ratio": med,
+                "median_cpu_ratio": statistics.median(cs),
+                "plain_torch_threads": torch_threads,
+                "rounds": runs,
+            }
     report(
         "overhead_vs_trl",
-        f"rlctl vs plain TRL, tiny model on CPU, {opts.rounds} alternating rounds (target ratio <= {TARGET})",
-        ["run", "steps", "rlctl s/step", "TRL s/step", "ratio", "ratio range", "rlctl wall s", "TRL wall s",
-         f"<= {TARGET}"],
+        f"rlctl vs plain TRL, tiny model on CPU, {opts.rounds} alternating rounds, torch threads {torch_threads} "
+        f"(target ratio <= {TARGET})",
+        ["run", "steps", "rlctl s/step", "TRL s/step", "ratio", "ratio range", "rlctl CPU s/step",
+         "rlctl other procs CPU s/step", "TRL CPU s/step", "CPU ratio", "CPU ratio range", "rlctl wall s",
+         "TRL wall s", f"ratio <= {TARGET}"],
         rows,
         payload,
     )  # fmt: skip
-
-
-_REFERENCE: dict = {}
-
-
-def _reference(kind: str, steps: int, tmp: Path) -> Path:
-    """A run directory prepared by rlctl (tiny model folder + data) for a TRL run that goes first in its round."""
-    if kind not in _REFERENCE:
-        run = tmp / f"ref-{kind}"
-        proc = subprocess.run(
-            [RLCTL, "-q", "train", "--preset", "tiny-demo", "--run-dir", str(run), "--set", "rl.eval_samples=16",
-             *rlctl_args(kind, 1)],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            raise SystemExit(f"preparing the tiny model failed: {proc.stderr[-2000:]}")
-        plan = json.loads((run / "plan.json").read_text())
-        plan["stages"][0]["max_steps"] = steps
-        (run / "plan.json").write_text(json.dumps(plan))
-        _REFERENCE[kind] = run
-    return _REFERENCE[kind]
 
 
 if __name__ == "__main__":
