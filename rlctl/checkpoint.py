@@ -4,6 +4,7 @@ a checkpoint that resume would trust. Retention keeps the last `checkpoint.keep_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -34,6 +35,8 @@ def publish(folder: Path, step: int, metric: dict[str, float] | None, keep_last:
     if dst.exists():  # the same step saved again (a resume that re-reached it): the new one replaces it
         shutil.rmtree(dst)
     os.replace(src, dst)
+    with contextlib.suppress(OSError):  # empty now, unless a trainer keeps other files there
+        incoming(folder).rmdir()
     kept = set(complete_checkpoints(folder)[-keep_last:])
     if keep_best and (top := best(folder)):
         kept.add(top)

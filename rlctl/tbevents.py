@@ -106,9 +106,10 @@ SKIP = ("step", "max_steps", "time", "epoch")
 
 
 def metric_scalars(rec: dict) -> dict[str, float]:
-    """The `stage/metric` scalars of one metrics.jsonl record (training steps and held-out evaluations)."""
+    """The `stage/metric` scalars of one metrics.jsonl record (training steps), `stage/eval/metric` for held-out
+    evaluations (at each checkpoint and after the stage)."""
     stage = rec.get("stage", "run")
-    prefix = f"{stage}/eval" if rec.get("event") == "eval" else stage
+    prefix = f"{stage}/eval" if rec.get("event") in ("eval", "checkpoint") else stage
     return {
         f"{prefix}/{k.removeprefix('eval_')}": float(v)
         for k, v in rec.items()
@@ -118,7 +119,8 @@ def metric_scalars(rec: dict) -> dict[str, float]:
 
 class MetricsEvents:
     """metrics.jsonl records -> TensorBoard scalars (`stage/metric` at the stage's step; held-out evaluations
-    as `stage/eval/metric` at the stage's last step). Used live by `rlctl train` and by `rlctl report`."""
+    as `stage/eval/metric` at the checkpoint's step, or the stage's last step after it). Used live by `rlctl
+    train` and by `rlctl report`."""
 
     def __init__(self, logdir: Path, wall_time: float | None = None):
         self.writer = EventWriter(logdir, wall_time)

@@ -143,6 +143,7 @@ def test_training_writes_tensorboard_events_by_default(demo_run: Path):
     steps = [s for s, _ in scalars["rl/reward"]]
     assert steps == list(range(1, 61))
     assert {"sft/loss", "rm/accuracy", "rl/eval/accuracy", "base/eval/accuracy"} <= set(scalars)
+    assert [s for s, _ in scalars["rl/eval/accuracy"]] == [10, 20, 30, 40, 50, 60, 60], "each checkpoint, then final"
 
 
 @pytest.mark.slow

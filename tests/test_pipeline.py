@@ -38,7 +38,7 @@ def test_demo_proves_learning(demo_run: Path):
     ):
         assert (demo_run / name).exists(), name
     records = [json.loads(line) for line in (demo_run / "metrics.jsonl").read_text().splitlines()]
-    rl_steps = [r for r in records if r.get("stage") == "rl" and "step" in r]
+    rl_steps = [r for r in records if r.get("stage") == "rl" and "step" in r and "event" not in r]
     assert rl_steps[-1]["step"] == 60 and "reward" in rl_steps[-1]
 
 
