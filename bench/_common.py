@@ -20,6 +20,13 @@ PYTHON = sys.executable
 RLCTL = shutil.which("rlctl", path=str(Path(sys.executable).parent)) or "rlctl"
 
 
+def _load_1m() -> float:
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else 0.0
+
+
+STARTED = (time.strftime("%Y-%m-%d %H:%M %Z"), _load_1m())  # when the bench script imported this module
+
+
 def machine() -> dict:
     gpu = ""
     if shutil.which("nvidia-smi"):
@@ -27,14 +34,15 @@ def machine() -> dict:
             ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"], capture_output=True, text=True
         )
         gpu = "; ".join(sorted(set(out.stdout.strip().splitlines())))
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     return {
         "cpu_cores": os.cpu_count(),
         "cpu": platform.processor() or platform.machine(),
         "gpu": gpu or "none",
         "python": platform.python_version(),
-        "load_avg_1m_at_start": round(load[0], 2),
-        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "load_avg_1m_at_start": STARTED[1],
+        "load_avg_1m_at_end": _load_1m(),
+        "date": STARTED[0],
+        "finished": time.strftime("%Y-%m-%d %H:%M %Z"),
     }
 
 
