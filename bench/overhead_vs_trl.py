@@ -203,7 +203,9 @@ def run_rlctl(kind: str, steps: int, tmp: Path, i: int) -> Measured:
     run = tmp / f"rlctl-{kind}-{i}"
     wall, samples = rlctl_train(run, rlctl_args(kind, steps))
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    stamps = [(r["step"], r["time"]) for r in records if "step" in r and r.get("stage") in (kind, "rl")]
+    stage = "sft" if kind == "sft" else "rl"
+    # training records only: a checkpoint record (the save at the last step, scored for keep_best) carries a step
+    stamps = [(r["step"], r["time"]) for r in records if "step" in r and "event" not in r and r["stage"] == stage]
     return measure(stamps, samples, wall)
 
 
