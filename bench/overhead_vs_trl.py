@@ -120,7 +120,9 @@ def step_time(stamps: list[tuple[int, float]]) -> float:
     return statistics.median(diffs)
 
 
-def run_sampled(argv: list[str], log: Path, trainer_module: str | None, env: dict | None = None):
+def run_sampled(
+    argv: list[str], log: Path, trainer_module: str | None, env: dict | None = None
+) -> tuple[float, list[tuple[float, float, float]]]:
     """Run `argv` (output to `log`), sampling (time, trainer CPU s, other CPU s) of its process tree; the trainer
     is the process running `python -m trainer_module` (None: the started process itself)."""
     samples: list[tuple[float, float, float]] = []
@@ -200,6 +202,7 @@ def rlctl_train(run: Path, extra: list[str]) -> tuple[float, list]:
 
 
 def run_rlctl(kind: str, steps: int, tmp: Path, i: int) -> Measured:
+    """One measured `rlctl train` of the stage (no checkpoint before its last step)."""
     run = tmp / f"rlctl-{kind}-{i}"
     wall, samples = rlctl_train(run, rlctl_args(kind, steps))
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
