@@ -404,7 +404,8 @@ def train(
         shared = config_mod.load_run_config(run_dir / "config.yaml")  # node 0's config, this node's rank
         _apply_nodes(shared, count, cfg.hardware.node_rank, main_address)
         shared.hardware.main_address, shared.hardware.main_port = cfg.hardware.main_address, cfg.hardware.main_port
-        raise typer.Exit(_finish(_launch(plan_mod.build(shared, run_dir), resuming=False), run_dir))
+        node_plan = plan_mod.build(shared, run_dir)
+        raise typer.Exit(_finish(_launch(node_plan, resuming=False), node_plan))
     if (run_dir / "config.yaml").exists():
         raise UserError(
             f"{run_dir} already holds a run; continue it with `rlctl resume {run_dir}` or pick another --run-dir."
@@ -413,7 +414,7 @@ def train(
     if VERBOSE["on"]:
         _print_plan(the_plan)
     _print_recognised()
-    raise typer.Exit(_finish(launch.run(the_plan, console), run_dir))
+    raise typer.Exit(_finish(launch.run(the_plan, console), the_plan))
 
 
 @app.command()
@@ -446,7 +447,7 @@ def resume(
     the_plan = plan_mod.build(cfg, run_dir)
     if set_:
         cfg_path.write_text(shared)
-    raise typer.Exit(_finish(_launch(the_plan, resuming=True), run_dir))
+    raise typer.Exit(_finish(_launch(the_plan, resuming=True), the_plan))
 
 
 @app.command()
@@ -507,14 +508,18 @@ def slurm(
     sys.stdout.write(text)
 
 
-def _finish(code: int, run_dir: Path) -> int:
+def _finish(code: int, the_plan: Plan) -> int:
     """With --quiet the live display is silent: still say where the run ended up (and why, on failure)."""
+    from rlctl.launch import node_log
+
+    run_dir = Path(the_plan.run_dir)
+    log = node_log(run_dir, the_plan.config.hardware.node_rank)
     if console.quiet:
         if code == 0:
             _results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})", highlight=False)
         else:
             err_console.print(
-                f"[red]Training stopped (exit {code}).[/] Log: {run_dir}/logs/train.log (node R>0: train.nodeR.log). "
+                f"[red]Training stopped (exit {code}).[/] Log: {log}. "
                 f"After fixing the cause: rlctl resume {run_dir}",
                 highlight=False,
             )

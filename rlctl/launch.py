@@ -269,7 +269,8 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export")
         return 0
     if errors:
-        console.print(f"[red]Training stopped:[/] {errors[-1]['message']}", highlight=False)
+        shown = Console(stderr=True) if console.quiet else console  # --quiet still prints errors
+        shown.print(f"[red]Training stopped:[/] {errors[-1]['message']}", highlight=False)
         return errors[-1].get("exit_code", 1)  # 2: the runner found bad input (data) before training on it
     tail = log_path.read_text(errors="replace").splitlines()[-25:] if log_path.exists() else []
     console.print("\n".join(tail), markup=False, highlight=False)
