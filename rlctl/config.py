@@ -551,7 +551,7 @@ def parse_set(item: str) -> dict[str, Any]:
     if not key or any(not p for p in key.split(".")):
         raise UserError(f"--set has an empty key in '{item}'.")
     try:
-        value = yaml.safe_load(raw) if raw else ""
+        value = yaml.load(raw, Loader=presets.YAML_LOADER) if raw else ""
     except yaml.YAMLError:
         value = raw
     for part in reversed(key.split(".")):
