@@ -22,7 +22,7 @@ STAGE_ORDER: tuple[str, ...] = ("sft", "dpo", "kto", "rm", "rl")
 class Section(BaseModel):
     """Base of every config section: unknown keys are errors, values are re-validated on assignment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
 
 class ModelArch(Section):
