@@ -33,7 +33,6 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
     if isinstance(error, RewardError):
         return f"{error} Then `rlctl resume {run_dir}` ({_last_good(checkpoints)})."
     written = checkpoint.being_written(checkpoints)
-    full = any(getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) for e in _chain(error))
     if written:
         free = hardware.free_disk_gib(checkpoints)
         if is_main:
@@ -44,7 +43,7 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
             f"{_last_good(checkpoints)}. Free disk space (or lower checkpoint.keep_last), then "
             f"`rlctl resume {run_dir}`."
         )
-    if full:
+    if any(getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) for e in _chain(error)):
         return (
             f"The disk is full: stage {stage} could not write ({error}). {_last_good(checkpoints)}. Free disk space "
             f"where {run_dir} lives, then `rlctl resume {run_dir}`."

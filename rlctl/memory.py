@@ -390,8 +390,9 @@ def refusal(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precisi
 
 def safer(plan: Any, stage: str) -> list[str]:
     """After an out-of-memory error in `stage`: settings that lower its memory, nearest first (halve the
-    micro-batch, gradient checkpointing, then a lighter adapter), each with the planner's headroom when it has the
-    model's architecture. The plan's own choices are pinned, so each option changes one thing."""
+    micro-batch, gradient checkpointing, then a lighter adapter), each with the stage's planned phase peaks before
+    and after when the planner has the model's architecture. The plan's own choices are pinned, so each option
+    changes one thing."""
     cfg: RunConfig = plan.config
     stage_plan = next(s for s in plan.stages if s.name == stage)
     pinned = cfg.model_copy(deep=True)

@@ -124,5 +124,6 @@ def main(run_dir: Path) -> None:
             log.write(stage=stage.name, event="end", max_steps=stage.max_steps)
         state.wait_for_everyone()
 
+
 if __name__ == "__main__":
     main(Path(sys.argv[1]))

@@ -12,9 +12,10 @@ from rlctl.stages.common import StageContext
 HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward models
 
 
-def preference_split(ctx: StageContext) -> tuple[list[dict], list[dict]]:
-    """(train, held-out) preference pairs; the held-out tenth measures the reward model's accuracy."""
-    rows = data.check(ctx.data["preference"], "preference", columns=ctx.cfg.data.columns)
+def preference_split(ctx: StageContext, role: str = "preference") -> tuple[list[dict], list[dict]]:
+    """(train, held-out) rows of data.preference, read as `role` (preference pairs, or kto rows); the held-out
+    tenth measures the reward model's accuracy."""
+    rows = data.check(ctx.data["preference"], role, columns=ctx.cfg.data.columns)
     return data.holdout(rows, HOLDOUT, ctx.cfg.seed)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from rlctl import data, evaluate
 from rlctl.errors import UserError
 from rlctl.stages.common import StageContext
-from rlctl.stages.heldout import HOLDOUT, preference_split
+from rlctl.stages.heldout import preference_split
 
 
 def stage_rows(ctx: StageContext) -> list[dict[str, Any]]:
@@ -17,10 +17,8 @@ def stage_rows(ctx: StageContext) -> list[dict[str, Any]]:
     name, cfg = ctx.stage.name, ctx.cfg
     if name == "sft":
         return data.check(ctx.data["sft"], "sft", columns=cfg.data.columns)
-    if name in ("rm", "dpo"):
-        return preference_split(ctx)[0]
-    if name == "kto":
-        return data.holdout(data.check(ctx.data["preference"], "kto", columns=cfg.data.columns), HOLDOUT, cfg.seed)[0]
+    if name in ("rm", "dpo", "kto"):
+        return preference_split(ctx, "kto" if name == "kto" else "preference")[0]
     return data.check(ctx.data["rl"], "rl", cfg.data.answer_field, columns=cfg.data.columns)
 
 
