@@ -30,8 +30,8 @@ presets_app = typer.Typer(help="Browse the shipped presets.", no_args_is_help=Tr
 app.add_typer(presets_app, name="presets")
 rewards_app = typer.Typer(help="Reward functions: the built-ins, and a dry run on your data.", no_args_is_help=True)
 app.add_typer(rewards_app, name="rewards")
-console = Console()
-err_console = Console(stderr=True)
+console = Console(highlight=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, emoji=False)
 
 PresetOpt = Annotated[str | None, typer.Option("--preset", "-p", help="Preset to start from (rlctl presets list).")]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config layered on the preset.")]
@@ -144,7 +144,7 @@ def _wait_for_rank0(run_dir: Path, timeout: float) -> None:
     """Nodes other than 0 join the run directory node 0 prepares (a shared filesystem)."""
     deadline = time.monotonic() + timeout
     if not (run_dir / "config.yaml").is_file():
-        console.print(f"Waiting for node 0 to prepare {run_dir} ...", highlight=False)
+        console.print(f"Waiting for node 0 to prepare {run_dir} ...")
     while not (run_dir / "config.yaml").is_file():
         if time.monotonic() > deadline:
             raise UserError(
@@ -229,11 +229,11 @@ def presets_show(name: Annotated[str, typer.Argument(help="Preset name.")]) -> N
     console.print(
         f"[bold]{preset.name}[/] ({preset.kind[:-1] if preset.kind != 'hardware' else 'hardware'}) from {preset.path}\n"
     )
-    console.print(preset.path.read_text(), markup=False, highlight=False)
+    console.print(preset.path.read_text(), markup=False)
     if preset.kind == "recipes":
         console.print("[bold]Resolved config:[/]")
         cfg = config_mod.validate(presets.load(name), source=f"preset {name}")
-        console.print(config_mod.dump(cfg), markup=False, highlight=False)
+        console.print(config_mod.dump(cfg), markup=False)
 
 
 def _data_report(cfg: RunConfig) -> dict[str, dict]:
@@ -286,7 +286,7 @@ def _print_recognised() -> None:
     from rlctl import data
 
     for role, info in data.RECOGNISED.items():
-        console.print(f"[bold]Data[/] {role}: {info.source}: {info.describe()}", highlight=False)
+        console.print(f"[bold]Data[/] {role}: {info.source}: {info.describe()}")
 
 
 def _print_plan(plan: Plan) -> None:
@@ -327,15 +327,14 @@ def _print_plan(plan: Plan) -> None:
         )
         if lay["nodes"] > 1:
             line += f"; this node: rank {lay['node_rank']} of {lay['nodes']}, main {lay['main'] or '(unset)'}"
-        console.print(line, highlight=False)
+        console.print(line)
         peak = plan.memory.get("peak_gib")
         if peak is not None:
             console.print(
                 f"[bold]Per GPU[/] peak {peak:g} GiB ({plan.memory.get('peak_phase')}) of "
                 f"{plan.memory.get('budget_gib'):g} GiB budget; per stage micro batch x accumulation above",
-                highlight=False,
             )
-    console.print("[bold]Launch[/]", plan.command, markup=True, highlight=False)
+    console.print("[bold]Launch[/]", plan.command, markup=True)
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {w}")
 
@@ -516,12 +515,11 @@ def _finish(code: int, the_plan: Plan) -> int:
     log = node_log(run_dir, the_plan.config.hardware.node_rank)
     if console.quiet:
         if code == 0:
-            _results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})", highlight=False)
+            _results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})")
         else:
             err_console.print(
                 f"[red]Training stopped (exit {code}).[/] Log: {log}. "
                 f"After fixing the cause: rlctl resume {run_dir}",
-                highlight=False,
             )
     return code
 
@@ -547,11 +545,11 @@ def export(
     out = out or run_dir / "export"
     with console.status("Exporting the model..."):
         folder = export_mod.export(run_dir, out, adapter=adapter, repo_id=push)
-    _results().print(f"[green]Exported[/] {folder}", highlight=False)
+    _results().print(f"[green]Exported[/] {folder}")
     if push:
-        console.print(f"Pushing to {push}{' (private)' if private else ''}...", highlight=False)
+        console.print(f"Pushing to {push}{' (private)' if private else ''}...")
         url = export_mod.push(folder, push, private=private, quiet=console.quiet)
-        _results().print(f"[green]Pushed[/] {url}", highlight=False)
+        _results().print(f"[green]Pushed[/] {url}")
 
 
 RewardOpt = Annotated[
@@ -565,7 +563,7 @@ ColumnOpt = Annotated[
 
 def _results() -> Console:
     """Where final results go: the console, or a fresh one with --quiet (results print even then)."""
-    return Console() if console.quiet else console
+    return Console(highlight=False, emoji=False) if console.quiet else console
 
 
 def _ui():
@@ -691,12 +689,25 @@ def doctor(
     raise typer.Exit(cockpit.doctor_command(_ui(), online=not offline, as_json=as_json))
 
 
+def _only_invoked_command(args: list[str]) -> None:
+    """Keep only the command named on the command line: Typer builds every command's options before parsing,
+    a third of `rlctl plan`'s start-up. Help, completion and unknown names keep the full set."""
+    name = next((a for a in args if not a.startswith("-")), None)
+    if name is None or any(a.endswith("-completion") for a in args):
+        return
+    commands = [c for c in app.registered_commands if (c.name or c.callback.__name__.replace("_", "-")) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if commands or groups:
+        app.registered_commands, app.registered_groups = commands, groups
+
+
 def main() -> None:
     """Entry point: bad input exits 2 with one paragraph and no traceback (usage errors too, via Typer)."""
+    _only_invoked_command(sys.argv[1:])
     try:
         app()
     except UserError as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {e}")
         sys.exit(2)
 
 

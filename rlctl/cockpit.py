@@ -26,7 +26,7 @@ class UI:
     verbose: bool = False
 
     def results(self) -> Console:
-        return Console() if self.console.quiet else self.console
+        return Console(highlight=False, emoji=False) if self.console.quiet else self.console
 
     def short(self, value: object, width: int = 48) -> str:
         """A prompt or completion on one table line (full text with --verbose)."""
@@ -263,7 +263,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
     samples_path = out.with_suffix(".samples.jsonl")
     samples_path.write_text("".join(json.dumps(s, default=str) + "\n" for s in result.samples))
     print_eval(ui, metrics, result.samples)
-    ui.console.print(f"[green]Wrote[/] {out} and {samples_path}", highlight=False)
+    ui.console.print(f"[green]Wrote[/] {out} and {samples_path}")
     return metrics
 
 
@@ -294,10 +294,10 @@ def report_command(ui: UI, run_dir: Path, out: Path | None) -> None:
     with ui.console.status("Plotting metrics..."):
         rep = report_mod.build(run_dir, out)
     for name, path in rep.plots.items():
-        ui.console.print(f"  {name}: {path}", highlight=False)
+        ui.console.print(f"  {name}: {path}")
     if rep.tensorboard:
-        ui.console.print(f"  tensorboard: tensorboard --logdir {rep.tensorboard.parent}", highlight=False)
-    ui.results().print(f"[green]Wrote[/] {rep.markdown}", highlight=False)
+        ui.console.print(f"  tensorboard: tensorboard --logdir {rep.tensorboard.parent}")
+    ui.results().print(f"[green]Wrote[/] {rep.markdown}")
 
 
 # -------------------------------------------------------------------------------------------- doctor
@@ -319,14 +319,14 @@ def doctor_command(ui: UI, online: bool, as_json: bool) -> int:
         table.add_column(col, overflow="fold")
     for c in checks:
         table.add_row(escape(c.name), STATUS_STYLE[c.status], escape(c.detail), escape(c.fix))
-    ui.results().print(table, highlight=False)
+    ui.results().print(table)
     if failed:
         ui.results().print(
             f"[bold red]{len(failed)} problem(s).[/] Run the fix command(s) above, then rlctl doctor again."
         )
         if ui.verbose:
             for c in failed:
-                ui.console.print(f"  {c.fix}", markup=False, highlight=False)
+                ui.console.print(f"  {c.fix}", markup=False)
         return 1
     warned = sum(c.status == doctor.WARN for c in checks)
     ui.results().print("[green]Ready.[/]" + (f" {warned} warning(s) above." if warned else ""))

@@ -4,7 +4,6 @@ Override order: preset < --config FILE < --algorithm / --hardware < --set key=va
 Every key is documented by its `Field(description=...)`; unknown keys are rejected with a suggestion.
 """
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -326,7 +325,7 @@ class RLConfig(TrainConfig):
         return value
 
     @model_validator(mode="after")
-    def _batch(self) -> RLConfig:
+    def _batch(self) -> "RLConfig":
         """rl.batch_size, when given, fixes the completions per step: prompts_per_step = batch_size / group_size."""
         g = self.group_size
         if "batch_size" in self.model_fields_set:
@@ -495,7 +494,7 @@ class RunConfig(Section):
         return [s for s in STAGE_ORDER if s in stages]
 
     @model_validator(mode="after")
-    def _cross_field(self) -> RunConfig:
+    def _cross_field(self) -> "RunConfig":
         """Rules that span several keys."""
         uses_rm = any(r.name == "reward_model" for r in self.rl.rewards)
         if "rl" in self.stages and uses_rm and "rm" not in self.stages:

@@ -205,7 +205,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     offset = metrics_path.stat().st_size if metrics_path.exists() else 0
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]
     console.print(f"[bold]{'Resuming' if resuming else 'Starting'}[/] {the_plan.config.name} in {run_dir}")
-    console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]", highlight=False)
+    console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]")
     stopped = 0
     errors: list[dict] = []
     previous = signal.signal(signal.SIGTERM, _raise_signal)
@@ -269,11 +269,12 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export")
         return 0
     if errors:
-        shown = Console(stderr=True) if console.quiet else console  # --quiet still prints errors
-        shown.print(f"[red]Training stopped:[/] {errors[-1]['message']}", highlight=False)
+        # --quiet still prints why training stopped
+        shown = Console(stderr=True, highlight=False, emoji=False) if console.quiet else console
+        shown.print(f"[red]Training stopped:[/] {errors[-1]['message']}")
         return errors[-1].get("exit_code", 1)  # 2: the runner found bad input (data) before training on it
     tail = log_path.read_text(errors="replace").splitlines()[-25:] if log_path.exists() else []
-    console.print("\n".join(tail), markup=False, highlight=False)
+    console.print("\n".join(tail), markup=False)
     console.print(
         f"[red]Training failed (exit {code}).[/] Full log: {log_path}. After fixing the cause: rlctl resume {run_dir}"
     )

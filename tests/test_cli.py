@@ -127,6 +127,18 @@ def test_usage_error_exits_2():
     assert rlctl("train", "--no-such-flag").returncode == 2
 
 
+def test_only_the_invoked_command_is_built_yet_every_name_still_resolves():
+    """main() hands Typer only the command on the command line; misspellings, root options before the command,
+    sub-apps and per-command help behave as with the full set."""
+    assert_bad_input(rlctl("plna", "--preset", "tiny-demo"), "No such command 'plna'", "plan")
+    proc = rlctl("-v", "presets", "list")
+    assert proc.returncode == 0 and "tiny-demo" in proc.stdout, proc.stderr
+    proc = rlctl("plan", "--help")
+    assert proc.returncode == 0 and "--hardware" in proc.stdout and "--out" not in proc.stdout
+    proc = rlctl("--help")
+    assert proc.returncode == 0 and all(c in proc.stdout for c in ("plan", "train", "resume", "export", "presets"))
+
+
 def test_presets_list_and_show():
     proc = rlctl("presets", "list")
     assert proc.returncode == 0, proc.stderr
