@@ -5,6 +5,9 @@
 * `trl_kwargs(plan)` builds the exact vLLM arguments of TRL's GRPOConfig / RLOOConfig for a plan, and
   `llm_kwargs(plan)` the `vllm.LLM(...)` arguments TRL 1.16 derives from them (trl/generation/vllm_generation.py),
   so the boundary is tested without vLLM or a GPU.
+* `ColocatedVLLM` is the generation engine of rlctl's own RL loop (ppo, dapo, reinforce-pp, remax, pf-ppo) on
+  TRL's `VLLMGeneration`, built from `vllm_generation_kwargs(plan)`: the same engine, arguments and sleep
+  cycle as the TRL stages.
 * `offload_optimizer_state` / `reload_optimizer_state` and `callbacks(plan)` move the training-only state (AdamW
   moments) to host RAM outside the optimizer step when the plan says memory requires it.
 
@@ -41,8 +44,6 @@ def choose(cfg: RunConfig, hardware: Hardware, warnings: list[str]) -> str:
     so; on the machine itself (or on CPU) what is installed decides."""
     if "rl" not in cfg.stages:
         return "none"
-    if getattr(cfg.rl, "path", None) == "rlctl":  # rlctl's own RL loop samples with transformers
-        return "transformers"
     from rlctl.hardware import has_local_gpu
 
     here = installed()
@@ -112,6 +113,59 @@ def llm_kwargs(plan: Plan, model: str = "<policy>") -> dict[str, Any]:
         "quantization": "bitsandbytes" if plan.adapter == "qlora" else None,
         "trust_remote_code": plan.config.model.trust_remote_code,
     }
+
+
+def vllm_generation_kwargs(plan: Plan) -> dict[str, Any]:
+    """The arguments of TRL's `VLLMGeneration` for rlctl's RL loop: the `llm_kwargs(plan)` engine (colocated,
+    sleep mode) sampling like the loop's transformers path (temperature, no top-k/top-p, max_new_tokens)."""
+    llm, rl = llm_kwargs(plan), plan.config.rl
+    return {
+        "mode": VLLM_MODE,
+        "tensor_parallel_size": llm["tensor_parallel_size"],
+        "gpu_memory_utilization": llm["gpu_memory_utilization"],
+        "max_model_length": llm["max_model_len"],
+        "max_num_seqs": llm["max_num_seqs"],
+        "enable_sleep_mode": llm["enable_sleep_mode"],
+        "model_impl": llm["model_impl"],
+        "trust_remote_code": llm["trust_remote_code"],
+        "temperature": rl.temperature,
+        "top_p": 1.0,
+        "top_k": 0,
+        "max_completion_length": rl.max_new_tokens,
+        "logprobs": None,  # the loop recomputes log-probs with the policy
+    }
+
+
+class ColocatedVLLM:
+    """rlctl's RL loop generation boundary (`sync`, `generate`, as `rl_loop.HFGenerator`) on TRL's
+    `VLLMGeneration`: vLLM inside each training process, asleep at level 2 (weights and KV cache released)
+    outside generation. Sampling stops at the tokenizer's EOS only, as the transformers path does."""
+
+    def __init__(self, plan: Plan, model: Any, accelerator: Any, tokenizer: Any):
+        from trl.generation.vllm_generation import VLLMGeneration
+
+        self.eos = tokenizer.eos_token_id
+        self.vllm = VLLMGeneration(
+            model=model,
+            accelerator=accelerator,
+            processing_class=tokenizer,
+            generation_kwargs={"ignore_eos": True, "stop_token_ids": [self.eos]},
+            **vllm_generation_kwargs(plan),
+        )
+        self.temperature = self.vllm.temperature
+
+    def sync(self, model: Any) -> None:
+        """Wake vLLM's weights and push the policy's current ones (`model` is the policy given at construction;
+        every process takes part: FSDP2 gathers each parameter, LoRA adapters are merged for the push)."""
+        assert model is self.vllm.model, "ColocatedVLLM pushes the policy it was built with"
+        self.vllm.sync_weights()
+
+    def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
+        """Completion token ids of each prompt, up to and including the first EOS. vLLM wakes its KV cache,
+        samples (greedy: temperature 0) and sleeps again; weights dropped by an earlier sleep are pushed first."""
+        self.vllm.temperature = 0.0 if greedy else self.temperature
+        _, completions, _, _ = self.vllm.generate(prompts, images=None, num_generations=1)
+        return [ids[: ids.index(self.eos) + 1] if self.eos in ids else list(ids) for ids in completions]
 
 
 # --- Training state between phases --------------------------------------------------------------------------------

@@ -1,12 +1,17 @@
 """The hybrid-engine boundary (rlctl.engine): which engine a plan uses, the exact TRL / vLLM arguments built for
 each plan (checked against TRL 1.16's own GRPOConfig, RLOOConfig and VLLMGeneration), that no other module holds
-vLLM-specific code, and the optimizer-state offload between phases on CPU tensors."""
+vLLM-specific code, rlctl's RL loop generating through TRL's real VLLMGeneration on a CPU stand-in of vLLM's API
+(tests/vllm_stub), and the optimizer-state offload between phases on CPU tensors."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +20,7 @@ import torch
 from rlctl import config, engine, hardware, plan
 
 REPO = Path(__file__).resolve().parent.parent
+STUB = REPO / "tests" / "vllm_stub"
 
 
 @pytest.fixture
@@ -60,13 +66,12 @@ def test_choose_refuses_forced_vllm_where_it_cannot_run(monkeypatch):
         engine.choose(cfg, hardware.parse_spec("cpu"), [])
 
 
-def test_rlctl_loop_generates_with_transformers(vllm_here):
+def test_rlctl_loop_plans_colocated_vllm(vllm_here):
     p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0", "rl.algorithm=ppo")
-    if getattr(p.config.rl, "path", None) != "rlctl":
-        pytest.skip("no rlctl RL loop in this checkout")
-    assert p.generation_engine == "transformers" and p.vllm is None
+    assert p.config.rl.path == "rlctl"
+    assert p.generation_engine == "vllm" and p.vllm is not None
     gen = next(ph for ph in p.memory["phases"] if ph["phase"] == "generation")
-    assert "KV cache (generate)" in gen["components_gib"]
+    assert "vLLM KV cache" in gen["components_gib"]
 
 
 def test_no_rl_stage_no_engine():
@@ -158,6 +163,72 @@ def test_grpo_trainer_feeds_vllm_the_arguments_we_set():
         r"\*\s*args\.steps_per_generation",
         source,
     )
+
+
+def test_vllm_generation_kwargs_are_trls_and_the_plans(vllm_here):
+    """rlctl's RL loop hands TRL's VLLMGeneration the engine the planner sized (same numbers as llm_kwargs)."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0", "rl.algorithm=ppo")
+    kw = engine.vllm_generation_kwargs(p)
+    assert set(kw) <= set(inspect.signature(VLLMGeneration.__init__).parameters)
+    assert kw["mode"] == "colocate" and kw["enable_sleep_mode"] is True and kw["logprobs"] is None
+    assert kw["gpu_memory_utilization"] == p.vllm["gpu_memory_utilization"]
+    assert kw["tensor_parallel_size"] == p.vllm["tensor_parallel_size"]
+    assert kw["max_num_seqs"] == p.vllm["max_num_seqs"]
+    assert kw["max_model_length"] == p.config.data.max_prompt_length + p.config.rl.max_new_tokens
+    rl = p.config.rl
+    assert (kw["temperature"], kw["max_completion_length"], kw["top_k"], kw["top_p"]) == (
+        rl.temperature,
+        rl.max_new_tokens,
+        0,
+        1.0,
+    )
+
+
+def run_scenario(*args: str) -> dict:
+    """tests/vllm_stub/scenarios.py in a fresh process whose `import vllm` finds the stand-in."""
+    path = os.pathsep.join(filter(None, [str(STUB), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(STUB / "scenarios.py"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT "))
+
+
+CYCLE = ["wake_up", "load_weights", "reset_prefix_cache", "wake_up", "generate", "sleep"]
+
+
+def test_colocated_vllm_samples_what_transformers_samples(demo_run):
+    r = run_scenario("boundary", str(demo_run / "sft" / "final"))
+    assert {k: v for k, v in r["llm_init"].items() if k != "seed"} == r["llm_kwargs"], "the engine we planned"
+    assert r["greedy_vllm"] == r["greedy_hf"], "same weights, same greedy completions, same EOS handling"
+    for ids in r["sampled"]:
+        assert 0 < len(ids) <= r["max_new_tokens"] and r["eos"] not in ids[:-1]
+    assert r["pushed_equal"], "after a policy change, sync pushes every weight"
+    calls = r["calls"]
+    # built asleep; each sync wakes the weights and pushes them, each generate wakes the KV cache and sleeps
+    assert [c["call"] for c in calls] == ["init", "sleep", *CYCLE, *CYCLE, *CYCLE[:3]]
+    assert all(c["level"] == 2 for c in calls if c["call"] == "sleep")
+    assert [c["tags"] for c in calls if c["call"] == "wake_up"] == [["weights"], ["kv_cache"]] * 2 + [["weights"]]
+    assert all(c["names"] == r["policy_params"] for c in calls if c["call"] == "load_weights")
+    generates = [c for c in calls if c["call"] == "generate"]
+    assert [c["temperature"] for c in generates] == [0.0, 1.0]
+    assert all(c["ignore_eos"] and c["stop_token_ids"] == [r["eos"]] for c in generates)
+
+
+def test_rlctl_loop_rolls_out_through_colocated_vllm(demo_run, tmp_path):
+    """Two ReMax steps (sampled rollouts plus the greedy baseline) of the real loop, runner and checkpoints,
+    generating with vLLM: the policy's weights are pushed before every generation."""
+    r = run_scenario("loop", str(demo_run / "sft" / "final"), str(tmp_path / "run"), "remax")
+    assert r["generation_engine"] == "vllm" and r["summary"]["completed"] == ["rl"]
+    calls = r["calls"]
+    assert calls[0]["call"] == "init" and calls[0]["max_num_seqs"] == r["max_num_seqs"] == r["rollouts_per_step"]
+    assert [c["call"] for c in calls[1:]] == ["sleep", *CYCLE * 4]
+    generates = [(c["prompts"], c["temperature"]) for c in calls if c["call"] == "generate"]
+    step = [(r["rollouts_per_step"], r["temperature"]), (r["prompts_per_step"], 0.0)]
+    assert generates == step * 2
 
 
 def test_vllm_code_lives_in_one_module():

@@ -3,15 +3,17 @@
 top to bottom; every step is
 
 1. rollout: take prompts, sample a group of completions per prompt through the generation boundary
-   (`make_generator`), score them with the run's rewards (plus DAPO's overlong shaping). With dynamic sampling,
-   groups whose rewards are all equal are dropped and more prompts are sampled until the batch is full.
+   (`make_generator`: colocated vLLM in sleep mode when the plan has it, else transformers), score them with
+   the run's rewards (plus DAPO's overlong shaping). With dynamic sampling, groups whose rewards are all equal
+   are dropped and more prompts are sampled until the batch is full.
 2. prepare: each process computes old and reference log-probs and critic values for its share of the batch.
 3. advantages: on the whole batch gathered from every process (so group statistics, whitening and PF-PPO
    resampling see what a single process would): outcome reward on the last token, KL folded into the token
    rewards if `kl_in_reward`, then `ADVANTAGE_ESTIMATORS[rl.advantage]`, then PF-PPO resampling.
 4. update: `ppo_epochs` passes of `ppo_mini_batches` optimizer updates of the policy (`POLICY_LOSSES[rl.policy_loss]`
    plus a KL loss term when the KL is not in the reward) and of the critic (`value_loss`), each accumulated over
-   micro-batches with weights that make the sum equal the loss aggregated over the whole mini-batch.
+   micro-batches with weights that make the sum equal the loss aggregated over the whole mini-batch. When the
+   plan offloads between phases, the policy's AdamW moments stay in host RAM except around its optimizer step.
 5. log to metrics.jsonl, checkpoint every `save_every` steps (models, optimizers, schedulers, RNG, loop state;
    marked complete), and at the end save the policy only (no critic) to the stage's final folder.
 
@@ -31,7 +33,7 @@ from types import SimpleNamespace
 import torch
 from torch import Tensor
 
-from rlctl import checkpoint, evaluate
+from rlctl import checkpoint, engine, evaluate
 from rlctl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
@@ -131,8 +133,8 @@ def pad_to(x: Tensor, length: int) -> Tensor:
 
 # ----------------------------------------------------------------------------------------------- generation
 class HFGenerator:
-    """Sampling with transformers' `generate` on the policy in training. This is the generation boundary: an
-    engine with the same two methods (e.g. a colocated vLLM from `rlctl.engine`) can replace it."""
+    """Sampling with transformers' `generate` on the policy in training. This is the generation boundary:
+    `rlctl.engine.ColocatedVLLM` has the same two methods."""
 
     def __init__(self, tokenizer, max_new_tokens: int, temperature: float, batch_size: int = 64):
         self.tok, self.max_new_tokens, self.temperature = tokenizer, max_new_tokens, temperature
@@ -167,12 +169,11 @@ class HFGenerator:
         return out
 
 
-def make_generator(ctx: StageContext, tokenizer) -> HFGenerator:
-    """The generation engine of the plan: transformers for now; `rlctl.engine` plugs its vLLM engine in here."""
-    rl = ctx.cfg.rl
+def make_generator(ctx: StageContext, tokenizer, policy, acc) -> HFGenerator | engine.ColocatedVLLM:
+    """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout)."""
     if ctx.plan.generation_engine == "vllm":
-        ctx.log.write(stage="rl", event="note", message="the rlctl loop samples with transformers (no vLLM engine yet)")
-    return HFGenerator(tokenizer, rl.max_new_tokens, rl.temperature)
+        return engine.ColocatedVLLM(ctx.plan, policy, acc, tokenizer)
+    return HFGenerator(tokenizer, ctx.cfg.rl.max_new_tokens, ctx.cfg.rl.temperature)
 
 
 # ----------------------------------------------------------------------------------------------- models
@@ -321,7 +322,7 @@ def run(ctx: StageContext) -> None:
     kl_ctl = AdaptiveKLController(rl.beta, rl.kl_target, rl.kl_horizon) if rl.kl_target else FixedKLController(rl.beta)
     stream = PromptStream(rows, cfg.seed)
     scorer = Scorer(ctx, tok, acc.device)
-    generator = make_generator(ctx, tok)
+    generator = make_generator(ctx, tok, acc.unwrap_model(policy), acc)
     loss_cfg = PolicyLossConfig(
         clip_low=rl.clip_low,
         clip_high=rl.clip_high if rl.policy_loss != "cispo" else 0.2,
@@ -339,6 +340,8 @@ def run(ctx: StageContext) -> None:
         start, stream.cursor, kl_ctl.value = state["step"], state["cursor"], state["kl_coef"]
     else:
         set_seed(cfg.seed + rank)  # each process samples different completions
+    if ctx.plan.phase_offload:  # AdamW moments live in host RAM except around the policy's optimizer step
+        engine.offload_optimizer_state(opt)
 
     def prompt_ids(row: dict) -> list[int]:
         text = evaluate.prompt_text(row["prompt"], tok)
@@ -481,9 +484,13 @@ def run(ctx: StageContext) -> None:
                         _add(stats, value_loss=v_loss.item(), **v_metrics)
                 if train_policy:
                     _add(stats, grad_norm=float(acc.clip_grad_norm_(policy.parameters(), rl.max_grad_norm)))
+                    if ctx.plan.phase_offload:
+                        engine.reload_optimizer_state(opt)
                     opt.step()
                     sched.step()
                     opt.zero_grad(set_to_none=True)
+                    if ctx.plan.phase_offload:
+                        engine.offload_optimizer_state(opt)
                 if critic is not None:
                     acc.clip_grad_norm_(critic.parameters(), rl.max_grad_norm)
                     c_opt.step()
