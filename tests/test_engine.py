@@ -229,6 +229,10 @@ def test_rlctl_loop_rolls_out_through_colocated_vllm(demo_run, tmp_path):
     generates = [(c["prompts"], c["temperature"]) for c in calls if c["call"] == "generate"]
     step = [(r["rollouts_per_step"], r["temperature"]), (r["prompts_per_step"], 0.0)]
     assert generates == step * 2
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [x for x in records if x.get("stage") == "rl" and "step" in x and "event" not in x]
+    phases = ("time_sync", "time_generate", "time_score", "time_prepare", "time_update")
+    assert len(steps) == 2 and all(x[k] > 0 for x in steps for k in phases), "each phase's seconds, every step"
 
 
 def test_vllm_code_lives_in_one_module():

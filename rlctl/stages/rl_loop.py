@@ -14,7 +14,8 @@ top to bottom; every step is
    plus a KL loss term when the KL is not in the reward) and of the critic (`value_loss`), each accumulated over
    micro-batches with weights that make the sum equal the loss aggregated over the whole mini-batch. When the
    plan offloads between phases, the policy's AdamW moments stay in host RAM except around its optimizer step.
-5. log to metrics.jsonl, checkpoint every `save_every` steps (models, optimizers, schedulers, RNG, loop state;
+5. log to metrics.jsonl (with the seconds each phase took: `time_sync`, `time_generate`, `time_score`,
+   `time_prepare`, `time_update`), checkpoint every `save_every` steps (models, optimizers, schedulers, RNG, loop state;
    marked complete), and at the end save the policy only (no critic) to the stage's final folder.
 
 The math lives in `rlctl.algorithms`; this module moves tensors between processes and models.
@@ -26,6 +27,7 @@ import contextlib
 import json
 import math
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -129,6 +131,27 @@ def collate(samples: list[Sample], pad_id: int, device) -> Batch:
 def pad_to(x: Tensor, length: int) -> Tensor:
     """Right-pad a [b, t] tensor with zeros to [b, length]."""
     return torch.nn.functional.pad(x, (0, length - x.shape[1]))
+
+
+class PhaseClock:
+    """Seconds each phase of a step took (sync, generate, score, prepare, update), logged as `time_<phase>`.
+    On a GPU it waits for the queued kernels at each boundary, so work is charged to the phase that launched it."""
+
+    def __init__(self, cuda: bool):
+        self.cuda, self.spent, self.mark = cuda, {}, time.perf_counter()
+
+    def start(self) -> None:
+        self.spent, self.mark = {}, time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self.spent[phase] = self.spent.get(phase, 0.0) + now - self.mark
+        self.mark = now
+
+    def times(self) -> dict[str, float]:
+        return {f"time_{phase}": round(seconds, 4) for phase, seconds in self.spent.items()}
 
 
 # ----------------------------------------------------------------------------------------------- generation
@@ -363,10 +386,13 @@ def run(ctx: StageContext) -> None:
         """This process's [shard, t] rows padded to max_new_tokens and gathered into [batch, max_new_tokens]."""
         return acc.gather(pad_to(x, rl.max_new_tokens).contiguous())
 
+    clock = PhaseClock(acc.device.type == "cuda")
     for step in range(start + 1, rl.max_steps + 1):
         # 1. rollout: a full batch of groups, identical on every process
+        clock.start()
         unwrapped = acc.unwrap_model(policy).eval()
         generator.sync(unwrapped)
+        clock.lap("sync")
         kept, spare, generated, rounds = [], [], [], 0
         max_rounds = rl.dynamic_sampling_rounds if rl.dynamic_sampling else 1
         while len(kept) < rl.prompts_per_step and rounds < max_rounds:
@@ -376,8 +402,10 @@ def run(ctx: StageContext) -> None:
             mine = round_samples[rank * shard : (rank + 1) * shard]
             for s, ids in zip(mine, generator.generate([s.prompt_ids for s in mine]), strict=True):
                 s.completion_ids, s.truncated = ids, tok.eos_token_id not in ids
+            clock.lap("generate")
             scorer(mine)
             round_samples = gather_object(mine)
+            clock.lap("score")
             generated += round_samples
             scores = torch.tensor([s.score for s in round_samples])
             groups = torch.tensor([s.group for s in round_samples])
@@ -394,7 +422,9 @@ def run(ctx: StageContext) -> None:
             greedy = [Sample(g, s.row, s.prompt_ids) for g, s in firsts.items()]
             for s, ids in zip(greedy, generator.generate([s.prompt_ids for s in greedy], greedy=True), strict=True):
                 s.completion_ids = ids
+            clock.lap("generate")
             scorer(greedy)
+            clock.lap("score")
             by_group = {s.group: s.score for s in greedy}
             for s in mine:
                 s.baseline = by_group[s.group]
@@ -442,6 +472,8 @@ def run(ctx: StageContext) -> None:
                 "mask": loss_mask,
             }.items()
         }
+
+        clock.lap("prepare")
 
         # 4. update: ppo_epochs x ppo_mini_batches optimizer steps, accumulated over micro-batches
         train_policy = step > rl.critic_warmup_steps
@@ -497,9 +529,11 @@ def run(ctx: StageContext) -> None:
                     c_sched.step()
                     c_opt.zero_grad(set_to_none=True)
         kl_ctl.update(kl_k1, batch_size)
+        clock.lap("update")
 
         # 5. log and checkpoint
         record = {k: sum(v) / len(v) for k, v in stats.items()}  # this process's mean over its micro-batches
+        record.update(clock.times())
         record["reward"] = sum(s.score for s in generated) / len(generated)
         record["response_length"] = sum(len(s.completion_ids) for s in samples) / len(samples)
         record["lr"] = sched.get_last_lr()[0]
