@@ -1,11 +1,15 @@
-"""GPU GRPO throughput (GPU machines only): random-init Qwen2.5-0.5B / 1.5B real-shape models (shapes from
-presets/models/*.yaml, so no download), a few GRPO steps through `rlctl train`, reported as step time and tokens/s
-per GPU, (the generation / scoring / update split is not extracted yet: TRL's GRPO logs carry no per-phase times),
-the training-phase MFU, and the decode roofline (weights bytes / HBM bandwidth per generated token, batch 1) beside
-the measured generation rate.
+"""GPU RL throughput (GPU machines only): random-init Qwen2.5-0.5B / 1.5B real-shape models (shapes from
+presets/models/*.yaml, so no download), a few RL steps through `rlctl train`, reported as step time and tokens/s
+per GPU, the generation / scoring / update split, the training-phase MFU, and the decode roofline (weights bytes /
+HBM bandwidth per generated token, batch 1) beside the measured generation rate.
 
-Usage: python bench/gpu_grpo.py [--models qwen2.5-0.5b,qwen2.5-1.5b] [--steps 5] [--hbm-gbs 3350] [--peak-tflops 989]
-(defaults: H100 SXM, bf16 dense). On a machine without an NVIDIA GPU it says so and exits 3.
+The split comes from rlctl's RL loop, which logs each phase's seconds (`time_generate`, ...): use a loop algorithm
+(`--algorithm reinforce-pp`, GRPO-like outcome advantages; or ppo, remax, dapo, pf-ppo). GRPO itself runs in TRL's
+trainer, whose logs carry no per-phase times; its rows show the step time only.
+
+Usage: python bench/gpu_grpo.py [--algorithm grpo] [--models qwen2.5-0.5b,qwen2.5-1.5b] [--steps 5]
+[--hbm-gbs 3350] [--peak-tflops 989] (defaults: H100 SXM, bf16 dense). On a machine without an NVIDIA GPU it
+says so and exits 3.
 """
 
 from __future__ import annotations
@@ -51,8 +55,15 @@ Qwen2ForCausalLM(cfg).to(torch.bfloat16).save_pretrained({str(out)!r})
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def median(values: list) -> float:
+    """The median of the numbers present (NaN when none)."""
+    xs = sorted(v for v in values if isinstance(v, int | float))
+    return xs[len(xs) // 2] if xs else float("nan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--algorithm", default="grpo", help="grpo (TRL) or a loop algorithm: reinforce-pp, ppo, ...")
     ap.add_argument("--models", default="qwen2.5-0.5b,qwen2.5-1.5b")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--hbm-gbs", type=float, default=3350.0, help="HBM bandwidth GB/s (H100 SXM 3350)")
@@ -75,7 +86,8 @@ def main() -> None:
             for f in (prep / "base").glob("*token*"):
                 shutil.copy(f, model / f.name)
             run = Path(tmp) / "run"
-            argv = [RLCTL, "-q", "train", "--preset", "tiny-demo", "--stages", "rl", "--hardware", "auto",
+            argv = [RLCTL, "-q", "train", "--preset", "tiny-demo", "--algorithm", opts.algorithm,
+                    "--stages", "rl", "--hardware", "auto",
                     "--set", f"model.name_or_path={model}", "--set", "rl.rewards=[{name: exact_match}]",
                     "--set", f"rl.max_steps={opts.steps}", "--set", "rl.max_new_tokens=256",
                     "--set", "rl.save_every=100000", "--set", "rl.eval_samples=8", "--run-dir", str(run)]  # fmt: skip
@@ -86,23 +98,28 @@ def main() -> None:
             steps = [r for r in recs if r.get("stage") == "rl" and "step" in r]
             plan = json.loads((run / "plan.json").read_text())
         gpus = max(plan["layout"]["world_size"], 1)
-        dt = [b["time"] - a["time"] for a, b in itertools.pairwise(steps)]
-        step_s = sorted(dt)[len(dt) // 2] if dt else float("nan")
+        step_s = median([b["time"] - a["time"] for a, b in itertools.pairwise(steps)])
         cfg = plan["config"]["rl"]
         completions = cfg["prompts_per_step"] * cfg["group_size"]
-        tokens = completions * cfg["max_new_tokens"]  # upper bound: every completion at full length
+        # completion tokens per step: the loop logs the mean length, TRL its completions/mean_length; else the bound
+        length = median([r.get("response_length", r.get("completions/mean_length")) for r in steps])
+        tokens = completions * (cfg["max_new_tokens"] if length != length else length)
         tok_s_gpu = tokens / step_s / gpus
         mfu = 6 * n * tokens / step_s / gpus / (opts.peak_tflops * 1e12)  # training FLOPs only, upper bound
         roofline = opts.hbm_gbs * 1e9 / (2 * n)  # bf16 weights read once per decoded token (batch 1)
-        rows.append([name, f"{n / 1e9:.2f}B", gpus, step_s, tok_s_gpu, mfu, roofline, "not split yet"])
-        results[name] = {"params": n, "gpus": gpus, "wall_s": wall, "step_s": step_s, "tokens_per_step": tokens,
-                         "tokens_per_s_per_gpu": tok_s_gpu, "mfu_upper_bound": mfu,
+        split = {p: median([r.get(f"time_{p}") for r in steps]) for p in ("generate", "score", "update")}
+        split_text = " / ".join(f"{v:.2f}" for v in split.values()) if all(v == v for v in split.values()) else "-"
+        gen_rate = completions * length / split["generate"] / gpus if split["generate"] == split["generate"] else None
+        rows.append([name, f"{n / 1e9:.2f}B", gpus, step_s, tok_s_gpu, mfu, split_text, gen_rate or "-", roofline])
+        results[name] = {"algorithm": opts.algorithm, "params": n, "gpus": gpus, "wall_s": wall, "step_s": step_s,
+                         "tokens_per_step": tokens, "tokens_per_s_per_gpu": tok_s_gpu, "mfu_upper_bound": mfu,
+                         "split_s": split, "generated_tok_s_per_gpu": gen_rate,
                          "decode_roofline_tok_s_batch1": roofline, "steps": steps}  # fmt: skip
     report(
         "gpu_grpo",
-        "GRPO on GPU, random-init real-shape models",
-        ["model", "params", "GPUs", "s/step", "tokens/s/GPU", "MFU (train, upper bound)", "decode roofline tok/s",
-         "gen/score/update split"],
+        f"{opts.algorithm} on GPU, random-init real-shape models",
+        ["model", "params", "GPUs", "s/step", "tokens/s/GPU", "MFU (train, upper bound)", "gen/score/update s",
+         "generated tok/s/GPU", "decode roofline tok/s (batch 1)"],
         rows,
         {"hbm_gbs": opts.hbm_gbs, "peak_tflops": opts.peak_tflops, "results": results},
     )  # fmt: skip
