@@ -218,14 +218,19 @@ def test_colocated_vllm_samples_what_transformers_samples(demo_run):
     assert all(c["ignore_eos"] and c["stop_token_ids"] == [r["eos"]] for c in generates)
 
 
-def test_rlctl_loop_rolls_out_through_colocated_vllm(demo_run, tmp_path):
+@pytest.mark.parametrize("adapter", ["full", "lora"])
+def test_rlctl_loop_rolls_out_through_colocated_vllm(adapter, demo_run, tmp_path):
     """Two ReMax steps (sampled rollouts plus the greedy baseline) of the real loop, runner and checkpoints,
-    generating with vLLM: the policy's weights are pushed before every generation."""
-    r = run_scenario("loop", str(demo_run / "sft" / "final"), str(tmp_path / "run"), "remax")
+    generating with vLLM: the policy's weights are pushed before every generation (LoRA: merged, under the base
+    model's names)."""
+    args = [str(demo_run / "sft" / "final"), str(tmp_path / "run"), "remax", f"model.adapter={adapter}"]
+    r = run_scenario("loop", *args)
     assert r["generation_engine"] == "vllm" and r["summary"]["completed"] == ["rl"]
     calls = r["calls"]
     assert calls[0]["call"] == "init" and calls[0]["max_num_seqs"] == r["max_num_seqs"] == r["rollouts_per_step"]
     assert [c["call"] for c in calls[1:]] == ["sleep", *CYCLE * 4]
+    for pushed in (c["names"] for c in calls if c["call"] == "load_weights"):
+        assert "model.embed_tokens.weight" in pushed and not any("lora" in n or "base_layer" in n for n in pushed)
     generates = [(c["prompts"], c["temperature"]) for c in calls if c["call"] == "generate"]
     step = [(r["rollouts_per_step"], r["temperature"]), (r["prompts_per_step"], 0.0)]
     assert generates == step * 2

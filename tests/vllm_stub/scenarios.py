@@ -1,6 +1,7 @@
 """rlctl's vLLM path driven against the stand-in (this folder on PYTHONPATH, so `import vllm` finds it and TRL's
-real `VLLMGeneration` runs on it). `python scenarios.py boundary MODEL_DIR` or `... loop MODEL_DIR RUN_DIR ALGO`
-prints one JSON object of what happened; tests/test_engine.py asserts on it."""
+real `VLLMGeneration` runs on it): `python scenarios.py boundary MODEL_DIR` or
+`python scenarios.py loop MODEL_DIR RUN_DIR ALGO [KEY=VALUE ...]` prints one JSON object of what happened;
+tests/test_engine.py asserts on it."""
 
 from __future__ import annotations
 
@@ -78,8 +79,9 @@ def boundary(model_dir: str) -> dict:
     }
 
 
-def loop(model_dir: str, run_dir: str, algorithm: str) -> dict:
-    """Two steps of rlctl's RL loop with a plan whose generation engine is vLLM (CPU plans never choose it)."""
+def loop(model_dir: str, run_dir: str, algorithm: str, *extra: str) -> dict:
+    """Two steps of rlctl's RL loop with a plan whose generation engine is vLLM (CPU plans never choose it);
+    `extra` are more --set overrides (e.g. model.adapter=lora)."""
     from rlctl import config, engine, launch, runner
 
     engine.choose = lambda cfg, hardware, warnings: "vllm" if "rl" in cfg.stages else "none"
@@ -89,6 +91,7 @@ def loop(model_dir: str, run_dir: str, algorithm: str) -> dict:
         "rl.max_steps=2",
         "rl.save_every=2",
         "rl.rewards=[{name: exact_match}]",
+        *extra,
     ]
     cfg = config.resolve("tiny-demo", None, algorithm, None, sets)
     the_plan = launch.prepare(cfg, Path(run_dir))
