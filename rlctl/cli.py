@@ -515,7 +515,7 @@ def _finish(code: int, the_plan: Plan) -> int:
     log = node_log(run_dir, the_plan.config.hardware.node_rank)
     if console.quiet:
         if code == 0:
-            _results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})")
+            _ui().results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})")
         else:
             err_console.print(
                 f"[red]Training stopped (exit {code}).[/] Log: {log}. "
@@ -545,11 +545,11 @@ def export(
     out = out or run_dir / "export"
     with console.status("Exporting the model..."):
         folder = export_mod.export(run_dir, out, adapter=adapter, repo_id=push)
-    _results().print(f"[green]Exported[/] {folder}")
+    _ui().results().print(f"[green]Exported[/] {folder}")
     if push:
         console.print(f"Pushing to {push}{' (private)' if private else ''}...")
         url = export_mod.push(folder, push, private=private, quiet=console.quiet)
-        _results().print(f"[green]Pushed[/] {url}")
+        _ui().results().print(f"[green]Pushed[/] {url}")
 
 
 RewardOpt = Annotated[
@@ -559,11 +559,6 @@ RewardOpt = Annotated[
 ColumnOpt = Annotated[
     list[str] | None, typer.Option("--column", help="Map a column: prompt=question (repeatable; adds to data.columns).")
 ]
-
-
-def _results() -> Console:
-    """Where final results go: the console, or a fresh one with --quiet (results print even then)."""
-    return Console(highlight=False, emoji=False) if console.quiet else console
 
 
 def _ui():
@@ -695,7 +690,8 @@ def _only_invoked_command(args: list[str]) -> None:
     name = next((a for a in args if not a.startswith("-")), None)
     if name is None or any(a.endswith("-completion") for a in args):
         return
-    commands = [c for c in app.registered_commands if (c.name or c.callback.__name__.replace("_", "-")) == name]
+    named = typer.main.get_command_name
+    commands = [c for c in app.registered_commands if (c.name or named(c.callback.__name__)) == name]
     groups = [g for g in app.registered_groups if g.name == name]
     if commands or groups:
         app.registered_commands, app.registered_groups = commands, groups

@@ -138,7 +138,8 @@ class PhaseClock:
     On a GPU it waits for the queued kernels at each boundary, so work is charged to the phase that launched it."""
 
     def __init__(self, cuda: bool):
-        self.cuda, self.spent, self.mark = cuda, {}, time.perf_counter()
+        self.cuda = cuda
+        self.start()
 
     def start(self) -> None:
         self.spent, self.mark = {}, time.perf_counter()
