@@ -685,8 +685,8 @@ def doctor(
 
 
 def _only_invoked_command(args: list[str]) -> None:
-    """Keep only the command named on the command line: Typer builds every command's options before parsing,
-    a third of `rlctl plan`'s start-up. Help, completion and unknown names keep the full set."""
+    """Keep only the command named on the command line: Typer builds every command's options before parsing
+    (~10-15 ms of `rlctl plan`). Help, completion and unknown names keep the full set."""
     name = next((a for a in args if not a.startswith("-")), None)
     if name is None or any(a.endswith("-completion") for a in args):
         return
