@@ -161,8 +161,17 @@ class HFGenerator:
     `rlctl.engine.ColocatedVLLM` has the same two methods."""
 
     def __init__(self, tokenizer, max_new_tokens: int, temperature: float, batch_size: int = 64):
+        from transformers import GenerationConfig
+
         self.tok, self.max_new_tokens, self.temperature = tokenizer, max_new_tokens, temperature
         self.batch_size, self.model = batch_size, None
+        # built once, as TRL does: generate() then validates no per-call keyword arguments
+        common = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
+        common |= {"eos_token_id": tokenizer.eos_token_id, "disable_compile": True}
+        self.configs = {
+            False: GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, **common),
+            True: GenerationConfig(do_sample=False, **common),
+        }
 
     def sync(self, model) -> None:
         """Use the current policy weights (a separate inference engine would reload them here)."""
@@ -170,24 +179,24 @@ class HFGenerator:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
-        """Completion token ids of each prompt, up to and including the first EOS."""
+        """Completion token ids of each prompt, up to and including the first EOS. The policy samples in eval
+        mode (its dropout is off already): in training mode gradient checkpointing would switch off the KV cache
+        and each new token would see none of the sequence before it."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._generate(prompts, greedy)
+        finally:
+            self.model.train(was_training)
+
+    def _generate(self, prompts: list[list[int]], greedy: bool) -> list[list[int]]:
         pad, eos, out = self.tok.pad_token_id, self.tok.eos_token_id, []
-        sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": self.temperature}
         for i in range(0, len(prompts), self.batch_size):
             chunk = prompts[i : i + self.batch_size]
             width = max(map(len, chunk))
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=self.model.device)
             attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=self.model.device)
-            gen = self.model.generate(
-                input_ids=ids,
-                attention_mask=attn,
-                max_new_tokens=self.max_new_tokens,
-                top_k=0,
-                top_p=1.0,
-                pad_token_id=pad,
-                eos_token_id=eos,
-                **sampling,
-            )
+            gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=self.configs[greedy])
             for row in gen[:, width:].tolist():
                 out.append(row[: row.index(eos) + 1] if eos in row else row)
         return out
