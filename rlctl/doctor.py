@@ -44,7 +44,7 @@ MATRIX: tuple[Supported, ...] = (
     Supported(
         "vllm", "==0.31.*", optional=True, purpose="fast colocated generation on GPUs (pip install 'rlctl[vllm]')"
     ),
-    Supported("bitsandbytes", ">=0.45", optional=True, purpose="4-bit QLoRA (pip install 'rlctl[qlora]')"),
+    Supported("bitsandbytes", ">=0.46.1", optional=True, purpose="4-bit QLoRA (pip install 'rlctl[qlora]')"),
 )
 MIN_PYTHON = (3, 10)
 DISK_WARN_GIB = 20.0

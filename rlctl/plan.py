@@ -15,7 +15,7 @@ from typing import Any
 
 from rlctl import engine as engine_mod
 from rlctl import hardware as hw
-from rlctl import memory
+from rlctl import memory, packages
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 
@@ -293,6 +293,7 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
                 "where the run directory lives (lower checkpoint.keep_last or free disk)"
             )
         memory_json = mem.to_json()
+    packages.check_layout(adapter, hardware.is_cpu or hw.has_local_gpu(), warnings)
     base = base_model(cfg, run_dir)
     stages: list[StagePlan] = []
     policy = base  # the latest policy: each of sft, dpo, kto, rl starts from the one before it

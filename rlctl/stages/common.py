@@ -237,7 +237,7 @@ def save_final(ctx: StageContext, trainer, tokenizer) -> None:
     state_dict = acc.get_state_dict(trainer.model)  # gathered from every shard under FSDP
     model = acc.unwrap_model(trainer.model)
     if hasattr(model, "merge_and_unload"):
-        model, state_dict = model.merge_and_unload(), None
+        model, state_dict = _merged(ctx, model), None
     if ctx.is_main:
         tmp = ctx.final.with_name("final.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -246,6 +246,31 @@ def save_final(ctx: StageContext, trainer, tokenizer) -> None:
         shutil.rmtree(ctx.final, ignore_errors=True)
         tmp.rename(ctx.final)
     acc.wait_for_everyone()
+
+
+def _merged(ctx: StageContext, peft_model):
+    """LoRA adapters merged into plain weights. Under QLoRA they are merged into the base reloaded unquantized
+    (the frozen weights' dtype): merging into 4-bit layers would round the sum to NF4, and transformers cannot
+    save a 4-bit model it quantized on load."""
+    if ctx.plan.adapter != "qlora":
+        return peft_model.merge_and_unload()
+    import copy
+    import tempfile
+
+    from peft import PeftModel
+
+    quantized = peft_model.get_base_model()
+    config = copy.deepcopy(quantized.config)
+    del config.quantization_config
+    with tempfile.TemporaryDirectory() as adapters:
+        peft_model.save_pretrained(adapters)  # LoRA weights and modules_to_save (a reward model's head)
+        base = type(quantized).from_pretrained(
+            ctx.stage.init_from,
+            config=config,
+            dtype=torch_dtype(ctx, trainable=False),
+            trust_remote_code=ctx.cfg.model.trust_remote_code,
+        )
+        return PeftModel.from_pretrained(base, adapters).merge_and_unload()
 
 
 def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):

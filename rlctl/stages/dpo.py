@@ -22,5 +22,6 @@ def run(ctx: StageContext) -> None:
         peft_config=lora_config(ctx),
         callbacks=[StreamMetrics(ctx)],
     )
+    models.keep_adapters_fp32(ctx, trainer)
     trainer.train(resume_from_checkpoint=resume_point(ctx))
     save_final(ctx, trainer, tok)

@@ -24,7 +24,8 @@ def _quantization(ctx: StageContext) -> dict:
         "quantization_config": BitsAndBytesConfig(
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
-            bnb_4bit_compute_dtype=torch.bfloat16,
+            # the plan's precision: bf16 under bf16 mixed precision, fp32 otherwise (CPU, GPUs without bf16)
+            bnb_4bit_compute_dtype=torch.bfloat16 if ctx.plan.mixed_precision == "bf16" else torch.float32,
             bnb_4bit_use_double_quant=True,
         )
     }
@@ -50,3 +51,16 @@ def reward_model(ctx: StageContext, path: str, pad_token_id: int, trainable: boo
         pad_token_id=pad_token_id,
         **_quantization(ctx),
     )
+
+
+def keep_adapters_fp32(ctx: StageContext, trainer) -> None:
+    """QLoRA: TRL 1.16's trainers cast a 4-bit model's trainable weights (LoRA adapters, the reward head) to bf16.
+    rlctl keeps them in fp32, as the plan counts them and as autocast expects master weights; on CPU, where the
+    4-bit layers compute in fp32, a bf16 reward head would not even multiply with its fp32 input."""
+    if ctx.plan.adapter != "qlora":
+        return
+    import torch
+
+    for param in trainer.model.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()

@@ -136,5 +136,6 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         peft_config=lora_config(ctx),
         callbacks=[StreamMetrics(ctx, reward_errors), *engine.callbacks(ctx.plan)],
     )
+    models.keep_adapters_fp32(ctx, trainer)
     trainer.train(resume_from_checkpoint=resume_point(ctx))
     save_final(ctx, trainer, tok)

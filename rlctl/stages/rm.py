@@ -28,5 +28,6 @@ def run(ctx: StageContext) -> None:
         peft_config=lora_config(ctx, task_type="SEQ_CLS"),
         callbacks=[StreamMetrics(ctx)],
     )
+    models.keep_adapters_fp32(ctx, trainer)
     trainer.train(resume_from_checkpoint=resume_point(ctx))
     save_final(ctx, trainer, tok)

@@ -1,0 +1,55 @@
+"""QLoRA (4-bit NF4 base + LoRA) on CPU with bitsandbytes: refused at plan time without the package, and the tiny
+demo's stages running through it, their final models saved as plain (unquantized) weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlctl import config, packages, plan
+from rlctl.errors import UserError
+from tests.conftest import rlctl
+
+
+def _plan(preset: str, spec: str, *sets: str) -> plan.Plan:
+    return plan.build(config.resolve(preset, None, None, spec, list(sets)), "/tmp/rlctl-qlora-plan")
+
+
+@pytest.mark.parametrize("version", [None, "0.45.5"])
+def test_qlora_without_a_usable_bitsandbytes_is_refused_here_and_flagged_elsewhere(monkeypatch, version):
+    monkeypatch.setattr(packages, "installed_version", lambda name: version)
+    with pytest.raises(UserError, match=r"pip install 'rlctl\[qlora\]' \(bitsandbytes>=0\.46\.1\)"):
+        _plan("tiny-demo", "cpu", "model.adapter=qlora")
+    monkeypatch.setattr(plan.hw, "has_local_gpu", lambda: False)  # a GPU plan made here for another machine
+    p = _plan("qwen7b-grpo", "1xH100-80GB", "model.adapter=qlora")
+    assert p.adapter == "qlora" and any("QLoRA needs bitsandbytes" in w for w in p.warnings)
+
+
+def test_qlora_plans_here_when_bitsandbytes_is_installed():
+    pytest.importorskip("bitsandbytes")
+    assert packages.qlora_problem() is None
+    assert _plan("tiny-demo", "cpu", "model.adapter=qlora").adapter == "qlora"
+
+
+@pytest.mark.slow
+def test_qlora_tiny_pipeline_on_cpu(tmp_path: Path):
+    pytest.importorskip("bitsandbytes")
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    run = tmp_path / "run"
+    proc = rlctl(
+        "train", "--preset", "tiny-demo", "--run-dir", str(run), "--set", "model.adapter=qlora",
+        "--set", "sft.max_steps=30", "--set", "rm.max_steps=6", "--set", "rl.max_steps=2",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    losses = [r["loss"] for r in records if r.get("stage") == "sft" and "loss" in r]
+    assert sum(losses[-5:]) < sum(losses[:5])  # the adapters on the 4-bit base learn
+    for stage in ("sft", "rm", "rl"):
+        cfg = json.loads((run / stage / "final" / "config.json").read_text())
+        assert "quantization_config" not in cfg, stage  # adapters merged into the unquantized base
+    model = AutoModelForCausalLM.from_pretrained(run / "rl" / "final")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
