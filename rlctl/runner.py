@@ -46,7 +46,7 @@ def main(run_dir: Path) -> None:
     die_with_parent()  # no trainer outlives its launcher
     common.install_stop_handlers()
 
-    from rlctl.stages import dpo, heldout, kto, rl, rm, sft
+    from rlctl.stages import dpo, heldout, kto, layout, rl, rm, sft
 
     cfg = load_run_config(run_dir / "config.yaml")
     the_plan = plan_mod.build(cfg, run_dir)
@@ -80,7 +80,7 @@ def main(run_dir: Path) -> None:
             log.write(stage=ctx.stage.name, event="interrupted")
             sys.exit(e.exit_code)
         except Exception as e:
-            if isinstance(e, UserError | common.NonFiniteError):
+            if isinstance(e, UserError | common.Stopped):
                 message = str(e)
             else:
                 message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process)
@@ -119,6 +119,9 @@ def main(run_dir: Path) -> None:
             best = checkpoint.best(ctx.checkpoints)
             if best is not None:
                 summary.setdefault("best_checkpoints", {})[stage.name] = {"path": str(best), **checkpoint.mark(best)}
+            record = layout.read(run_dir, stage.name)
+            if record is not None:
+                summary.setdefault("layout", {})[stage.name] = record
             summary["completed"].append(stage.name)
             save(stage.name, metrics)
             log.write(stage=stage.name, event="end", max_steps=stage.max_steps)

@@ -10,7 +10,7 @@ import pytest
 
 from rlctl import config, packages, plan
 from rlctl.errors import UserError
-from tests.conftest import rlctl
+from tests.conftest import rlctl, summary
 
 
 def _plan(preset: str, spec: str, *sets: str) -> plan.Plan:
@@ -48,7 +48,12 @@ def test_qlora_tiny_pipeline_on_cpu(tmp_path: Path):
     records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
     losses = [r["loss"] for r in records if r.get("stage") == "sft" and "loss" in r]
     assert sum(losses[-5:]) < sum(losses[:5])  # the adapters on the 4-bit base learn
+    layout = summary(run)["layout"]
     for stage in ("sft", "rm", "rl"):
+        live = layout[stage]["observed"]
+        assert layout[stage]["mismatches"] == [] and live["adapter"] == "qlora", stage
+        assert live["linear4bit_modules"] > 0 and live["lora_modules"] > 0 and live["trainable_dtype"] == "float32"
+        assert 0 < live["trainable_parameters"] < live["total_parameters"]
         cfg = json.loads((run / stage / "final" / "config.json").read_text())
         assert "quantization_config" not in cfg, stage  # adapters merged into the unquantized base
     model = AutoModelForCausalLM.from_pretrained(run / "rl" / "final")

@@ -85,7 +85,11 @@ class Interrupted(Exception):
         self.exit_code = 128 + signum
 
 
-class NonFiniteError(RuntimeError):
+class Stopped(RuntimeError):
+    """A stage stopped itself; its message says why and what to do (the run exits 1)."""
+
+
+class NonFiniteError(Stopped):
     """A loss or reward became NaN/inf; the stage stopped without saving that state."""
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlctl.stages import lengths, models
+from rlctl.stages import layout, lengths, models
 from rlctl.stages.common import StageContext, StreamMetrics, lora_config, resume_point, save_final, training_args
 
 
@@ -22,6 +22,6 @@ def run(ctx: StageContext) -> None:
         peft_config=lora_config(ctx),
         callbacks=[StreamMetrics(ctx)],
     )
-    models.keep_adapters_fp32(ctx, trainer)
+    layout.follow_plan(ctx, trainer)
     trainer.train(resume_from_checkpoint=resume_point(ctx))
     save_final(ctx, trainer, tok)

@@ -52,15 +52,3 @@ def reward_model(ctx: StageContext, path: str, pad_token_id: int, trainable: boo
         **_quantization(ctx),
     )
 
-
-def keep_adapters_fp32(ctx: StageContext, trainer) -> None:
-    """QLoRA: TRL 1.16's trainers cast a 4-bit model's trainable weights (LoRA adapters, the reward head) to bf16.
-    rlctl keeps them in fp32, as the plan counts them and as autocast expects master weights; on CPU, where the
-    4-bit layers compute in fp32, a bf16 reward head would not even multiply with its fp32 input."""
-    if ctx.plan.adapter != "qlora":
-        return
-    import torch
-
-    for param in trainer.model.parameters():
-        if param.requires_grad and param.dtype != torch.float32:
-            param.data = param.data.float()

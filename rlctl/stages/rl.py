@@ -13,7 +13,7 @@ import dataclasses
 
 from rlctl import engine, rewards
 from rlctl.plan import final_dir
-from rlctl.stages import lengths, models
+from rlctl.stages import layout, lengths, models
 from rlctl.stages.common import (
     StageContext,
     StreamMetrics,
@@ -136,6 +136,6 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         peft_config=lora_config(ctx),
         callbacks=[StreamMetrics(ctx, reward_errors), *engine.callbacks(ctx.plan)],
     )
-    models.keep_adapters_fp32(ctx, trainer)
+    layout.follow_plan(ctx, trainer)
     trainer.train(resume_from_checkpoint=resume_point(ctx))
     save_final(ctx, trainer, tok)

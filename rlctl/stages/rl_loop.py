@@ -52,7 +52,7 @@ from rlctl.algorithms import (
     pf_ppo_resample,
     value_loss,
 )
-from rlctl.stages import heldout, lengths, models
+from rlctl.stages import heldout, layout, lengths, models
 from rlctl.stages.common import (
     Interrupted,
     NonFiniteError,
@@ -540,6 +540,8 @@ def run(ctx: StageContext) -> None:
                     c_opt.zero_grad(set_to_none=True)
         kl_ctl.update(kl_k1, batch_size)
         clock.lap("update")
+        if step == start + 1:  # the first step of this process: does it run what the plan chose?
+            layout.check(ctx, policy, opt, "vllm" if isinstance(generator, engine.ColocatedVLLM) else "transformers")
 
         # 5. log and checkpoint
         record = {k: sum(v) / len(v) for k, v in stats.items()}  # this process's mean over its micro-batches
