@@ -58,3 +58,22 @@ def test_qlora_tiny_pipeline_on_cpu(tmp_path: Path):
         assert "quantization_config" not in cfg, stage  # adapters merged into the unquantized base
     model = AutoModelForCausalLM.from_pretrained(run / "rl" / "final")
     assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adapter", ["lora", "qlora"])
+def test_adapters_learn_rl_on_top_of_the_demo_sft_model(demo_run: Path, tmp_path: Path, adapter: str):
+    """LoRA and QLoRA adapters on the demo's (fully fine-tuned) SFT model: GRPO lifts held-out accuracy."""
+    if adapter == "qlora":
+        pytest.importorskip("bitsandbytes")
+    sft = summary(demo_run)["stages"]["sft"]["eval_accuracy"]
+    run = tmp_path / "run"
+    proc = rlctl(
+        "train", "--preset", "tiny-demo", "--stages", "rl", "--run-dir", str(run),
+        "--set", f"model.name_or_path={demo_run / 'sft' / 'final'}", "--set", f"model.adapter={adapter}",
+        "--set", "rl.rewards=[{name: exact_match}]", "--set", "rl.learning_rate=2e-3",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = summary(run)
+    assert result["layout"]["rl"]["observed"]["adapter"] == adapter
+    assert result["stages"]["rl"]["eval_accuracy"] >= sft + 0.1, (sft, result["stages"])
