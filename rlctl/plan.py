@@ -187,7 +187,7 @@ def _accelerate_config(
 
 def generation_engine(cfg: RunConfig, hardware: hw.Hardware, warnings: list[str]) -> str:
     """`vllm` (colocated, sleep mode), `transformers` or `none`; see rlctl.engine.choose."""
-    return engine_mod.choose(cfg, hardware, warnings)
+    return engine_mod.choose(cfg, hardware, warnings, detected=cfg.hardware.spec == "auto")
 
 
 def precision_for(cfg: RunConfig, hardware: hw.Hardware, warnings: list[str]) -> str:
@@ -280,6 +280,11 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         reference, decisions = mem.reference, mem.decisions
         gen = mem.generation
         vllm = gen.to_json() if gen is not None and gen.engine == "vllm" else None
+        if vllm is not None and not engine_mod.sleep_mode_for(hardware):
+            vllm["sleep_level"] = 0
+            decisions.append(
+                {"setting": "vLLM sleep mode", "value": "off", "why": "vLLM's CPU build has no sleep mode"}
+            )
         for name, micro in mem.micro.items():
             batch = batches[name][0]
             batches[name] = (batch, micro, batch // world // micro)

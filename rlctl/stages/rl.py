@@ -92,6 +92,8 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         from trl import GRPOTrainer as Trainer
 
     rl = ctx.cfg.rl
+    if ctx.plan.generation_engine == "vllm":
+        engine.process_environment(ctx.plan)
     tok = models.tokenizer(ctx, ctx.stage.init_from)
     rows = lengths.training_rows(ctx, tok)
     reward_errors: dict[str, int] = {}
@@ -136,6 +138,8 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         peft_config=lora_config(ctx),
         callbacks=[StreamMetrics(ctx, reward_errors), *engine.callbacks(ctx.plan)],
     )
+    if getattr(trainer, "use_vllm", False):
+        engine.adapt(trainer.vllm_generation, ctx.plan)
     layout.follow_plan(ctx, trainer)
     trainer.train(resume_from_checkpoint=resume_point(ctx))
     save_final(ctx, trainer, tok)

@@ -12,6 +12,15 @@ import tempfile
 from pathlib import Path
 
 
+def _as_on_a_gpu() -> None:
+    """The stand-in is vLLM's GPU API (sleep mode, per-parameter load_weights): take the GPU branches of the
+    engine on this CPU machine. The CPU build's own branches are tested against the real vLLM CPU build."""
+    from rlctl import engine
+
+    engine.sleep_mode_for = lambda hardware: True
+    engine.adapt = lambda generation, plan: generation
+
+
 def _calls() -> list[dict]:
     """The stand-in's calls, consecutive load_weights merged into one entry with every name pushed."""
     import vllm
@@ -46,6 +55,7 @@ def boundary(model_dir: str) -> dict:
     from rlctl import config, engine, evaluate, plan
     from rlctl.stages.rl_loop import HFGenerator
 
+    _as_on_a_gpu()
     cfg = config.resolve("tiny-demo", None, "ppo", None, [f"model.name_or_path={model_dir}"])
     the_plan = dataclasses.replace(plan.build(cfg, tempfile.mkdtemp()), generation_engine="vllm")
     acc = Accelerator(cpu=True)
@@ -84,7 +94,8 @@ def loop(model_dir: str, run_dir: str, algorithm: str, *extra: str) -> dict:
     `extra` are more --set overrides (e.g. model.adapter=lora)."""
     from rlctl import config, engine, launch, runner
 
-    engine.choose = lambda cfg, hardware, warnings: "vllm" if "rl" in cfg.stages else "none"
+    _as_on_a_gpu()
+    engine.choose = lambda cfg, hardware, warnings, detected=False: "vllm" if "rl" in cfg.stages else "none"
     sets = [
         f"model.name_or_path={model_dir}",
         "stages=[rl]",
