@@ -303,7 +303,23 @@ class RLConfig(TrainConfig):
         default_factory=lambda: [RewardSpec(name="exact_match")], description="Reward functions and weights."
     )
     use_vllm: Literal["auto"] | bool = Field(
-        "auto", description="Generate with vLLM colocated in sleep mode when installed (auto), or never/always."
+        "auto",
+        description="Generate with vLLM colocated in sleep mode (auto: on GPUs; true: also with vLLM's CPU build), "
+        "or never (false).",
+    )
+    sync_tolerance: float = Field(
+        0.1,
+        ge=0,
+        description="vLLM only: the largest mean |log-prob difference| between the trainer and vLLM on the tokens "
+        "vLLM just sampled before the run stops as a broken weight sync (checked every step); 0 = no check.",
+    )
+    rollout_correction: Literal["token_truncate", "sequence_mask", "off"] = Field(
+        "token_truncate",
+        description="vLLM only: importance weights for the rollout-training mismatch: token_truncate (TIS, "
+        "min(ratio, cap) per token, verl), sequence_mask (drop sequences whose ratio leaves [1/cap, cap], TRL), off.",
+    )
+    rollout_correction_cap: float = Field(
+        2.0, gt=1, description="Cap C of rollout_correction (verl's TIS: 2; TRL's sequence_mask: 3)."
     )
 
     @field_validator("advantage", "policy_loss", "loss_agg", "kl_estimator", "pf_ppo_mode", mode="before")

@@ -154,6 +154,23 @@ def trl_kwargs(plan: Plan) -> dict[str, Any]:
 grpo_kwargs = trl_kwargs
 
 
+def trl_correction_kwargs(plan: Plan) -> dict[str, Any]:
+    """GRPOConfig's rollout-training mismatch correction, from rl.rollout_correction (TRL computes the weights
+    and logs the log-prob gap the sync check reads); RLOOConfig has none."""
+    if plan.generation_engine != "vllm":
+        return {}
+    rl = plan.config.rl
+    if rl.rollout_correction == "off":
+        return {"vllm_importance_sampling_correction": False}
+    cap = rl.rollout_correction_cap
+    return {
+        "vllm_importance_sampling_correction": True,
+        "vllm_importance_sampling_mode": rl.rollout_correction,
+        "vllm_importance_sampling_clip_max": cap,
+        "vllm_importance_sampling_clip_min": 1 / cap if rl.rollout_correction == "sequence_mask" else None,
+    }
+
+
 def llm_kwargs(plan: Plan, model: str = "<policy>") -> dict[str, Any]:
     """The `vllm.LLM(...)` arguments TRL 1.16 builds from `trl_kwargs(plan)` in colocate mode
     (VLLMGeneration.__init__), for the RL stage's batching; `quantization` is bitsandbytes under QLoRA."""
@@ -196,7 +213,7 @@ def vllm_generation_kwargs(plan: Plan) -> dict[str, Any]:
         "top_p": 1.0,
         "top_k": 0,
         "max_completion_length": rl.max_new_tokens,
-        "logprobs": None,  # the loop recomputes log-probs with the policy
+        "logprobs": 0,  # the sampled token's log-prob: the sync check and rollout correction compare it
     }
 
 
@@ -219,6 +236,7 @@ class ColocatedVLLM:
         )
         adapt(self.vllm, plan)
         self.temperature = self.vllm.temperature
+        self.logprobs: list[list[float | None]] | None = None
 
     def sync(self, model: Any) -> None:
         """Wake vLLM's weights and push the policy's current ones (`model` is the policy given at construction;
@@ -228,10 +246,16 @@ class ColocatedVLLM:
 
     def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
         """Completion token ids of each prompt, up to and including the first EOS. vLLM wakes its KV cache,
-        samples (greedy: temperature 0) and sleeps again; weights dropped by an earlier sleep are pushed first."""
+        samples (greedy: temperature 0) and sleeps again; weights dropped by an earlier sleep are pushed first.
+        `logprobs` then holds vLLM's log-prob of each sampled token (None where vLLM gave none)."""
         self.vllm.temperature = 0.0 if greedy else self.temperature
-        _, completions, _, _ = self.vllm.generate(prompts, images=None, num_generations=1)
-        return [ids[: ids.index(self.eos) + 1] if self.eos in ids else list(ids) for ids in completions]
+        _, completions, logprobs, _ = self.vllm.generate(prompts, images=None, num_generations=1)
+        out = [ids[: ids.index(self.eos) + 1] if self.eos in ids else list(ids) for ids in completions]
+        self.logprobs = None
+        if logprobs is not None and not greedy:
+            pairs = zip(logprobs, out, strict=True)
+            self.logprobs = [[lp[0] if lp else None for lp in seq[: len(ids)]] for seq, ids in pairs]
+        return out
 
 
 # --- Training state between phases --------------------------------------------------------------------------------

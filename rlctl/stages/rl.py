@@ -111,6 +111,7 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
             "loss_type": "cispo" if rl.policy_loss == "cispo" else TRL_LOSS_TYPE[rl.loss_agg],
             "scale_rewards": "group" if rl.advantage == "grpo" else "none",
             "importance_sampling_level": "sequence" if rl.policy_loss == "gspo" else "token",
+            **engine.trl_correction_kwargs(ctx.plan),
         }
     batching = trl_batching(ctx)
     args = training_args(

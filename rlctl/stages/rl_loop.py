@@ -52,11 +52,13 @@ from rlctl.algorithms import (
     pf_ppo_resample,
     value_loss,
 )
+from rlctl.algorithms.mismatch import correction_weights, logprob_gap
 from rlctl.stages import heldout, layout, lengths, models
 from rlctl.stages.common import (
     Interrupted,
     NonFiniteError,
     StageContext,
+    Stopped,
     lora_config,
     over_ranks,
     resume_point,
@@ -81,6 +83,7 @@ class Sample:
     truncated: bool = False
     score: float = 0.0
     baseline: float = 0.0
+    rollout_logprobs: list[float | None] | None = None  # the engine's log-prob of each sampled token (vLLM)
 
 
 class PromptStream:
@@ -159,6 +162,8 @@ class PhaseClock:
 class HFGenerator:
     """Sampling with transformers' `generate` on the policy in training. This is the generation boundary:
     `rlctl.engine.ColocatedVLLM` has the same two methods."""
+
+    logprobs = None  # the policy itself samples: its log-probs are the trainer's
 
     def __init__(self, tokenizer, max_new_tokens: int, temperature: float, batch_size: int = 64):
         from transformers import GenerationConfig
@@ -412,6 +417,8 @@ def run(ctx: StageContext) -> None:
             mine = round_samples[rank * shard : (rank + 1) * shard]
             for s, ids in zip(mine, generator.generate([s.prompt_ids for s in mine]), strict=True):
                 s.completion_ids, s.truncated = ids, tok.eos_token_id not in ids
+            for s, lps in zip(mine, generator.logprobs or [], strict=False):
+                s.rollout_logprobs = lps
             clock.lap("generate")
             scorer(mine)
             round_samples = gather_object(mine)
@@ -443,6 +450,14 @@ def run(ctx: StageContext) -> None:
         ref_logp = forward_all(ref_fn, unwrapped, batch) if rl.beta > 0 else None
         values = forward_all(token_values, acc.unwrap_model(critic).eval(), batch) if critic is not None else None
         baseline = acc.gather(torch.tensor([s.baseline for s in mine], device=acc.device))
+        rollout_logp = rollout_logprobs(mine, old_logp)
+        is_weights, mismatch = None, {}
+        if rollout_logp is not None:
+            mismatch = sync_check(ctx, acc, old_logp, rollout_logp, batch.mask, step)
+            weights, corr = correction_weights(
+                old_logp, rollout_logp, batch.mask, rl.rollout_correction, rl.rollout_correction_cap
+            )
+            is_weights, mismatch = gather_rows(weights), mismatch | corr
 
         # 3. advantages on the gathered batch
         mask = gather_rows(batch.mask)
@@ -460,6 +475,8 @@ def run(ctx: StageContext) -> None:
         advantages, returns = ADVANTAGE_ESTIMATORS[rl.advantage](
             token_rewards, mask, index=index, values=g_values, baseline=baseline, cfg=adv_cfg
         )
+        if is_weights is not None:  # rollout correction: w >= 0 scales each token's clipped objective
+            advantages = advantages * is_weights
         loss_mask = mask  # advantages use every completion; mask_truncated only leaves the truncated out of the loss
         if rl.mask_truncated:
             loss_mask = mask * torch.tensor([not s.truncated for s in samples], device=acc.device)[:, None]
@@ -550,6 +567,7 @@ def run(ctx: StageContext) -> None:
         record["response_length"] = sum(len(s.completion_ids) for s in samples) / len(samples)
         record["lr"] = sched.get_last_lr()[0]
         record["reward_errors"] = over_ranks(sum(scorer.errors.values()))
+        record.update(mismatch)
         if g_ref is not None:
             record.update(kl=kl_k1, beta=kl_ctl.value)
         if rl.dynamic_sampling:
@@ -572,6 +590,43 @@ def run(ctx: StageContext) -> None:
             raise Interrupted(signum)
     no_callbacks = SimpleNamespace(callbacks=[])
     save_final(ctx, SimpleNamespace(accelerator=acc, model=policy, callback_handler=no_callbacks), tok)
+
+
+def rollout_logprobs(samples: list[Sample], like: Tensor) -> Tensor | None:
+    """The engine's log-probs of the sampled tokens as a [b, T] tensor shaped like the trainer's (None when the
+    policy generated itself); where the engine gave none, the trainer's value (no difference)."""
+    if any(s.rollout_logprobs is None for s in samples):
+        return None
+    out = like.clone()
+    for i, s in enumerate(samples):
+        for t, lp in enumerate(s.rollout_logprobs[: like.shape[1]]):
+            if lp is not None and math.isfinite(lp):
+                out[i, t] = lp
+    return out
+
+
+class SyncMismatch(Stopped):
+    """vLLM generated with weights other than the policy's."""
+
+
+def sync_check(ctx: StageContext, acc, train: Tensor, rollout: Tensor, mask: Tensor, step: int) -> dict:
+    """The weight-sync check: trainer vs vLLM log-probs of the tokens vLLM just sampled, over every process;
+    a mean gap beyond rl.sync_tolerance stops the stage."""
+    mean, worst = logprob_gap(train, rollout, mask)
+    both = acc.gather(torch.tensor([[mean, worst]], device=acc.device))
+    mean, worst = float(both[:, 0].mean()), float(both[:, 1].max())
+    tolerance = ctx.cfg.rl.sync_tolerance
+    if tolerance and mean > tolerance:
+        last = checkpoint.last_complete(ctx.checkpoints)
+        raise SyncMismatch(
+            f"Stage rl stopped at step {step}: vLLM generated with weights other than the policy's (mean |log-prob "
+            f"difference| on its sampled tokens {mean:.4f}, max {worst:.4f}; rl.sync_tolerance {tolerance}). "
+            "Likely causes: LoRA adapters pushed unmerged, a tied embedding / LM head not refreshed, a stale engine "
+            "after wake-up (weights not reloaded), or a parameter pushed under the wrong name. Nothing of this step "
+            f"was trained; the last good checkpoint is {last or 'none'}. Report it with logs/train.log; to run "
+            f"anyway, resume with --set rl.use_vllm=false."
+        )
+    return {"sync_logp_diff_mean": mean, "sync_logp_diff_max": worst}
 
 
 def loss_units(mask: Tensor, mode: str) -> Tensor:

@@ -1,0 +1,69 @@
+"""Where the rollout engine and the trainer disagree: the weight-sync check and rollout-training mismatch
+correction, as pure functions on [batch, tokens] tensors.
+
+vLLM samples with its own kernels (and its own copy of the weights, pushed from the trainer before each rollout),
+so its log-probability of a sampled token differs a little from the trainer's: rounding and kernel order. A
+difference much larger than that means the engine generated with weights other than the policy's - a sync that
+did not happen, a tensor pushed wrong, LoRA adapters pushed unmerged - and training on such rollouts corrupts the
+policy silently. `logprob_gap` measures it after every sync; `correction_weights` turns the honest part of it into
+importance weights on the loss (truncated importance sampling, Yao et al. 2025; TRL's and verl's rollout
+correction), so the update stays on-policy for the trainer's own distribution.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+CORRECTION_MODES = ("token_truncate", "sequence_mask", "off")
+
+
+def logprob_gap(train: Tensor, rollout: Tensor, mask: Tensor) -> tuple[float, float]:
+    """Mean and max |log π_train - log π_rollout| over the masked (sampled) tokens."""
+    gap = (train - rollout).abs() * mask
+    tokens = mask.sum()
+    if tokens == 0:
+        return 0.0, 0.0
+    return float(gap.sum() / tokens), float(gap.max())
+
+
+def correction_weights(
+    train: Tensor, rollout: Tensor, mask: Tensor, mode: str, cap: float
+) -> tuple[Tensor, dict[str, float]]:
+    """Per-token weights on the policy loss and their metrics.
+
+    token_truncate: w_t = min(exp(log π_train - log π_rollout), cap)   (TIS, token level)
+    sequence_mask:  w = 1 if exp(sum_t (log π_train - log π_rollout)) lies in [1 / cap, cap] else 0, per sequence
+    off:            w = 1
+    """
+    if mode == "off":
+        return torch.ones_like(mask), {}
+    log_ratio = (train - rollout) * mask
+    if mode == "token_truncate":
+        ratio = torch.exp(log_ratio)
+        weights = ratio.clamp(max=cap) * mask
+        clipped = ((ratio > cap) & (mask > 0)).float()
+        share = float(clipped.sum() / mask.sum().clamp(min=1))
+        tokens = ratio[mask > 0]
+        metrics = {"is_ratio_mean": _mean(tokens), "is_ratio_min": _min(tokens), "is_ratio_max": _max(tokens)}
+        return weights, {**metrics, "is_clipped_frac": share}
+    if mode == "sequence_mask":
+        seq = torch.exp(log_ratio.sum(-1))
+        keep = ((seq >= 1 / cap) & (seq <= cap)).float()
+        rows = mask.sum(-1) > 0
+        share = float((1 - keep)[rows].mean()) if rows.any() else 0.0
+        metrics = {"is_ratio_mean": _mean(seq[rows]), "is_ratio_min": _min(seq[rows]), "is_ratio_max": _max(seq[rows])}
+        return keep[:, None] * mask, {**metrics, "is_masked_frac": share}
+    raise ValueError(f"unknown rollout correction mode {mode!r}; valid: {', '.join(CORRECTION_MODES)}")
+
+
+def _mean(x: Tensor) -> float:
+    return float(x.mean()) if x.numel() else 1.0
+
+
+def _min(x: Tensor) -> float:
+    return float(x.min()) if x.numel() else 1.0
+
+
+def _max(x: Tensor) -> float:
+    return float(x.max()) if x.numel() else 1.0
