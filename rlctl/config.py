@@ -643,6 +643,8 @@ RESUMABLE = (
     "checkpoint.keep_best",
     "logging.every",
     "logging.report_to",
+    "rl.use_vllm",  # the generation engine holds no training state
+    "rl.sync_tolerance",
 )
 
 

@@ -33,6 +33,12 @@ _LOG_KEYS = {
     "clip_ratio/region_mean": "clip_ratio",
     "rewards/accuracies": "accuracy",
     "rewards/margins": "margin",
+    # TRL GRPO with vLLM: the weight-sync check's numbers and its rollout correction (rlctl's loop logs the same)
+    "sampling/sampling_logp_difference/mean": "sync_logp_diff_mean",
+    "sampling/sampling_logp_difference/max": "sync_logp_diff_max",
+    "sampling/importance_sampling_ratio/mean": "is_ratio_mean",
+    "sampling/importance_sampling_ratio/min": "is_ratio_min",
+    "sampling/importance_sampling_ratio/max": "is_ratio_max",
 }
 
 
@@ -136,6 +142,7 @@ class StreamMetrics(TrainerCallback):
         self.ctx = ctx
         self.reward_errors = reward_errors  # RL: completions scored 0 by rewards with on_error=zero, per reward
         self.non_finite: str | None = None
+        self.broken_sync: str | None = None  # vLLM generated with weights other than the policy's
 
     def on_step_end(self, args, state, control, **kwargs):
         if stop_signal():
@@ -157,6 +164,14 @@ class StreamMetrics(TrainerCallback):
                     values[name] = float(value)
         if self.reward_errors is not None:
             values["reward_errors"] = over_ranks(sum(self.reward_errors.values()))
+        gap, tolerance = values.get("sync_logp_diff_mean", 0.0), getattr(self.ctx.settings, "sync_tolerance", 0)
+        if tolerance and gap > tolerance:
+            self.broken_sync = (
+                f"vLLM generated with weights other than the policy's (mean |log-prob difference| on its sampled "
+                f"tokens {gap:.4f}, max {values.get('sync_logp_diff_max', 0.0):.4f}; rl.sync_tolerance {tolerance})"
+            )
+            control.should_save = False
+            control.should_training_stop = True
         self.ctx.log.write(stage=self.ctx.stage.name, step=state.global_step, max_steps=state.max_steps, **values)
 
     def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
@@ -224,6 +239,14 @@ def check_stopped(ctx: StageContext, trainer) -> None:
             f"Stage {ctx.stage.name} stopped: {guard.non_finite}. The last good checkpoint is "
             f"{last or 'none (the stage restarts from its start)'}. Lower {ctx.stage.name}.learning_rate or "
             f"check the rewards and data, then `rlctl resume {ctx.run_dir}`."
+        )
+    if guard is not None and guard.broken_sync:
+        last = checkpoint.last_complete(ctx.checkpoints)
+        raise Stopped(
+            f"Stage {ctx.stage.name} stopped at step {trainer.state.global_step}: {guard.broken_sync}. Likely causes: "
+            "LoRA adapters pushed unmerged, a tied embedding / LM head not refreshed, a stale engine after wake-up "
+            f"(weights not reloaded), or a parameter pushed under the wrong name. The last good checkpoint is "
+            f"{last or 'none'}. Report it with logs/train.log; to run anyway, resume with --set rl.use_vllm=false."
         )
     if _stop["signal"]:
         raise Interrupted(_stop["signal"])
