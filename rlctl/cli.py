@@ -297,6 +297,10 @@ def _print_plan(plan: Plan) -> None:
     where = "CPU" if hw.is_cpu else f"{hw.nodes} node(s) x {hw.gpus_per_node} x {hw.gpu_name} {hw.gpu_memory_gib:g} GiB"
     console.print(f"[bold]Run[/] {cfg.name}  ->  {plan.run_dir}")
     console.print(f"[bold]Model[/] {cfg.model.name_or_path}   [bold]Hardware[/] {hw.spec} ({where})")
+    if plan.model.get("params"):
+        count = plan.model["params"]
+        size = f"{count / 1e9:.2f}B" if count >= 1e8 else f"{count / 1e6:.1f}M"
+        console.print(f"[bold]Parameters[/] {size} (architecture from {plan.model['arch_source']})")
     console.print(
         f"[bold]Strategy[/] {plan.strategy}, {plan.num_processes} process(es) per node, "
         f"mixed precision {plan.mixed_precision}"

@@ -35,6 +35,7 @@ class ModelArch(Section):
     intermediate: int = Field(ge=1, description="MLP intermediate size.")
     max_position: int = Field(32768, ge=1, description="Context length the model supports.")
     tie_embeddings: bool = Field(False, description="Input and output embeddings share weights.")
+    head_dim: int | None = Field(None, ge=1, description="Attention head size when not hidden / heads (Qwen3, Gemma).")
 
 
 class ModelConfig(Section):

@@ -72,6 +72,7 @@ def workloads(cfg: RunConfig, world: int) -> list[Workload]:
                     critic=critic,
                     micro_fixed=micro,
                     loop_reference=getattr(rl, "path", None) == "rlctl",
+                    chunkable=getattr(rl, "path", None) == "rlctl" or rl.ppo_epochs * rl.ppo_mini_batches == 1,
                 )
             )
         elif name == "rm":  # a sequence classifier on chosen + rejected: no vocabulary logits

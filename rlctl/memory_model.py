@@ -62,19 +62,28 @@ def gib_str(x: float) -> str:
 # which costs tens of milliseconds that `rlctl plan` does not have.
 
 
-class Arch(namedtuple("Arch", "layers hidden heads kv_heads vocab intermediate tie_embeddings", defaults=(False,))):
+class Arch(
+    namedtuple(
+        "Arch", "layers hidden heads kv_heads vocab intermediate tie_embeddings head_size", defaults=(False, None)
+    )
+):
     """The architecture numbers the model needs (a decoder-only, GQA, SwiGLU, RMSNorm transformer):
-    layers, hidden, heads, kv_heads, vocab, intermediate (MLP size), tie_embeddings."""
+    layers, hidden, heads, kv_heads, vocab, intermediate (MLP size), tie_embeddings, head_size (None: hidden /
+    heads; Qwen3 and Gemma set their own)."""
 
     __slots__ = ()
 
     @classmethod
     def of(cls, a: ModelArch) -> Arch:
-        return cls(a.layers, a.hidden, a.heads, a.kv_heads, a.vocab, a.intermediate, a.tie_embeddings)
+        return cls(a.layers, a.hidden, a.heads, a.kv_heads, a.vocab, a.intermediate, a.tie_embeddings, a.head_dim)
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -82,9 +91,9 @@ class Arch(namedtuple("Arch", "layers hidden heads kv_heads vocab intermediate t
 
     @property
     def layer_linear(self) -> int:
-        """q, o (h x h), k, v (h x kv_dim), gate, up, down (h x I): the layer's matmul weights."""
+        """q, o (h x heads·head_dim), k, v (h x kv_dim), gate, up, down (h x I): the layer's matmul weights."""
         h = self.hidden
-        return 2 * h * h + 2 * h * self.kv_dim + 3 * h * self.intermediate
+        return 2 * h * self.q_dim + 2 * h * self.kv_dim + 3 * h * self.intermediate
 
     @property
     def layer_params(self) -> int:
@@ -108,9 +117,9 @@ class Arch(namedtuple("Arch", "layers hidden heads kv_heads vocab intermediate t
 
     def lora_params(self, r: int) -> int:
         """LoRA on all linear layers (PEFT `all-linear`, LM head excluded): r x (in + out) per adapted matrix."""
-        h, kv, i = self.hidden, self.kv_dim, self.intermediate
-        # q: 2h, k: h+kv, v: h+kv, o: 2h, gate: h+I, up: h+I, down: I+h
-        return self.layers * r * (9 * h + 2 * kv + 3 * i)
+        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
+        # q: h+q, k: h+kv, v: h+kv, o: q+h, gate: h+I, up: h+I, down: I+h
+        return self.layers * r * (7 * h + 2 * q + 2 * kv + 3 * i)
 
     def kv_bytes_per_token(self, dtype_bytes: float) -> float:
         """K and V for every layer: 2 x layers x kv_heads x head_dim x dtype bytes."""
@@ -183,15 +192,16 @@ class Workload(
     namedtuple(
         "Workload",
         "stage per_proc seqs tokens logit_tokens head prompt_tokens group_size reference reward_model critic "
-        "micro_fixed loop_reference",
-        defaults=("lm", 0, 1, False, False, False, None, False),
+        "micro_fixed loop_reference chunkable",
+        defaults=("lm", 0, 1, False, False, False, None, False, True),
     )
 ):
     """One stage's shape. per_proc: items (sequences, pairs or rollouts) per process per optimizer step;
     seqs: sequences per item (2 for preference pairs: chosen + rejected in one forward); tokens: tokens per
     sequence; logit_tokens: tokens per sequence whose LM-head logits are materialised; head: "lm" or "score"
     (reward model); micro_fixed: the user's micro-batch, or None; loop_reference: rlctl's own RL loop runs the
-    stage and loads its reference itself (frozen, bf16, whole on each GPU) rather than TRL."""
+    stage and loads its reference itself (frozen, bf16, whole on each GPU) rather than TRL; chunkable: transformers
+    generation may run the rollouts in several `generate` calls (TRL: only with one update per rollout batch)."""
 
     __slots__ = ()
 
@@ -286,7 +296,7 @@ class Generation:
                 "rollouts_per_instance": self.rollouts * self.tp,
                 "sleep_level": 2,
             }
-        return {"engine": self.engine, "rollouts_per_process": self.rollouts}
+        return {"engine": self.engine, "rollouts_per_process": self.rollouts, "rollouts_per_generate": self.concurrent}
 
 
 class StageFit:
@@ -574,14 +584,26 @@ def vllm_generation(
     return best
 
 
-def transformers_generation(arch: Arch, env: Env, setup: Setup, wl: Workload) -> tuple[Generation, Phase]:
-    """transformers `generate` over the whole per-process rollout batch at once (TRL's generation batch): the KV
-    cache of every rollout, the prefill's MLP working set (3I + 2h per prompt token) and the sampling logits.
+def generation_chunks(wl: Workload, micro: int, world: int) -> list[int]:
+    """Rollouts per transformers `generate` call the stage can run, largest first: divisors of the per-process
+    rollouts that are whole micro-batches and, over all processes, whole groups (TRL forms its generation batch
+    from complete groups); only the whole batch when the stage cannot chunk."""
+    if not wl.chunkable:
+        return [wl.per_proc]
+    ok = [d for d in range(wl.per_proc, 0, -1) if wl.per_proc % d == 0 and d % micro == 0]
+    return [d for d in ok if (d * world) % max(wl.group_size, 1) == 0] or [wl.per_proc]
+
+
+def transformers_generation(
+    arch: Arch, env: Env, setup: Setup, wl: Workload, chunk: int | None = None
+) -> tuple[Generation, Phase]:
+    """transformers `generate` over `chunk` rollouts at a time (default: the whole per-process batch): the KV
+    cache of those rollouts, the prefill's MLP working set (3I + 2h per prompt token) and the sampling logits.
 
     Under master weights every forward re-casts the weights to bf16 (`autocast_copies`), and the fp32 embedding
     makes RoPE's cos/sin fp32, so the cached keys are fp32 and the values follow them: a 4-byte KV cache; the
     residual and the norm output of the prefill are fp32 too."""
-    n = wl.per_proc
+    n = chunk or wl.per_proc
     seq = wl.prompt_tokens + wl.logit_tokens
     master = master_weights(env, setup)
     comps = generation_resident(arch, env, setup, wl)
@@ -592,7 +614,7 @@ def transformers_generation(arch: Arch, env: Env, setup: Setup, wl: Workload) ->
     comps["sampling logits"] = n * arch.vocab * SAMPLING_LOGIT_BYTES
     comps = _nonzero(comps, env)
     phase = Phase(wl.stage, "generation", comps, env.budget)
-    return Generation("transformers", n, concurrent=n, fits=phase.fits), phase
+    return Generation("transformers", wl.per_proc, concurrent=n, fits=phase.fits), phase
 
 
 def stage_fit(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> StageFit:
@@ -603,8 +625,12 @@ def stage_fit(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> S
         resident = generation_resident(arch, env, setup, wl)
         gen, vcomps = vllm_generation(arch, env, setup, wl, resident)
         phases.insert(0, Phase(wl.stage, "generation", {**resident, **vcomps}, env.budget))
-    elif wl.stage == "rl":
-        gen, phase = transformers_generation(arch, env, setup, wl)
+    elif wl.stage == "rl":  # the largest chunk of rollouts whose generation fits (on CPU: all at once)
+        chunks = [wl.per_proc] if env.is_cpu else generation_chunks(wl, micro, env.world)
+        for chunk in chunks:
+            gen, phase = transformers_generation(arch, env, setup, wl, chunk)
+            if gen.fits:
+                break
         phases.insert(0, phase)
     return StageFit(wl, micro, phases, gen)
 

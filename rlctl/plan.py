@@ -15,7 +15,7 @@ from typing import Any
 
 from rlctl import engine as engine_mod
 from rlctl import hardware as hw
-from rlctl import memory, packages
+from rlctl import memory, model_arch, packages
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 
@@ -56,6 +56,8 @@ class Plan:
     decisions: list[dict[str, str]] = field(default_factory=list)  # {setting, value, why}, one line each
     memory: dict[str, Any] = field(default_factory=dict)  # per phase x component GiB, peak, budget, headroom
     layout: dict[str, Any] = field(default_factory=dict)  # nodes, gpus_per_node, world_size, node_rank, main
+    model: dict[str, Any] = field(default_factory=dict)  # params, arch, arch_source (where the numbers came from)
+    generation: dict[str, Any] | None = None  # transformers generation: rollouts per process, per generate call
 
     @property
     def command(self) -> str:
@@ -66,6 +68,7 @@ class Plan:
             "run_dir": self.run_dir,
             "hardware": self.hardware.to_dict(),
             "layout": self.layout,
+            "model": self.model,
             "num_processes": self.num_processes,
             "strategy": self.strategy,
             "mixed_precision": self.mixed_precision,
@@ -79,6 +82,7 @@ class Plan:
             "phase_offload": self.phase_offload,
             "reference": self.reference,
             "vllm": self.vllm,
+            "generation": self.generation,
             "decisions": self.decisions,
             "memory": self.memory,
             "warnings": self.warnings,
@@ -252,6 +256,7 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
     procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
     world = procs * hardware.nodes
     warnings = missing_data(cfg)
+    cfg, arch_source = model_arch.resolve(cfg, warnings)
     precision = precision_for(cfg, hardware, warnings)
     engine = generation_engine(cfg, hardware, warnings)
     batches: dict[str, tuple[int, int, int]] = {}  # stage -> (global batch, micro, accumulation)
@@ -269,7 +274,7 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         if checkpointing == "auto":
             checkpointing = not hardware.is_cpu
         cpu_offload = phase_offload = False
-        reference, vllm, decisions = "unknown", None, []
+        reference, vllm, decisions, generation = "unknown", None, [], None
         memory_json: dict[str, Any] = {"estimated": False, "reason": "model.arch is not set: memory not estimated"}
         if not hardware.is_cpu:
             warnings.append("model.arch is not set: the memory planner cannot check this plan (add the model's arch)")
@@ -278,13 +283,23 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         strategy, adapter, checkpointing = setup.strategy, setup.adapter, setup.checkpointing
         cpu_offload, phase_offload = setup.cpu_offload, setup.phase_offload and "rl" in cfg.stages
         reference, decisions = mem.reference, mem.decisions
-        gen = mem.generation
+        gen, generation = mem.generation, None
         vllm = gen.to_json() if gen is not None and gen.engine == "vllm" else None
         if vllm is not None and not engine_mod.sleep_mode_for(hardware):
             vllm["sleep_level"] = 0
             decisions.append(
                 {"setting": "vLLM sleep mode", "value": "off", "why": "vLLM's CPU build has no sleep mode"}
             )
+        if gen is not None and gen.engine == "transformers":
+            generation = gen.to_json()
+            if gen.concurrent < gen.rollouts:
+                decisions.append(
+                    {
+                        "setting": "generation chunk",
+                        "value": f"{gen.concurrent} of {gen.rollouts} rollouts per generate call",
+                        "why": "the KV cache of every rollout at once does not fit next to the training state",
+                    }
+                )
         for name, micro in mem.micro.items():
             batch = batches[name][0]
             batches[name] = (batch, micro, batch // world // micro)
@@ -341,4 +356,18 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         decisions=decisions,
         memory=memory_json,
         layout=layout(hardware, procs, cfg),
+        model=model_facts(cfg, arch_source),
+        generation=generation,
     )
+
+
+def model_facts(cfg: RunConfig, arch_source: str) -> dict[str, Any]:
+    """The model the plan is for: its parameter count and architecture, and where those numbers came from."""
+    facts: dict[str, Any] = {"name_or_path": cfg.model.name_or_path, "arch_source": arch_source}
+    if cfg.model.arch is not None:
+        from rlctl.memory_model import Arch
+
+        facts["params"] = Arch.of(cfg.model.arch).params()
+        facts["params_billions"] = round(facts["params"] / 1e9, 2)
+        facts["arch"] = cfg.model.arch.model_dump()
+    return facts

@@ -197,7 +197,7 @@ def test_vllm_generation_kwargs_are_trls_and_the_plans(vllm_here):
     p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0", "rl.algorithm=ppo")
     kw = engine.vllm_generation_kwargs(p)
     assert set(kw) <= set(inspect.signature(VLLMGeneration.__init__).parameters)
-    assert kw["mode"] == "colocate" and kw["enable_sleep_mode"] is True and kw["logprobs"] is None
+    assert kw["mode"] == "colocate" and kw["enable_sleep_mode"] is True and kw["logprobs"] == 0
     assert kw["gpu_memory_utilization"] == p.vllm["gpu_memory_utilization"]
     assert kw["tensor_parallel_size"] == p.vllm["tensor_parallel_size"]
     assert kw["max_num_seqs"] == p.vllm["max_num_seqs"]

@@ -11,6 +11,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -405,17 +406,45 @@ def test_phase_offload_chosen_when_training_needs_the_room(vllm_here):
     assert "rl/training would peak at 40.0 GiB > 38.0 GiB" in why
 
 
-def test_transformers_generation_when_vllm_is_missing_on_a_gpu_machine(monkeypatch):
-    monkeypatch.setattr(engine, "installed", lambda: False)
-    monkeypatch.setattr(hardware, "has_local_gpu", lambda: True)
-    p = build("qwen0.5b-grpo", "1xA10G-24GB", "rl.beta=0.0")
+def test_transformers_generation_when_vllm_is_not_used(monkeypatch):
+    p = build("qwen0.5b-grpo", "1xA10G-24GB", "rl.beta=0.0", "rl.use_vllm=false")
     assert p.generation_engine == "transformers" and p.vllm is None
-    assert any("vllm is not installed" in w for w in p.warnings)
     assert (p.strategy, p.adapter) == ("single", "full")
+    chunk = p.generation["rollouts_per_generate"]
+    assert p.generation["rollouts_per_process"] == 256 and 256 % chunk == 0
     gen = phase(p, "rl/generation")["components_gib"]
-    # all 256 rollouts at once, fp32 keys and values (fp32 policy): 256 x (512 + 1024) tokens x 2 x 24 layers
-    # x 128 x 4 B = 9.0 GiB
-    assert gen["KV cache (generate)"] == pytest.approx(256 * 1536 * 2 * 24 * 128 * 4 / GiB, abs=1e-3)
+    # the chunk's rollouts at once, fp32 keys and values (fp32 policy): chunk x (512 + 1024) tokens x 2 x 24 layers
+    # x 128 x 4 B (9.0 GiB for all 256)
+    assert gen["KV cache (generate)"] == pytest.approx(chunk * 1536 * 2 * 24 * 128 * 4 / GiB, abs=1e-3)
+
+
+def test_transformers_generation_runs_in_chunks_that_fit(monkeypatch):
+    """qwen7b-grpo without vLLM on one H100: 512 rollouts at once do not fit, half of them per call do."""
+    p = build("qwen7b-grpo", "1xH100-80GB", "rl.use_vllm=false")
+    assert p.generation == {"engine": "transformers", "rollouts_per_process": 512, "rollouts_per_generate": 256}
+    assert any(d["setting"] == "generation chunk" and d["value"].startswith("256 of 512") for d in p.decisions)
+    gen = phase(p, "rl/generation")
+    assert gen["fits"] and gen["components_gib"]["KV cache (generate)"] == pytest.approx(
+        256 * (512 + 1024) * 2 * 28 * 512 * 2 / GiB, rel=0.01
+    )  # 256 rollouts x (prompt + completion) x K,V x 28 layers x 4 kv heads x 128 x bf16 (gathered FSDP2 units)
+    rl = next(s for s in p.stages if s.name == "rl")
+    assert 256 % rl.micro_batch_size == 0  # whole micro-batches, and whole groups of 8
+
+
+def test_trl_generates_in_the_planned_chunks():
+    from trl import GRPOConfig
+
+    from rlctl.stages.common import StageContext
+    from rlctl.stages.rl import trl_batching
+
+    p = build("qwen7b-grpo", "1xH100-80GB", "rl.use_vllm=false")
+    rl = next(s for s in p.stages if s.name == "rl")
+    ctx = StageContext(p.config, p, rl, Path("/tmp/x"), {}, None, True)
+    batching = trl_batching(ctx)
+    assert batching["steps_per_generation"] * batching["per_device_train_batch_size"] == 256
+    assert batching["gradient_accumulation_steps"] % batching["steps_per_generation"] == 0  # on-policy, no IS
+    args = GRPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, num_generations=8, **batching)
+    assert args.generation_batch_size == 256
 
 
 # --- Tiny demo on CPU: reported against RAM, never refused --------------------------------------------------------

@@ -59,10 +59,12 @@ def trl_batching(ctx: StageContext) -> dict:
     mini = per_proc // rl.ppo_mini_batches
     micro = max(d for d in range(1, min(stage.micro_batch_size, mini) + 1) if mini % d == 0)
     updates = rl.ppo_mini_batches * rl.ppo_epochs
+    # transformers generation in the planner's chunks: TRL generates steps_per_generation micro-batches at once
+    chunk = (ctx.plan.generation or {}).get("rollouts_per_generate") or per_proc
     return {
         "per_device_train_batch_size": micro,
         "gradient_accumulation_steps": mini // micro,
-        "steps_per_generation": per_proc // micro,
+        "steps_per_generation": chunk // micro,
         "num_iterations": rl.ppo_epochs,
         "max_steps": rl.max_steps * updates,
         "save_steps": rl.save_every * updates,

@@ -211,7 +211,8 @@ def make_generator(ctx: StageContext, tokenizer, policy, acc) -> HFGenerator | e
     """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout)."""
     if ctx.plan.generation_engine == "vllm":
         return engine.ColocatedVLLM(ctx.plan, policy, acc, tokenizer)
-    return HFGenerator(tokenizer, ctx.cfg.rl.max_new_tokens, ctx.cfg.rl.temperature)
+    chunk = (ctx.plan.generation or {}).get("rollouts_per_generate") or 64  # the planner's, else 64 at a time
+    return HFGenerator(tokenizer, ctx.cfg.rl.max_new_tokens, ctx.cfg.rl.temperature, batch_size=chunk)
 
 
 # ----------------------------------------------------------------------------------------------- models
