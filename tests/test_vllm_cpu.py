@@ -139,7 +139,8 @@ the_plan = plan.build(cfg, sys.argv[2])
 acc = Accelerator(cpu=True)
 tok = AutoTokenizer.from_pretrained(model_dir)
 policy = acc.prepare(AutoModelForCausalLM.from_pretrained(model_dir))
-vllm_gen, hf_gen = engine.ColocatedVLLM(the_plan, policy, acc, tok), HFGenerator(tok, 8, 1.0)
+vllm_gen = engine.ColocatedVLLM(the_plan, policy, acc, tok)
+hf_gen = HFGenerator(tok, cfg.rl.max_new_tokens, cfg.rl.temperature)
 prompts = [tok(f"{a} + {b} =", add_special_tokens=False)["input_ids"] for a, b in zip(range(10, 40), range(40, 10, -1))]
 out = {}
 for round_ in ("start", "after a change"):
