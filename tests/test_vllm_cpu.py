@@ -164,3 +164,20 @@ def test_after_a_sync_vllm_greedy_equals_transformers_greedy(vllm_demo: Path, tm
     for round_, (from_vllm, from_hf) in result.items():
         assert from_vllm == from_hf, round_
     assert result["start"][0] != result["after a change"][0], "the change reached vLLM"
+
+
+def test_the_gpu_acceptance_bench_runs_on_cpu(vllm_demo: Path, tmp_path: Path):
+    """bench/gpu/accept.py end to end on vLLM's CPU build (small numbers): every section is filled."""
+    args = ["--model", str(vllm_demo / "sft" / "final"), "--preset", "tiny-demo", "--rollouts", "32"]
+    args += ["--hf-rollouts", "32", "--new-tokens", "8", "--steps", "2", "--out", str(tmp_path)]
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    bench = Path(__file__).resolve().parent.parent / "bench" / "gpu" / "accept.py"
+    proc = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "gpu_accept.json").read_text())
+    assert set(doc["step_split"]) >= {"time_sync", "time_generate", "time_update", "sync_logp_diff_mean"}
+    engine = doc["engine"]
+    assert engine["sleep_wake_s"].startswith("n/a") and engine["sync_s"] > 0
+    assert engine["tokens_per_s"]["vllm"] > 0 and engine["tokens_per_s"]["transformers"] > 0
+    assert engine["sync_check"]["mean_abs_logprob_diff"] < 0.1
+    assert "| generated tokens/s: vLLM / transformers |" in (tmp_path / "gpu_accept.md").read_text()

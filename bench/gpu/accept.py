@@ -166,7 +166,7 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
         if lp is not None and batch.mask[i, t] > 0
     ]
     short = [p[:32] for p in prompts[:16]]
-    greedy = (vllm_gen.generate(short, greedy=True), HFGenerator(tok, 32, 1.0).generate(short, greedy=True))
+    greedy = (vllm_gen.generate(short, greedy=True), hf.generate(short, greedy=True))
     # one training step on a micro-batch of rollouts: forward, backward, AdamW
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-6)
     mem.start()
@@ -206,7 +206,9 @@ def step_split(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> dict
             "--set", "data.max_prompt_length=32"]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=opts.train_timeout)
     if proc.returncode != 0:
-        return {"error": f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}"}
+        log = run_dir / "logs" / "train.log"
+        tail = log.read_text()[-1500:] if log.exists() else (proc.stdout + proc.stderr)[-1500:]
+        return {"error": f"exit {proc.returncode}: {tail}"}
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steps = [r for r in recs if r.get("stage") == "rl" and "time_generate" in r]
     keys = ("time_sync", "time_generate", "time_score", "time_prepare", "time_update", "sync_logp_diff_mean")
@@ -219,7 +221,7 @@ def markdown(doc: dict) -> str:
     check, rate = e["sync_check"], e["tokens_per_s"]
     rows = [
         ("machine", f"{m['gpu']}; {doc['versions']}"),
-        ("model", f"{doc['model']} (random init), {doc['rollouts']} rollouts x {doc['new_tokens']} new tokens"),
+        ("model", f"{doc['model']}, {doc['rollouts']} rollouts x {doc['new_tokens']} new tokens"),
         ("sleep / wake s (median of 3)", json.dumps(e["sleep_wake_s"])),
         ("weight sync s per push", e["sync_s"]),
         ("sync check: mean / max abs log-prob diff", f"{check['mean_abs_logprob_diff']} / "
@@ -252,12 +254,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(opts.model) if opts.model else build_model(opts.shape, Path(tmp) / "model")
         doc = {
-            "model": opts.model or opts.shape,
+            "model": opts.model or f"{opts.shape} shape, random init",
             "rollouts": opts.rollouts,
             "new_tokens": opts.new_tokens,
             "versions": f"torch {torch.__version__}, vllm {vllm.__version__}, transformers {transformers.__version__}",
-            "engine": engine_numbers(model, opts, Path(tmp) / "plan"),
+            # the training run first: this process's own engine would hold the GPU (and the rendezvous port)
             "step_split": step_split(model, opts, Path(tmp) / "run"),
+            "engine": engine_numbers(model, opts, Path(tmp) / "plan"),
             "machine": machine(),
         }
     out = Path(opts.out)
