@@ -313,6 +313,12 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
                 "where the run directory lives (lower checkpoint.keep_last or free disk)"
             )
         memory_json = mem.to_json()
+    if hardware.is_cpu and strategy == "fsdp2":
+        raise UserError(
+            "Invalid config: hardware.strategy=fsdp2 on CPU. accelerate does not engage FSDP on CPU, so the run "
+            "would be plain DDP under an FSDP2 label; rlctl refuses that rather than run something other than its "
+            "plan. Use --set hardware.strategy=ddp (or auto) on CPU; FSDP2 runs on GPUs."
+        )
     packages.check_layout(adapter, hardware.is_cpu or hw.has_local_gpu(), warnings)
     base = base_model(cfg, run_dir)
     stages: list[StagePlan] = []
