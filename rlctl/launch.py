@@ -294,5 +294,7 @@ def _show(progress: Progress, tasks_by_stage: dict[str, int], rec: dict) -> None
         progress.update(task, completed=progress.tasks[task].total or 0)
         return
     if "step" in rec:
-        shown = [f"{k} {rec[k]:.4g}" for k in ("loss", "reward", "kl") if isinstance(rec.get(k), int | float)]
+        keys = ("loss", "reward", "kl", "sync_logp_diff_mean")  # the last: vLLM's weight-sync check, when it runs
+        values = [(k.removesuffix("_logp_diff_mean"), rec[k]) for k in keys if isinstance(rec.get(k), int | float)]
+        shown = [f"{k} {v:.4g}" for k, v in values]
         progress.update(task, completed=rec["step"], total=rec.get("max_steps"), info="  ".join(shown))

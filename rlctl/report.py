@@ -40,6 +40,9 @@ LABELS = {
     "grad_norm": "gradient norm",
     "clip_ratio": "clipped fraction",
     "margin": "reward margin",
+    "sync_logp_diff_mean": "weight sync: mean |log-prob diff| trainer vs vLLM",
+    "sync_logp_diff_max": "weight sync: max |log-prob diff| trainer vs vLLM",
+    "is_ratio_mean": "rollout correction: mean IS ratio",
 }
 SKIP = ("step", "max_steps", "time", "epoch")
 
