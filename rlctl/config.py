@@ -447,6 +447,11 @@ class HardwareConfig(Section):
     strategy: Literal["auto", "single", "ddp", "fsdp2"] = Field(
         "auto", description="Distribution strategy; auto lets the planner pick."
     )
+    optimizer_offload: Literal["auto"] | bool = Field(
+        "auto",
+        description="RL: keep the policy's AdamW state in host RAM outside its optimizer step (moved to the GPU and "
+        "back around each step); auto lets the planner decide. On CPU it is a no-op (the state lives there).",
+    )
     nodes: int | None = Field(
         None, ge=1, description="Machines the run spans (default: the M of an MxNxGPU spec, else 1); see --nodes."
     )
@@ -640,6 +645,7 @@ def dump(cfg: RunConfig) -> str:
 RESUMABLE = (
     *(f"{stage}.micro_batch_size" for stage in STAGE_ORDER),
     "model.gradient_checkpointing",
+    "hardware.optimizer_offload",  # where the optimizer state waits between steps, not what it holds
     "checkpoint.keep_last",
     "checkpoint.keep_best",
     "logging.every",

@@ -122,15 +122,6 @@ def _reload_on_cpu(generation: Any) -> None:
     generation.llm.reset_prefix_cache()
 
 
-def require(plan: Plan) -> None:
-    """Before a run starts here: the engine its plan chose must be importable (exit 2 with the install command)."""
-    if plan.generation_engine == "vllm" and not installed():
-        raise UserError(
-            f"The plan generates RL rollouts with vLLM but vllm is not installed here; "
-            f"{install_hint(plan.hardware.is_cpu)}, or plan with --set rl.use_vllm=false."
-        )
-
-
 def max_model_length(cfg: RunConfig) -> int:
     """The longest sequence vLLM must hold: the longest prompt plus the longest completion."""
     return cfg.data.max_prompt_length + cfg.rl.max_new_tokens
@@ -261,13 +252,31 @@ class ColocatedVLLM:
 # --- Training state between phases --------------------------------------------------------------------------------
 
 _HOME = "_rlctl_state_devices"  # optimizer attribute: where each offloaded state tensor lived
+SWITCHES = "_rlctl_switches"  # optimizer attribute: {offload|reload: calls, moves, bytes, seconds} (layout records)
+
+
+def _tally(optimizer: Any, direction: str, moved: int, start: float) -> None:
+    """Count one offload or reload call; the bytes and seconds of those that moved something."""
+    import time
+
+    tally = getattr(optimizer, SWITCHES, {})
+    entry = tally.setdefault(direction, {"calls": 0, "moves": 0, "bytes": 0, "seconds": 0.0})
+    entry["calls"] += 1
+    if moved:
+        entry["moves"] += 1
+        entry["bytes"] += moved
+        entry["seconds"] += time.perf_counter() - start
+    setattr(optimizer, SWITCHES, tally)
 
 
 def offload_optimizer_state(optimizer: Any, device: Any = "cpu") -> int:
     """Move every non-scalar optimizer state tensor (AdamW's exp_avg, exp_avg_sq) to `device`, remembering
     where it lived; returns the bytes moved. Scalars (`step`) stay. Uses pinned host memory when CUDA is up."""
+    import time
+
     import torch
 
+    start = time.perf_counter()
     homes: dict[tuple[int, str], torch.device] = getattr(optimizer, _HOME, {})
     target = torch.device(device)
     pin = target.type == "cpu" and torch.cuda.is_available()
@@ -289,14 +298,18 @@ def offload_optimizer_state(optimizer: Any, device: Any = "cpu") -> int:
     setattr(optimizer, _HOME, homes)
     if pin:
         torch.cuda.synchronize()
+    _tally(optimizer, "offload", moved, start)
     return moved
 
 
 def reload_optimizer_state(optimizer: Any) -> int:
     """Bring offloaded optimizer state back to where it lived (the parameter's device when not recorded);
-    returns the bytes moved."""
+    returns the bytes moved (timed to the end of the copies)."""
+    import time
+
     import torch
 
+    start = time.perf_counter()
     homes: dict[tuple[int, Any], Any] = getattr(optimizer, _HOME, {})
     moved = 0
     for group in optimizer.param_groups:
@@ -309,6 +322,9 @@ def reload_optimizer_state(optimizer: Any) -> int:
                 if value.device != torch.device(home):
                     state[key] = value.to(home, non_blocking=True)
                     moved += value.numel() * value.element_size()
+    if moved and torch.cuda.is_available():
+        torch.cuda.synchronize()  # the optimizer step needs them anyway; the switch's seconds are then real
+    _tally(optimizer, "reload", moved, start)
     return moved
 
 

@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rlctl import config as config_mod
-from rlctl import data, rewards, tasks, tbevents
+from rlctl import data, packages, rewards, tasks, tbevents
 from rlctl import plan as plan_mod
 from rlctl.errors import UserError
 
@@ -66,6 +66,7 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
     """Validate everything, then write config.yaml, accelerate.yaml and the data into a new run directory."""
     cfg = _absolute(cfg)
     the_plan = plan_mod.build(cfg, run_dir)
+    packages.require(the_plan)
     if cfg.data.generate:
         gen_dir = run_dir / "data"
         tasks.GENERATORS[cfg.data.generate](gen_dir, cfg.seed)

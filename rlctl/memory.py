@@ -134,6 +134,10 @@ def candidates(cfg: RunConfig, env: Env) -> list[Setup]:
         picked = [s for s in order if s.strategy == strategy or (strategy != "fsdp2" and s.strategy == rep)]
         picked = [s._replace(strategy=strategy) for s in picked]
         order = picked or [Setup(strategy, adapter if adapter != "auto" else "full")]
+    offload = cfg.hardware.optimizer_offload
+    if rl and offload != "auto" and not env.is_cpu:  # on CPU a no-op: the memory model keeps the state in RAM
+        kept = [s for s in order if s.phase_offload == offload]
+        order = kept or [s._replace(phase_offload=offload) for s in order if not s.cpu_offload]
     seen: list[Setup] = []
     for s in order:
         if s not in seen:
@@ -152,6 +156,8 @@ def explicit_settings(cfg: RunConfig) -> list[str]:
         fixed.append(f"model.gradient_checkpointing={str(cfg.model.gradient_checkpointing).lower()}")
     if cfg.hardware.strategy != "auto":
         fixed.append(f"hardware.strategy={cfg.hardware.strategy}")
+    if cfg.hardware.optimizer_offload != "auto":
+        fixed.append(f"hardware.optimizer_offload={str(cfg.hardware.optimizer_offload).lower()}")
     for name in cfg.stages:
         micro = getattr(cfg, name).micro_batch_size
         if micro != "auto":
@@ -327,6 +333,7 @@ def nearest(
         base.model.adapter = "auto"
         base.model.gradient_checkpointing = "auto"
         base.hardware.strategy = "auto"
+        base.hardware.optimizer_offload = "auto"
         for name in cfg.stages:
             getattr(base, name).micro_batch_size = "auto"
         a = _try(base, hardware, procs, engine, precision)
@@ -336,6 +343,8 @@ def nearest(
                 changes.append(f"model.adapter={a.setup.adapter}")
             if cfg.hardware.strategy != "auto" and cfg.hardware.strategy != a.setup.strategy:
                 changes.append(f"hardware.strategy={a.setup.strategy}")
+            if cfg.hardware.optimizer_offload not in ("auto", a.setup.phase_offload):
+                changes.append(f"hardware.optimizer_offload={str(a.setup.phase_offload).lower()}")
             if cfg.model.gradient_checkpointing not in ("auto", a.setup.checkpointing):
                 changes.append(f"model.gradient_checkpointing={str(a.setup.checkpointing).lower()}")
             for s in a.stages:
@@ -505,14 +514,18 @@ def explain(cfg: RunConfig, plan: MemoryPlan, hardware: Hardware) -> list[dict[s
             why = f"{w.label} would peak at {gib_str(w.peak)} GiB > {gib_str(w.budget)} GiB"
             if w.fits and kept.generation is not None and not kept.generation.fits:
                 why = "generation would have no room for the rollouts' KV cache"
+            elif w.fits:
+                why = "everything would fit too"
             add(
                 "optimizer offload",
                 "between phases",
                 f"{gib_str(optim)} GiB of AdamW states move to host RAM after each step and back for the next "
                 f"(with them on the GPU {why})",
+                cfg.hardware.optimizer_offload is True,
             )
         elif not s.cpu_offload:
-            add("optimizer offload", "none", "the optimizer states fit on the GPU next to generation")
+            why = "the optimizer states fit on the GPU next to generation"
+            add("optimizer offload", "none", why, cfg.hardware.optimizer_offload is False)
         gen = rl_fit.generation
         if gen is not None and gen.engine == "vllm":
             add(

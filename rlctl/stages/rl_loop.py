@@ -559,7 +559,8 @@ def run(ctx: StageContext) -> None:
         kl_ctl.update(kl_k1, batch_size)
         clock.lap("update")
         if step == start + 1:  # the first step of this process: does it run what the plan chose?
-            layout.check(ctx, policy, opt, "vllm" if isinstance(generator, engine.ColocatedVLLM) else "transformers")
+            engine_name = "vllm" if isinstance(generator, engine.ColocatedVLLM) else "transformers"
+            layout.check(ctx, policy, opt, engine_name, layout.Beside(acc.mixed_precision, ref, scorer.funcs, critic))
 
         # 5. log and checkpoint
         record = {k: sum(v) / len(v) for k, v in stats.items()}  # this process's mean over its micro-batches
@@ -589,6 +590,7 @@ def run(ctx: StageContext) -> None:
             save_checkpoint(ctx, acc, step, state, policy, tok)
         if signum:
             raise Interrupted(signum)
+    layout.finish(ctx, opt)
     no_callbacks = SimpleNamespace(callbacks=[])
     save_final(ctx, SimpleNamespace(accelerator=acc, model=policy, callback_handler=no_callbacks), tok)
 
