@@ -43,7 +43,10 @@ class Need:
     instead: str
 
     def message(self) -> str:
-        return f"the plan {self.what} but {self.problem}; {self.fix}, or {self.instead}"
+        return f"the plan uses {self.what}, but {self.problem} here; {self.fix}, or {self.instead}"
+
+    def warning(self) -> str:
+        return f"the plan uses {self.what}: the machine that trains needs it ({self.problem} here): {self.fix}"
 
 
 def installed_version(package: str, module: str | None = None) -> str | None:
@@ -76,14 +79,14 @@ def missing(adapter: str, vllm: bool, cpu: bool, trackers: list[str]) -> list[Ne
     problem = qlora_problem() if adapter == "qlora" else None
     if problem is not None:
         fix = f"pip install 'rlctl[qlora]' (bitsandbytes>={BITSANDBYTES_MIN})"
-        out.append(Need("trains QLoRA (4-bit base + LoRA)", problem, fix, "--set model.adapter=lora"))
+        out.append(Need("QLoRA (4-bit base + LoRA)", problem, fix, "--set model.adapter=lora"))
     if vllm and not engine.installed():
         fix = engine.install_hint(cpu)
-        out.append(Need("generates RL rollouts with vLLM", "vllm is not installed", fix, "--set rl.use_vllm=false"))
+        out.append(Need("vLLM for the RL rollouts", "vllm is not installed", fix, "--set rl.use_vllm=false"))
     for tracker in trackers:
         modules, fix = TRACKERS[tracker]
         if all(importlib.util.find_spec(m) is None for m in modules):
-            what = f"reports to {tracker} (logging.report_to)"
+            what = f"{tracker} (logging.report_to)"
             out.append(Need(what, f"{modules[0]} is not installed", fix, f"drop {tracker} from logging.report_to"))
     return out
 
@@ -97,7 +100,7 @@ def check_layout(adapter: str, vllm: bool, cpu: bool, trackers: list[str], here:
         raise UserError(f"Invalid setup: {needs[0].message()}.")
     for need in needs:
         if need.fix not in " ".join(warnings):
-            warnings.append(f"On the machine that trains, {need.message()} ({need.problem} here)")
+            warnings.append(need.warning())
 
 
 def require(plan: Plan) -> None:
