@@ -197,6 +197,13 @@ def test_algorithm_learns_from_the_sft_checkpoint(algorithm, demo_run, tmp_path)
     sft = summary(demo_run)["stages"]["sft"]["eval_accuracy"]
     assert start == pytest.approx(sft), "the run starts from the shared SFT model"
     assert end > start + MARGIN, f"{algorithm}: held-out accuracy {start:.3f} -> {end:.3f} after {steps} steps"
+    record = s["layout"][stage]
+    assert record["mismatches"] == [], record
+    if stage == "rl":  # the critic and the frozen reference copy of the algorithms that have them
+        live = record["observed"]
+        assert live["critic"] == (algorithm in ("ppo", "pf-ppo")), live
+        beta = json.loads((tmp_path / "run" / "plan.json").read_text())["config"]["rl"]["beta"]
+        assert live["reference"] == ("cpu" if beta > 0 else "none"), live
     if stage == "rl":
         records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
         steps_logged = [r for r in records if r.get("stage") == "rl" and "step" in r]
