@@ -41,9 +41,10 @@ def test_qlora_tiny_pipeline_on_cpu(tmp_path: Path):
     from transformers import AutoModelForCausalLM
 
     run = tmp_path / "run"
+    # the checkpoint at SFT step 15 is scored in eval mode and SFT trains on (bitsandbytes' CPU inference repack)
     proc = rlctl(
         "train", "--preset", "tiny-demo", "--run-dir", str(run), "--set", "model.adapter=qlora",
-        "--set", "sft.max_steps=30", "--set", "rm.max_steps=6", "--set", "rl.max_steps=2",
+        "--set", "sft.max_steps=30", "--set", "sft.save_every=15", "--set", "rm.max_steps=6", "--set", "rl.max_steps=2",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
