@@ -312,6 +312,9 @@ def test_loop_runs_as_two_ddp_processes(demo_run, tmp_path):
     run_dir = tmp_path / "ddp"
     s = train_from_sft(demo_run, run_dir, "ppo", 3, "hardware.num_processes=2", "rl.prompts_per_step=8")
     assert s["world_size"] == 2 and s["completed"] == ["rl"]
+    record = s["layout"]["rl"]
+    assert record["mismatches"] == [] and record["processes_recorded"] == 2
+    assert record["observed"]["strategy"] == "ddp" and record["observed"]["critic"]
     assert (run_dir / "rl" / "checkpoints" / "checkpoint-3" / "rlctl_complete").exists()
     assert sorted(p.name for p in (run_dir / "rl" / "checkpoints" / "checkpoint-3").glob("random_states_*")) == [
         "random_states_0.pkl",
