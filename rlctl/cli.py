@@ -608,7 +608,8 @@ def rewards_test(
         cfg = _resolve(preset, config, None, None, set_, None)
     specs, answer_field, columns, rm_dir = cockpit.reward_setup(run, cfg, reward)
     columns.update(cockpit.columns_opt(column))
-    cockpit.rewards_test(_ui(), data_file, specs, answer_field, columns, rm_dir, limit, as_json)
+    encoding = cfg.data.encoding if cfg else "utf-8"
+    cockpit.rewards_test(_ui(), data_file, specs, answer_field, columns, rm_dir, limit, as_json, encoding)
 
 
 @app.command("eval")

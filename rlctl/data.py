@@ -88,6 +88,13 @@ def get_path(row: dict[str, Any], dotted: str) -> tuple[bool, Any]:
     return True, value
 
 
+def stage_columns(cfg: Any, stage: str) -> dict[str, str]:
+    """The column mapping a stage reads its data with: data.columns, the stage's own `columns` on top (eval data
+    reads with rl's)."""
+    own = getattr(cfg, "rl" if stage == "eval" else stage).columns
+    return {**cfg.data.columns, **own}
+
+
 def map_columns(row: dict[str, Any], columns: dict[str, str]) -> dict[str, Any]:
     """`row` with each canonical column taken from the source column (dotted path) `columns` names for it."""
     if not columns:
@@ -250,7 +257,8 @@ def normalise(table: Table, role: str, answer_field: str | None = None) -> tuple
     if fmt is None:
         raise UserError(
             f"{table.where(0)} has columns {sorted(first)}, but {role} data needs {_want(role, answer_field)}. "
-            f"Rename the columns, map them in the config (data.columns, e.g. --set data.columns.prompt=question), "
+            f"Rename the columns, map them in the config (data.columns for every stage, e.g. --set "
+            f"data.columns.prompt=question, or one stage's own: sft.columns, rm.columns, rl.columns), "
             f"or point data.{role} at another file."
         )
     _validate(table, role, fmt, answer_field)
