@@ -80,10 +80,11 @@ def decode_error(
     guess, label = _guess(raw[max(0, start - 2000) : start + 2000])
     context = raw[line_start : start + 12].decode(guess, errors="replace").strip()[-60:]
     shown = codec.replace("-sig", "")
+    converted = path.with_name(path.stem + ".utf8" + path.suffix)
     return UserError(
         f"{path}:{line} (byte {byte_offset + start}) is not valid {shown}: bytes {bad.hex(' ')} (near {context!r}). "
-        f"The file looks like {guess} ({label}). Read it as such with data.encoding: {guess} (--set data.encoding={guess}), or "
-        f"convert it once: iconv -f {guess} -t utf-8 {path} > {path.with_name(path.stem + '.utf8' + path.suffix)}."
+        f"The file looks like {guess} ({label}). Read it as such with data.encoding: {guess} "
+        f"(--set data.encoding={guess}), or convert it once: iconv -f {guess} -t utf-8 {path} > {converted}."
     )
 
 
