@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rlctl import config as config_mod
-from rlctl import data, rewards, tasks, tbevents
+from rlctl import data, preflight, rewards, tasks, tbevents
 from rlctl import plan as plan_mod
 from rlctl.errors import UserError
 
@@ -45,31 +45,30 @@ def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
     return cfg
 
 
-def check_inputs(cfg: config_mod.RunConfig, paths: dict[str, Path]) -> None:
-    """Validate datasets and rewards before anything starts; raises UserError."""
+def check_inputs(cfg: config_mod.RunConfig, run_dir: Path, paths: dict[str, Path] | None) -> None:
+    """The pre-flight over every row (model, chat template, run directory, datasets, lengths), then the rewards
+    called on the first RL rows; raises UserError."""
     missing = plan_mod.missing_data(cfg)
     if missing:
         raise UserError("Missing data: " + "; ".join(missing) + ".")
-    columns = cfg.data.columns
-    rows: dict[str, list] = {}
-    for stage in cfg.stages:
-        role = plan_mod.DATA_ROLE[stage]
-        rows[stage] = data.check(paths[role], "kto" if stage == "kto" else role, cfg.data.answer_field, columns)
-    if "eval" in paths:
-        data.check(paths["eval"], "eval", cfg.data.answer_field, columns)
+    report = preflight.run(cfg, run_dir, full=True, paths=paths)
+    preflight.require(report)
     if "rl" in cfg.stages:
         names = [spec.name for spec in cfg.rl.rewards if spec.name not in rewards.MODEL_REWARDS]
-        rewards.dry_run(names, rows["rl"], cfg.data.answer_field)  # plugin errors surface now, not mid-run
+        rewards.dry_run(names, report.rows["rl"], cfg.data.answer_field)  # plugin errors surface now, not mid-run
 
 
 def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
     """Validate everything, then write config.yaml, accelerate.yaml and the data into a new run directory."""
     cfg = _absolute(cfg)
     the_plan = plan_mod.build(cfg, run_dir)
+    problem = preflight.run_dir_problem(run_dir)
+    if problem:
+        raise UserError(problem)
     if cfg.data.generate:
         gen_dir = run_dir / "data"
         tasks.GENERATORS[cfg.data.generate](gen_dir, cfg.seed)
-    check_inputs(cfg, plan_mod.data_paths(cfg, run_dir))
+    check_inputs(cfg, run_dir, plan_mod.data_paths(cfg, run_dir) if cfg.data.generate else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
     (run_dir / "plan.json").write_text(json.dumps(the_plan.to_json(), indent=2))
