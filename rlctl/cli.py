@@ -404,9 +404,17 @@ def resume(
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
+    from rlctl import preflight, resume_check
+
     cfg = config_mod.load_run_config(cfg_path)
+    if resume_check.finished(run_dir, cfg):
+        console.print(f"{run_dir} is finished: every stage ({', '.join(cfg.stages)}) completed. Nothing to resume.")
+        raise typer.Exit(0)
     if set_:
-        cfg = config_mod.with_resume_overrides(cfg, set_)
+        new = config_mod.with_resume_overrides(cfg, set_)
+        resume_check.check(cfg, new, run_dir)
+        cfg = new
+    preflight.model_folder(cfg.model.name_or_path)  # a moved or uncached model is refused before launch
     shared = config_mod.dump(cfg)  # before this node's rank is applied: every node reads the same file
     cfg.hardware.node_rank = 0
     _apply_nodes(cfg, nodes, node_rank, main_address)

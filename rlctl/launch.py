@@ -19,12 +19,13 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from rlctl import config as config_mod
 from rlctl import data, preflight, rewards, tasks, tbevents
 from rlctl import plan as plan_mod
+from rlctl import progress as progress_mod
 from rlctl.errors import UserError
 
 PR_SET_PDEATHSIG = 1
@@ -221,13 +222,15 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                 preexec_fn=die_with_parent,
             )
             tasks_by_stage: dict[str, int] = {}
+            stages: dict[str, progress_mod.StageProgress] = {}
+            every_s = the_plan.config.logging.console_every_s
             events = tbevents.MetricsEvents(run_dir / "tensorboard")  # TensorBoard, live, no account needed
             columns = [
                 TextColumn("[bold]{task.description:<6}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[info]}"),
-                TimeRemainingColumn(),
+                TextColumn("{task.fields[eta]}"),
             ]
             with Progress(*columns, console=console, transient=False) as progress:
                 while True:
@@ -238,7 +241,9 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                             events.add(rec)
                             if rec.get("event") == "error":
                                 errors.append(rec)
-                            _show(progress, tasks_by_stage, rec)
+                            _show(progress, tasks_by_stage, stages, rec)
+                        if not console.is_terminal:
+                            _plain_lines(console, stages, every_s)
                         if done:
                             break
                         time.sleep(0.5)
@@ -280,20 +285,26 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     return 1
 
 
-def _show(progress: Progress, tasks_by_stage: dict[str, int], rec: dict) -> None:
+def _plain_lines(console: Console, stages: dict[str, progress_mod.StageProgress], every_s: float) -> None:
+    """Off a terminal: one plain line per running stage every `every_s` seconds, flushed at once."""
+    for stage in stages.values():
+        if stage.step < (stage.total or 0) and stage.due(every_s):
+            console.print(stage.line(), markup=False)
+            console.file.flush()
+
+
+def _show(
+    progress: Progress, tasks_by_stage: dict[str, int], stages: dict[str, progress_mod.StageProgress], rec: dict
+) -> None:
     stage = rec.get("stage", "?")
     if stage not in tasks_by_stage:
-        tasks_by_stage[stage] = progress.add_task(stage, total=rec.get("max_steps"), info="")
-    task = tasks_by_stage[stage]
-    if rec.get("event") == "eval":
-        info = "  ".join(f"{k} {v:.3f}" for k, v in rec.items() if k.startswith("eval_") and isinstance(v, float))
-        progress.update(task, info=info)
-        return
+        tasks_by_stage[stage] = progress.add_task(stage, total=rec.get("max_steps"), info="", eta="")
+        stages[stage] = progress_mod.StageProgress(stage)
+    task, state = tasks_by_stage[stage], stages[stage]
+    state.update(rec)
+    if rec.get("event") == "data" and "dropped_too_long" in rec:
+        progress.console.print(f"[yellow]{progress_mod.dropped_line(rec)}[/]")
     if rec.get("event") == "end":
-        progress.update(task, completed=progress.tasks[task].total or 0)
+        progress.update(task, completed=progress.tasks[task].total or 0, info=state.info(), eta="")
         return
-    if "step" in rec:
-        keys = ("loss", "reward", "kl", "sync_logp_diff_mean")  # the last: vLLM's weight-sync check, when it runs
-        values = [(k.removesuffix("_logp_diff_mean"), rec[k]) for k in keys if isinstance(rec.get(k), int | float)]
-        shown = [f"{k} {v:.4g}" for k, v in values]
-        progress.update(task, completed=rec["step"], total=rec.get("max_steps"), info="  ".join(shown))
+    progress.update(task, completed=state.step, total=state.total, info=state.info(), eta=state.eta_text())
