@@ -46,9 +46,6 @@ def training_rows(ctx: StageContext, tok) -> list[dict[str, Any]]:
             f"{limit_key(name)}, shorten or remove those rows, or set data.over_length=drop to leave them out "
             "(counted)."
         )
-    refused = too_many_dropped(name, len(over), len(rows), limit, ctx.cfg.data.max_drop_fraction, sizes)
-    if refused:
-        raise UserError(refused)
     skip = set(over)
     kept = [r for i, r in enumerate(rows) if i not in skip]
     if not kept:
@@ -56,6 +53,9 @@ def training_rows(ctx: StageContext, tok) -> list[dict[str, Any]]:
             f"Every one of the {len(rows)} {name} rows is longer than {limit_key(name)}={limit} tokens (the first "
             f"has {sizes[0]}): nothing is left to train on. Raise {limit_key(name)} or shorten the data."
         )
+    refused = too_many_dropped(name, len(over), len(rows), limit, ctx.cfg.data.max_drop_fraction, sizes)
+    if refused:
+        raise UserError(refused)
     ctx.notes.update(dropped_too_long=len(over), kept=len(kept), limit=limit)
     ctx.log.write(stage=name, event="data", dropped_too_long=len(over), kept=len(kept), limit=limit)
     return kept
