@@ -259,3 +259,42 @@ def test_rewards_test_scores_list_ground_truths_as_any_of(tmp_path: Path):
     assert proc.returncode == 0, _out(proc)
     (row,) = json.loads(proc.stdout)["rows"]
     assert row["completion"] == "Paris" and row["exact_match"] == 1.0 and row["correct"] is True
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+@pytest.mark.slow
+def test_gsm8k_file_sft_then_grpo_with_conversational_rm_pairs_piped(tmp_path: Path):
+    """One GSM8K-shaped file trains SFT (question -> prompt, answer -> completion) and then GRPO (answer the ground
+    truth, scored by gsm8k) in one command; the reward model trains on TRL's conversational chosen/rejected lists
+    and is scored at its checkpoints; the output, piped, carries progress lines before the stages end."""
+    gsm, held, pairs = tmp_path / "gsm8k.jsonl", tmp_path / "test.jsonl", tmp_path / "pairs.jsonl"
+    rows = [{"question": f"{a}+{a % 7}=", "answer": f"{a}+{a % 7}={a + a % 7} #### {a + a % 7}"} for a in range(10, 42)]
+    gsm.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    held.write_text("".join(json.dumps(r) + "\n" for r in rows[:8]))
+    pair_rows = [
+        {
+            "chosen": [{"role": "user", "content": r["question"]}, {"role": "assistant", "content": "right"}],
+            "rejected": [{"role": "user", "content": r["question"]}, {"role": "assistant", "content": "no"}],
+        }
+        for r in rows
+    ]
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in pair_rows))
+    run_dir = tmp_path / "run"
+    proc = rlctl(
+        "train", "--preset", "tiny-demo", "--run-dir", str(run_dir), "--set", "data.generate=null",
+        "--set", f"data.sft={gsm}", "--set", f"data.rl={gsm}", "--set", f"data.eval={held}",
+        "--set", f"data.preference={pairs}", "--set", "data.columns={prompt: question}",
+        "--set", "sft.columns={completion: answer}", "--set", "rl.rewards=[{name: gsm8k}]",
+        "--set", "sft.max_steps=6", "--set", "sft.save_every=3", "--set", "sft.max_length=64",
+        "--set", "rm.max_steps=4", "--set", "rm.save_every=2", "--set", "rm.max_length=64",
+        "--set", "rl.max_steps=2", "--set", "rl.prompts_per_step=4", "--set", "rl.group_size=2",
+        "--set", "rl.eval_samples=8", "--set", "rl.max_new_tokens=8", "--set", "data.max_prompt_length=32",
+        "--set", "logging.console_every_s=0.5",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["completed"] == ["sft", "rm", "rl"]
+    assert "eval_accuracy" in summary["stages"]["rl"] and "eval_accuracy" in summary["stages"]["rm"]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(("sft step", "rm step", "rl step"))]
+    assert any(line.startswith("sft step") and "/6" in line and "ETA" in line for line in lines), proc.stdout
