@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import config, data, preflight, scoring, tiny, tokens
+from rlctl import config, data
+from rlctl.data import tokens
 from rlctl.errors import UserError
+from rlctl.launch import preflight
+from rlctl.rewards import scoring
+from rlctl.stages import tiny
 from tests.conftest import rlctl
 
 QWEN2_CONFIG = {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}

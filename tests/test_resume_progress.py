@@ -11,8 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlctl import checkpoint, config, faults, progress, resume_check
+from rlctl import checkpoint, config
+from rlctl.checkpoint import faults
 from rlctl.errors import RewardError, UserError
+from rlctl.launch import progress, resume_check
 from tests.conftest import rlctl
 
 QWEN2 = {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
@@ -71,7 +73,7 @@ def test_resume_overrides_are_checked_against_the_run(tmp_path: Path):
 
 
 def _arch(folder: Path) -> dict:
-    from rlctl import model_arch
+    from rlctl.plan import arch as model_arch
 
     return model_arch.arch_from_config(json.loads((folder / "config.json").read_text()), "x").model_dump()
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from rlctl import data
+from rlctl.data.tokens import length, limit_key, too_many_dropped
 from rlctl.errors import UserError
-from rlctl.stages.common import StageContext
+from rlctl.stages.context import StageContext
 from rlctl.stages.heldout import preference_split
-from rlctl.tokens import length, limit_key, too_many_dropped
 
 __all__ = ["length", "limit_key", "stage_rows", "training_rows"]
 

@@ -1,11 +1,15 @@
 """Datasets: read, recognise and validate them before anything starts (errors name the file and line or row).
 
-Where rows come from (files, folders, the Hub, encodings) is rlctl.data_sources and rlctl.data_files; this module
+Where rows come from (files, folders, the Hub, encodings) is rlctl.data.sources and rlctl.data.files; this module
 recognises their format for a role and returns them in the layout that role's trainer expects.
 
 Formats are recognised from the columns (see FORMATS) and rows come back as plain dicts in the layout the
 stages and TRL expect; verl's parquet layout is read as is, its `reward_model.ground_truth` copied into the
 answer column. `data.columns` maps differently named columns (dotted paths reach into nested ones).
+
+Package `rlctl.data`: reading and recognising datasets (this module) and the built-in synthetic tasks
+(`tasks`).
+May import: base, config.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlctl.data_files import DEFAULT_ENCODING, FILE_TYPES, Table, read_jsonl
-from rlctl.data_sources import HUB_PREFIX, PEEK_ROWS, Source, absolute, is_hub, parse_source, peek, read
+from rlctl.data.files import DEFAULT_ENCODING, FILE_TYPES, Table, read_jsonl
+from rlctl.data.sources import HUB_PREFIX, PEEK_ROWS, Source, absolute, is_hub, parse_source, peek, read
 from rlctl.errors import UserError
 
 __all__ = [  # re-exported: where callers have always found them

@@ -2,6 +2,9 @@
 
 Override order: preset < --config FILE < --algorithm / --hardware < --set key=value.
 Every key is documented by its `Field(description=...)`; unknown keys are rejected with a suggestion.
+
+Package `rlctl.config`: the schema (this module) and the preset YAML layers (`presets`).
+May import: base.
 """
 
 
@@ -11,7 +14,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rlctl import presets
+from rlctl.config import presets
 from rlctl.errors import UserError, did_you_mean
 
 StageName = Literal["sft", "dpo", "kto", "rm", "rl"]
@@ -688,8 +691,8 @@ def dump(cfg: RunConfig) -> str:
 
 
 # Keys `rlctl resume --set` may change: how a step is computed or kept, never what is computed (the checkpoints,
-# the data order and the schedule stay valid). rlctl.resume_check checks the ones whose safety depends on the run:
-# max_steps not below the interrupted stage's last checkpoint, model.name_or_path the same weights (moved),
+# the data order and the schedule stay valid). rlctl.launch.resume_check checks those whose safety depends on the
+# run: max_steps not below the interrupted stage's last checkpoint, model.name_or_path the same weights (moved),
 # rl.rewards the same rewards with other on_error / correctness settings.
 RESUMABLE = (
     *(f"{stage}.micro_batch_size" for stage in STAGE_ORDER),

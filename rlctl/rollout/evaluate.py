@@ -12,9 +12,9 @@ from typing import Any
 import torch
 
 from rlctl import rewards as rewards_mod
+from rlctl.data.tokens import prompt_text
 from rlctl.errors import UserError
 from rlctl.rewards import RewardFn
-from rlctl.tokens import prompt_text
 
 
 @torch.no_grad()
@@ -57,7 +57,7 @@ def score_policy(
 ) -> dict[str, float]:
     """eval_accuracy (the correctness reward `accuracy`, with its arguments, above 0.5) and eval_reward (the
     weighted reward sum)."""
-    from rlctl import scoring
+    from rlctl.rewards import scoring
 
     prompts = [r["prompt"] for r in rows]
     completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced)
@@ -179,13 +179,11 @@ def load_causal_lm(path: str | Path, device: str, trust_remote_code: bool = Fals
 def load_policy(target: Path, stage: str | None = None, device: str | None = None) -> Policy:
     """The policy of a run directory (its last finished policy stage, or `stage`), or a model folder / Hub id."""
     from rlctl.config import load_run_config
-    from rlctl.plan import final_dir
+    from rlctl.plan import final_dir, final_policy
 
     device = device or default_device()
     if (target / "config.yaml").is_file():
         import json
-
-        from rlctl.export import final_policy
 
         cfg = load_run_config(target / "config.yaml")
         summary = json.loads((target / "summary.json").read_text()) if (target / "summary.json").exists() else {}
@@ -293,7 +291,7 @@ def evaluate_rows(
         texts = [prompt_text(p, policy.tokenizer) + c for p, c in zip(flat_prompts, flat, strict=True)]
         model_scores["reward_model"] = reward_model(texts)
     per, total = rewards_mod.score(reward_specs, flat_prompts, flat, columns, answer_field, model_scores)
-    from rlctl import scoring
+    from rlctl.rewards import scoring
 
     correct = scoring.correct(accuracy, answer_field, flat_prompts, flat, columns)
     n_rows = len(rows)

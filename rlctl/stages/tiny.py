@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from rlctl.config import ModelArch
-from rlctl.tokens import CHATML
+from rlctl.data.tokens import CHATML
 
 QWEN2_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""

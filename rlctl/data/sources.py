@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlctl.data_files import (
+from rlctl.data.files import (
     BOMS,
     DEFAULT_ENCODING,
     FILE_TYPES,

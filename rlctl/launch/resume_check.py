@@ -42,7 +42,7 @@ def _same_rewards(old: RunConfig, new: RunConfig) -> None:
 
 def _arch_of(name_or_path: str) -> dict | None:
     """The architecture numbers of the model at `name_or_path` (folder or cached Hub id), None without one."""
-    from rlctl import model_arch
+    from rlctl.plan import arch as model_arch
 
     path, _ = model_arch.locate(name_or_path)
     if path is None:

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlctl import data, model_arch, tokens
+from rlctl import data
 from rlctl.config import RunConfig
+from rlctl.data import tokens
 from rlctl.errors import UserError
+from rlctl.plan import arch as model_arch
 
 ROLE_OF_STAGE = {"sft": "sft", "dpo": "preference", "kto": "kto", "rm": "preference", "rl": "rl"}
 

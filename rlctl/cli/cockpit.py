@@ -113,7 +113,8 @@ def rewards_test(
 ) -> None:
     """Score `data_file`'s rows with each reward; a row is `correct` when the correctness reward among `specs`
     (scoring.accuracy_name) scores it above 0.5, a list ground truth meaning any of its answers."""
-    from rlctl import data, rewards, scoring
+    from rlctl import data, rewards
+    from rlctl.rewards import scoring
 
     rows, _ = data.load(data_file, "rl", None, columns, encoding)
     rows = rows[:limit]
@@ -131,7 +132,7 @@ def rewards_test(
         if rm_dir is None:
             notes.append("reward_model skipped: it needs --run RUN_DIR with a finished rm stage")
         else:
-            from rlctl import evaluate
+            from rlctl.rollout import evaluate
 
             scorer = evaluate.reward_model_scorer(rm_dir)
             texts = [_prompt_str(p) + rewards.completion_text(c) for p, c in zip(prompts, completions, strict=True)]
@@ -191,7 +192,8 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from rlctl import config as config_mod
-    from rlctl import data, rewards, scoring
+    from rlctl import data, rewards
+    from rlctl.rewards import scoring
 
     if opt.greedy and (opt.samples > 1 or opt.temperature is not None):
         raise UserError("--greedy gives one completion per prompt; drop --samples/--temperature, or drop --greedy.")
@@ -227,7 +229,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         stem = re.sub(r"[^\w.-]+", "_", Path(info.source.split("://")[-1]).stem or "data")
         out = target / "eval" / f"{stem}.json" if is_run else Path(f"eval-{stem}.json")
 
-    from rlctl import evaluate  # torch: only once the inputs are known to be good
+    from rlctl.rollout import evaluate  # torch: only once the inputs are known to be good
 
     ui.console.print(
         f"[bold]Evaluating[/] {escape(str(target))} on {escape(info.source)} ({len(rows)} x {opt.samples})"
@@ -299,7 +301,7 @@ def print_eval(ui: UI, metrics: dict, samples: list[dict]) -> None:
 
 # -------------------------------------------------------------------------------------------- report
 def report_command(ui: UI, run_dir: Path, out: Path | None) -> None:
-    from rlctl import report as report_mod
+    from rlctl.after import report as report_mod
 
     with ui.console.status("Plotting metrics..."):
         rep = report_mod.build(run_dir, out)
@@ -316,7 +318,7 @@ STATUS_STYLE = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold 
 
 def doctor_command(ui: UI, online: bool, as_json: bool) -> int:
     """Print the checks; 1 when any failed (each with its fix command), else 0."""
-    from rlctl import doctor
+    from rlctl.after import doctor
 
     with ui.console.status("Checking this machine..."):
         checks = doctor.run(online=online)
