@@ -5,6 +5,7 @@ The runner turns these into an `error` event (shown by `rlctl train`) and exit c
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 from rlctl import checkpoint
@@ -19,6 +20,16 @@ def _chain(error: BaseException) -> list[BaseException]:
         out.append(error)
         error = error.__cause__ or error.__context__  # type: ignore[assignment]
     return out
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file-size limit
+
+
+def no_space(error: BaseException) -> bool:
+    """Whether `error` (or one it came from) is a write that ran out of room: by its errno, or by the OS message
+    that libraries writing tensors (safetensors, torch) pass on as text."""
+    texts = [os.strerror(n) for n in NO_SPACE] + [f"os error {n})" for n in NO_SPACE]
+    return any(getattr(e, "errno", None) in NO_SPACE or any(t in str(e) for t in texts) for e in _chain(error))
 
 
 def where(error: BaseException) -> str:
@@ -44,7 +55,7 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
         return out_of_memory(error, plan, stage)
     if isinstance(error, RewardError):
         return f"{error} Then `rlctl resume {run_dir}{_zero_on_error(plan)}` ({_last_good(checkpoints)})."
-    disk_full = any(getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) for e in _chain(error))
+    disk_full = no_space(error)
     written = checkpoint.being_written(checkpoints)
     if written:
         free = hardware.free_disk_gib(checkpoints)
