@@ -87,6 +87,23 @@ class DataConfig(Section):
         "reaches into nested fields (answer: reward_model.ground_truth).",
     )
     max_prompt_length: int = Field(512, ge=1, description="Longest RL prompt in tokens.")
+    max_drop_fraction: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="With over_length=drop: the largest share of a stage's rows that may be dropped as too long; "
+        "more refuses the run before it starts, naming the length that would keep 95% of them.",
+    )
+    encoding: str = Field(
+        "utf-8",
+        description="Text encoding of local jsonl/json/csv/tsv files (a Python codec name: utf-8, cp1252, latin-1, "
+        "utf-16, ...). UTF-8 files with a byte-order mark and UTF-16/32 files with one are read under utf-8.",
+    )
+    chat_template: str | None = Field(
+        None,
+        description="Chat template for conversational data (message lists): `chatml`, or a Jinja file; replaces "
+        "the tokenizer's own. Needed when the tokenizer has none (GPT-2 and other base models).",
+    )
     over_length: Literal["drop", "refuse"] = Field(
         "drop",
         description="Rows longer than their limit (RL prompts: data.max_prompt_length; training sequences: the "
@@ -98,6 +115,12 @@ class DataConfig(Section):
 class TrainConfig(Section):
     """Optimisation settings shared by every stage."""
 
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="This stage's column mapping, on top of data.columns (same form; its keys win): one file "
+        "can feed several stages, e.g. sft.columns: {completion: answer} next to data.columns: {prompt: question}. "
+        "rl.columns also applies to data.eval.",
+    )
     max_steps: int = Field(100, ge=1, description="Optimizer steps in this stage.")
     learning_rate: float = Field(1e-5, gt=0, lt=1, description="Peak learning rate.")
     lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = Field(
@@ -149,6 +172,11 @@ class RewardSpec(Section):
         "entry point of group `rlctl.rewards`; arguments in call form: `length_penalty(max_length=512)`."
     )
     weight: float = Field(1.0, description="Weight of this reward in the sum.")
+    correctness: bool | None = Field(
+        None,
+        description="This reward says whether an answer is right (its score above 0.5), so held-out eval_accuracy, "
+        "keep-best and `rlctl eval` use it; null: true for exact_match, gsm8k, boxed, verl and code_tests.",
+    )
     on_error: Literal["raise", "zero"] = Field(
         "raise",
         description="When the reward function raises during training: stop the stage with a message naming the "
@@ -475,6 +503,12 @@ class CheckpointConfig(Section):
 
 class LoggingConfig(Section):
     every: int = Field(1, ge=1, description="Log metrics every N optimizer steps.")
+    console_every_s: float = Field(
+        30.0,
+        gt=0,
+        description="When the console is not a terminal (a log file, SLURM, CI): one progress line per running "
+        "stage every this many seconds (step/total, main metrics, ETA).",
+    )
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
         default_factory=list, description="Experiment trackers to report to, besides metrics.jsonl."
     )
@@ -502,6 +536,21 @@ class RunConfig(Section):
     hardware: HardwareConfig = Field(default_factory=HardwareConfig, description="What to plan and launch for.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoint retention.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metrics logging and trackers.")
+
+    @field_validator("data")
+    @classmethod
+    def _codec(cls, data: DataConfig) -> DataConfig:
+        """data.encoding names a codec Python knows."""
+        import codecs
+
+        try:
+            codecs.lookup(data.encoding)
+        except LookupError:
+            raise ValueError(
+                f"data.encoding: unknown encoding '{data.encoding}' (use a Python codec name: utf-8, cp1252, "
+                "latin-1, utf-16)"
+            ) from None
+        return data
 
     @field_validator("stages")
     @classmethod
@@ -551,7 +600,9 @@ def explain(error: ValidationError, source: str = "config") -> str:
     for err in error.errors():
         loc = tuple(err["loc"])
         key = ".".join(str(p) for p in loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and loc[0] == "data" and loc[-1] in ("rm", "dpo", "kto"):
+            parts.append(f"unknown key '{key}': the rm, dpo and kto stages read data.preference")
+        elif err["type"] == "extra_forbidden":
             parts.append(f"unknown key '{key}'.{did_you_mean(str(loc[-1]), _field_names(RunConfig, loc))}")
         elif err["type"] == "value_error":
             parts.append(err["msg"].removeprefix("Value error, "))
@@ -559,7 +610,8 @@ def explain(error: ValidationError, source: str = "config") -> str:
             got = err.get("input")
             shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
             parts.append(f"{key}: {err['msg']}{shown}")
-    return f"Invalid {source}: " + "; ".join(parts) + "."
+    text = f"Invalid {source}: " + "; ".join(parts)
+    return text if text.endswith(("?", ".")) else text + "."
 
 
 def parse_set(item: str) -> dict[str, Any]:
@@ -639,9 +691,16 @@ def dump(cfg: RunConfig) -> str:
 
 
 # Keys `rlctl resume --set` may change: how a step is computed or kept, never what is computed (the checkpoints,
-# the data order and the schedule stay valid).
+# the data order and the schedule stay valid). rlctl.launch.resume_check checks those whose safety depends on the
+# run: max_steps not below the interrupted stage's last checkpoint, model.name_or_path the same weights (moved),
+# rl.rewards the same rewards with other on_error / correctness settings.
 RESUMABLE = (
     *(f"{stage}.micro_batch_size" for stage in STAGE_ORDER),
+    *(f"{stage}.max_steps" for stage in STAGE_ORDER),
+    *(f"{stage}.save_every" for stage in STAGE_ORDER),
+    "model.name_or_path",
+    "rl.rewards",
+    "logging.console_every_s",
     "model.gradient_checkpointing",
     "checkpoint.keep_last",
     "checkpoint.keep_best",
