@@ -8,6 +8,7 @@ import torch
 
 from rlctl import rewards
 from rlctl.algorithms import overlong_penalty
+from rlctl.data.tokens import prompt_text
 from rlctl.plan import final_dir
 from rlctl.rollout import evaluate
 from rlctl.rollout.samples import Sample
@@ -57,7 +58,7 @@ class Scorer:
         total = torch.zeros(len(samples))
         for fn, rm_tok, weight in zip(self.funcs, self.tokenizers, self.weights, strict=True):
             if isinstance(fn, torch.nn.Module):
-                full = [evaluate.prompt_text(p, self.tok) + t for p, t in zip(prompts, texts, strict=True)]
+                full = [prompt_text(p, self.tok) + t for p, t in zip(prompts, texts, strict=True)]
                 values = evaluate.reward_scores(fn, rm_tok, full)
             else:
                 ids = [s.completion_ids for s in samples]

@@ -55,7 +55,8 @@ from rlctl.algorithms import (
     value_loss,
 )
 from rlctl.algorithms.mismatch import correction_weights
-from rlctl.rollout import evaluate, generate, vllm
+from rlctl.data.tokens import prompt_text
+from rlctl.rollout import generate, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
 from rlctl.stages import heldout, layout, lengths, models
@@ -111,7 +112,7 @@ class Loop:
         return self.acc.process_index
 
     def prompt_ids(self, row: dict) -> list[int]:
-        text = evaluate.prompt_text(row["prompt"], self.tok)
+        text = prompt_text(row["prompt"], self.tok)
         return self.tok(text, add_special_tokens=False)["input_ids"]  # fits: lengths.training_rows
 
     def forward_all(self, fn, model, batch: Batch) -> Tensor:
