@@ -148,8 +148,16 @@ class RewardSpec(Section):
     weight: float = Field(1.0, description="Weight of this reward in the sum.")
     on_error: Literal["raise", "zero"] = Field(
         "raise",
-        description="When the reward function raises during training: stop the stage with a message naming the "
-        "reward and the sample (raise), or score that completion 0 and count it as `reward_errors` (zero).",
+        description="When the reward function raises, returns NaN/inf or overruns `timeout_s` during training: "
+        "stop the stage with a message naming the reward and the sample (raise), or score those completions 0 and "
+        "count them as `reward_errors` (zero). A batch where every reward is NaN stops the stage either way.",
+    )
+    timeout_s: float = Field(
+        120.0,
+        ge=0,
+        description="Seconds one batch call of this reward may take. The reward runs in a worker process that is "
+        "stopped at the deadline (then `on_error` decides); halfway there the console warns that it is slow. 0 runs "
+        "it inside the training process without a deadline (needed for TRL's `log_metric`/`log_extra` callables).",
     )
 
 
@@ -475,6 +483,15 @@ class LoggingConfig(Section):
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
         default_factory=list, description="Experiment trackers to report to, besides metrics.jsonl."
     )
+    alarms: Literal["warn", "stop"] = Field(
+        "warn",
+        description="Alarms for a run that learns nothing (zero gradients, identical rewards in every group, every "
+        "completion truncated, every token clipped, reward flat at its minimum, a resume that trains 0 steps): "
+        "printed and logged with the likely cause and fix (warn), or also stop the stage (stop, for unattended runs).",
+    )
+    alarm_steps: int = Field(
+        10, ge=1, description="Consecutive logged steps a no-learning condition must last before its alarm fires."
+    )
 
 
 class RunConfig(Section):
@@ -644,6 +661,8 @@ RESUMABLE = (
     "checkpoint.keep_best",
     "logging.every",
     "logging.report_to",
+    "logging.alarms",
+    "logging.alarm_steps",
     "rl.use_vllm",  # the generation engine holds no training state
     "rl.sync_tolerance",
 )
