@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -58,8 +59,9 @@ def check_inputs(cfg: config_mod.RunConfig, paths: dict[str, Path]) -> None:
     if "eval" in paths:
         data.check(paths["eval"], "eval", cfg.data.answer_field, columns)
     if "rl" in cfg.stages:
-        names = [spec.name for spec in cfg.rl.rewards if spec.name not in rewards.MODEL_REWARDS]
-        rewards.dry_run(names, rows["rl"], cfg.data.answer_field)  # plugin errors surface now, not mid-run
+        specs = [spec for spec in cfg.rl.rewards if spec.name not in rewards.MODEL_REWARDS]
+        names, timeouts = [s.name for s in specs], [s.timeout_s for s in specs]
+        rewards.dry_run(names, rows["rl"], cfg.data.answer_field, timeouts=timeouts)  # plugin errors surface now
 
 
 def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
@@ -208,6 +210,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]")
     stopped = 0
     errors: list[dict] = []
+    alarmed: list[dict] = []
     previous = signal.signal(signal.SIGTERM, _raise_signal)
     try:
         with log_path.open("ab") as log:
@@ -239,6 +242,8 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                             events.add(rec)
                             if rec.get("event") == "error":
                                 errors.append(rec)
+                            if rec.get("event") == "alarm":
+                                alarmed.append(rec)
                             _show(progress, tasks_by_stage, rec)
                         if done:
                             break
@@ -263,6 +268,9 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         console.print(f"[yellow]Interrupted.[/] Continue with: rlctl resume {run_dir}")
         return 128 + stopped
     code = proc.returncode
+    if alarmed:
+        names = ", ".join(a["alarm"] for a in alarmed)
+        console.print(f"[yellow]{len(alarmed)} alarm(s)[/] ({names}): `rlctl report {run_dir}` lists their causes.")
     summary_path = run_dir / "summary.json"
     if code == 0 and summary_path.exists():
         console.print(summary_table(json.loads(summary_path.read_text())))
@@ -283,6 +291,15 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
 
 def _show(progress: Progress, tasks_by_stage: dict[str, int], rec: dict) -> None:
     stage = rec.get("stage", "?")
+    if rec.get("event") == "alarm":
+        progress.console.print(f"[yellow]alarm[/] ({stage}, step {rec.get('step')}): {escape(rec['message'])}")
+        return
+    if rec.get("event") == "reward_slow":
+        progress.console.print(
+            f"[yellow]slow reward[/] ({stage}): '{escape(rec['reward'])}' has run {rec['seconds']:g} s on one batch; "
+            f"it is stopped at its timeout_s of {rec['timeout_s']:g} s."
+        )
+        return
     if stage not in tasks_by_stage:
         tasks_by_stage[stage] = progress.add_task(stage, total=rec.get("max_steps"), info="")
     task = tasks_by_stage[stage]

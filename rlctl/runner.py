@@ -17,7 +17,7 @@ from rlctl import checkpoint, faults, tasks
 from rlctl import plan as plan_mod
 from rlctl.config import RunConfig, load_run_config
 from rlctl.errors import UserError
-from rlctl.stages import common
+from rlctl.stages import alarms, common
 
 
 def read_summary(run_dir: Path, cfg: RunConfig) -> dict:
@@ -51,7 +51,8 @@ def main(run_dir: Path) -> None:
     cfg = load_run_config(run_dir / "config.yaml")
     the_plan = plan_mod.build(cfg, run_dir)
     state = PartialState(cpu=the_plan.hardware.is_cpu)
-    log = common.MetricsLog(run_dir, state.is_main_process)
+    watch = alarms.Watch(cfg.logging.alarm_steps, cfg.logging.alarms)
+    log = common.MetricsLog(run_dir, state.is_main_process, watch)
     paths = plan_mod.data_paths(cfg, run_dir)
     summary = read_summary(run_dir, cfg)
     summary["world_size"] = state.num_processes

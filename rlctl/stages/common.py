@@ -3,10 +3,10 @@ that stream metrics and mark complete checkpoints, and the final save."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,9 +14,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from rlctl import checkpoint
+from rlctl import checkpoint, strictjson
 from rlctl.config import RunConfig
 from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
+from rlctl.stages import alarms
 
 # Trainer log keys worth streaming, renamed to rlctl's metric names.
 _LOG_KEYS = {
@@ -33,6 +34,8 @@ _LOG_KEYS = {
     "clip_ratio/region_mean": "clip_ratio",
     "rewards/accuracies": "accuracy",
     "rewards/margins": "margin",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "completions/clipped_ratio": "truncated_ratio",
     # TRL GRPO with vLLM: the weight-sync check's numbers and its rollout correction (rlctl's loop logs the same)
     "sampling/sampling_logp_difference/mean": "sync_logp_diff_mean",
     "sampling/sampling_logp_difference/max": "sync_logp_diff_max",
@@ -43,18 +46,28 @@ _LOG_KEYS = {
 
 
 class MetricsLog:
-    """Appends one JSON record per line to run_dir/metrics.jsonl (main process only)."""
+    """Appends one strict-JSON record per line to run_dir/metrics.jsonl (main process only; NaN/inf as null, see
+    rlctl.strictjson), followed by the alarms the record completes (`watch`), which are also printed."""
 
-    def __init__(self, run_dir: Path, enabled: bool):
+    def __init__(self, run_dir: Path, enabled: bool, watch: alarms.Watch | None = None):
         self.path = run_dir / "metrics.jsonl"
         self.enabled = enabled
+        self.watch = watch
 
     def write(self, **record: Any) -> None:
         if not self.enabled:
             return
         record["time"] = round(time.time(), 3)
+        fired = self.watch.feed(record) if self.watch is not None else []
         with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+            for rec in (record, *fired):
+                f.write(strictjson.dumps({**rec, "time": record["time"]}) + "\n")
+        for alarm in fired:
+            print(f"rlctl alarm ({alarm['stage']}, step {alarm['step']}): {alarm['message']}", file=sys.stderr)
+
+    def alarm_stop(self) -> bool:
+        """Whether an alarm asked to stop, agreed by every process (all call it at the same point)."""
+        return bool(over_ranks(int(self.watch is not None and self.watch.stop is not None), op="max"))
 
 
 @dataclass
@@ -81,6 +94,21 @@ class StageContext:
     @property
     def final(self) -> Path:
         return final_dir(self.run_dir, self.stage.name)
+
+    def notify(self, event: str, **fields: Any) -> None:
+        """An event of this stage (a reward running slow, ...) for metrics.jsonl and the console."""
+        self.log.write(stage=self.stage.name, event=event, **fields)
+
+    def alarm_stopped(self, step: int) -> Stopped:
+        """The error that ends the stage when an alarm asked to stop (logging.alarms: stop)."""
+        watch = self.log.watch
+        why = watch.stop if watch is not None and watch.stop else "an alarm on the main process."
+        last = checkpoint.last_complete(self.checkpoints)
+        return Stopped(
+            f"Stage {self.stage.name} stopped at step {step} by an alarm (logging.alarms: stop): {why} The last good "
+            f"checkpoint is {last or 'none'}. To train on regardless: "
+            f"`rlctl resume {self.run_dir} --set logging.alarms=warn`."
+        )
 
 
 class Interrupted(Exception):
@@ -143,6 +171,20 @@ class StreamMetrics(TrainerCallback):
         self.reward_errors = reward_errors  # RL: completions scored 0 by rewards with on_error=zero, per reward
         self.non_finite: str | None = None
         self.broken_sync: str | None = None  # vLLM generated with weights other than the policy's
+        self.alarm_stop = False  # an alarm asked to stop (logging.alarms: stop)
+        self.begin = 0  # the step this attempt started from (a resume's checkpoint)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.begin = state.global_step
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """The alarm for a resume that trained 0 steps reads this record."""
+        resumed = self.begin if self.begin else None
+        steps = state.global_step - self.begin
+        self.ctx.log.write(
+            stage=self.ctx.stage.name, event="trained", resumed_from=resumed, steps=steps, max_steps=state.max_steps
+        )
+        self.alarm_stop = self.alarm_stop or self.ctx.log.alarm_stop()
 
     def on_step_end(self, args, state, control, **kwargs):
         if stop_signal():
@@ -173,6 +215,10 @@ class StreamMetrics(TrainerCallback):
             control.should_save = False
             control.should_training_stop = True
         self.ctx.log.write(stage=self.ctx.stage.name, step=state.global_step, max_steps=state.max_steps, **values)
+        if self.ctx.log.alarm_stop():
+            self.alarm_stop = True
+            control.should_save = False
+            control.should_training_stop = True
 
     def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
         from rlctl.stages import heldout  # heldout loads models through this module
@@ -210,7 +256,8 @@ def training_args(ctx: StageContext, config_cls, **extra: Any):
 
 
 def resume_point(ctx: StageContext) -> str | None:
-    """The last complete checkpoint of this stage (partial ones from a crash are removed first)."""
+    """The last complete checkpoint of this stage (partial ones from a crash are removed first; `rlctl resume`
+    has set damaged ones aside, see rlctl.integrity)."""
     if ctx.is_main:
         checkpoint.drop_partial(ctx.checkpoints)
     last = checkpoint.last_complete(ctx.checkpoints)
@@ -248,6 +295,8 @@ def check_stopped(ctx: StageContext, trainer) -> None:
             f"(weights not reloaded), or a parameter pushed under the wrong name. The last good checkpoint is "
             f"{last or 'none'}. Report it with logs/train.log; to run anyway, resume with --set rl.use_vllm=false."
         )
+    if guard is not None and guard.alarm_stop:
+        raise ctx.alarm_stopped(trainer.state.global_step)
     if _stop["signal"]:
         raise Interrupted(_stop["signal"])
 

@@ -29,11 +29,8 @@ def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -
             return evaluate.score_reward_model(model, tokenizer, held[: ctx.settings.eval_samples])
         cfg = ctx.cfg
         rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field, cfg.data.columns)[: cfg.rl.eval_samples]
-        fns = [
-            (rewards.guarded(rewards.resolve(r.name, cfg.data.answer_field), r.name, r.on_error, {}), r.weight)
-            for r in cfg.rl.rewards
-            if r.name not in rewards.MODEL_REWARDS
-        ]
+        guarded = rewards.stage_rewards(cfg.rl.rewards, cfg.data.answer_field, {}, ctx.notify)
+        fns = [(fn, r.weight) for fn, r in zip(guarded, cfg.rl.rewards, strict=True) if fn is not None]
         return evaluate.score_policy(model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced)
     finally:
         model.train(was_training)

@@ -28,18 +28,18 @@ TRL_LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-
 
 
 def reward_sources(ctx: StageContext, errors: dict[str, int]) -> tuple[list, list, list[float]]:
-    """(reward functions or models, their tokenizers, weights) in the order of rl.rewards; each function's
-    failures follow its `on_error`, counted per reward name in `errors`."""
+    """(reward functions or models, their tokenizers, weights) in the order of rl.rewards; each function runs
+    in its worker with its deadline, its failures follow its `on_error`, counted per reward name in `errors`."""
     funcs, tokenizers, weights = [], [], []
-    for spec in ctx.cfg.rl.rewards:
-        if spec.name == "reward_model":
+    guarded = rewards.stage_rewards(ctx.cfg.rl.rewards, ctx.cfg.data.answer_field, errors, ctx.notify)
+    for spec, fn in zip(ctx.cfg.rl.rewards, guarded, strict=True):
+        if fn is None:
             path = str(final_dir(ctx.run_dir, "rm"))
             tok = models.tokenizer(ctx, path)
             funcs.append(models.reward_model(ctx, path, tok.pad_token_id, trainable=False))
             tokenizers.append(tok)
         else:
-            fn = rewards.resolve(spec.name, ctx.cfg.data.answer_field)
-            funcs.append(rewards.guarded(fn, spec.name, spec.on_error, errors))
+            funcs.append(fn)
             tokenizers.append(None)
         weights.append(spec.weight)
     return funcs, tokenizers, weights

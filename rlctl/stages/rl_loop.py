@@ -568,6 +568,8 @@ def run(ctx: StageContext) -> None:
         record["response_length"] = sum(len(s.completion_ids) for s in samples) / len(samples)
         record["lr"] = sched.get_last_lr()[0]
         record["reward_errors"] = over_ranks(sum(scorer.errors.values()))
+        record["frac_reward_zero_std"] = 1.0 - groups_with_variance(scores.cpu(), index.cpu()).float().mean().item()
+        record["truncated_ratio"] = sum(s.truncated for s in samples) / len(samples)
         record.update(mismatch)
         if g_ref is not None:
             record.update(kl=kl_k1, beta=kl_ctl.value)
@@ -575,6 +577,8 @@ def run(ctx: StageContext) -> None:
             record.update(generation_rounds=rounds, groups_short=shortfall)
         finite = {k: v for k, v in record.items() if math.isfinite(v)}
         ctx.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
+        if ctx.log.alarm_stop():
+            raise ctx.alarm_stopped(step)
         bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]
         if bad:
             last = checkpoint.last_complete(ctx.checkpoints)
@@ -589,6 +593,10 @@ def run(ctx: StageContext) -> None:
             save_checkpoint(ctx, acc, step, state, policy, tok)
         if signum:
             raise Interrupted(signum)
+    trained = max(0, rl.max_steps - start)
+    ctx.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=rl.max_steps)
+    if ctx.log.alarm_stop():
+        raise ctx.alarm_stopped(start + trained)
     no_callbacks = SimpleNamespace(callbacks=[])
     save_final(ctx, SimpleNamespace(accelerator=acc, model=policy, callback_handler=no_callbacks), tok)
 
