@@ -451,6 +451,11 @@ def resume(
     the_plan = plan_mod.build(cfg, run_dir)
     if set_:
         cfg_path.write_text(shared)
+    if cfg.hardware.node_rank == 0:  # node 0 verifies the checkpoints before any trainer reads them
+        from rlctl import integrity
+
+        for note in integrity.resume_check(run_dir, cfg.stages):
+            console.print(f"[yellow]Damaged checkpoint:[/] {note}", markup=True)
     raise typer.Exit(_finish(_launch(the_plan, resuming=True), the_plan))
 
 
@@ -687,6 +692,19 @@ def doctor(
     from rlctl import cockpit
 
     raise typer.Exit(cockpit.doctor_command(_ui(), online=not offline, as_json=as_json))
+
+
+@app.command()
+def verify(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory to check.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+) -> None:
+    """Check a run's checkpoints (every file's size and checksum against its completion marker), final folders
+    and exports (safetensors headers against file sizes, archives, JSON) without loading a model.
+    Exits 1 when something is damaged."""
+    from rlctl import cockpit
+
+    raise typer.Exit(cockpit.verify_command(_ui(), run_dir, as_json))
 
 
 def _only_invoked_command(args: list[str]) -> None:

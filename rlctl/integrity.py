@@ -165,9 +165,12 @@ def resume_check(run_dir: Path, stages: list[str]) -> list[str]:
     """Before a resume: verify each unfinished stage's checkpoints, newest first. Damaged ones newer than the
     newest intact checkpoint are set aside (renamed CHECKPOINT.damaged, so the trainer resumes from the intact
     one and retention never counts them); returns one line per stage saying which and why. A stage whose
-    checkpoints are all damaged raises a UserError naming the files (nothing is renamed then)."""
+    checkpoints are all damaged raises a UserError naming the files (nothing is renamed then). Stages that
+    summary.json lists as completed are not looked at."""
+    summary = run_dir / "summary.json"
+    completed = json.loads(summary.read_text()).get("completed", []) if summary.is_file() else []
     notes = []
-    for stage in stages:
+    for stage in (s for s in stages if s not in completed):
         choice = choose(stage, run_dir / stage / "checkpoints")
         if not choice.damaged:
             continue

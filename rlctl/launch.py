@@ -102,15 +102,22 @@ def _read_new(path: Path, offset: int) -> tuple[list[dict], int]:
     return records, offset + end
 
 
+def _cell(value: object) -> str:
+    """A summary number to 4 significant digits; `n/a` for a value that was NaN/inf (written as null)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "n/a" if value is None else str(value)
+
+
 def summary_table(summary: dict) -> Table:
     """The per-stage held-out metrics of summary.json as a table."""
     table = Table(title="Summary (held-out)", title_justify="left")
     table.add_column("stage")
-    keys = sorted({k for m in summary.get("stages", {}).values() for k in m})
+    keys = sorted({k for m in summary.get("stages", {}).values() for k in m} - {"null_reasons"})
     for k in keys:
         table.add_column(k, justify="right")
     for stage, metrics in summary.get("stages", {}).items():
-        cells = [f"{metrics[k]:.4g}" if isinstance(metrics.get(k), float) else str(metrics.get(k, "")) for k in keys]
+        cells = [_cell(metrics.get(k, "")) for k in keys]
         table.add_row(stage, *cells)
     return table
 
