@@ -1,6 +1,6 @@
 """What a checkpoint's checksums cost next to writing it: a GIB-sized dummy file (default 3 GiB) is written
 (64 MiB chunks, fsync) and then hashed with xxh3-128 (whole file), blake2b (whole file) and rlctl's scheme
-(rlctl.integrity: whole files up to FULL_HASH_BYTES, larger ones by size, the safetensors header and sampled
+(rlctl.checkpoint.integrity: whole files up to FULL_HASH_BYTES, larger ones by size, the safetensors header and sampled
 blocks). Prints seconds and GiB/s of each and the hash time as a share of the write time.
 
 Usage: python bench/checksum_cost.py [--gib 3] [--dir /tmp]
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import xxhash
 
-from rlctl import integrity
+from rlctl.checkpoint import integrity
 
 CHUNK = 64 << 20
 

@@ -29,7 +29,7 @@ def build(vocab_texts: list[str], args: argparse.Namespace):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rlctl.tiny import train_tokenizer
+    from rlctl.stages.tiny import train_tokenizer
 
     tok = train_tokenizer(vocab_texts, 512)
     config = Qwen2Config(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import report
+from rlctl.after import report
 from rlctl.stages.alarms import Watch
 
 

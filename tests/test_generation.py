@@ -7,7 +7,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rlctl.stages.rl_loop import HFGenerator
-from rlctl.tiny import train_tokenizer
+from rlctl.stages.tiny import train_tokenizer
 
 
 def _policy():

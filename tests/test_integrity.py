@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import checkpoint, integrity, strictjson
+from rlctl import checkpoint, strictjson
+from rlctl.checkpoint import integrity, verify
 from rlctl.errors import UserError
 from tests.conftest import rlctl
 
@@ -41,15 +42,15 @@ def test_the_marker_records_every_file_and_catches_truncation_changes_and_loss(t
     marker = json.loads((ckpt / checkpoint.COMPLETE).read_text())
     assert set(marker["files"]) == {"model.safetensors", "trainer_state.json", "nested/rng.pkl"}
     assert marker["files"]["nested/rng.pkl"]["size"] == 30 and checkpoint.mark(ckpt) == {"step": 2}
-    assert integrity.checkpoint_problems(ckpt) == []
+    assert verify.checkpoint_problems(ckpt) == []
     size = (ckpt / "model.safetensors").stat().st_size
     _halve(ckpt / "model.safetensors")
-    assert integrity.checkpoint_problems(ckpt) == [
+    assert verify.checkpoint_problems(ckpt) == [
         f"model.safetensors is {size // 2:,} bytes, the marker recorded {size:,}"
     ]
     (ckpt / "nested" / "rng.pkl").write_bytes(b"RNG" * 10)  # same size, other bytes
     (ckpt / "trainer_state.json").unlink()
-    problems = integrity.checkpoint_problems(ckpt)
+    problems = verify.checkpoint_problems(ckpt)
     assert "nested/rng.pkl changed since it was written (checksum differs)" in problems
     assert "trainer_state.json is missing" in problems
 
@@ -86,21 +87,21 @@ def test_resume_sets_damaged_checkpoints_aside_and_refuses_when_none_is_intact(t
     for step in (2, 4, 6):
         _publish(folder, step)
     _halve(folder / "checkpoint-6" / "model.safetensors")
-    (notes,) = integrity.resume_check(tmp_path, ["sft", "rl"])
+    (notes,) = verify.resume_check(tmp_path, ["sft", "rl"])
     assert notes.startswith("stage rl: checkpoint-6 is damaged (checkpoint-6: model.safetensors is ")
     assert "resuming from checkpoint-4, the newest intact checkpoint" in notes
     assert [p.name for p in checkpoint.complete_checkpoints(folder)] == ["checkpoint-2", "checkpoint-4"]
     assert (folder / "checkpoint-6.damaged" / "model.safetensors").is_file()
     assert checkpoint.drop_partial(folder) == [], "a damaged checkpoint is kept for inspection"
-    assert integrity.resume_check(tmp_path, ["rl"]) == []
+    assert verify.resume_check(tmp_path, ["rl"]) == []
     for step in (2, 4):
         _halve(folder / f"checkpoint-{step}" / "model.safetensors")
     with pytest.raises(UserError) as info:
-        integrity.resume_check(tmp_path, ["rl"])
+        verify.resume_check(tmp_path, ["rl"])
     assert "Every checkpoint of stage rl" in str(info.value) and "checkpoint-2: model.safetensors is" in str(info.value)
     assert (folder / "checkpoint-4").is_dir(), "nothing is renamed when no checkpoint is intact"
     (tmp_path / "summary.json").write_text(json.dumps({"completed": ["rl"]}))
-    assert integrity.resume_check(tmp_path, ["rl"]) == [], "finished stages are not looked at"
+    assert verify.resume_check(tmp_path, ["rl"]) == [], "finished stages are not looked at"
 
 
 def test_rlctl_verify_lists_checkpoints_finals_and_exports(tmp_path: Path):

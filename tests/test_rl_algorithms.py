@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import config, presets
+from rlctl import config
+from rlctl.config import presets
 from rlctl.errors import UserError
 from tests.conftest import rlctl, summary
 
@@ -279,8 +280,8 @@ def test_prompt_stream_is_seeded_and_resumable():
 def test_critic_starts_from_the_policy_or_the_reward_model(init, demo_run):
     from safetensors.torch import load_file
 
-    from rlctl import plan as plan_mod
-    from rlctl.stages.common import MetricsLog, StageContext
+    from rlctl.plan import planner as plan_mod
+    from rlctl.stages.context import MetricsLog, StageContext
     from rlctl.stages.rl_loop import load_models
 
     cfg = config.resolve(preset="tiny-demo", algorithm="ppo", sets=[f"rl.critic_init={init}"])

@@ -14,9 +14,11 @@ Arguments are given in call form, with Python literals: `length_penalty(max_leng
 `format(pattern=r"^<think>.+</think>.+$")`, `my_rewards.py:score(strict=False)`. Several rewards are summed
 with their weights.
 
-The package: `answers` (answer extraction and math equality), `builtin` (the built-in rewards), `resolve`
-(names to functions), `guard` (checked calls, on_error, deadlines, the pre-launch dry run) and `worker` (the
-worker process a reward runs in, so that its deadline can stop it).
+Package `rlctl.rewards`: `answers` (answer extraction and math equality), `builtin` (the built-in rewards),
+`resolve` (names to functions), `guard` (checked calls, on_error, deadlines, the pre-launch dry run), `worker` (the
+worker process a reward runs in, so that its deadline can stop it) and the sandbox that runs model-written code
+(`sandbox`); this module re-exports what callers use.
+May import: base, config.
 """
 
 from rlctl.rewards.answers import completion_text, gsm8k_answer, last_boxed, math_equal, normalize_math, numbers_equal

@@ -128,7 +128,7 @@ def code_tests(
     directory, no network, no writes outside it; anything else (failure, timeout, escape attempt) scores 0.0."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from rlctl import sandbox
+    from rlctl.rewards import sandbox
 
     limits = sandbox.Limits(wall_s=timeout_s, cpu_s=max(1, int(timeout_s)), memory_mb=memory_mb)
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
+import ctypes
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -72,9 +74,10 @@ def _recv(stream) -> Any:
 
 
 def _die_with_parent() -> None:
-    from rlctl.launch import die_with_parent
-
-    die_with_parent()
+    """Pre-exec step (Linux): the worker is killed when the process that started it dies (as rlctl.launch does
+    for the trainers; rewards sit below launch in the layers, so the three lines are repeated here)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
 class Worker:

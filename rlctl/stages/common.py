@@ -6,18 +6,13 @@ from __future__ import annotations
 import math
 import os
 import signal
-import sys
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-from rlctl import checkpoint, strictjson
-from rlctl.config import RunConfig
-from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
-from rlctl.stages import alarms
+from rlctl import checkpoint
+from rlctl.stages.context import Interrupted, NonFiniteError, StageContext, Stopped
+from rlctl.stages.models import torch_dtype
 
 # Trainer log keys worth streaming, renamed to rlctl's metric names.
 _LOG_KEYS = {
@@ -43,88 +38,6 @@ _LOG_KEYS = {
     "sampling/importance_sampling_ratio/min": "is_ratio_min",
     "sampling/importance_sampling_ratio/max": "is_ratio_max",
 }
-
-
-class MetricsLog:
-    """Appends one strict-JSON record per line to run_dir/metrics.jsonl (main process only; NaN/inf as null, see
-    rlctl.strictjson), followed by the alarms the record completes (`watch`), which are also printed."""
-
-    def __init__(self, run_dir: Path, enabled: bool, watch: alarms.Watch | None = None):
-        self.path = run_dir / "metrics.jsonl"
-        self.enabled = enabled
-        self.watch = watch
-
-    def write(self, **record: Any) -> None:
-        if not self.enabled:
-            return
-        record["time"] = round(time.time(), 3)
-        fired = self.watch.feed(record) if self.watch is not None else []
-        with self.path.open("a") as f:
-            for rec in (record, *fired):
-                f.write(strictjson.dumps({**rec, "time": record["time"]}) + "\n")
-        for alarm in fired:
-            print(f"rlctl alarm ({alarm['stage']}, step {alarm['step']}): {alarm['message']}", file=sys.stderr)
-
-    def alarm_stop(self) -> bool:
-        """Whether an alarm asked to stop, agreed by every process (all call it at the same point)."""
-        return bool(over_ranks(int(self.watch is not None and self.watch.stop is not None), op="max"))
-
-
-@dataclass
-class StageContext:
-    cfg: RunConfig
-    plan: Plan
-    stage: StagePlan
-    run_dir: Path
-    data: dict[str, Path]
-    log: MetricsLog
-    is_main: bool
-    device: Any = "cpu"
-    notes: dict[str, Any] = field(default_factory=dict)  # data facts for summary.json (rows dropped as too long)
-
-    @property
-    def settings(self):
-        """This stage's section of the config (cfg.sft, cfg.rm or cfg.rl)."""
-        return getattr(self.cfg, self.stage.name)
-
-    @property
-    def checkpoints(self) -> Path:
-        return stage_dir(self.run_dir, self.stage.name) / "checkpoints"
-
-    @property
-    def final(self) -> Path:
-        return final_dir(self.run_dir, self.stage.name)
-
-    def notify(self, event: str, **fields: Any) -> None:
-        """An event of this stage (a reward running slow, ...) for metrics.jsonl and the console."""
-        self.log.write(stage=self.stage.name, event=event, **fields)
-
-    def alarm_stopped(self, step: int) -> Stopped:
-        """The error that ends the stage when an alarm asked to stop (logging.alarms: stop)."""
-        watch = self.log.watch
-        why = watch.stop if watch is not None and watch.stop else "an alarm on the main process."
-        last = checkpoint.last_complete(self.checkpoints)
-        return Stopped(
-            f"Stage {self.stage.name} stopped at step {step} by an alarm (logging.alarms: stop): {why} The last good "
-            f"checkpoint is {last or 'none'}. To train on regardless: "
-            f"`rlctl resume {self.run_dir} --set logging.alarms=warn`."
-        )
-
-
-class Interrupted(Exception):
-    """A stop was asked for (SIGINT/SIGTERM); the stage saved a checkpoint at a step boundary."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"stopped by signal {signum}")
-        self.exit_code = 128 + signum
-
-
-class Stopped(RuntimeError):
-    """A stage stopped itself; its message says why and what to do (the run exits 1)."""
-
-
-class NonFiniteError(Stopped):
-    """A loss or reward became NaN/inf; the stage stopped without saving that state."""
 
 
 _stop = {"signal": 0}
@@ -156,6 +69,13 @@ def over_ranks(value: int, op: str = "sum") -> int:
     return int(total.item())
 
 
+def alarm_stop(ctx: StageContext) -> bool:
+    """Whether an alarm asked to stop (logging.alarms: stop), agreed by every process (all call it at the same
+    point; alarms are computed on the main process, which writes the metrics)."""
+    watch = ctx.log.watch
+    return bool(over_ranks(int(watch is not None and watch.stop is not None), op="max"))
+
+
 def stop_signal() -> int:
     """The stop signal any rank received (0 for none), agreed across processes so all stop at the same step."""
     _stop["signal"] = over_ranks(_stop["signal"], op="max")
@@ -171,7 +91,7 @@ class StreamMetrics(TrainerCallback):
         self.reward_errors = reward_errors  # RL: completions scored 0 by rewards with on_error=zero, per reward
         self.non_finite: str | None = None
         self.broken_sync: str | None = None  # vLLM generated with weights other than the policy's
-        self.alarm_stop = False  # an alarm asked to stop (logging.alarms: stop)
+        self.stopped_by_alarm = False  # an alarm asked to stop (logging.alarms: stop)
         self.begin = 0  # the step this attempt started from (a resume's checkpoint)
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -184,7 +104,7 @@ class StreamMetrics(TrainerCallback):
         self.ctx.log.write(
             stage=self.ctx.stage.name, event="trained", resumed_from=resumed, steps=steps, max_steps=state.max_steps
         )
-        self.alarm_stop = self.alarm_stop or self.ctx.log.alarm_stop()
+        self.stopped_by_alarm = self.stopped_by_alarm or alarm_stop(self.ctx)
 
     def on_step_end(self, args, state, control, **kwargs):
         if stop_signal():
@@ -215,8 +135,8 @@ class StreamMetrics(TrainerCallback):
             control.should_save = False
             control.should_training_stop = True
         self.ctx.log.write(stage=self.ctx.stage.name, step=state.global_step, max_steps=state.max_steps, **values)
-        if self.ctx.log.alarm_stop():
-            self.alarm_stop = True
+        if alarm_stop(self.ctx):
+            self.stopped_by_alarm = True
             control.should_save = False
             control.should_training_stop = True
 
@@ -257,24 +177,11 @@ def training_args(ctx: StageContext, config_cls, **extra: Any):
 
 def resume_point(ctx: StageContext) -> str | None:
     """The last complete checkpoint of this stage (partial ones from a crash are removed first; `rlctl resume`
-    has set damaged ones aside, see rlctl.integrity)."""
+    has set damaged ones aside, see rlctl.checkpoint.verify)."""
     if ctx.is_main:
         checkpoint.drop_partial(ctx.checkpoints)
     last = checkpoint.last_complete(ctx.checkpoints)
     return str(last) if last else None
-
-
-def torch_dtype(ctx: StageContext, trainable: bool = True):
-    """The dtype to load a model in. Under bf16 mixed precision, weights that train in full keep an fp32 master
-    copy (autocast runs the math in bf16; AdamW updates below half a bf16 step would otherwise round away);
-    frozen models and LoRA/QLoRA bases load in bf16."""
-    import torch
-
-    if ctx.cfg.model.dtype != "auto":
-        return getattr(torch, ctx.cfg.model.dtype)
-    if ctx.plan.mixed_precision != "bf16":
-        return torch.float32
-    return torch.float32 if trainable and ctx.plan.adapter == "full" else torch.bfloat16
 
 
 def check_stopped(ctx: StageContext, trainer) -> None:
@@ -295,7 +202,7 @@ def check_stopped(ctx: StageContext, trainer) -> None:
             f"(weights not reloaded), or a parameter pushed under the wrong name. The last good checkpoint is "
             f"{last or 'none'}. Report it with logs/train.log; to run anyway, resume with --set rl.use_vllm=false."
         )
-    if guard is not None and guard.alarm_stop:
+    if guard is not None and guard.stopped_by_alarm:
         raise ctx.alarm_stopped(trainer.state.global_step)
     if _stop["signal"]:
         raise Interrupted(_stop["signal"])

@@ -35,7 +35,7 @@ from types import SimpleNamespace
 import torch
 from torch import Tensor
 
-from rlctl import checkpoint, engine, evaluate
+from rlctl import checkpoint
 from rlctl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
@@ -53,20 +53,12 @@ from rlctl.algorithms import (
     value_loss,
 )
 from rlctl.algorithms.mismatch import correction_weights, logprob_gap
+from rlctl.rollout import evaluate, vllm
 from rlctl.stages import heldout, layout, lengths, models
-from rlctl.stages.common import (
-    Interrupted,
-    NonFiniteError,
-    StageContext,
-    Stopped,
-    lora_config,
-    over_ranks,
-    resume_point,
-    save_final,
-    stop_signal,
-    torch_dtype,
-)
-from rlctl.stages.rl import overlong_buffer_tokens, reward_sources
+from rlctl.stages.common import alarm_stop, lora_config, over_ranks, resume_point, save_final, stop_signal
+from rlctl.stages.context import Interrupted, NonFiniteError, StageContext, Stopped
+from rlctl.stages.models import torch_dtype
+from rlctl.stages.rewarding import overlong_buffer_tokens, reward_sources
 
 LOOP_STATE = "rlctl_loop.json"
 
@@ -161,7 +153,7 @@ class PhaseClock:
 # ----------------------------------------------------------------------------------------------- generation
 class HFGenerator:
     """Sampling with transformers' `generate` on the policy in training. This is the generation boundary:
-    `rlctl.engine.ColocatedVLLM` has the same two methods."""
+    `rlctl.rollout.vllm.ColocatedVLLM` has the same two methods."""
 
     logprobs = None  # the policy itself samples: its log-probs are the trainer's
 
@@ -207,10 +199,10 @@ class HFGenerator:
         return out
 
 
-def make_generator(ctx: StageContext, tokenizer, policy, acc) -> HFGenerator | engine.ColocatedVLLM:
+def make_generator(ctx: StageContext, tokenizer, policy, acc) -> HFGenerator | vllm.ColocatedVLLM:
     """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout)."""
     if ctx.plan.generation_engine == "vllm":
-        return engine.ColocatedVLLM(ctx.plan, policy, acc, tokenizer)
+        return vllm.ColocatedVLLM(ctx.plan, policy, acc, tokenizer)
     chunk = (ctx.plan.generation or {}).get("rollouts_per_generate") or 64  # the planner's, else 64 at a time
     return HFGenerator(tokenizer, ctx.cfg.rl.max_new_tokens, ctx.cfg.rl.temperature, batch_size=chunk)
 
@@ -380,7 +372,7 @@ def run(ctx: StageContext) -> None:
     else:
         set_seed(cfg.seed + rank)  # each process samples different completions
     if ctx.plan.phase_offload:  # AdamW moments live in host RAM except around the policy's optimizer step
-        engine.offload_optimizer_state(opt)
+        vllm.offload_optimizer_state(opt)
 
     def prompt_ids(row: dict) -> list[int]:
         text = evaluate.prompt_text(row["prompt"], tok)
@@ -545,12 +537,12 @@ def run(ctx: StageContext) -> None:
                 if train_policy:
                     _add(stats, grad_norm=float(acc.clip_grad_norm_(policy.parameters(), rl.max_grad_norm)))
                     if ctx.plan.phase_offload:
-                        engine.reload_optimizer_state(opt)
+                        vllm.reload_optimizer_state(opt)
                     opt.step()
                     sched.step()
                     opt.zero_grad(set_to_none=True)
                     if ctx.plan.phase_offload:
-                        engine.offload_optimizer_state(opt)
+                        vllm.offload_optimizer_state(opt)
                 if critic is not None:
                     acc.clip_grad_norm_(critic.parameters(), rl.max_grad_norm)
                     c_opt.step()
@@ -559,7 +551,7 @@ def run(ctx: StageContext) -> None:
         kl_ctl.update(kl_k1, batch_size)
         clock.lap("update")
         if step == start + 1:  # the first step of this process: does it run what the plan chose?
-            layout.check(ctx, policy, opt, "vllm" if isinstance(generator, engine.ColocatedVLLM) else "transformers")
+            layout.check(ctx, policy, opt, "vllm" if isinstance(generator, vllm.ColocatedVLLM) else "transformers")
 
         # 5. log and checkpoint
         record = {k: sum(v) / len(v) for k, v in stats.items()}  # this process's mean over its micro-batches
@@ -577,7 +569,7 @@ def run(ctx: StageContext) -> None:
             record.update(generation_rounds=rounds, groups_short=shortfall)
         finite = {k: v for k, v in record.items() if math.isfinite(v)}
         ctx.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
-        if ctx.log.alarm_stop():
+        if alarm_stop(ctx):
             raise ctx.alarm_stopped(step)
         bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]
         if bad:
@@ -595,7 +587,7 @@ def run(ctx: StageContext) -> None:
             raise Interrupted(signum)
     trained = max(0, rl.max_steps - start)
     ctx.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=rl.max_steps)
-    if ctx.log.alarm_stop():
+    if alarm_stop(ctx):
         raise ctx.alarm_stopped(start + trained)
     no_callbacks = SimpleNamespace(callbacks=[])
     save_final(ctx, SimpleNamespace(accelerator=acc, model=policy, callback_handler=no_callbacks), tok)

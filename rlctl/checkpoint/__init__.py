@@ -1,7 +1,13 @@
 """Checkpoints: trainers write into `checkpoints/.incoming`; a checkpoint is marked complete (with its held-out
-metric and every file's size and checksum, see rlctl.integrity) and renamed into `checkpoints/` only once fully
+metric and every file's size and checksum, see `integrity`) and renamed into `checkpoints/` only once fully
 written, so a crash or a full disk mid-write never leaves a checkpoint that resume would trust, and a checkpoint
-damaged later is recognised. Retention keeps the last `checkpoint.keep_last` plus the best one."""
+damaged later is recognised. Retention keeps the last `checkpoint.keep_last` plus the best one.
+
+Package `rlctl.checkpoint`: the checkpoint protocol (this module), the checks that a checkpoint or model folder
+is intact (`integrity`, applied to a run's checkpoints by `verify`), and the runtime faults explained to the
+user (`faults`).
+May import: base, config, data, rewards, plan, algorithms.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rlctl import integrity, strictjson
+from rlctl import strictjson
+from rlctl.checkpoint import integrity
 
 COMPLETE = "rlctl_complete"
 INCOMING = ".incoming"
