@@ -91,7 +91,7 @@ def main() -> None:
 
     import torch
 
-    from rlctl.stages.rl_loop import HFGenerator
+    from rlctl.rollout.generate import HFGenerator
 
     texts = [f"{a} + {b} = {a + b}" for a in range(60) for b in range(60)]
     model, tok = build(texts, args)

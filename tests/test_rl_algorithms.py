@@ -265,7 +265,7 @@ def test_micro_batch_weights_reproduce_the_mini_batch_loss():
 
 
 def test_prompt_stream_is_seeded_and_resumable():
-    from rlctl.stages.rl_loop import PromptStream
+    from rlctl.rollout.samples import PromptStream
 
     rows = [{"prompt": str(i)} for i in range(5)]
     a = PromptStream(rows, seed=1).take(12)
@@ -282,7 +282,7 @@ def test_critic_starts_from_the_policy_or_the_reward_model(init, demo_run):
 
     from rlctl.plan import planner as plan_mod
     from rlctl.stages.context import MetricsLog, StageContext
-    from rlctl.stages.rl_loop import load_models
+    from rlctl.stages.rl_models import load_models
 
     cfg = config.resolve(preset="tiny-demo", algorithm="ppo", sets=[f"rl.critic_init={init}"])
     the_plan = plan_mod.build(cfg, demo_run)

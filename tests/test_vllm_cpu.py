@@ -133,7 +133,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rlctl import config
 from rlctl.rollout import vllm
 from rlctl.plan import planner as plan
-from rlctl.stages.rl_loop import HFGenerator
+from rlctl.rollout.generate import HFGenerator
 
 model_dir = sys.argv[1]
 cfg = config.resolve("tiny-demo", None, "reinforce-pp", None, [f"model.name_or_path={model_dir}", "rl.use_vllm=true"])

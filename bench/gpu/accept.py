@@ -120,7 +120,9 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
     from rlctl import config
     from rlctl.plan import planner as plan
     from rlctl.rollout import vllm
-    from rlctl.stages.rl_loop import HFGenerator, Sample, collate, token_logprobs
+    from rlctl.rollout.generate import HFGenerator
+    from rlctl.rollout.samples import Sample, collate
+    from rlctl.stages.rl_models import token_logprobs
 
     cuda = torch.cuda.is_available()
     sets = [f"model.name_or_path={model_dir}", "rl.use_vllm=true", f"rl.max_new_tokens={opts.new_tokens}"]

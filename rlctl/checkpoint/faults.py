@@ -5,6 +5,7 @@ The runner turns these into an `error` event (shown by `rlctl train`) and exit c
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 from rlctl import checkpoint
@@ -21,6 +22,27 @@ def _chain(error: BaseException) -> list[BaseException]:
     return out
 
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file-size limit
+
+
+def no_space(error: BaseException) -> bool:
+    """Whether `error` (or one it came from) is a write that ran out of room: by its errno, or by the OS message
+    that libraries writing tensors (safetensors, torch) pass on as text."""
+    texts = [os.strerror(n) for n in NO_SPACE] + [f"os error {n})" for n in NO_SPACE]
+    return any(getattr(e, "errno", None) in NO_SPACE or any(t in str(e) for t in texts) for e in _chain(error))
+
+
+def where(error: BaseException) -> str:
+    """file:line (function) of the innermost frame where `error` was raised."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "an unknown place"
+    last = frames[-1]
+    return f"{Path(last.filename).name}:{last.lineno} ({last.name})"
+
+
 def _last_good(folder: Path) -> str:
     last = checkpoint.last_complete(folder)
     return f"the last complete checkpoint, {last.name}, is intact" if last else "no earlier checkpoint exists"
@@ -32,24 +54,41 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
     if is_out_of_memory(error):
         return out_of_memory(error, plan, stage)
     if isinstance(error, RewardError):
-        return f"{error} Then `rlctl resume {run_dir}` ({_last_good(checkpoints)})."
+        return f"{error} Then `rlctl resume {run_dir}{_zero_on_error(plan)}` ({_last_good(checkpoints)})."
+    disk_full = no_space(error)
     written = checkpoint.being_written(checkpoints)
     if written:
         free = hardware.free_disk_gib(checkpoints)
         if is_main:
             checkpoint.drop_partial(checkpoints)
+        if not disk_full:  # saving or scoring the checkpoint failed for a reason of its own: name it
+            return (
+                f"Stage {stage} failed at checkpoint {written[-1].name} ({type(error).__name__}: {error}, at "
+                f"{where(error)}); not a full disk ({free:.1f} GiB free). The partial checkpoint was removed and "
+                f"{_last_good(checkpoints)}. The traceback is in {run_dir}/logs/train.log."
+            )
         return (
-            f"Writing checkpoint {written[-1].name} of stage {stage} failed ({type(error).__name__}: {error}); "
+            f"Writing checkpoint {written[-1].name} of stage {stage} failed: no space ({error}); "
             f"{free:.1f} GiB are free in {checkpoints}. The partial checkpoint was removed and "
             f"{_last_good(checkpoints)}. Free disk space (or lower checkpoint.keep_last), then "
             f"`rlctl resume {run_dir}`."
         )
-    if any(getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) for e in _chain(error)):
+    if disk_full:
         return (
             f"The disk is full: stage {stage} could not write ({error}). {_last_good(checkpoints)}. Free disk space "
             f"where {run_dir} lives, then `rlctl resume {run_dir}`."
         )
     return None
+
+
+def _zero_on_error(plan) -> str:
+    """The `--set rl.rewards=...` that resume accepts to score failing completions 0 (on_error: zero)."""
+    specs = [
+        "{" + f"name: '{r.name}', weight: {r.weight:g}, on_error: zero"
+        + ("" if r.correctness is None else f", correctness: {str(r.correctness).lower()}") + "}"
+        for r in plan.config.rl.rewards
+    ]
+    return f" --set \"rl.rewards=[{', '.join(specs)}]\""
 
 
 def out_of_memory(error: BaseException, plan, stage: str) -> str:

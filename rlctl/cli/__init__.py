@@ -241,57 +241,15 @@ def presets_show(name: Annotated[str, typer.Argument(help="Preset name.")]) -> N
         console.print(config_mod.dump(cfg), markup=False)
 
 
-def _data_report(cfg: RunConfig) -> dict[str, dict]:
-    """What each dataset of the run holds, recognised from its columns ({role: {source, format, rows, notes}}
-    or {role: {source, error}}). Generated data and Hub datasets are not read here."""
-    from rlctl import data
-    from rlctl.plan import planner as plan_mod
-
-    if cfg.data.generate:
-        return {role: {"source": f"generated ({cfg.data.generate})"} for role in plan_mod.DATA_ROLES}
-    out: dict[str, dict] = {}
-    kto = "kto" in cfg.stages
-    for role in plan_mod.DATA_ROLES:
-        spec = getattr(cfg.data, role)
-        if not spec:
-            continue
-        as_role = "kto" if role == "preference" and kto and not {"rm", "dpo"} & set(cfg.stages) else role
-        try:
-            info = data.describe(spec, as_role, cfg.data.answer_field, cfg.data.columns)
-        except UserError as e:
-            out[role] = {"source": spec, "error": str(e)}
-            continue
-        out[role] = {"source": info.source, "format": info.format, "rows": info.rows, "notes": info.notes}
-    return out
-
-
-def _print_data(report: dict[str, dict]) -> None:
-    from rich.table import Table
-
-    from rlctl import data
-
-    if not report:
-        return
-    table = Table(title="Data", title_justify="left")
-    for col in ("role", "source", "format", "rows"):
-        table.add_column(col, overflow="fold")
-    for role, info in report.items():
-        if "error" in info:
-            table.add_row(role, info["source"], f"[red]{info['error']}[/]", "")
-            continue
-        fmt = info.get("format", "")
-        text = f"{fmt}: {data.FORMATS[fmt][0]}" if fmt in data.FORMATS else fmt
-        text += "".join(f"; {n}" for n in info.get("notes", []))
-        table.add_row(role, info["source"], text, str(info.get("rows", "")))
-    console.print(table)
-
-
 def _print_recognised() -> None:
     """One line per dataset validated in this process: its source and recognised format."""
     from rlctl import data
+    from rlctl.launch import preflight
 
     for role, info in data.RECOGNISED.items():
         console.print(f"[bold]Data[/] {role}: {info.source}: {info.describe()}")
+    for report in preflight.LAST:
+        preflight.show_lengths(console, report)
 
 
 def _print_plan(plan: Plan) -> None:
@@ -327,7 +285,6 @@ def _print_plan(plan: Plan) -> None:
             s.output,
         )
     console.print(table)
-    _print_data(_data_report(cfg))
     lay = plan.layout
     if lay:
         per = "CPU process" if hw.is_cpu else f"GPU ({hw.gpu_name} {hw.gpu_memory_gib:g} GiB)"
@@ -341,7 +298,8 @@ def _print_plan(plan: Plan) -> None:
         peak = plan.memory.get("peak_gib")
         if peak is not None:
             console.print(
-                f"[bold]Per GPU[/] peak {peak:g} GiB ({plan.memory.get('peak_phase')}) of "
+                f"[bold]Per {'process' if hw.is_cpu else 'GPU'}[/] peak {peak:g} GiB "
+                f"({plan.memory.get('peak_phase')}) of "
                 f"{plan.memory.get('budget_gib'):g} GiB budget; per stage micro batch x accumulation above",
             )
     console.print("[bold]Launch[/]", plan.command, markup=True)
@@ -369,13 +327,19 @@ def plan(
 
     cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
     _apply_nodes(cfg, nodes, node_rank, main_address)
-    the_plan = plan_mod.build(cfg, run_dir or _default_run_dir(cfg, preset))
+    from rlctl.launch import preflight
+
+    run_dir = run_dir or _default_run_dir(cfg, preset)
+    the_plan = plan_mod.build(cfg, run_dir)
+    report = preflight.run(cfg, run_dir)
     if as_json:
         out = the_plan.to_json()
-        out["data"] = _data_report(cfg)
+        out["data"], out["preflight"] = report.data, report.to_json()
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
         _print_plan(the_plan)
+        preflight.show(console, report)
+    preflight.require(report)
 
 
 @app.command()
@@ -446,9 +410,17 @@ def resume(
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
+    from rlctl.launch import preflight, resume_check
+
     cfg = config_mod.load_run_config(cfg_path)
+    if resume_check.finished(run_dir, cfg):
+        console.print(f"{run_dir} is finished: every stage ({', '.join(cfg.stages)}) completed. Nothing to resume.")
+        raise typer.Exit(0)
     if set_:
-        cfg = config_mod.with_resume_overrides(cfg, set_)
+        new = config_mod.with_resume_overrides(cfg, set_)
+        resume_check.check(cfg, new, run_dir)
+        cfg = new
+    preflight.model_folder(cfg.model.name_or_path)  # a moved or uncached model is refused before launch
     shared = config_mod.dump(cfg)  # before this node's rank is applied: every node reads the same file
     cfg.hardware.node_rank = 0
     _apply_nodes(cfg, nodes, node_rank, main_address)
@@ -618,7 +590,8 @@ def rewards_test(
         cfg = _resolve(preset, config, None, None, set_, None)
     specs, answer_field, columns, rm_dir = cockpit.reward_setup(run, cfg, reward)
     columns.update(cockpit.columns_opt(column))
-    cockpit.rewards_test(_ui(), data_file, specs, answer_field, columns, rm_dir, limit, as_json)
+    encoding = cfg.data.encoding if cfg else "utf-8"
+    cockpit.rewards_test(_ui(), data_file, specs, answer_field, columns, rm_dir, limit, as_json, encoding)
 
 
 @app.command("eval")

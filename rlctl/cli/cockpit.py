@@ -85,11 +85,12 @@ def reward_setup(
     run: Path | None, cfg: Any, reward: list[str] | None
 ) -> tuple[list[tuple[str, float]], str, dict[str, str], Path | None]:
     """(reward specs, answer field, column mapping, reward-model folder) from --reward, a run or a config."""
+    from rlctl import data
     if cfg is None and not reward:
         raise UserError("No rewards to use: pass --reward NAME (repeatable), --run RUN_DIR, --preset or --config.")
     specs = [(r, 1.0) for r in reward] if reward else [(r.name, r.weight) for r in cfg.rl.rewards]
     answer_field = cfg.data.answer_field if cfg else "answer"
-    columns = dict(cfg.data.columns) if cfg else {}
+    columns = data.stage_columns(cfg, "rl") if cfg else {}
     rm_dir = run / "rm" / "final" if run is not None and (run / "rm" / "final").is_dir() else None
     return specs, answer_field, columns, rm_dir
 
@@ -109,15 +110,20 @@ def rewards_test(
     rm_dir: Path | None,
     limit: int,
     as_json: bool,
+    encoding: str = "utf-8",
 ) -> None:
+    """Score `data_file`'s rows with each reward; a row is `correct` when the correctness reward among `specs`
+    (scoring.accuracy_name) scores it above 0.5, a list ground truth meaning any of its answers."""
     from rlctl import data, rewards
+    from rlctl.rewards import scoring
 
-    rows, _ = data.load(data_file, "rl", None, columns)
+    rows, _ = data.load(data_file, "rl", None, columns, encoding)
     rows = rows[:limit]
     if "completion" in rows[0]:
         completions, scored = [r.get("completion", "") for r in rows], "completion"
     elif answer_field in rows[0]:
-        completions, scored = [str(r.get(answer_field, "")) for r in rows], f"{answer_field} (no completion column)"
+        completions = [scoring.first_truth(r.get(answer_field)) for r in rows]
+        scored = f"{answer_field} (no completion column; the first of a list of accepted answers)"
     else:
         raise UserError(f"{data_file} has neither a completion column nor the ground truth '{answer_field}' to score.")
     prompts = [r["prompt"] for r in rows]
@@ -133,12 +139,16 @@ def rewards_test(
             texts = [_prompt_str(p) + rewards.completion_text(c) for p, c in zip(prompts, completions, strict=True)]
             model_scores["reward_model"] = scorer(texts)
     per, total = rewards.score(specs, prompts, completions, cols, answer_field, model_scores)
+    accuracy = scoring.accuracy_name(specs)
+    correct = scoring.correct(accuracy, answer_field, prompts, completions, cols) if answer_field in cols else []
     if as_json:
         out = [
             {"prompt": p, "completion": c, **{k: v[i] for k, v in per.items() if v is not None}, "total": total[i]}
+            | ({"correct": correct[i]} if correct else {})
             for i, (p, c) in enumerate(zip(prompts, completions, strict=True))
         ]
-        sys.stdout.write(json.dumps({"scored": scored, "rows": out, "notes": notes}, indent=2) + "\n")
+        result = {"scored": scored, "accuracy_reward": accuracy, "rows": out, "notes": notes}
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return
     weights = [w for _, w in specs]
     table = Table(title=f"Rewards on {data_file} (scoring: {scored})", title_justify="left", show_footer=True)
@@ -149,9 +159,12 @@ def rewards_test(
         footer = "-" if values is None else fmt(sum(values) / len(values))
         table.add_column(f"{name} x{weight:g}", footer=footer, justify="right")
     table.add_column("total", footer=fmt(sum(total) / len(total)), justify="right")
+    if correct:
+        table.add_column(f"correct ({accuracy})", footer=fmt(sum(correct) / len(correct)), justify="right")
     for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
         cells = [fmt(None if v is None else v[i]) for v in per.values()]
-        table.add_row(str(i + 1), ui.short(p), ui.short(c), *cells, fmt(total[i]))
+        mark = [str(correct[i])] if correct else []
+        table.add_row(str(i + 1), ui.short(p), ui.short(c), *cells, fmt(total[i]), *mark)
     ui.results().print(table)
     for note in notes:
         ui.console.print(f"[yellow]note:[/] {note}")
@@ -181,6 +194,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
 
     from rlctl import config as config_mod
     from rlctl import data, rewards
+    from rlctl.rewards import scoring
 
     if opt.greedy and (opt.samples > 1 or opt.temperature is not None):
         raise UserError("--greedy gives one completion per prompt; drop --samples/--temperature, or drop --greedy.")
@@ -195,14 +209,12 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         [(r, 1.0) for r in opt.reward] if opt.reward else [(r.name, r.weight) for r in cfg.rl.rewards] if cfg else []
     )
     answer_field = opt.answer_field or (cfg.data.answer_field if cfg else "answer")
-    columns = {**(cfg.data.columns if cfg else {}), **(opt.columns or {})}
-    rows, info = data.load(data_file, "eval", answer_field, columns)
+    columns = {**(data.stage_columns(cfg, "eval") if cfg else {}), **(opt.columns or {})}
+    rows, info = data.load(data_file, "eval", answer_field, columns, cfg.data.encoding if cfg else "utf-8")
     rows = rows[: opt.limit] if opt.limit else rows
     accuracy = opt.accuracy
-    if accuracy is None:
-        names = [rewards.split_call(n)[0] for n, _ in specs]
-        fallback = "verl" if info.format == "verl" else "exact_match"
-        accuracy = next((n for n in names if n in rewards.CORRECTNESS), fallback)
+    if accuracy is None:  # the run's correctness reward with its arguments (or the --reward ones)
+        accuracy = scoring.accuracy_name(specs if opt.reward or cfg is None else cfg.rl.rewards, info.format)
     if not specs:
         specs = [(accuracy, 1.0)]
     for name, _ in specs:

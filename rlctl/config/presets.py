@@ -58,15 +58,18 @@ YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def read_yaml(path: Path) -> dict[str, Any]:
     """A YAML mapping from `path`; a UserError naming the file and line when it is not one."""
     try:
-        data = yaml.load(path.read_text(), Loader=YAML_LOADER) or {}
+        data = yaml.load(path.read_text(), Loader=YAML_LOADER)
     except FileNotFoundError:
         raise UserError(f"Config file not found: {path}.") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise UserError(f"Malformed YAML in {where}: {getattr(e, 'problem', e)}.") from None
+    if data is None:  # an empty file
+        return {}
     if not isinstance(data, dict):
-        raise UserError(f"{path} must hold a YAML mapping of config keys, not {type(data).__name__}.")
+        got = "an empty list" if data == [] else type(data).__name__
+        raise UserError(f"{path} must hold a YAML mapping of config keys (key: value lines), not {got}.")
     return data
 
 

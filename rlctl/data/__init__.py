@@ -1,12 +1,7 @@
 """Datasets: read, recognise and validate them before anything starts (errors name the file and line or row).
 
-Sources (`data.sft`, `data.preference`, `data.rl`, `data.eval`, `rlctl eval --data`):
-
-- local files: `.jsonl` (`.ndjson`), `.json` (an array of objects, or jsonl), `.parquet`, `.csv` / `.tsv`;
-- local folders: written by `datasets.save_to_disk` (a Dataset, or a DatasetDict: pick the split with
-  `folder@test`), or holding data files of one of the types above (read in name order);
-- Hugging Face Hub datasets: `hf://owner/name`, or `owner/name` when no such local path exists, with an
-  optional config and split: `openai/gsm8k:main@test` (default split: train; test for eval data).
+Where rows come from (files, folders, the Hub, encodings) is rlctl.data.sources and rlctl.data.files; this module
+recognises their format for a role and returns them in the layout that role's trainer expects.
 
 Formats are recognised from the columns (see FORMATS) and rows come back as plain dicts in the layout the
 stages and TRL expect; verl's parquet layout is read as is, its `reward_model.ground_truth` copied into the
@@ -19,15 +14,27 @@ May import: base, config.
 
 from __future__ import annotations
 
-import csv
 import json
-import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlctl.data.files import DEFAULT_ENCODING, FILE_TYPES, Table, read_jsonl
+from rlctl.data.sources import HUB_PREFIX, PEEK_ROWS, Source, absolute, is_hub, parse_source, peek, read
 from rlctl.errors import UserError
+
+__all__ = [  # re-exported: where callers have always found them
+    "FILE_TYPES",
+    "HUB_PREFIX",
+    "PEEK_ROWS",
+    "Source",
+    "Table",
+    "absolute",
+    "is_hub",
+    "parse_source",
+    "read",
+    "read_jsonl",
+]
 
 # Format key -> (what it looks like, roles it serves). The docs' dataset table is generated from this.
 FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -45,6 +52,10 @@ FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("rl", "eval"),
     ),
     "prompt_answer": ("`prompt` + the ground-truth column (`data.answer_field`, default `answer`)", ("rl", "eval")),
+    "bigbench": (
+        "BIG-bench task.json `examples`: `input` + `target` (one answer or a list; `target_scores` read too)",
+        ("sft", "rl", "eval"),
+    ),
 }
 
 # Columns each format needs, and the formats each role accepts in the order they are tried.
@@ -57,311 +68,17 @@ FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "kto": ("prompt", "completion", "label"),
     "verl": ("prompt", "reward_model"),
     "prompt_answer": ("prompt",),
+    "bigbench": ("input", "target"),
 }
 ROLE_FORMATS: dict[str, tuple[str, ...]] = {
-    "sft": ("messages", "kto", "prompt_completion", "text"),
+    "sft": ("messages", "kto", "prompt_completion", "text", "bigbench"),
     "preference": ("preference", "preference_implicit", "kto"),
     "kto": ("kto", "preference", "preference_implicit"),
-    "rl": ("verl", "prompt_answer"),
-    "eval": ("verl", "prompt_answer"),
+    "rl": ("verl", "prompt_answer", "bigbench"),
+    "eval": ("verl", "prompt_answer", "bigbench"),
 }
-FILE_TYPES = {
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "json",
-    ".parquet": "parquet",
-    ".csv": "csv",
-    ".tsv": "csv",
-}
-HUB_PREFIX = "hf://"
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]+)?(@[\w.:%\[\]+-]+)?$")
 _TRUE = {True, "1", "true", "True", "TRUE", "yes", "desirable"}
 _FALSE = {False, "0", "false", "False", "FALSE", "no", "undesirable"}
-
-
-# --------------------------------------------------------------------------------------------- sources
-@dataclass(frozen=True)
-class Source:
-    """Where a dataset comes from: a local file or folder, or a Hub dataset (name, config, split)."""
-
-    kind: str  # jsonl | json | parquet | csv | disk | folder | hub
-    path: Path | None = None
-    name: str = ""
-    config: str | None = None
-    split: str | None = None
-
-    def __str__(self) -> str:
-        if self.kind == "hub":
-            return (
-                f"{HUB_PREFIX}{self.name}"
-                + (f":{self.config}" if self.config else "")
-                + (f"@{self.split}" if self.split else "")
-            )
-        return str(self.path) + (f"@{self.split}" if self.split else "")
-
-
-def _hub_prefixed(text: str) -> str | None:
-    """The name after an `hf://` prefix (also as `hf:/`, the way a Path writes it), or None without one."""
-    match = re.match(r"^hf:/*", text)
-    return text[match.end() :] if match else None
-
-
-def is_hub(spec: str | Path) -> bool:
-    """Whether `spec` names a Hub dataset rather than a local path."""
-    text = str(spec)
-    if _hub_prefixed(text) is not None:
-        return True
-    if Path(text).exists() or text.startswith((".", "/", "~")):
-        return False
-    base = text.split("@", 1)[0]
-    if Path(base).exists() or Path(base).suffix in FILE_TYPES:
-        return False
-    return bool(_HUB_NAME.match(text))
-
-
-def parse_source(spec: str | Path, role: str = "rl") -> Source:
-    """The Source that a data setting names (see the module docstring for the forms)."""
-    text = str(spec)
-    if is_hub(text):
-        rest = _hub_prefixed(text)
-        rest = text if rest is None else rest
-        rest, _, split = rest.partition("@")
-        name, _, config = rest.partition(":")
-        if not name:
-            raise UserError(f"Empty Hub dataset name in '{text}'; write hf://owner/name[:config][@split].")
-        return Source("hub", name=name, config=config or None, split=split or None)
-    path, split = Path(text), None
-    if not path.exists() and "@" in path.name:
-        base, _, split = text.rpartition("@")
-        if Path(base).is_dir():
-            path = Path(base)
-        else:
-            split = None
-    if not path.exists():
-        raise UserError(f"Dataset file not found: {path}.")
-    if path.is_dir():
-        if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
-            return Source("disk", path=path, split=split)
-        return Source("folder", path=path)
-    kind = FILE_TYPES.get(path.suffix.lower())
-    if kind is None:
-        raise UserError(
-            f"Unsupported dataset file type '{path.suffix or path.name}' for {path}; "
-            f"use one of {', '.join(sorted(FILE_TYPES))}, a folder saved with datasets' save_to_disk, "
-            "or a Hub dataset name."
-        )
-    return Source(kind, path=path)
-
-
-def absolute(spec: str) -> str:
-    """`spec` with a local path made absolute (so a run can resume from any folder); Hub names unchanged."""
-    if is_hub(spec):
-        return spec
-    path = Path(spec)
-    if not path.exists() and "@" in path.name:
-        base, _, split = spec.rpartition("@")
-        if Path(base).is_dir():
-            return f"{Path(base).resolve()}@{split}"
-    return str(path.resolve())
-
-
-@dataclass
-class Table:
-    """Rows of a dataset with a way to name each row's place for error messages."""
-
-    rows: list[dict[str, Any]]
-    where: Callable[[int], str]
-    source: str
-
-
-def _json_row(path: Path, n: int, line: str) -> dict[str, Any]:
-    """Line `n` of a jsonl file as a row; a UserError naming file:line when it is not a JSON object."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise UserError(f"Malformed JSON in {path}:{n}: {e.msg} (column {e.colno}).") from None
-    if not isinstance(row, dict):
-        raise UserError(f"{path}:{n} must be a JSON object, not {type(row).__name__}.")
-    return row
-
-
-def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, row) pairs of a jsonl file; a UserError naming file:line for a malformed line."""
-    if not path.is_file():
-        raise UserError(f"Dataset file not found: {path}.")
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            rows.append((n, _json_row(path, n, line)))
-    return rows
-
-
-def _jsonl(path: Path) -> Table:
-    pairs = read_jsonl(path)
-    lines = [n for n, _ in pairs]
-    return Table([r for _, r in pairs], lambda i: f"{path}:{lines[i]}", str(path))
-
-
-def _json(path: Path) -> Table:
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        if text.lstrip().startswith("{") and e.msg == "Extra data":
-            return _jsonl(path)  # jsonl content in a .json file
-        raise UserError(f"Malformed JSON in {path}:{e.lineno}: {e.msg} (column {e.colno}).") from None
-    if isinstance(data, dict):  # {"data": [...]} or {"train": [...]}: the single list of rows inside
-        lists = [v for v in data.values() if isinstance(v, list)]
-        if len(lists) != 1:
-            raise UserError(f"{path} must hold a JSON array of objects (or one object wrapping such an array).")
-        data = lists[0]
-    if not isinstance(data, list):
-        raise UserError(f"{path} must hold a JSON array of objects, not {type(data).__name__}.")
-    for i, row in enumerate(data):
-        if not isinstance(row, dict):
-            raise UserError(f"{path} row {i + 1} must be a JSON object, not {type(row).__name__}.")
-    return Table(data, lambda i: f"{path} row {i + 1}", str(path))
-
-
-def _cell(value: str) -> Any:
-    """A CSV cell: JSON lists and objects (e.g. chat messages) decoded, everything else kept as text."""
-    stripped = value.strip()
-    if stripped[:1] in "[{":
-        try:
-            return json.loads(stripped)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
-def _csv(path: Path) -> Table:
-    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    rows, lines = [], []
-    with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f, delimiter=delimiter)
-        try:
-            for row in reader:
-                if None in row:
-                    raise UserError(
-                        f"{path}:{reader.line_num} has more cells than the header's {len(reader.fieldnames or [])}."
-                    )
-                rows.append({k: _cell(v) if isinstance(v, str) else v for k, v in row.items()})
-                lines.append(reader.line_num)
-        except csv.Error as e:
-            raise UserError(f"Malformed CSV in {path}:{reader.line_num}: {e}.") from None
-    return Table(rows, lambda i: f"{path}:{lines[i]}", str(path))
-
-
-def _arrow_rows(table) -> list[dict[str, Any]]:
-    return table.to_pylist()
-
-
-def _parquet(path: Path) -> Table:
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except Exception as e:
-        raise UserError(f"Cannot read parquet file {path}: {e}.") from None
-    return Table(_arrow_rows(table), lambda i: f"{path} row {i + 1}", str(path))
-
-
-def _disk(source: Source, role: str) -> Table:
-    """A folder written by `datasets.save_to_disk`: the Arrow files listed in its state.json."""
-    import pyarrow as pa
-
-    folder = source.path
-    if (folder / "dataset_dict.json").is_file():
-        splits = json.loads((folder / "dataset_dict.json").read_text())["splits"]
-        split = source.split or _default_split(splits, role)
-        if split not in splits:
-            raise UserError(
-                f"{folder} has no split '{split}'; it has {', '.join(splits)} (pick one as {folder}@SPLIT)."
-            )
-        folder = folder / split
-    state = json.loads((folder / "state.json").read_text())
-    tables = []
-    for entry in state["_data_files"]:
-        with pa.memory_map(str(folder / entry["filename"])) as mm:
-            tables.append(pa.ipc.open_stream(mm).read_all())
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    return Table(_arrow_rows(table), lambda i: f"{folder} row {i + 1}", str(folder))
-
-
-def _folder(path: Path) -> Table:
-    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in FILE_TYPES)
-    if not files:
-        raise UserError(
-            f"Dataset folder {path} holds no data files ({', '.join(sorted(FILE_TYPES))}) and was not written "
-            "by datasets' save_to_disk."
-        )
-    kinds = {FILE_TYPES[p.suffix.lower()] for p in files}
-    if len(kinds) > 1:
-        raise UserError(f"Dataset folder {path} mixes file types ({', '.join(sorted(kinds))}); keep one type.")
-    parts = [_read_file(Source(FILE_TYPES[p.suffix.lower()], path=p)) for p in files]
-    if len(parts) == 1:
-        return parts[0]
-    rows, offsets = [], []
-    for part in parts:
-        offsets.append(len(rows))
-        rows.extend(part.rows)
-
-    def where(i: int) -> str:
-        k = max(j for j, start in enumerate(offsets) if start <= i)
-        return parts[k].where(i - offsets[k])
-
-    return Table(rows, where, str(path))
-
-
-def _read_file(source: Source) -> Table:
-    return {"jsonl": _jsonl, "json": _json, "parquet": _parquet, "csv": _csv}[source.kind](source.path)
-
-
-def _default_split(splits: list[str], role: str) -> str:
-    order = ("test", "validation", "train") if role == "eval" else ("train",)
-    return next((s for s in order if s in splits), splits[0])
-
-
-def _hub(source: Source, role: str) -> Table:
-    """A Hub dataset through `datasets.load_dataset` (cached under HF_HOME; honours HF_ENDPOINT, HF_TOKEN)."""
-    import datasets
-
-    label = str(source)
-    try:
-        if source.split:
-            ds = datasets.load_dataset(source.name, source.config, split=source.split)
-        else:
-            dd = datasets.load_dataset(source.name, source.config)
-            split = _default_split(list(dd), role)
-            ds = dd[split]
-            label = str(Source("hub", name=source.name, config=source.config, split=split))
-    except Exception as e:  # not found, gated, offline, bad config or split: all the user's to fix
-        raise UserError(
-            f"Cannot load Hub dataset '{source.name}'"
-            + (f" (config {source.config})" if source.config else "")
-            + (f", split {source.split}" if source.split else "")
-            + f": {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. Check the name, config and split "
-            "on the Hub page, your network, and `rlctl doctor` for the Hub login."
-        ) from None
-    return Table(ds.to_list(), lambda i: f"{label} row {i + 1}", label)
-
-
-def read(spec: str | Path, role: str = "rl") -> Table:
-    """Every row of a dataset, whatever its source."""
-    source = parse_source(spec, role)
-    if source.kind == "hub":
-        table = _hub(source, role)
-    elif source.kind == "disk":
-        table = _disk(source, role)
-    elif source.kind == "folder":
-        table = _folder(source.path)
-    else:
-        table = _read_file(source)
-    if not table.rows:
-        raise UserError(f"Dataset {table.source} is empty.")
-    return table
 
 
 # ------------------------------------------------------------------------------------- formats and rows
@@ -373,6 +90,13 @@ def get_path(row: dict[str, Any], dotted: str) -> tuple[bool, Any]:
             return False, None
         value = value[part]
     return True, value
+
+
+def stage_columns(cfg: Any, stage: str) -> dict[str, str]:
+    """The column mapping a stage reads its data with: data.columns, the stage's own `columns` on top (eval data
+    reads with rl's)."""
+    own = getattr(cfg, "rl" if stage == "eval" else stage).columns
+    return {**cfg.data.columns, **own}
 
 
 def map_columns(row: dict[str, Any], columns: dict[str, str]) -> dict[str, Any]:
@@ -469,6 +193,40 @@ def _validate(table: Table, role: str, fmt: str, answer_field: str | None) -> No
             )
 
 
+def _from_bigbench(row: dict[str, Any], role: str, answer_field: str) -> dict[str, Any]:
+    target = row["target"]
+    if role == "sft":
+        return {"prompt": row["input"], "completion": target[0] if isinstance(target, list) else target}
+    return {"prompt": row["input"], answer_field: target}
+
+
+def _user(value: Any) -> Any:
+    return [{"role": "user", "content": value}] if isinstance(value, str) else value
+
+
+def _assistant(value: Any) -> Any:
+    return [{"role": "assistant", "content": value}] if isinstance(value, str) else value
+
+
+def _harmonised(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` with prompt and replies in one form, as TRL's trainers need them: a text reply (completion, chosen,
+    rejected) to a message-list prompt becomes an assistant message, a text prompt to message-list replies a
+    user message."""
+    replies = [k for k in ("completion", "chosen", "rejected") if k in row]
+    if "prompt" not in row or not replies:
+        return row
+    conversational = [isinstance(row[k], list) for k in ("prompt", *replies)]
+    if all(conversational) or not any(conversational):
+        return row
+    return {**row, "prompt": _user(row["prompt"]), **{k: _assistant(row[k]) for k in replies}}
+
+
+def conversational(rows: list[dict[str, Any]]) -> bool:
+    """Whether any row holds message lists (so the tokenizer needs a chat template)."""
+    keys = ("messages", "prompt", "completion", "chosen", "rejected")
+    return any(isinstance(row.get(k), list) for row in rows for k in keys)
+
+
 def _pair_kto(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """Preference pairs from unpaired KTO rows: per prompt, desirable and undesirable completions zipped in
     order. Returns (pairs, rows left without a partner)."""
@@ -503,11 +261,19 @@ def normalise(table: Table, role: str, answer_field: str | None = None) -> tuple
     if fmt is None:
         raise UserError(
             f"{table.where(0)} has columns {sorted(first)}, but {role} data needs {_want(role, answer_field)}. "
-            f"Rename the columns, map them in the config (data.columns, e.g. --set data.columns.prompt=question), "
+            f"Rename the columns, map them in the config (data.columns for every stage, e.g. --set "
+            f"data.columns.prompt=question, or one stage's own: sft.columns, rm.columns, rl.columns), "
             f"or point data.{role} at another file."
         )
     _validate(table, role, fmt, answer_field)
     rows, notes = table.rows, []
+    if fmt == "bigbench":
+        rows = [_from_bigbench(r, role, answer_field or "answer") for r in rows]
+        notes.append("BIG-bench input -> prompt, target -> " + ("completion" if role == "sft" else "ground truth"))
+    wrapped = [_harmonised(r) for r in rows]
+    if wrapped != rows:
+        rows = wrapped
+        notes.append("text replies next to message-list prompts taken as assistant messages (and vice versa)")
     if fmt == "verl":
         key = answer_field or "answer"
         rows = [{**r, key: r["reward_model"]["ground_truth"]} if key not in r else r for r in rows]
@@ -536,10 +302,14 @@ def normalise(table: Table, role: str, answer_field: str | None = None) -> tuple
 
 
 def load(
-    spec: str | Path, role: str, answer_field: str | None = None, columns: dict[str, str] | None = None
+    spec: str | Path,
+    role: str,
+    answer_field: str | None = None,
+    columns: dict[str, str] | None = None,
+    encoding: str = DEFAULT_ENCODING,
 ) -> tuple[list[dict[str, Any]], DataInfo]:
     """(rows, what was recognised) of the dataset `spec` for `role`."""
-    table = read(spec, role)
+    table = read(spec, role, encoding)
     if columns:
         table = Table([map_columns(r, columns) for r in table.rows], table.where, table.source)
     rows, info = normalise(table, role, answer_field)
@@ -548,81 +318,55 @@ def load(
 
 
 def check(
-    path: str | Path, role: str, answer_field: str | None = None, columns: dict[str, str] | None = None
+    path: str | Path,
+    role: str,
+    answer_field: str | None = None,
+    columns: dict[str, str] | None = None,
+    encoding: str = DEFAULT_ENCODING,
 ) -> list[dict[str, Any]]:
     """Rows of the dataset at `path` (any supported source), checked for the columns its role needs (and the
     answer column for rl/eval), in the layout the role's trainer expects."""
-    return load(path, role, answer_field if role in ("rl", "eval") else None, columns)[0]
+    return load(path, role, answer_field if role in ("rl", "eval") else None, columns, encoding)[0]
 
 
-PEEK_ROWS = 50
 PEEK_ABOVE_BYTES = 32 * 2**20  # larger local files are only sampled by `rlctl plan`
 
 
-def _peek(source: Source) -> tuple[Table, int] | None:
-    """(the first PEEK_ROWS rows, the total row count) of a large jsonl, csv or parquet file; None otherwise."""
-    path = source.path
-    if source.kind not in ("jsonl", "csv", "parquet") or path.stat().st_size < PEEK_ABOVE_BYTES:
-        return None
-    if source.kind == "parquet":
-        import pyarrow.parquet as pq
-
-        pf = pq.ParquetFile(path)
-        first = next(pf.iter_batches(batch_size=PEEK_ROWS)).to_pylist()
-        return Table(first, lambda i: f"{path} row {i + 1}", str(path)), pf.metadata.num_rows
-    if source.kind == "csv":
-        table = _csv_head(path, PEEK_ROWS)
-        with path.open("rb") as f:
-            total = max(0, sum(1 for line in f if line.strip()) - 1)  # lines, not records: an estimate
-        return table, total
-    rows, lines, total = [], [], 0
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            total += 1
-            if len(rows) < PEEK_ROWS:
-                rows.append(_json_row(path, n, line))
-                lines.append(n)
-    if not rows:
-        raise UserError(f"Dataset {path} is empty.")
-    return Table(rows, lambda i: f"{path}:{lines[i]}", str(path)), total
-
-
-def _csv_head(path: Path, n: int) -> Table:
-    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    rows, lines = [], []
-    with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f, delimiter=delimiter)
-        for row in reader:
-            rows.append({k: _cell(v) if isinstance(v, str) else v for k, v in row.items()})
-            lines.append(reader.line_num)
-            if len(rows) >= n:
-                break
-    if not rows:
-        raise UserError(f"Dataset {path} is empty.")
-    return Table(rows, lambda i: f"{path}:{lines[i]}", str(path))
-
-
 def describe(
-    spec: str | Path, role: str, answer_field: str | None = None, columns: dict[str, str] | None = None
+    spec: str | Path,
+    role: str,
+    answer_field: str | None = None,
+    columns: dict[str, str] | None = None,
+    encoding: str = DEFAULT_ENCODING,
 ) -> DataInfo:
     """What `spec` holds for `role`, for the plan. Hub datasets are not downloaded here, and files over
     PEEK_ABOVE_BYTES are judged by their first rows (every row is checked when training starts)."""
+    return sample(spec, role, answer_field, columns, encoding)[1]
+
+
+def sample(
+    spec: str | Path,
+    role: str,
+    answer_field: str | None = None,
+    columns: dict[str, str] | None = None,
+    encoding: str = DEFAULT_ENCODING,
+) -> tuple[list[dict[str, Any]], DataInfo]:
+    """(rows, what was recognised) as `describe` sees them: every row of a small file, the first PEEK_ROWS of a
+    large one, none of a Hub dataset."""
     source = parse_source(spec, role)
     if source.kind == "hub":
-        return DataInfo(role, str(source), "hub", 0, ["downloaded and checked when training starts"])
+        return [], DataInfo(role, str(source), "hub", 0, ["downloaded and checked when training starts"])
     answer = answer_field if role in ("rl", "eval") else None
-    peeked = _peek(source)
+    peeked = peek(source, PEEK_ABOVE_BYTES, encoding) if source.kind != "disk" and source.kind != "folder" else None
     if peeked is None:
-        return load(spec, role, answer, columns)[1]
+        return load(spec, role, answer, columns, encoding)
     table, total = peeked
     if columns:
         table = Table([map_columns(r, columns) for r in table.rows], table.where, table.source)
-    _, info = normalise(table, role, answer)
+    rows, info = normalise(table, role, answer)
     info.rows = total
     info.notes.append(f"first {len(table.rows)} rows checked; all of them when training starts")
-    return info
+    return rows, info
 
 
 def holdout(rows: list[dict[str, Any]], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:

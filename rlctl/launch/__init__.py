@@ -24,14 +24,15 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from rlctl import config as config_mod
 from rlctl import data, rewards
 from rlctl.data import tasks
 from rlctl.errors import UserError
-from rlctl.launch import tbevents
+from rlctl.launch import preflight, tbevents
+from rlctl.launch import progress as progress_mod
 from rlctl.plan import planner as plan_mod
 
 PR_SET_PDEATHSIG = 1
@@ -52,32 +53,31 @@ def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
     return cfg
 
 
-def check_inputs(cfg: config_mod.RunConfig, paths: dict[str, Path]) -> None:
-    """Validate datasets and rewards before anything starts; raises UserError."""
+def check_inputs(cfg: config_mod.RunConfig, run_dir: Path, paths: dict[str, Path] | None) -> None:
+    """The pre-flight over every row (model, chat template, run directory, datasets, lengths), then the rewards
+    called on the first RL rows; raises UserError."""
     missing = plan_mod.missing_data(cfg)
     if missing:
         raise UserError("Missing data: " + "; ".join(missing) + ".")
-    columns = cfg.data.columns
-    rows: dict[str, list] = {}
-    for stage in cfg.stages:
-        role = plan_mod.DATA_ROLE[stage]
-        rows[stage] = data.check(paths[role], "kto" if stage == "kto" else role, cfg.data.answer_field, columns)
-    if "eval" in paths:
-        data.check(paths["eval"], "eval", cfg.data.answer_field, columns)
+    report = preflight.run(cfg, run_dir, full=True, paths=paths)
+    preflight.require(report)
     if "rl" in cfg.stages:
         specs = [spec for spec in cfg.rl.rewards if spec.name not in rewards.MODEL_REWARDS]
         names, timeouts = [s.name for s in specs], [s.timeout_s for s in specs]
-        rewards.dry_run(names, rows["rl"], cfg.data.answer_field, timeouts=timeouts)  # plugin errors surface now
+        rewards.dry_run(names, report.rows["rl"], cfg.data.answer_field, timeouts=timeouts)  # plugin errors surface now
 
 
 def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
     """Validate everything, then write config.yaml, accelerate.yaml and the data into a new run directory."""
     cfg = _absolute(cfg)
     the_plan = plan_mod.build(cfg, run_dir)
+    problem = preflight.run_dir_problem(run_dir)
+    if problem:
+        raise UserError(problem)
     if cfg.data.generate:
         gen_dir = run_dir / "data"
         tasks.GENERATORS[cfg.data.generate](gen_dir, cfg.seed)
-    check_inputs(cfg, plan_mod.data_paths(cfg, run_dir))
+    check_inputs(cfg, run_dir, plan_mod.data_paths(cfg, run_dir) if cfg.data.generate else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
     (run_dir / "plan.json").write_text(json.dumps(the_plan.to_json(), indent=2))
@@ -238,13 +238,15 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                 preexec_fn=die_with_parent,
             )
             tasks_by_stage: dict[str, int] = {}
+            stages: dict[str, progress_mod.StageProgress] = {}
+            every_s = the_plan.config.logging.console_every_s
             events = tbevents.MetricsEvents(run_dir / "tensorboard")  # TensorBoard, live, no account needed
             columns = [
                 TextColumn("[bold]{task.description:<6}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[info]}"),
-                TimeRemainingColumn(),
+                TextColumn("{task.fields[eta]}"),
             ]
             with Progress(*columns, console=console, transient=False) as progress:
                 while True:
@@ -257,7 +259,9 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                                 errors.append(rec)
                             if rec.get("event") == "alarm":
                                 alarmed.append(rec)
-                            _show(progress, tasks_by_stage, rec)
+                            _show(progress, tasks_by_stage, stages, rec)
+                        if not console.is_terminal:
+                            _plain_lines(console, stages, every_s)
                         if done:
                             break
                         time.sleep(0.5)
@@ -302,7 +306,17 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     return 1
 
 
-def _show(progress: Progress, tasks_by_stage: dict[str, int], rec: dict) -> None:
+def _plain_lines(console: Console, stages: dict[str, progress_mod.StageProgress], every_s: float) -> None:
+    """Off a terminal: one plain line per running stage every `every_s` seconds, flushed at once."""
+    for stage in stages.values():
+        if stage.step < (stage.total or 0) and stage.due(every_s):
+            console.print(stage.line(), markup=False)
+            console.file.flush()
+
+
+def _show(
+    progress: Progress, tasks_by_stage: dict[str, int], stages: dict[str, progress_mod.StageProgress], rec: dict
+) -> None:
     stage = rec.get("stage", "?")
     if rec.get("event") == "alarm":
         progress.console.print(f"[yellow]alarm[/] ({stage}, step {rec.get('step')}): {escape(rec['message'])}")
@@ -314,17 +328,13 @@ def _show(progress: Progress, tasks_by_stage: dict[str, int], rec: dict) -> None
         )
         return
     if stage not in tasks_by_stage:
-        tasks_by_stage[stage] = progress.add_task(stage, total=rec.get("max_steps"), info="")
-    task = tasks_by_stage[stage]
-    if rec.get("event") == "eval":
-        info = "  ".join(f"{k} {v:.3f}" for k, v in rec.items() if k.startswith("eval_") and isinstance(v, float))
-        progress.update(task, info=info)
-        return
+        tasks_by_stage[stage] = progress.add_task(stage, total=rec.get("max_steps"), info="", eta="")
+        stages[stage] = progress_mod.StageProgress(stage)
+    task, state = tasks_by_stage[stage], stages[stage]
+    state.update(rec)
+    if rec.get("event") == "data" and "dropped_too_long" in rec:
+        progress.console.print(f"[yellow]{progress_mod.dropped_line(rec)}[/]")
     if rec.get("event") == "end":
-        progress.update(task, completed=progress.tasks[task].total or 0)
+        progress.update(task, completed=progress.tasks[task].total or 0, info=state.info(), eta="")
         return
-    if "step" in rec:
-        keys = ("loss", "reward", "kl", "sync_logp_diff_mean")  # the last: vLLM's weight-sync check, when it runs
-        values = [(k.removesuffix("_logp_diff_mean"), rec[k]) for k in keys if isinstance(rec.get(k), int | float)]
-        shown = [f"{k} {v:.4g}" for k, v in values]
-        progress.update(task, completed=rec["step"], total=rec.get("max_steps"), info="  ".join(shown))
+    progress.update(task, completed=state.step, total=state.total, info=state.info(), eta=state.eta_text())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import traceback
 from pathlib import Path
 
 from rlctl import checkpoint
@@ -89,6 +90,8 @@ def main(run_dir: Path) -> None:
                 message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process)
             if message is None:
                 raise
+            if not isinstance(e, UserError | common.Stopped):
+                traceback.print_exc()  # the full story in logs/train.log; the user sees the message
             code = 2 if isinstance(e, UserError) else 1
             log.write(stage=ctx.stage.name, event="error", message=message, exit_code=code)
             print(f"rlctl: {message}", file=sys.stderr)

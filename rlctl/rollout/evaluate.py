@@ -12,15 +12,9 @@ from typing import Any
 import torch
 
 from rlctl import rewards as rewards_mod
+from rlctl.data.tokens import prompt_text
 from rlctl.errors import UserError
-from rlctl.rewards import RewardFn, exact_match
-
-
-def prompt_text(prompt: Any, tokenizer) -> str:
-    """A prompt as text: plain strings as they are, message lists through the chat template."""
-    if isinstance(prompt, list):
-        return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
-    return prompt
+from rlctl.rewards import RewardFn
 
 
 @torch.no_grad()
@@ -59,12 +53,16 @@ def score_policy(
     answer_field: str,
     max_new_tokens: int,
     synced: bool = False,
+    accuracy: str = "exact_match",
 ) -> dict[str, float]:
-    """eval_accuracy (exact match against the ground truth) and eval_reward (the weighted reward sum)."""
+    """eval_accuracy (the correctness reward `accuracy`, with its arguments, above 0.5) and eval_reward (the
+    weighted reward sum)."""
+    from rlctl.rewards import scoring
+
     prompts = [r["prompt"] for r in rows]
     completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced)
     columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
-    correct = exact_match(prompts, completions, answer=columns[answer_field])
+    correct = scoring.correct(accuracy, answer_field, prompts, completions, columns)
     total = [0.0] * len(rows)
     for fn, weight in rewards:
         for i, value in enumerate(fn(prompts=prompts, completions=completions, **columns)):
@@ -86,11 +84,21 @@ def reward_scores(model, tokenizer, texts: list[str], batch_size: int = 64) -> l
     return scores
 
 
+def pair_text(prompt: Any, reply: Any, tokenizer) -> str:
+    """A prompt and one reply as the reward model reads them: text joined, or a conversation (message lists, as
+    TRL's chosen/rejected may be) through the chat template."""
+    if isinstance(reply, list):
+        head = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}] if prompt else []
+        return tokenizer.apply_chat_template(head + reply, tokenize=False)
+    return prompt_text(prompt, tokenizer) + reply
+
+
 def score_reward_model(model, tokenizer, pairs: list[dict[str, Any]]) -> dict[str, float]:
     """eval_accuracy: the fraction of held-out pairs where chosen outscores rejected."""
-    prefix = [prompt_text(p.get("prompt", ""), tokenizer) for p in pairs]
-    chosen = reward_scores(model, tokenizer, [a + p["chosen"] for a, p in zip(prefix, pairs, strict=True)])
-    rejected = reward_scores(model, tokenizer, [a + p["rejected"] for a, p in zip(prefix, pairs, strict=True)])
+    chosen = reward_scores(model, tokenizer, [pair_text(p.get("prompt", ""), p["chosen"], tokenizer) for p in pairs])
+    rejected = reward_scores(
+        model, tokenizer, [pair_text(p.get("prompt", ""), p["rejected"], tokenizer) for p in pairs]
+    )
     wins = [c > r for c, r in zip(chosen, rejected, strict=True)]
     margin = sum(c - r for c, r in zip(chosen, rejected, strict=True)) / len(pairs)
     return {"eval_accuracy": sum(wins) / len(pairs), "eval_margin": margin}
@@ -283,10 +291,9 @@ def evaluate_rows(
         texts = [prompt_text(p, policy.tokenizer) + c for p, c in zip(flat_prompts, flat, strict=True)]
         model_scores["reward_model"] = reward_model(texts)
     per, total = rewards_mod.score(reward_specs, flat_prompts, flat, columns, answer_field, model_scores)
-    correct_values = rewards_mod.call(
-        rewards_mod.resolve(accuracy, answer_field), accuracy, flat_prompts, flat, columns
-    )
-    correct = [v > 0.5 for v in correct_values]
+    from rlctl.rewards import scoring
+
+    correct = scoring.correct(accuracy, answer_field, flat_prompts, flat, columns)
     n_rows = len(rows)
     metrics: dict[str, Any] = {
         "prompts": n_rows,

@@ -160,7 +160,7 @@ def vllm_generation_kwargs(plan: Plan) -> dict[str, Any]:
 
 
 class ColocatedVLLM:
-    """rlctl's RL loop generation boundary (`sync`, `generate`, as `rl_loop.HFGenerator`) on TRL's
+    """rlctl's RL loop generation boundary (`sync`, `generate`, as `rlctl.rollout.generate.HFGenerator`) on TRL's
     `VLLMGeneration`: vLLM inside each training process, asleep at level 2 (weights and KV cache released)
     outside generation. Sampling stops at the tokenizer's EOS only, as the transformers path does."""
 

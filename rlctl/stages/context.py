@@ -1,4 +1,5 @@
-"""What a stage runs with: its context (config, plan, run directory, metrics log) and the ways a stage stops.
+"""What a stage runs with: its context (config, plan, run directory, metrics log), the clock of a step's phases,
+and the ways a stage stops.
 Imported by every stage module; imports nothing of the stages."""
 
 from __future__ import annotations
@@ -91,3 +92,27 @@ class Stopped(RuntimeError):
 
 class NonFiniteError(Stopped):
     """A loss or reward became NaN/inf; the stage stopped without saving that state."""
+
+
+class PhaseClock:
+    """Seconds each phase of a step took (sync, generate, score, prepare, update), logged as `time_<phase>`.
+    On a GPU it waits for the queued kernels at each boundary, so work is charged to the phase that launched it."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        self.start()
+
+    def start(self) -> None:
+        self.spent, self.mark = {}, time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self.spent[phase] = self.spent.get(phase, 0.0) + now - self.mark
+        self.mark = now
+
+    def times(self) -> dict[str, float]:
+        return {f"time_{phase}": round(seconds, 4) for phase, seconds in self.spent.items()}

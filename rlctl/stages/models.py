@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rlctl.data import tokens
 from rlctl.stages.context import StageContext
 
 
@@ -9,6 +10,8 @@ def tokenizer(ctx: StageContext, path: str):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=ctx.cfg.model.trust_remote_code)
+    if ctx.cfg.data.chat_template:  # the user's template (saved with every stage's model)
+        tok.chat_template = tokens.template_text(ctx.cfg.data.chat_template)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from rlctl.config import ModelArch
+from rlctl.data.tokens import CHATML
 
 QWEN2_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
@@ -18,11 +19,7 @@ QWEN2_PATTERN = (
 )
 EOS = "<|endoftext|>"
 SPECIAL_TOKENS = [EOS, "<|im_start|>", "<|im_end|>"]
-# ChatML, as Qwen2 writes it: lets conversational data (chat `messages`, verl's message-list prompts) train.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+CHAT_TEMPLATE = CHATML  # lets conversational data (chat `messages`, verl's message-list prompts) train
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):

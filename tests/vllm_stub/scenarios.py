@@ -57,7 +57,7 @@ def boundary(model_dir: str) -> dict:
     from rlctl.plan import planner as plan
     from rlctl.rollout import evaluate
     from rlctl.rollout import vllm as engine
-    from rlctl.stages.rl_loop import HFGenerator
+    from rlctl.rollout.generate import HFGenerator
 
     _as_on_a_gpu()
     cfg = config.resolve("tiny-demo", None, "ppo", None, [f"model.name_or_path={model_dir}"])
