@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlctl import strictjson
 from rlctl.errors import UserError
+from rlctl.stages.alarms import alarms_of
 
 # Plotted first, in this order; any other numeric metric a stage logs follows alphabetically.
 PLOT_ORDER = (
@@ -161,7 +163,7 @@ def plot_summary(summary: dict[str, Any], out: Path) -> Path | None:
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return "n/a" if value is None else str(value)
 
 
 def _durations(records: list[dict[str, Any]]) -> dict[str, float]:
@@ -209,10 +211,13 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
     held = summary.get("stages", {})
     if held:
         keys = sorted({k for m in held.values() for k in m})
+        keys = [k for k in keys if k != strictjson.REASONS]
         lines += ["", "## Final metrics (held-out)", "", "| stage | " + " | ".join(keys) + " |"]
         lines.append("| --- |" + " --- |" * len(keys))
         for stage, metrics in held.items():
-            lines.append(f"| {stage} | " + " | ".join(_fmt(metrics.get(k, "")) for k in keys) + " |")
+            nulls = metrics.get(strictjson.REASONS, {})
+            cells = [nulls.get(k, "n/a") if metrics.get(k, "") is None else _fmt(metrics.get(k, "")) for k in keys]
+            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
         if "summary" in plots:
             lines += ["", f"![held-out metrics per stage]({plots['summary'].name})"]
     lines += ["", "## Configuration", "", f"Resolved config: `{run_dir / 'config.yaml'}`.", ""]
@@ -228,6 +233,10 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
     if "rl" in stages:
         rewards = ", ".join(f"`{r.name}` x{r.weight:g}" for r in cfg.rl.rewards)
         lines.append(f"- **rewards**: {rewards}")
+    fired = alarms_of(records)
+    if fired:
+        lines += ["", "## Alarms", "", "Conditions under which a run learns nothing (`logging.alarms`):", ""]
+        lines += [f"- **{a['alarm']}** ({a.get('stage')}, step {a.get('step')}): {a['message']}" for a in fired]
     series = curves(records)
     for stage, metrics in series.items():
         lines += ["", f"## {stage}", ""]

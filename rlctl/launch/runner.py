@@ -20,7 +20,7 @@ from rlctl.config import RunConfig, load_run_config
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.plan import planner as plan_mod
-from rlctl.stages import common, context
+from rlctl.stages import alarms, common, context
 
 
 def read_summary(run_dir: Path, cfg: RunConfig) -> dict:
@@ -54,7 +54,8 @@ def main(run_dir: Path) -> None:
     cfg = load_run_config(run_dir / "config.yaml")
     the_plan = plan_mod.build(cfg, run_dir)
     state = PartialState(cpu=the_plan.hardware.is_cpu)
-    log = context.MetricsLog(run_dir, state.is_main_process)
+    watch = alarms.Watch(cfg.logging.alarm_steps, cfg.logging.alarms)
+    log = context.MetricsLog(run_dir, state.is_main_process, watch)
     paths = plan_mod.data_paths(cfg, run_dir)
     summary = read_summary(run_dir, cfg)
     summary["world_size"] = state.num_processes

@@ -36,11 +36,8 @@ def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -
         columns = data.stage_columns(cfg, "eval")
         rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field, columns, cfg.data.encoding)
         rows = rows[: cfg.rl.eval_samples]
-        fns = [
-            (rewards.guarded(rewards.resolve(r.name, cfg.data.answer_field), r.name, r.on_error, {}), r.weight)
-            for r in cfg.rl.rewards
-            if r.name not in rewards.MODEL_REWARDS
-        ]
+        guarded = rewards.stage_rewards(cfg.rl.rewards, cfg.data.answer_field, {}, ctx.notify)
+        fns = [(fn, r.weight) for fn, r in zip(guarded, cfg.rl.rewards, strict=True) if fn is not None]
         accuracy = scoring.accuracy_name(cfg.rl.rewards, data.RECOGNISED["eval"].format)
         return evaluate.score_policy(
             model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy

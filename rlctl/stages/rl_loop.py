@@ -60,7 +60,7 @@ from rlctl.rollout import generate, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
 from rlctl.stages import heldout, layout, lengths, models
-from rlctl.stages.common import over_ranks, resume_point, save_final, stop_signal
+from rlctl.stages.common import alarm_stop, over_ranks, resume_point, save_final, stop_signal
 from rlctl.stages.context import Interrupted, NonFiniteError, PhaseClock, StageContext
 from rlctl.stages.rewarding import Scorer
 from rlctl.stages.rl_models import (
@@ -208,6 +208,10 @@ def run(ctx: StageContext) -> None:
             save_checkpoint(ctx, loop.acc, step, state, loop.policy, loop.tok)
         if signum:
             raise Interrupted(signum)
+    trained = max(0, loop.rl.max_steps - start)
+    ctx.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
+    if alarm_stop(ctx):
+        raise ctx.alarm_stopped(start + trained)
     no_callbacks = SimpleNamespace(callbacks=[])
     save_final(ctx, SimpleNamespace(accelerator=loop.acc, model=loop.policy, callback_handler=no_callbacks), loop.tok)
 
@@ -435,6 +439,10 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
     record["response_length"] = sum(len(s.completion_ids) for s in r.samples) / len(r.samples)
     record["lr"] = loop.sched.get_last_lr()[0]
     record["reward_errors"] = over_ranks(sum(loop.scorer.errors.values()))
+    scores = torch.tensor([s.score for s in r.samples])
+    groups = torch.tensor([s.group for s in r.samples])
+    record["frac_reward_zero_std"] = 1.0 - groups_with_variance(scores, groups).float().mean().item()  # alarms
+    record["truncated_ratio"] = sum(s.truncated for s in r.samples) / len(r.samples)
     record.update(p.mismatch)
     if p.ref_logp is not None:
         record.update(kl=train.kl, beta=loop.kl_ctl.value)
@@ -442,6 +450,8 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
         record.update(generation_rounds=r.rounds, groups_short=r.shortfall)
     finite = {k: v for k, v in record.items() if math.isfinite(v)}
     ctx.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
+    if alarm_stop(ctx):
+        raise ctx.alarm_stopped(step)
     bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]
     if bad:
         last = checkpoint.last_complete(ctx.checkpoints)
