@@ -52,7 +52,8 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
 
 
 def out_of_memory(error: BaseException, plan, stage: str) -> str:
-    """The OOM report: the plan's memory numbers for this stage and the nearest settings that need less."""
+    """The OOM report: the plan's memory numbers for this stage, the peaks measured so far, and the nearest
+    settings that need less."""
     from rlctl import memory
 
     sp = next(s for s in plan.stages if s.name == stage)
@@ -64,6 +65,9 @@ def out_of_memory(error: BaseException, plan, stage: str) -> str:
         if mem.get("estimated")
         else "the plan had no memory estimate (model.arch is not set)"
     )
+    from rlctl.stages import memory_probe
+
+    numbers += memory_probe.so_far(mem, stage)
     first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     options = [
         f"rlctl resume {plan.run_dir} {o}" if o.split("=")[0].removeprefix("--set ") in RESUMABLE else f"a new run {o}"

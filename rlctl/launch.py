@@ -293,6 +293,8 @@ def _show(progress: Progress, tasks_by_stage: dict[str, int], rec: dict) -> None
     if rec.get("event") == "end":
         progress.update(task, completed=progress.tasks[task].total or 0)
         return
+    if rec.get("event") == "memory":  # measured memory per phase: summary.json and `rlctl report` show it
+        return
     if "step" in rec:
         keys = ("loss", "reward", "kl", "sync_logp_diff_mean")  # the last: vLLM's weight-sync check, when it runs
         values = [(k.removesuffix("_logp_diff_mean"), rec[k]) for k in keys if isinstance(rec.get(k), int | float)]

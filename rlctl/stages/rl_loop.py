@@ -53,7 +53,7 @@ from rlctl.algorithms import (
     value_loss,
 )
 from rlctl.algorithms.mismatch import correction_weights, logprob_gap
-from rlctl.stages import heldout, layout, lengths, models
+from rlctl.stages import heldout, layout, lengths, memory_probe, models
 from rlctl.stages.common import (
     Interrupted,
     NonFiniteError,
@@ -153,6 +153,7 @@ class PhaseClock:
         now = time.perf_counter()
         self.spent[phase] = self.spent.get(phase, 0.0) + now - self.mark
         self.mark = now
+        memory_probe.lap(phase)
 
     def times(self) -> dict[str, float]:
         return {f"time_{phase}": round(seconds, 4) for phase, seconds in self.spent.items()}
@@ -544,6 +545,7 @@ def run(ctx: StageContext) -> None:
                         _add(stats, value_loss=v_loss.item(), **v_metrics)
                 if train_policy:
                     _add(stats, grad_norm=float(acc.clip_grad_norm_(policy.parameters(), rl.max_grad_norm)))
+                    memory_probe.lap("training")
                     if ctx.plan.phase_offload:
                         engine.reload_optimizer_state(opt)
                     opt.step()
@@ -551,6 +553,7 @@ def run(ctx: StageContext) -> None:
                     opt.zero_grad(set_to_none=True)
                     if ctx.plan.phase_offload:
                         engine.offload_optimizer_state(opt)
+                    memory_probe.lap("optimizer step")
                 if critic is not None:
                     acc.clip_grad_norm_(critic.parameters(), rl.max_grad_norm)
                     c_opt.step()
@@ -575,6 +578,7 @@ def run(ctx: StageContext) -> None:
             record.update(generation_rounds=rounds, groups_short=shortfall)
         finite = {k: v for k, v in record.items() if math.isfinite(v)}
         ctx.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
+        memory_probe.flush(step)
         bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]
         if bad:
             last = checkpoint.last_complete(ctx.checkpoints)
