@@ -10,7 +10,7 @@ import pytest
 
 from rlctl import config, model_arch, plan
 from rlctl.errors import UserError
-from rlctl.memory_model import Arch
+from rlctl.memory_arch import Arch
 from tests.conftest import rlctl
 
 QWEN25_3B = {

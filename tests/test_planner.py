@@ -1,4 +1,4 @@
-"""The memory planner (rlctl.memory_model, rlctl.memory, rlctl.plan, rlctl.hardware) on CPU: hand-computed
+"""The memory planner (rlctl.memory*, rlctl.plan, rlctl.hardware) on CPU: hand-computed
 component numbers, the decision matrix of model presets x hardware presets, user overrides, refusals with exit 2,
 and a fast, torch-free `rlctl plan`. Every expected number is worked out in the comment next to it, without
 the planner."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import config, engine, hardware, memory, memory_model, plan
+from rlctl import config, engine, hardware, memory, memory_arch, memory_model, memory_search, plan
 from rlctl.errors import UserError
 from tests.conftest import RLCTL
 
@@ -43,11 +43,11 @@ def phase(p: plan.Plan, name: str) -> dict:
     ("arch", "published", "qkv_biases"),
     [
         # Qwen2.5-7B-Instruct: 7,615,616,512 parameters, of which q/k/v biases 28 x (3584 + 512 + 512) = 129,024
-        (memory_model.Arch(28, 3584, 28, 4, 152064, 18944, False), 7_615_616_512, 28 * (3584 + 512 + 512)),
+        (memory_arch.Arch(28, 3584, 28, 4, 152064, 18944, False), 7_615_616_512, 28 * (3584 + 512 + 512)),
         # Llama-3.1-8B: 8,030,261,248, no biases
-        (memory_model.Arch(32, 4096, 32, 8, 128256, 14336, False), 8_030_261_248, 0),
+        (memory_arch.Arch(32, 4096, 32, 8, 128256, 14336, False), 8_030_261_248, 0),
         # Qwen2.5-0.5B-Instruct (tied embeddings): 494,032,768; biases 24 x (896 + 128 + 128) = 27,648
-        (memory_model.Arch(24, 896, 14, 2, 151936, 4864, True), 494_032_768, 24 * (896 + 128 + 128)),
+        (memory_arch.Arch(24, 896, 14, 2, 151936, 4864, True), 494_032_768, 24 * (896 + 128 + 128)),
     ],
 )
 def test_parameter_counts_match_published_models(arch, published, qkv_biases):
@@ -62,7 +62,7 @@ def test_parameter_counts_match_published_models(arch, published, qkv_biases):
 #   LoRA r=4: per layer 4 x (q 128 + k 96 + v 96 + o 128 + gate 192 + up 192 + down 192) = 4,096 -> 8,192
 #   autocast's bf16 copies of the fp32 weights (full training, single/DDP): 2 B x (2 x 36,864 linear + LM head
 #   6,400 = 80,128) = 160,256; a critic's (score head 64 x 1): 2 x (73,728 + 64) = 147,584
-SMALL = memory_model.Arch(layers=2, hidden=64, heads=4, kv_heads=2, vocab=100, intermediate=128, tie_embeddings=False)
+SMALL = memory_arch.Arch(layers=2, hidden=64, heads=4, kv_heads=2, vocab=100, intermediate=128, tie_embeddings=False)
 P, PL, COPIES, CRITIC_COPIES = 86_848, 8_192, 160_256, 147_584
 
 
@@ -161,7 +161,7 @@ def test_activations_and_logits_by_hand():
 
 def test_phases_by_hand():
     env = small_env()
-    fit = memory_model.stage_fit(SMALL, env, memory_model.Setup("single", "full"), RL, 2)
+    fit = memory_search.stage_fit(SMALL, env, memory_model.Setup("single", "full"), RL, 2)
     gen, train = fit.phases
     ctx = 1.5 * GiB
     # training: context + fp32 weights 4P = 347,392 + grads 347,392 + vLLM residue 1 GiB + bf16 copies 160,256
@@ -182,7 +182,7 @@ def test_phases_by_hand():
 
 
 def test_phase_offload_splits_the_optimizer_step():
-    fit = memory_model.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full", phase_offload=True), RL, 2)
+    fit = memory_search.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full", phase_offload=True), RL, 2)
     gen, train, step = fit.phases
     assert "optimizer states" not in gen.components and "optimizer states" not in train.components
     # AdamW m + v in fp32: 8P = 694,784, only around the step; the step runs no forward (no activations, logits
@@ -195,7 +195,7 @@ def test_phase_offload_splits_the_optimizer_step():
 
 def test_reward_model_and_critic_by_hand():
     wl = RL._replace(reward_model=True, critic=True)
-    gen, train = memory_model.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full"), wl, 2).phases
+    gen, train = memory_search.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full"), wl, 2).phases
     # reward model: the frozen classifier (80,512 parameters) loads in bf16 = 161,024 in both phases
     assert gen.components["reward model"] == train.components["reward model"] == 161_024
     # critic: trains in full like the policy, fp32: weights 4 x 80,512 = 322,048 + grads 322,048 + AdamW 644,096
@@ -210,7 +210,7 @@ def test_reward_model_and_critic_by_hand():
 
 def test_transformers_generation_by_hand():
     env = small_env(engine_name="transformers")
-    gen = memory_model.stage_fit(SMALL, env, memory_model.Setup("single", "full"), RL, 2).phases[0].components
+    gen = memory_search.stage_fit(SMALL, env, memory_model.Setup("single", "full"), RL, 2).phases[0].components
     # fp32 policy: the fp32 embedding makes RoPE's cos/sin fp32, so cached keys (and values, cat'ed after them)
     # are fp32: 2 x 2 layers x 32 x 4 B = 512 B per token, every rollout at once 16 x 14 x 512 = 114,688
     assert gen["KV cache (generate)"] == 114_688
@@ -224,7 +224,7 @@ def test_transformers_generation_by_hand():
     assert sum(gen.values()) == pytest.approx(expected)
     # LoRA: a bf16 base computes in bf16: KV 16 x 14 x 256 = 57,344; prefill 16 x 6 x 2 x (3 x 128 + 2 x 64)
     # = 98,304; no fp32 weights to re-cast
-    lora = memory_model.stage_fit(SMALL, env, memory_model.Setup("single", "lora"), RL, 2).phases[0].components
+    lora = memory_search.stage_fit(SMALL, env, memory_model.Setup("single", "lora"), RL, 2).phases[0].components
     assert lora["KV cache (generate)"] == 57_344 and lora["prefill activations"] == 98_304
     assert "bf16 weight copies (autocast)" not in lora
 
