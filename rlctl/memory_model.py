@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 GiB = float(2**30)
 
 # --- Assumptions (each one is a row of docs/memory-planner.md) ------------------------------------------------
-CUDA_CONTEXT_GIB = 1.5  # CUDA context, cuBLAS/NCCL workspaces, torch/TRL buffers, per GPU process
+CUDA_CONTEXT_GIB = 0.8  # CUDA context, cuBLAS workspaces, allocator blocks of small tensors, per GPU process
 CPU_FRAMEWORK_GIB = 1.0  # Python + torch + datasets per process when training on CPU
 GPU_RESERVE = 0.05  # fraction of each GPU kept free for allocator fragmentation
 HOST_RESERVE = 0.10  # fraction of host RAM kept for the OS and page cache
@@ -42,7 +42,9 @@ VLLM_MIN_CONCURRENT = 16  # fewest rollouts vLLM must hold at once (or all of th
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit NF4 + 8-bit absmax per 64 + fp32 per 256 blocks (double quant)
 MAX_MICRO = 64  # largest micro-batch the planner considers
 TOKENS_PER_MICRO = 4096  # checkpointing stays off when a micro-batch of this many tokens fits without it
-LOGIT_BYTES = {"sft": 12.0, "dpo": 8.0, "rl": 8.0, "rm": 0.0}  # per token per vocab entry at bf16, see docs
+LOGIT_BYTES = {"sft": 12.0, "dpo": 8.0, "rm": 0.0}  # per token per vocab entry at bf16 (x2 in float32), see docs
+LOOP_LOGIT_BYTES = 16.0  # rlctl's RL loop, any precision: fp32 logits, scaled copy, log-softmax and its gradients
+FUSED_TILE = (4096, 32768)  # TRL's chunked LM head (GRPO, RLOO, KTO): tokens x vocabulary entries per tile
 SAMPLING_LOGIT_BYTES = 12.0  # transformers generate: fp32 last-token logits, processed copy, probabilities
 CRITIC_ALGORITHMS = frozenset({"ppo", "vapo"})  # algorithms that train a value model next to the policy
 
@@ -105,6 +107,12 @@ class Workload(
     generation may run the rollouts in several `generate` calls (TRL: only with one update per rollout batch)."""
 
     __slots__ = ()
+
+    @property
+    def fused_head(self) -> bool:
+        """TRL 1.16's GRPO, RLOO and KTO trainers score tokens through its chunked LM head (`add_fused_lm_head`):
+        no [tokens x vocabulary] logits."""
+        return self.stage == "kto" or (self.stage == "rl" and not self.loop_reference)
 
 
 class Setup(
@@ -358,9 +366,21 @@ def activations(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) ->
     return tokens * arch.layers * per_layer
 
 
-def logits(arch: Arch, env: Env, wl: Workload, micro: int) -> float:
-    """LM-head logits and their log-softmax/gradient working copies (LOGIT_BYTES per entry at bf16)."""
-    return micro * wl.seqs * wl.logit_tokens * arch.vocab * LOGIT_BYTES.get(wl.stage, 8.0) * env.wb / 2
+def logits(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> float:
+    """The LM head's working memory for one micro-batch's scored tokens.
+
+    TRL's chunked LM head: one [4,096 x 32,768] tile of logits in the compute dtype, the fp32 gradient of the
+    hidden states, and the fp32 gradient of the head's weight when it trains. rlctl's RL loop: LOOP_LOGIT_BYTES per
+    entry whatever the precision (accelerate hands back fp32 logits under bf16; the loop's log-softmax and its
+    backward are fp32). SFT and DPO: LOGIT_BYTES per entry at bf16, twice that in float32."""
+    tokens = micro * wl.seqs * wl.logit_tokens
+    if wl.fused_head:
+        tile = min(tokens, FUSED_TILE[0]) * min(arch.vocab, FUSED_TILE[1]) * env.wb
+        head_grad = arch.embedding * 4.0 if setup.adapter == "full" else 0.0
+        return tile + tokens * arch.hidden * 4.0 + head_grad
+    if wl.stage == "rl":
+        return tokens * arch.vocab * LOOP_LOGIT_BYTES
+    return tokens * arch.vocab * LOGIT_BYTES.get(wl.stage, 8.0) * env.wb / 2
 
 
 def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> list[Phase]:
@@ -385,7 +405,7 @@ def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int
     copies = autocast_copies(arch, env, setup, wl.head)
     train["bf16 weight copies (autocast)"] = copies + (autocast_copies(arch, env, setup, "score") if wl.critic else 0)
     train["activations"] = act
-    train["logits"] = logits(arch, env, wl, micro)
+    train["logits"] = logits(arch, env, setup, wl, micro)
     if not split:
         train["optimizer states"] = st["optim"]
         return [Phase(wl.stage, "training", nonzero(train, env), env.budget)]
