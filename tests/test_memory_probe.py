@@ -104,7 +104,7 @@ def test_out_of_memory_text_has_the_peaks_so_far(tmp_path: Path):
 
 
 def test_tiny_demo_records_measured_and_planned_memory(demo_run: Path, tmp_path: Path):
-    from rlctl import report
+    from rlctl.after import report
 
     memory = json.loads((demo_run / "summary.json").read_text())["memory"]
     plan = json.loads((demo_run / "plan.json").read_text())["memory"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlctl import checkpoint, data, evaluate, rewards
+from rlctl import checkpoint, data, rewards
+from rlctl.rewards import scoring
+from rlctl.rollout import evaluate
 from rlctl.stages import memory_probe, models
-from rlctl.stages.common import StageContext
+from rlctl.stages.context import StageContext
 
 HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward models
 
@@ -15,7 +17,10 @@ HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward model
 def preference_split(ctx: StageContext, role: str = "preference") -> tuple[list[dict], list[dict]]:
     """(train, held-out) rows of data.preference, read as `role` (preference pairs, or kto rows); the held-out
     tenth measures the reward model's accuracy."""
-    rows = data.check(ctx.data["preference"], role, columns=ctx.cfg.data.columns)
+    stage = ctx.stage.name if ctx.stage.name in ("rm", "dpo", "kto") else "rm"
+    rows = data.check(
+        ctx.data["preference"], role, columns=data.stage_columns(ctx.cfg, stage), encoding=ctx.cfg.data.encoding
+    )
     return data.holdout(rows, HOLDOUT, ctx.cfg.seed)
 
 
@@ -28,13 +33,18 @@ def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -
             _, held = preference_split(ctx)
             return evaluate.score_reward_model(model, tokenizer, held[: ctx.settings.eval_samples])
         cfg = ctx.cfg
-        rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field, cfg.data.columns)[: cfg.rl.eval_samples]
+        columns = data.stage_columns(cfg, "eval")
+        rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field, columns, cfg.data.encoding)
+        rows = rows[: cfg.rl.eval_samples]
         fns = [
             (rewards.guarded(rewards.resolve(r.name, cfg.data.answer_field), r.name, r.on_error, {}), r.weight)
             for r in cfg.rl.rewards
             if r.name not in rewards.MODEL_REWARDS
         ]
-        return evaluate.score_policy(model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced)
+        accuracy = scoring.accuracy_name(cfg.rl.rewards, data.RECOGNISED["eval"].format)
+        return evaluate.score_policy(
+            model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy
+        )
     finally:
         model.train(was_training)
 

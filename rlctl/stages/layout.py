@@ -19,7 +19,7 @@ from transformers import TrainerCallback
 
 from rlctl import checkpoint
 from rlctl.stages import memory_probe
-from rlctl.stages.common import StageContext, Stopped
+from rlctl.stages.context import StageContext, Stopped
 
 
 class LayoutMismatch(Stopped):
