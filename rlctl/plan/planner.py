@@ -387,7 +387,7 @@ def model_facts(cfg: RunConfig, arch_source: str) -> dict[str, Any]:
     """The model the plan is for: its parameter count and architecture, and where those numbers came from."""
     facts: dict[str, Any] = {"name_or_path": cfg.model.name_or_path, "arch_source": arch_source}
     if cfg.model.arch is not None:
-        from rlctl.plan.memory_model import Arch
+        from rlctl.plan.memory_arch import Arch
 
         facts["params"] = Arch.of(cfg.model.arch).params()
         facts["params_billions"] = round(facts["params"] / 1e9, 2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,10 +97,11 @@ class NonFiniteError(Stopped):
 
 class PhaseClock:
     """Seconds each phase of a step took (sync, generate, score, prepare, update), logged as `time_<phase>`.
-    On a GPU it waits for the queued kernels at each boundary, so work is charged to the phase that launched it."""
+    On a GPU it waits for the queued kernels at each boundary, so work is charged to the phase that launched it.
+    `on_lap(phase)` is told of every boundary (the memory probe's phases)."""
 
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
+    def __init__(self, cuda: bool, on_lap: Callable[[str], None] | None = None):
+        self.cuda, self.on_lap = cuda, on_lap
         self.start()
 
     def start(self) -> None:
@@ -113,6 +115,8 @@ class PhaseClock:
         now = time.perf_counter()
         self.spent[phase] = self.spent.get(phase, 0.0) + now - self.mark
         self.mark = now
+        if self.on_lap is not None:
+            self.on_lap(phase)
 
     def times(self) -> dict[str, float]:
         return {f"time_{phase}": round(seconds, 4) for phase, seconds in self.spent.items()}

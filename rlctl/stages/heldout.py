@@ -8,7 +8,7 @@ from typing import Any
 from rlctl import checkpoint, data, rewards
 from rlctl.rewards import scoring
 from rlctl.rollout import evaluate
-from rlctl.stages import models
+from rlctl.stages import memory_probe, models
 from rlctl.stages.context import StageContext
 
 HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward models
@@ -83,3 +83,4 @@ def publish_checkpoint(ctx: StageContext, step: int, model: Any, tokenizer: Any)
     if ctx.is_main:
         checkpoint.publish(ctx.checkpoints, step, metric, ctx.cfg.checkpoint.keep_last, keep_best)
     _barrier()
+    memory_probe.lap("checkpoint")  # the save and its held-out scoring

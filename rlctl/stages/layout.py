@@ -18,6 +18,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
+from rlctl.stages import memory_probe
 from rlctl.stages.context import StageContext, Stopped
 
 
@@ -30,7 +31,8 @@ def follow_plan(ctx: StageContext, trainer: Any) -> None:
 
     QLoRA: TRL 1.16's trainers cast a 4-bit model's trainable weights (LoRA adapters, the reward head) to bf16;
     rlctl keeps them in fp32, as the plan counts them and as autocast expects master weights (on CPU, where the
-    4-bit layers compute in fp32, a bf16 reward head would not even multiply with its fp32 input)."""
+    4-bit layers compute in fp32, a bf16 reward head would not even multiply with its fp32 input). The memory
+    probe learns the trainer's phase boundaries here too."""
     if ctx.plan.adapter == "qlora":
         import torch
 
@@ -38,6 +40,7 @@ def follow_plan(ctx: StageContext, trainer: Any) -> None:
             if param.requires_grad and param.dtype != torch.float32:
                 param.data = param.data.float()
     trainer.add_callback(LayoutCheck(ctx, trainer))
+    memory_probe.install(trainer)
 
 
 class LayoutCheck(TrainerCallback):

@@ -59,7 +59,7 @@ from rlctl.data.tokens import prompt_text
 from rlctl.rollout import generate, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
-from rlctl.stages import heldout, layout, lengths, models
+from rlctl.stages import heldout, layout, lengths, memory_probe, models
 from rlctl.stages.common import alarm_stop, over_ranks, resume_point, save_final, stop_signal
 from rlctl.stages.context import Interrupted, NonFiniteError, PhaseClock, StageContext
 from rlctl.stages.rewarding import Scorer
@@ -165,7 +165,7 @@ def setup(ctx: StageContext) -> Loop:
         norm_len=rl.max_new_tokens,
     )
     adv_cfg = AdvantageConfig(gamma=rl.gamma, lam=rl.lam)
-    clock = PhaseClock(acc.device.type == "cuda")
+    clock = PhaseClock(acc.device.type == "cuda", on_lap=memory_probe.lap)
     return Loop(
         ctx, acc, tok, policy, ref, critic, opt, sched, c_opt, c_sched, kl_ctl, stream, scorer, generator,
         loss_cfg, adv_cfg, shard, mini, micro, clock,
@@ -420,6 +420,7 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
 def optimizer_step(loop: Loop) -> None:
     """The policy's optimizer step; with phase offload its AdamW moments come back from host RAM only for it."""
     offload = loop.ctx.plan.phase_offload
+    memory_probe.lap("training")
     if offload:
         vllm.reload_optimizer_state(loop.opt)
     loop.opt.step()
@@ -427,6 +428,7 @@ def optimizer_step(loop: Loop) -> None:
     loop.opt.zero_grad(set_to_none=True)
     if offload:
         vllm.offload_optimizer_state(loop.opt)
+    memory_probe.lap("optimizer step")
 
 
 # ----------------------------------------------------------------------------------------------- 5. log
@@ -450,6 +452,7 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
         record.update(generation_rounds=r.rounds, groups_short=r.shortfall)
     finite = {k: v for k, v in record.items() if math.isfinite(v)}
     ctx.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
+    memory_probe.flush(step)
     if alarm_stop(ctx):
         raise ctx.alarm_stopped(step)
     bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]
