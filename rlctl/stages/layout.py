@@ -60,7 +60,7 @@ def planned(ctx: StageContext, engine: str | None = None) -> dict[str, Any]:
     plan, dtype = ctx.plan, ctx.cfg.model.dtype
     frozen = dtype if dtype != "auto" else "bfloat16" if plan.mixed_precision == "bf16" else "float32"
     out: dict[str, Any] = {
-        "strategy": plan.strategy,
+        "strategy": ctx.stage.strategy or plan.strategy,  # fsdp2 on CPU: some stages run ddp (the plan says which)
         "adapter": plan.adapter,
         "world_size": plan.layout.get("world_size", plan.num_processes),
         "gradient_checkpointing": plan.gradient_checkpointing,

@@ -53,7 +53,7 @@ from rlctl.algorithms import (
     value_loss,
 )
 from rlctl.algorithms.mismatch import correction_weights, logprob_gap
-from rlctl.stages import heldout, layout, lengths, models
+from rlctl.stages import heldout, layout, lengths, models, sharding
 from rlctl.stages.common import (
     Interrupted,
     NonFiniteError,
@@ -165,11 +165,12 @@ class HFGenerator:
 
     logprobs = None  # the policy itself samples: its log-probs are the trainer's
 
-    def __init__(self, tokenizer, max_new_tokens: int, temperature: float, batch_size: int = 64):
+    def __init__(self, tokenizer, max_new_tokens: int, temperature: float, batch_size: int = 64, synced: bool = False):
         from transformers import GenerationConfig
 
         self.tok, self.max_new_tokens, self.temperature = tokenizer, max_new_tokens, temperature
         self.batch_size, self.model = batch_size, None
+        self.synced = synced  # a sharded policy: every process steps until all are done (each step gathers)
         # built once, as TRL does: generate() then validates no per-call keyword arguments
         common = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
         common |= {"eos_token_id": tokenizer.eos_token_id, "disable_compile": True}
@@ -201,18 +202,21 @@ class HFGenerator:
             width = max(map(len, chunk))
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=self.model.device)
             attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=self.model.device)
-            gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=self.configs[greedy])
+            config, synced = self.configs[greedy], self.synced
+            gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=config, synced_gpus=synced)
             for row in gen[:, width:].tolist():
                 out.append(row[: row.index(eos) + 1] if eos in row else row)
         return out
 
 
 def make_generator(ctx: StageContext, tokenizer, policy, acc) -> HFGenerator | engine.ColocatedVLLM:
-    """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout)."""
+    """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout); a
+    sharded policy reaches vLLM one gathered weight at a time."""
+    sharded = sharding.owns(ctx)
     if ctx.plan.generation_engine == "vllm":
-        return engine.ColocatedVLLM(ctx.plan, policy, acc, tokenizer)
+        return engine.ColocatedVLLM(ctx.plan, policy, acc, tokenizer, sharding.full_weights if sharded else None)
     chunk = (ctx.plan.generation or {}).get("rollouts_per_generate") or 64  # the planner's, else 64 at a time
-    return HFGenerator(tokenizer, ctx.cfg.rl.max_new_tokens, ctx.cfg.rl.temperature, batch_size=chunk)
+    return HFGenerator(tokenizer, ctx.cfg.rl.max_new_tokens, ctx.cfg.rl.temperature, chunk, synced=sharded)
 
 
 # ----------------------------------------------------------------------------------------------- models
@@ -341,7 +345,12 @@ def run(ctx: StageContext) -> None:
     set_seed(cfg.seed)
     tok = models.tokenizer(ctx, ctx.stage.init_from)
     rows = lengths.training_rows(ctx, tok)
-    policy, ref, critic = load_models(ctx)
+    sharded = sharding.owns(ctx)
+    with sharding.full_loading():
+        policy, ref, critic = load_models(ctx)
+    if sharded:  # FSDP2 by rlctl: each decoder layer, then the root, over every process
+        models_ = (policy, ref, critic)
+        policy, ref, critic = (m and sharding.shard(m, acc.device.type, ctx.plan.mixed_precision) for m in models_)
     batch_size = rl.prompts_per_step * rl.group_size
     shard = batch_size // world
     mini = shard // rl.ppo_mini_batches
@@ -350,17 +359,22 @@ def run(ctx: StageContext) -> None:
     opt, sched = optimizer_and_schedule(
         ctx, policy, rl.learning_rate, (rl.max_steps - min(rl.critic_warmup_steps, rl.max_steps)) * updates
     )
-    policy, opt = acc.prepare(policy, opt)
+    if not sharded:
+        policy, opt = acc.prepare(policy, opt)
     acc.register_for_checkpointing(sched)
+    shards = {"policy": (policy, opt)} if sharded else {}  # what DCP checkpoints (accelerate: schedulers, RNG)
     if critic is not None:
         c_opt, c_sched = optimizer_and_schedule(ctx, critic, rl.critic_lr or rl.learning_rate, rl.max_steps * updates)
-        critic, c_opt = acc.prepare(critic, c_opt)
+        if not sharded:
+            critic, c_opt = acc.prepare(critic, c_opt)
         acc.register_for_checkpointing(c_sched)
-    if ref is not None:
+        shards |= {"critic": (critic, c_opt)} if sharded else {}
+    if ref is not None and not sharded:
         ref.to(acc.device)
     kl_ctl = AdaptiveKLController(rl.beta, rl.kl_target, rl.kl_horizon) if rl.kl_target else FixedKLController(rl.beta)
     stream = PromptStream(rows, cfg.seed)
-    scorer = Scorer(ctx, tok, acc.device)
+    with sharding.full_loading():
+        scorer = Scorer(ctx, tok, acc.device)
     generator = make_generator(ctx, tok, acc.unwrap_model(policy), acc)
     loss_cfg = PolicyLossConfig(
         clip_low=rl.clip_low,
@@ -375,8 +389,12 @@ def run(ctx: StageContext) -> None:
     last = resume_point(ctx)
     if last:
         acc.load_state(last)
+        if shards:
+            sharding.load(Path(last), shards)  # resharded when the process count changed
         state = json.loads((Path(last) / LOOP_STATE).read_text())
         start, stream.cursor, kl_ctl.value = state["step"], state["cursor"], state["kl_coef"]
+        if state.get("world", world) != world:  # another process count: each process samples anew
+            set_seed(cfg.seed + rank + start)
     else:
         set_seed(cfg.seed + rank)  # each process samples different completions
     if ctx.plan.phase_offload:  # AdamW moments live in host RAM except around the policy's optimizer step
@@ -583,10 +601,10 @@ def run(ctx: StageContext) -> None:
                 f"checkpoint is {last or 'none (the stage restarts from its start)'}. Lower rl.learning_rate or "
                 f"check the rewards and data, then `rlctl resume {ctx.run_dir}`."
             )
-        state = {"step": step, "cursor": stream.cursor, "kl_coef": kl_ctl.value}
+        state = {"step": step, "cursor": stream.cursor, "kl_coef": kl_ctl.value, "world": world}
         signum = stop_signal()
         if step % rl.save_every == 0 or step == rl.max_steps or signum:
-            save_checkpoint(ctx, acc, step, state, policy, tok)
+            save_checkpoint(ctx, acc, step, state, policy, tok, shards)
         if signum:
             raise Interrupted(signum)
     no_callbacks = SimpleNamespace(callbacks=[])
@@ -646,12 +664,15 @@ def _add(stats: dict[str, list[float]], **values: float) -> None:
         stats.setdefault(key, []).append(float(value))
 
 
-def save_checkpoint(ctx: StageContext, acc, step: int, state: dict, policy, tokenizer) -> None:
-    """Models, optimizers, schedulers and every process's RNG (accelerate), plus the loop state, written under
-    `.incoming` and published (scored for keep-best, marked complete, renamed into place) once all is written."""
+def save_checkpoint(ctx: StageContext, acc, step: int, state: dict, policy, tokenizer, shards: dict) -> None:
+    """Models, optimizers, schedulers and every process's RNG (accelerate; sharded models and their optimizers
+    through DCP, one file per process), plus the loop state, written under `.incoming` and published (scored for
+    keep-best, marked complete, renamed into place) once all is written."""
     folder = checkpoint.incoming(ctx.checkpoints) / f"checkpoint-{step}"
     acc.wait_for_everyone()
     acc.save_state(str(folder))
+    if shards:
+        sharding.save(folder, shards)
     if acc.is_main_process:
         checkpoint.write_json_atomic(folder / LOOP_STATE, state)
     heldout.publish_checkpoint(ctx, step, acc.unwrap_model(policy), tokenizer)
