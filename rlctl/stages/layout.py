@@ -133,6 +133,7 @@ def _checkpointing(model: Any) -> bool:
 
 def _optimizer_state(optimizer: Any) -> dict[str, Any]:
     import torch
+    from torch.distributed.tensor import DTensor
 
     devices, dtypes, size = set(), set(), 0
     for state in getattr(optimizer, "state", {}).values():
@@ -140,7 +141,8 @@ def _optimizer_state(optimizer: Any) -> dict[str, Any]:
             if torch.is_tensor(value) and value.dim() > 0:
                 devices.add(value.device.type)
                 dtypes.add(str(value.dtype).removeprefix("torch."))
-                size += value.numel() * value.element_size()
+                local = value.to_local() if isinstance(value, DTensor) else value  # this process's shard
+                size += local.numel() * local.element_size()
     return {"devices": sorted(devices), "dtypes": sorted(dtypes), "bytes": size}
 
 
