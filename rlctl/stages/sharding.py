@@ -79,12 +79,6 @@ def shard(model: Any, device_type: str, mixed_precision: str = "no") -> Any:
     return model
 
 
-def is_sharded(model: Any) -> bool:
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for p in model.parameters())
-
-
 def _states(parts: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
     """The sharded state dicts of each (model, optimizer) pair, keyed `NAME` and `NAME_optim`."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
