@@ -10,9 +10,11 @@ import torch
 from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlctl import config, engine, plan
+from rlctl import config
+from rlctl.plan import planner as plan
+from rlctl.rollout import vllm
+from rlctl.rollout.generate import HFGenerator
 from rlctl.stages import sharding
-from rlctl.stages.rl_loop import HFGenerator
 
 model_dir, run_dir, adapter = sys.argv[1:4]
 sets = [f"model.name_or_path={model_dir}", "rl.use_vllm=true", "hardware.num_processes=2", "hardware.strategy=fsdp2"]
@@ -30,7 +32,7 @@ if adapter == "lora":  # B nonzero: the adapters change every merged weight
             if "lora_B" in name:
                 p.copy_(0.01 * torch.randn_like(p))
 sharding.shard(policy, "cpu")
-vllm_gen = engine.ColocatedVLLM(the_plan, policy, acc, tok, sharding.full_weights)
+vllm_gen = vllm.ColocatedVLLM(the_plan, policy, acc, tok, sharding.full_weights)
 hf_gen = HFGenerator(tok, cfg.rl.max_new_tokens, cfg.rl.temperature)
 pairs = list(zip(range(10, 40), range(40, 10, -1), strict=True))[acc.process_index :: 2]  # each process its own prompts
 prompts = [tok(f"{a} + {b} =", add_special_tokens=False)["input_ids"] for a, b in pairs]

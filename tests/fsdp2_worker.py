@@ -20,8 +20,10 @@ import torch.distributed as dist
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rlctl.algorithms import POLICY_LOSSES, PolicyLossConfig
+from rlctl.rollout.samples import Batch
 from rlctl.stages import sharding
-from rlctl.stages.rl_loop import Batch, loss_units, token_logprobs
+from rlctl.stages.rl_loop import loss_units
+from rlctl.stages.rl_models import token_logprobs
 
 STEPS, SAVED_AT, ROWS, MICRO, PROMPT, TOTAL = 20, 10, 8, 2, 4, 12
 

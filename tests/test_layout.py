@@ -16,7 +16,7 @@ SFT_ONLY = ("--preset", "tiny-demo", "--stages", "sft", "--set", "sft.max_steps=
 # A stage that ignores the adapter the plan chose: LoRA planned, the trainer gets no PEFT config.
 IGNORES_ADAPTER = """
 import sys
-if "rlctl.runner" in " ".join(sys.orig_argv):
+if "rlctl.launch.runner" in " ".join(sys.orig_argv):
     import rlctl.stages.common as common
     common.lora_config = lambda ctx, task_type="CAUSAL_LM": None
 """

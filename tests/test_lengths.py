@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import plan as plan_mod
-from rlctl import tiny
 from rlctl.config import resolve
 from rlctl.errors import UserError
-from rlctl.stages.common import MetricsLog, StageContext
+from rlctl.plan import planner as plan_mod
+from rlctl.stages import tiny
+from rlctl.stages.context import MetricsLog, StageContext
 from rlctl.stages.lengths import length, training_rows
 
 

@@ -1,4 +1,4 @@
-"""The memory planner (rlctl.memory_model, rlctl.memory, rlctl.plan, rlctl.hardware) on CPU: hand-computed
+"""The memory planner (rlctl.plan: memory_model, memory, planner, hardware) on CPU: hand-computed
 component numbers, the decision matrix of model presets x hardware presets, user overrides, refusals with exit 2,
 and a fast, torch-free `rlctl plan`. Every expected number is worked out in the comment next to it, without
 the planner."""
@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import config, engine, hardware, memory, memory_model, plan
+from rlctl import config
 from rlctl.errors import UserError
+from rlctl.plan import engine as choice
+from rlctl.plan import hardware, memory, memory_model
+from rlctl.plan import planner as plan
 from tests.conftest import RLCTL
 
 GiB = 2**30
@@ -25,7 +28,7 @@ GiB = 2**30
 @pytest.fixture
 def vllm_here(monkeypatch):
     """Plan as on a GPU machine with vllm installed (the hybrid engine), whatever this machine has."""
-    monkeypatch.setattr(engine, "installed", lambda: True)
+    monkeypatch.setattr(choice, "installed", lambda: True)
 
 
 def build(preset: str, spec: str, *sets: str) -> plan.Plan:
@@ -434,7 +437,7 @@ def test_transformers_generation_runs_in_chunks_that_fit(monkeypatch):
 def test_trl_generates_in_the_planned_chunks():
     from trl import GRPOConfig
 
-    from rlctl.stages.common import StageContext
+    from rlctl.stages.context import StageContext
     from rlctl.stages.rl import trl_batching
 
     p = build("qwen7b-grpo", "1xH100-80GB", "rl.use_vllm=false")

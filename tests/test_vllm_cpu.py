@@ -27,8 +27,8 @@ EXACT = "rl.rewards=[{name: exact_match}]"
 # Fault injections (sitecustomize, runner processes only): each breaks the policy -> vLLM weight push one way.
 BREAKAGES = {
     "skipped sync": """
-from rlctl import engine
-engine._reload_on_cpu = lambda generation: generation.llm.reset_prefix_cache()
+from rlctl.rollout import vllm
+vllm._reload_on_cpu = lambda generation: generation.llm.reset_prefix_cache()
 """,
     "corrupted tensor": """
 from trl.generation import vllm_generation
@@ -107,7 +107,7 @@ def test_the_loop_on_two_processes_with_an_engine_each(vllm_demo: Path, tmp_path
 def test_a_broken_weight_sync_stops_the_run(vllm_demo: Path, tmp_path: Path, breakage: str):
     inject = tmp_path / "inject"
     inject.mkdir()
-    code = "import sys\nif 'rlctl.runner' in ' '.join(sys.orig_argv):\n" + "".join(
+    code = "import sys\nif 'rlctl.launch.runner' in ' '.join(sys.orig_argv):\n" + "".join(
         f"    {line}\n" for line in BREAKAGES[breakage].strip().splitlines()
     )
     (inject / "sitecustomize.py").write_text(code)
@@ -130,8 +130,10 @@ import json, os, sys
 import torch
 from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from rlctl import config, engine, plan
-from rlctl.stages.rl_loop import HFGenerator
+from rlctl import config
+from rlctl.rollout import vllm
+from rlctl.plan import planner as plan
+from rlctl.rollout.generate import HFGenerator
 
 model_dir = sys.argv[1]
 cfg = config.resolve("tiny-demo", None, "reinforce-pp", None, [f"model.name_or_path={model_dir}", "rl.use_vllm=true"])
@@ -139,7 +141,7 @@ the_plan = plan.build(cfg, sys.argv[2])
 acc = Accelerator(cpu=True)
 tok = AutoTokenizer.from_pretrained(model_dir)
 policy = acc.prepare(AutoModelForCausalLM.from_pretrained(model_dir))
-vllm_gen = engine.ColocatedVLLM(the_plan, policy, acc, tok)
+vllm_gen = vllm.ColocatedVLLM(the_plan, policy, acc, tok)
 hf_gen = HFGenerator(tok, cfg.rl.max_new_tokens, cfg.rl.temperature)
 prompts = [tok(f"{a} + {b} =", add_special_tokens=False)["input_ids"] for a, b in zip(range(10, 40), range(40, 10, -1))]
 out = {}

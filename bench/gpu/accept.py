@@ -41,7 +41,7 @@ def build_model(shape: str, out: Path) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rlctl.tiny import train_tokenizer
+    from rlctl.stages.tiny import train_tokenizer
 
     a = yaml.safe_load((REPO / "presets" / "models" / f"{shape}.yaml").read_text())["model"]["arch"]
     tok = train_tokenizer([f"{x} + {y} = {x + y}" for x in range(100) for y in range(100)], 1024)
@@ -117,8 +117,12 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
     from accelerate import Accelerator
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlctl import config, engine, plan
-    from rlctl.stages.rl_loop import HFGenerator, Sample, collate, token_logprobs
+    from rlctl import config
+    from rlctl.plan import planner as plan
+    from rlctl.rollout import vllm
+    from rlctl.rollout.generate import HFGenerator
+    from rlctl.rollout.samples import Sample, collate
+    from rlctl.stages.rl_models import token_logprobs
 
     cuda = torch.cuda.is_available()
     sets = [f"model.name_or_path={model_dir}", "rl.use_vllm=true", f"rl.max_new_tokens={opts.new_tokens}"]
@@ -131,11 +135,11 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
     policy = acc.prepare(AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype))
     mem = Memory(cuda)
     mem.start()
-    vllm_gen = engine.ColocatedVLLM(the_plan, policy, acc, tok)
+    vllm_gen = vllm.ColocatedVLLM(the_plan, policy, acc, tok)
     mem.record("engine built (asleep on GPU)")
     llm = vllm_gen.vllm.llm
     switches: dict[str, list[float]] = {}
-    if engine.sleep_mode(the_plan):
+    if vllm.sleep_mode(the_plan):
         for _ in range(3):
             for name, fn in (
                 ("wake weights", lambda: llm.wake_up(tags=["weights"])),

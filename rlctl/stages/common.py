@@ -3,21 +3,17 @@ that stream metrics and mark complete checkpoints, and the final save."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
-from rlctl.config import RunConfig
-from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
 from rlctl.stages import sharding
+from rlctl.stages.context import Interrupted, NonFiniteError, StageContext, Stopped
+from rlctl.stages.models import torch_dtype
 
 # Trainer log keys worth streaming, renamed to rlctl's metric names.
 _LOG_KEYS = {
@@ -41,63 +37,6 @@ _LOG_KEYS = {
     "sampling/importance_sampling_ratio/min": "is_ratio_min",
     "sampling/importance_sampling_ratio/max": "is_ratio_max",
 }
-
-
-class MetricsLog:
-    """Appends one JSON record per line to run_dir/metrics.jsonl (main process only)."""
-
-    def __init__(self, run_dir: Path, enabled: bool):
-        self.path = run_dir / "metrics.jsonl"
-        self.enabled = enabled
-
-    def write(self, **record: Any) -> None:
-        if not self.enabled:
-            return
-        record["time"] = round(time.time(), 3)
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-@dataclass
-class StageContext:
-    cfg: RunConfig
-    plan: Plan
-    stage: StagePlan
-    run_dir: Path
-    data: dict[str, Path]
-    log: MetricsLog
-    is_main: bool
-    device: Any = "cpu"
-    notes: dict[str, Any] = field(default_factory=dict)  # data facts for summary.json (rows dropped as too long)
-
-    @property
-    def settings(self):
-        """This stage's section of the config (cfg.sft, cfg.rm or cfg.rl)."""
-        return getattr(self.cfg, self.stage.name)
-
-    @property
-    def checkpoints(self) -> Path:
-        return stage_dir(self.run_dir, self.stage.name) / "checkpoints"
-
-    @property
-    def final(self) -> Path:
-        return final_dir(self.run_dir, self.stage.name)
-
-
-class Interrupted(Exception):
-    """A stop was asked for (SIGINT/SIGTERM); the stage saved a checkpoint at a step boundary."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"stopped by signal {signum}")
-        self.exit_code = 128 + signum
-
-
-class Stopped(RuntimeError):
-    """A stage stopped itself; its message says why and what to do (the run exits 1)."""
-
-
-class NonFiniteError(Stopped):
-    """A loss or reward became NaN/inf; the stage stopped without saving that state."""
 
 
 _stop = {"signal": 0}
@@ -216,19 +155,6 @@ def resume_point(ctx: StageContext) -> str | None:
         checkpoint.drop_partial(ctx.checkpoints)
     last = checkpoint.last_complete(ctx.checkpoints)
     return str(last) if last else None
-
-
-def torch_dtype(ctx: StageContext, trainable: bool = True):
-    """The dtype to load a model in. Under bf16 mixed precision, weights that train in full keep an fp32 master
-    copy (autocast runs the math in bf16; AdamW updates below half a bf16 step would otherwise round away);
-    frozen models and LoRA/QLoRA bases load in bf16."""
-    import torch
-
-    if ctx.cfg.model.dtype != "auto":
-        return getattr(torch, ctx.cfg.model.dtype)
-    if ctx.plan.mixed_precision != "bf16":
-        return torch.float32
-    return torch.float32 if trainable and ctx.plan.adapter == "full" else torch.bfloat16
 
 
 def check_stopped(ctx: StageContext, trainer) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlctl import checkpoint, data, evaluate, rewards
+from rlctl import checkpoint, data, rewards
+from rlctl.rollout import evaluate
 from rlctl.stages import models
-from rlctl.stages.common import StageContext
+from rlctl.stages.context import StageContext
 
 HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward models
 

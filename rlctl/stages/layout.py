@@ -18,7 +18,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
-from rlctl.stages.common import StageContext, Stopped
+from rlctl.stages.context import StageContext, Stopped
 
 
 class LayoutMismatch(Stopped):

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlctl import data, evaluate
+from rlctl import data
 from rlctl.errors import UserError
-from rlctl.stages.common import StageContext
+from rlctl.rollout import evaluate
+from rlctl.stages.context import StageContext
 from rlctl.stages.heldout import preference_split
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlctl.stages.common import StageContext, torch_dtype
+from rlctl.stages.context import StageContext
 
 
 def tokenizer(ctx: StageContext, path: str):
@@ -52,3 +52,15 @@ def reward_model(ctx: StageContext, path: str, pad_token_id: int, trainable: boo
         **_quantization(ctx),
     )
 
+
+def torch_dtype(ctx: StageContext, trainable: bool = True):
+    """The dtype to load a model in. Under bf16 mixed precision, weights that train in full keep an fp32 master
+    copy (autocast runs the math in bf16; AdamW updates below half a bf16 step would otherwise round away);
+    frozen models and LoRA/QLoRA bases load in bf16."""
+    import torch
+
+    if ctx.cfg.model.dtype != "auto":
+        return getattr(torch, ctx.cfg.model.dtype)
+    if ctx.plan.mixed_precision != "bf16":
+        return torch.float32
+    return torch.float32 if trainable and ctx.plan.adapter == "full" else torch.bfloat16

@@ -1,4 +1,4 @@
-"""The memory planner: the automatic settings of a run, chosen on the memory model (`rlctl.memory_model`).
+"""The memory planner: the automatic settings of a run, chosen on the memory model (`rlctl.plan.memory_model`).
 
 `decide()` walks the candidate settings in a fixed order (full replicated, FSDP2, optimizer offload between
 phases, FSDP2 + CPU offload, LoRA, QLoRA), picks the first that fits with the largest micro-batches, and
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlctl.errors import UserError
-from rlctl.memory_model import (
+from rlctl.plan.memory_model import (
     CRITIC_ALGORITHMS,
     GPU_RESERVE,
     HOST_RESERVE,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from rlctl.config import RunConfig
-    from rlctl.hardware import Hardware
+    from rlctl.plan.hardware import Hardware
 
 __all__ = ["GiB", "MemoryPlan", "decide", "disk_need", "gib", "render"]  # the API rlctl.plan and the display use
 
@@ -318,7 +318,7 @@ def nearest(
     cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precision: str, relax_user: bool = False
 ) -> list[str]:
     """Up to three nearby plans that fit, as `--set`/`--hardware` suggestions with their layout and headroom."""
-    from rlctl import hardware as hw
+    from rlctl.plan import hardware as hw
 
     out: list[str] = []
     base = cfg

@@ -1,6 +1,11 @@
 """Checkpoints: trainers write into `checkpoints/.incoming`; a checkpoint is marked complete (with its held-out
 metric) and renamed into `checkpoints/` only once fully written, so a crash or a full disk mid-write never leaves
-a checkpoint that resume would trust. Retention keeps the last `checkpoint.keep_last` plus the best one."""
+a checkpoint that resume would trust. Retention keeps the last `checkpoint.keep_last` plus the best one.
+
+Package `rlctl.checkpoint`: the checkpoint protocol (this module) and the runtime faults explained to the
+user (`faults`).
+May import: base, config, data, rewards, plan, algorithms.
+"""
 
 from __future__ import annotations
 

@@ -183,7 +183,7 @@ def _hms(seconds: float) -> str:
 
 
 def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], run_dir: Path, tb: Path | None) -> str:
-    from rlctl.export import _hyperparameters
+    from rlctl.after.export import _hyperparameters
 
     stages = cfg.stages
     label = [f"{s} ({cfg.rl.algorithm})" if s == "rl" else s for s in stages]
@@ -254,8 +254,8 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
 
 def build(run_dir: Path, out: Path | None = None) -> Report:
     """Write the plots, report.md and TensorBoard events of `run_dir`; returns what was written."""
-    from rlctl import tbevents
     from rlctl.config import load_run_config
+    from rlctl.launch import tbevents
 
     if not (run_dir / "config.yaml").is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml).")

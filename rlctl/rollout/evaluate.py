@@ -171,13 +171,11 @@ def load_causal_lm(path: str | Path, device: str, trust_remote_code: bool = Fals
 def load_policy(target: Path, stage: str | None = None, device: str | None = None) -> Policy:
     """The policy of a run directory (its last finished policy stage, or `stage`), or a model folder / Hub id."""
     from rlctl.config import load_run_config
-    from rlctl.plan import final_dir
+    from rlctl.plan import final_dir, final_policy
 
     device = device or default_device()
     if (target / "config.yaml").is_file():
         import json
-
-        from rlctl.export import final_policy
 
         cfg = load_run_config(target / "config.yaml")
         summary = json.loads((target / "summary.json").read_text()) if (target / "summary.json").exists() else {}

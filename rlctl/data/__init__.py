@@ -11,6 +11,10 @@ Sources (`data.sft`, `data.preference`, `data.rl`, `data.eval`, `rlctl eval --da
 Formats are recognised from the columns (see FORMATS) and rows come back as plain dicts in the layout the
 stages and TRL expect; verl's parquet layout is read as is, its `reward_model.ground_truth` copied into the
 answer column. `data.columns` maps differently named columns (dotted paths reach into nested ones).
+
+Package `rlctl.data`: reading and recognising datasets (this module) and the built-in synthetic tasks
+(`tasks`).
+May import: base, config.
 """
 
 from __future__ import annotations

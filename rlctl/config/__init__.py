@@ -2,6 +2,9 @@
 
 Override order: preset < --config FILE < --algorithm / --hardware < --set key=value.
 Every key is documented by its `Field(description=...)`; unknown keys are rejected with a suggestion.
+
+Package `rlctl.config`: the schema (this module) and the preset YAML layers (`presets`).
+May import: base.
 """
 
 
@@ -11,7 +14,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rlctl import presets
+from rlctl.config import presets
 from rlctl.errors import UserError, did_you_mean
 
 StageName = Literal["sft", "dpo", "kto", "rm", "rl"]

@@ -8,21 +8,7 @@ from pathlib import Path
 
 from rlctl.config import RunConfig, load_run_config
 from rlctl.errors import UserError
-from rlctl.plan import final_dir
-
-POLICY_STAGES = ("rl", "dpo", "sft")  # latest first: the policy a run ends with
-
-
-def final_policy(run_dir: Path, cfg: RunConfig, completed: list[str]) -> tuple[str, Path]:
-    """(stage, folder) of the last policy stage that finished."""
-    for stage in POLICY_STAGES:
-        folder = final_dir(run_dir, stage)
-        if stage in cfg.stages and stage in completed and folder.is_dir():
-            return stage, folder
-    raise UserError(
-        f"{run_dir} has no finished policy stage to export (finished: {', '.join(completed) or 'none'}). "
-        f"Finish it with `rlctl resume {run_dir}`."
-    )
+from rlctl.plan import final_policy
 
 
 def _hyperparameters(cfg: RunConfig, stage: str) -> dict[str, object]:

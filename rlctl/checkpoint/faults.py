@@ -7,9 +7,10 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from rlctl import checkpoint, hardware
+from rlctl import checkpoint
 from rlctl.config import RESUMABLE
 from rlctl.errors import RewardError, is_out_of_memory
+from rlctl.plan import hardware
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -53,7 +54,7 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
 
 def out_of_memory(error: BaseException, plan, stage: str) -> str:
     """The OOM report: the plan's memory numbers for this stage and the nearest settings that need less."""
-    from rlctl import memory
+    from rlctl.plan import memory
 
     sp = next(s for s in plan.stages if s.name == stage)
     mem = plan.memory

@@ -126,7 +126,7 @@ def rewards_test(
         if rm_dir is None:
             notes.append("reward_model skipped: it needs --run RUN_DIR with a finished rm stage")
         else:
-            from rlctl import evaluate
+            from rlctl.rollout import evaluate
 
             scorer = evaluate.reward_model_scorer(rm_dir)
             texts = [_prompt_str(p) + rewards.completion_text(c) for p, c in zip(prompts, completions, strict=True)]
@@ -217,7 +217,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         stem = re.sub(r"[^\w.-]+", "_", Path(info.source.split("://")[-1]).stem or "data")
         out = target / "eval" / f"{stem}.json" if is_run else Path(f"eval-{stem}.json")
 
-    from rlctl import evaluate  # torch: only once the inputs are known to be good
+    from rlctl.rollout import evaluate  # torch: only once the inputs are known to be good
 
     ui.console.print(
         f"[bold]Evaluating[/] {escape(str(target))} on {escape(info.source)} ({len(rows)} x {opt.samples})"
@@ -289,7 +289,7 @@ def print_eval(ui: UI, metrics: dict, samples: list[dict]) -> None:
 
 # -------------------------------------------------------------------------------------------- report
 def report_command(ui: UI, run_dir: Path, out: Path | None) -> None:
-    from rlctl import report as report_mod
+    from rlctl.after import report as report_mod
 
     with ui.console.status("Plotting metrics..."):
         rep = report_mod.build(run_dir, out)
@@ -306,7 +306,7 @@ STATUS_STYLE = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold 
 
 def doctor_command(ui: UI, online: bool, as_json: bool) -> int:
     """Print the checks; 1 when any failed (each with its fix command), else 0."""
-    from rlctl import doctor
+    from rlctl.after import doctor
 
     with ui.console.status("Checking this machine..."):
         checks = doctor.run(online=online)

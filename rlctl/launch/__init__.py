@@ -1,8 +1,12 @@
 """Prepare a run directory and start the stages through `accelerate launch`, showing live progress.
 
-The launched processes (rlctl.runner) write `metrics.jsonl`; this side tails it into rich progress bars,
+The launched processes (rlctl.launch.runner) write `metrics.jsonl`; this side tails it into rich progress bars,
 keeps the full log in `logs/train.log` (`logs/train.node{R}.log` on node R > 0 of a multi-node run, so nodes
 sharing the run directory do not write one file), and prints the summary table at the end.
+
+Package `rlctl.launch`: the launch on this side (this module), the process every rank runs (`runner`), SLURM
+scripts (`slurm`) and TensorBoard event files (`tbevents`).
+May import: base, config, data, rewards, plan, algorithms, checkpoint, rollout, stages.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rlctl import config as config_mod
-from rlctl import data, rewards, tasks, tbevents
-from rlctl import plan as plan_mod
+from rlctl import data, rewards
+from rlctl.data import tasks
 from rlctl.errors import UserError
+from rlctl.launch import tbevents
+from rlctl.plan import planner as plan_mod
 
 PR_SET_PDEATHSIG = 1
 
@@ -163,14 +169,14 @@ def _raise_signal(signum, frame) -> None:
 
 
 def _runners(proc: subprocess.Popen) -> list:
-    """The training processes (rlctl.runner) under the launcher."""
+    """The training processes (rlctl.launch.runner) under the launcher."""
     import psutil
 
     try:
         children = psutil.Process(proc.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-    return [c for c in children if "rlctl.runner" in " ".join(_cmdline(c))]
+    return [c for c in children if "rlctl.launch.runner" in " ".join(_cmdline(c))]
 
 
 def _cmdline(process) -> list[str]:

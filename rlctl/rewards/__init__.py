@@ -13,6 +13,10 @@ holds the dataset's other columns (the ground truth among them, as `answer`). A 
 Arguments are given in call form, with Python literals: `length_penalty(max_length=512, buffer=128)`,
 `format(pattern=r"^<think>.+</think>.+$")`, `my_rewards.py:score(strict=False)`. Several rewards are summed
 with their weights.
+
+Package `rlctl.rewards`: the reward functions (this module) and the sandbox that runs model-written code
+(`sandbox`).
+May import: base, config.
 """
 
 from __future__ import annotations
@@ -300,7 +304,7 @@ def code_tests(
     directory, no network, no writes outside it; anything else (failure, timeout, escape attempt) scores 0.0."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from rlctl import sandbox
+    from rlctl.rewards import sandbox
 
     limits = sandbox.Limits(wall_s=timeout_s, cpu_s=max(1, int(timeout_s)), memory_mb=memory_mb)
 

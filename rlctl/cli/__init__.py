@@ -1,4 +1,9 @@
-"""The `rlctl` command line. Torch-free: heavy imports happen only inside train/export code paths."""
+"""The `rlctl` command line. Torch-free: heavy imports happen only inside train/export code paths.
+
+Package `rlctl.cli`: the Typer app (this module), the bodies of eval / rewards / report / doctor (`cockpit`),
+the generated docs (`docs_gen`) and the code map (`codemap`).
+May import: every other package.
+"""
 
 from __future__ import annotations
 
@@ -125,8 +130,8 @@ def _apply_nodes(cfg: RunConfig, nodes: int | None, node_rank: int | None, main_
 
 def _node_count(cfg: RunConfig) -> int:
     """How many machines the run spans (node_rank and --nodes checked against the spec)."""
-    from rlctl import hardware as hw
-    from rlctl import plan as plan_mod
+    from rlctl.plan import hardware as hw
+    from rlctl.plan import planner as plan_mod
 
     return plan_mod._nodes(cfg, hw.resolve(cfg.hardware.spec)).nodes
 
@@ -173,7 +178,7 @@ def init(
     preset: Annotated[str, typer.Option("--preset", "-p", help="Preset the project starts from.")] = "tiny-demo",
 ) -> None:
     """Scaffold a project: a commented rlctl.yaml, sample datasets and a reward plugin template."""
-    from rlctl import presets
+    from rlctl.config import presets
     from rlctl.resources import data_dir
 
     presets.get(preset)
@@ -196,7 +201,7 @@ def presets_list() -> None:
     from rich.table import Table
 
     from rlctl import config as config_mod
-    from rlctl import presets
+    from rlctl.config import presets
 
     table = Table(title="Recipes", title_justify="left")
     for col in ("name", "model", "algorithm", "stages", "min hardware", "description"):
@@ -223,7 +228,7 @@ def presets_list() -> None:
 def presets_show(name: Annotated[str, typer.Argument(help="Preset name.")]) -> None:
     """A preset's file and the config it resolves to."""
     from rlctl import config as config_mod
-    from rlctl import presets
+    from rlctl.config import presets
 
     preset = presets.get(name)
     console.print(
@@ -240,7 +245,7 @@ def _data_report(cfg: RunConfig) -> dict[str, dict]:
     """What each dataset of the run holds, recognised from its columns ({role: {source, format, rows, notes}}
     or {role: {source, error}}). Generated data and Hub datasets are not read here."""
     from rlctl import data
-    from rlctl import plan as plan_mod
+    from rlctl.plan import planner as plan_mod
 
     if cfg.data.generate:
         return {role: {"source": f"generated ({cfg.data.generate})"} for role in plan_mod.DATA_ROLES}
@@ -360,7 +365,7 @@ def plan(
 ) -> None:
     """Show the resolved config, the stages, the node/GPU layout and the exact launch command, without running
     anything."""
-    from rlctl import plan as plan_mod
+    from rlctl.plan import planner as plan_mod
 
     cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
     _apply_nodes(cfg, nodes, node_rank, main_address)
@@ -402,7 +407,7 @@ def train(
     run_dir = run_dir or _default_run_dir(cfg, preset)
     if cfg.hardware.node_rank > 0:
         from rlctl import config as config_mod
-        from rlctl import plan as plan_mod
+        from rlctl.plan import planner as plan_mod
 
         _wait_for_rank0(run_dir, float(os.environ.get("RLCTL_NODE_WAIT", "600")))
         shared = config_mod.load_run_config(run_dir / "config.yaml")  # node 0's config, this node's rank
@@ -436,7 +441,7 @@ def resume(
     A multi-node run resumes with the same command on every node: each gives its own --node-rank (the run's
     config.yaml is shared, so the rank is never read from it) and, when the nodes changed, the new --main-address."""
     from rlctl import config as config_mod
-    from rlctl import plan as plan_mod
+    from rlctl.plan import planner as plan_mod
 
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
@@ -478,8 +483,8 @@ def slurm(
 
     The plan is checked now (exit 2 if it does not fit); RUN_DIR/logs is created so SLURM can write its log there.
     Usage: rlctl slurm --preset qwen7b-grpo --hardware 2x8xH100-80GB --run-dir /shared/runs/q7 > job.sbatch"""
-    from rlctl import plan as plan_mod
-    from rlctl import slurm as slurm_mod
+    from rlctl.launch import slurm as slurm_mod
+    from rlctl.plan import planner as plan_mod
 
     cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
     _apply_nodes(cfg, nodes, 0, "$MAIN")
@@ -545,7 +550,7 @@ def export(
 ) -> None:
     """Write the final policy as a Hugging Face folder (safetensors, tokenizer, model card), LoRA merged or as an
     adapter; with --push, create the Hub repo and upload it (token from HF_TOKEN or `hf auth login`)."""
-    from rlctl import export as export_mod
+    from rlctl.after import export as export_mod
 
     out = out or run_dir / "export"
     with console.status("Exporting the model..."):
@@ -567,7 +572,7 @@ ColumnOpt = Annotated[
 
 
 def _ui():
-    from rlctl.cockpit import UI
+    from rlctl.cli.cockpit import UI
 
     return UI(console, VERBOSE["on"])
 
@@ -575,7 +580,7 @@ def _ui():
 @rewards_app.command("list")
 def rewards_list() -> None:
     """The built-in rewards with their arguments, and rewards installed as `rlctl.rewards` entry points."""
-    from rlctl import cockpit
+    from rlctl.cli import cockpit
 
     cockpit.rewards_list(_ui())
 
@@ -596,8 +601,8 @@ def rewards_test(
 
     Rows need a prompt and the ground truth; the `completion` column is what gets scored (without one, the
     ground truth itself is scored: a sanity check that a right answer gets full marks)."""
-    from rlctl import cockpit
     from rlctl import config as config_mod
+    from rlctl.cli import cockpit
 
     cfg = None
     if run is not None:
@@ -642,7 +647,7 @@ def eval_(
     One greedy completion per prompt by default; --samples K draws K at --temperature (default: the run's
     rl.temperature, else 1.0) and adds pass@1..pass@K. A sample is correct when the --accuracy reward gives it
     more than 0.5 (default: the run's first correctness reward, else exact_match)."""
-    from rlctl import cockpit
+    from rlctl.cli import cockpit
 
     options = cockpit.EvalOptions(
         stage=stage,
@@ -671,7 +676,7 @@ def report(
 ) -> None:
     """PNG plots of every stage's curves against steps, a report.md with the config and final metrics, and
     TensorBoard event files (RUN_DIR/tensorboard)."""
-    from rlctl import cockpit
+    from rlctl.cli import cockpit
 
     cockpit.report_command(_ui(), run_dir, out)
 
@@ -684,7 +689,7 @@ def doctor(
     """Check this machine: Python, torch/CUDA, GPUs, library versions against the supported matrix (with the
     exact fix command for each mismatch), free disk, and the Hub login (the token is never printed).
     Exits 1 when something needs fixing."""
-    from rlctl import cockpit
+    from rlctl.cli import cockpit
 
     raise typer.Exit(cockpit.doctor_command(_ui(), online=not offline, as_json=as_json))
 
