@@ -1,6 +1,8 @@
 """FSDP2 in the stage rlctl owns (its RL loop): torch's `fully_shard` applied by rlctl itself, per decoder layer and
 then the root (torchtune's way), so the same code runs on CPU processes (gloo) and on GPUs (NCCL); accelerate
-engages FSDP only on GPUs. This module owns the sharded side of what the loop does with weights:
+engages FSDP only on GPUs.
+
+This module owns the sharded side of what the loop does with weights:
 
 * `shard`: parameters, gradients and AdamW states split over the processes (DTensor shards; the optimizer built
   on the sharded parameters holds only its shard's moments);
