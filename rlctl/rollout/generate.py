@@ -29,11 +29,12 @@ class HFGenerator:
 
     logprobs = None  # the policy itself samples: its log-probs are the trainer's
 
-    def __init__(self, tokenizer, max_new_tokens: int, temperature: float, batch_size: int = 64):
+    def __init__(self, tokenizer, max_new_tokens: int, temperature: float, batch_size: int = 64, synced: bool = False):
         from transformers import GenerationConfig
 
         self.tok, self.max_new_tokens, self.temperature = tokenizer, max_new_tokens, temperature
         self.batch_size, self.model = batch_size, None
+        self.synced = synced  # a sharded policy: every process steps until all are done (each step gathers)
         # built once, as TRL does: generate() then validates no per-call keyword arguments
         common = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
         common |= {"eos_token_id": tokenizer.eos_token_id, "disable_compile": True}
@@ -65,18 +66,21 @@ class HFGenerator:
             width = max(map(len, chunk))
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=self.model.device)
             attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=self.model.device)
-            gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=self.configs[greedy])
+            config, synced = self.configs[greedy], self.synced
+            gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=config, synced_gpus=synced)
             for row in gen[:, width:].tolist():
                 out.append(row[: row.index(eos) + 1] if eos in row else row)
         return out
 
 
-def for_plan(plan: Plan, tokenizer: Any, policy: Any, accelerator: Any) -> Generator:
-    """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout)."""
+def for_plan(plan: Plan, tokenizer: Any, policy: Any, accelerator: Any, weights: Any = None) -> Generator:
+    """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout). A
+    sharded policy comes with `weights` (its gathered weights, one at a time: the vLLM push) and generates in step
+    on every process."""
     if plan.generation_engine == "vllm":
         from rlctl.rollout.vllm import ColocatedVLLM
 
-        return ColocatedVLLM(plan, policy, accelerator, tokenizer)
+        return ColocatedVLLM(plan, policy, accelerator, tokenizer, weights)
     rl = plan.config.rl
     chunk = (plan.generation or {}).get("rollouts_per_generate") or 64  # the planner's, else 64 at a time
-    return HFGenerator(tokenizer, rl.max_new_tokens, rl.temperature, batch_size=chunk)
+    return HFGenerator(tokenizer, rl.max_new_tokens, rl.temperature, chunk, synced=weights is not None)

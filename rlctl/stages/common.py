@@ -11,6 +11,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
+from rlctl.stages import sharding
 from rlctl.stages.context import Interrupted, NonFiniteError, StageContext, Stopped
 from rlctl.stages.models import torch_dtype
 
@@ -217,10 +218,13 @@ def save_final(ctx: StageContext, trainer, tokenizer) -> None:
     check_stopped(ctx, trainer)
     acc = trainer.accelerator
     acc.wait_for_everyone()
-    state_dict = acc.get_state_dict(trainer.model)  # gathered from every shard under FSDP
     model = acc.unwrap_model(trainer.model)
-    if hasattr(model, "merge_and_unload"):
-        model, state_dict = _merged(ctx, model), None
+    if sharding.owns(ctx):  # sharded by rlctl itself (its RL loop): gathered one weight at a time, LoRA merged
+        state_dict, model = sharding.gathered_state_dict(model, keep=ctx.is_main), sharding.base_of(model)
+    else:
+        state_dict = acc.get_state_dict(trainer.model)  # gathered from every shard under accelerate's FSDP
+        if hasattr(model, "merge_and_unload"):
+            model, state_dict = _merged(ctx, model), None
     if ctx.is_main:
         tmp = ctx.final.with_name("final.tmp")
         shutil.rmtree(tmp, ignore_errors=True)

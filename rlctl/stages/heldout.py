@@ -74,7 +74,7 @@ def publish_checkpoint(ctx: StageContext, step: int, model: Any, tokenizer: Any)
     Called at each save by the TRL stages' callback and by the rlctl RL loop."""
     _barrier()
     keep_best = ctx.cfg.checkpoint.keep_best and can_score(ctx)
-    sharded = ctx.plan.strategy == "fsdp2"  # every rank holds a shard: all must take part in generation
+    sharded = ctx.stage.strategy == "fsdp2"  # every rank holds a shard: all must take part in generation
     metric = None
     if keep_best and (ctx.is_main or sharded):
         scores = score(ctx, model, tokenizer, synced=sharded)

@@ -63,7 +63,7 @@ def planned(ctx: StageContext, engine: str | None = None) -> dict[str, Any]:
     plan, dtype = ctx.plan, ctx.cfg.model.dtype
     frozen = dtype if dtype != "auto" else "bfloat16" if plan.mixed_precision == "bf16" else "float32"
     out: dict[str, Any] = {
-        "strategy": plan.strategy,
+        "strategy": ctx.stage.strategy or plan.strategy,  # fsdp2 on CPU: some stages run ddp (the plan says which)
         "adapter": plan.adapter,
         "world_size": plan.layout.get("world_size", plan.num_processes),
         "gradient_checkpointing": plan.gradient_checkpointing,
@@ -136,6 +136,7 @@ def _checkpointing(model: Any) -> bool:
 
 def _optimizer_state(optimizer: Any) -> dict[str, Any]:
     import torch
+    from torch.distributed.tensor import DTensor
 
     devices, dtypes, size = set(), set(), 0
     for state in getattr(optimizer, "state", {}).values():
@@ -143,7 +144,8 @@ def _optimizer_state(optimizer: Any) -> dict[str, Any]:
             if torch.is_tensor(value) and value.dim() > 0:
                 devices.add(value.device.type)
                 dtypes.add(str(value.dtype).removeprefix("torch."))
-                size += value.numel() * value.element_size()
+                local = value.to_local() if isinstance(value, DTensor) else value  # this process's shard
+                size += local.numel() * local.element_size()
     return {"devices": sorted(devices), "dtypes": sorted(dtypes), "bytes": size}
 
 

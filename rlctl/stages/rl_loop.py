@@ -17,7 +17,7 @@
    micro-batches with weights that make the sum equal the loss aggregated over the whole mini-batch. When the
    plan offloads between phases, the policy's AdamW moments stay in host RAM except around its optimizer step.
 5. `log_step` to metrics.jsonl (with the seconds each phase took: `time_sync`, `time_generate`, `time_score`,
-   `time_prepare`, `time_update`), then `save_checkpoint` every `save_every` steps (models, optimizers,
+   `time_prepare`, `time_update`), then `loop_checkpoint.save` every `save_every` steps (models, optimizers,
    schedulers, RNG, loop state; marked complete). At the end the policy alone (no critic) goes to the stage's
    final folder.
 
@@ -28,10 +28,8 @@ processes and models.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -50,6 +48,7 @@ from rlctl.algorithms import (
     agg_loss,
     groups_with_variance,
     kl_penalty_rewards,
+    loss_units,
     masked_mean,
     pf_ppo_resample,
     value_loss,
@@ -59,8 +58,8 @@ from rlctl.data.tokens import prompt_text
 from rlctl.rollout import generate, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
-from rlctl.stages import heldout, layout, lengths, memory_probe, models
-from rlctl.stages.common import alarm_stop, over_ranks, resume_point, save_final, stop_signal
+from rlctl.stages import layout, lengths, loop_checkpoint, memory_probe, models, sharding
+from rlctl.stages.common import alarm_stop, over_ranks, save_final, stop_signal
 from rlctl.stages.context import Interrupted, NonFiniteError, PhaseClock, StageContext
 from rlctl.stages.rewarding import Scorer
 from rlctl.stages.rl_models import (
@@ -71,8 +70,6 @@ from rlctl.stages.rl_models import (
     token_values,
 )
 from rlctl.stages.weight_sync import sync_check
-
-LOOP_STATE = "rlctl_loop.json"
 
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -102,6 +99,7 @@ class Loop:
     mini: int
     micro: int
     clock: PhaseClock
+    shards: dict = field(default_factory=dict)  # sharded (model, optimizer) pairs DCP checkpoints, by name
 
     @property
     def rl(self):
@@ -135,7 +133,12 @@ def setup(ctx: StageContext) -> Loop:
     set_seed(cfg.seed)
     tok = models.tokenizer(ctx, ctx.stage.init_from)
     rows = lengths.training_rows(ctx, tok)
-    policy, ref, critic = load_models(ctx)
+    sharded = sharding.owns(ctx)
+    with sharding.full_loading():
+        policy, ref, critic = load_models(ctx)
+    if sharded:  # FSDP2 by rlctl: each decoder layer, then the root, over every process
+        models_ = (policy, ref, critic)
+        policy, ref, critic = (m and sharding.shard(m, acc.device.type, ctx.plan.mixed_precision) for m in models_)
     shard = rl.prompts_per_step * rl.group_size // acc.num_processes
     mini = shard // rl.ppo_mini_batches
     micro = max(d for d in range(1, min(ctx.stage.micro_batch_size, mini) + 1) if mini % d == 0)
@@ -143,19 +146,25 @@ def setup(ctx: StageContext) -> Loop:
     opt, sched = optimizer_and_schedule(
         ctx, policy, rl.learning_rate, (rl.max_steps - min(rl.critic_warmup_steps, rl.max_steps)) * updates
     )
-    policy, opt = acc.prepare(policy, opt)
+    if not sharded:
+        policy, opt = acc.prepare(policy, opt)
     acc.register_for_checkpointing(sched)
+    shards = {"policy": (policy, opt)} if sharded else {}  # what DCP checkpoints (accelerate: schedulers, RNG)
     c_opt = c_sched = None
     if critic is not None:
         c_opt, c_sched = optimizer_and_schedule(ctx, critic, rl.critic_lr or rl.learning_rate, rl.max_steps * updates)
-        critic, c_opt = acc.prepare(critic, c_opt)
+        if not sharded:
+            critic, c_opt = acc.prepare(critic, c_opt)
         acc.register_for_checkpointing(c_sched)
-    if ref is not None:
+        shards |= {"critic": (critic, c_opt)} if sharded else {}
+    if ref is not None and not sharded:
         ref.to(acc.device)
     kl_ctl = AdaptiveKLController(rl.beta, rl.kl_target, rl.kl_horizon) if rl.kl_target else FixedKLController(rl.beta)
     stream = PromptStream(rows, cfg.seed)
-    scorer = Scorer(ctx, tok, acc.device)
-    generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc)
+    with sharding.full_loading():
+        scorer = Scorer(ctx, tok, acc.device)
+    weights = sharding.full_weights if sharded else None
+    generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc, weights)
     loss_cfg = PolicyLossConfig(
         clip_low=rl.clip_low,
         clip_high=rl.clip_high if rl.policy_loss != "cispo" else 0.2,
@@ -168,7 +177,7 @@ def setup(ctx: StageContext) -> Loop:
     clock = PhaseClock(acc.device.type == "cuda", on_lap=memory_probe.lap)
     return Loop(
         ctx, acc, tok, policy, ref, critic, opt, sched, c_opt, c_sched, kl_ctl, stream, scorer, generator,
-        loss_cfg, adv_cfg, shard, mini, micro, clock,
+        loss_cfg, adv_cfg, shard, mini, micro, clock, shards,
     )  # fmt: skip
 
 
@@ -176,12 +185,12 @@ def restore(loop: Loop) -> int:
     """Resume from the last complete checkpoint (models, optimizers, RNG, loop state); returns the step it ended."""
     from accelerate.utils import set_seed
 
-    last = resume_point(loop.ctx)
     start = 0
-    if last:
-        loop.acc.load_state(last)
-        state = json.loads((Path(last) / LOOP_STATE).read_text())
+    state = loop_checkpoint.load(loop.ctx, loop.acc, loop.shards)
+    if state:
         start, loop.stream.cursor, loop.kl_ctl.value = state["step"], state["cursor"], state["kl_coef"]
+        if state.get("world", loop.acc.num_processes) != loop.acc.num_processes:  # each process samples anew
+            set_seed(loop.ctx.cfg.seed + loop.rank + start)
     else:
         set_seed(loop.ctx.cfg.seed + loop.rank)  # each process samples different completions
     if loop.ctx.plan.phase_offload:  # AdamW moments live in host RAM except around the policy's optimizer step
@@ -205,7 +214,8 @@ def run(ctx: StageContext) -> None:
         signum = stop_signal()
         if step % loop.rl.save_every == 0 or step == loop.rl.max_steps or signum:
             state = {"step": step, "cursor": loop.stream.cursor, "kl_coef": loop.kl_ctl.value}
-            save_checkpoint(ctx, loop.acc, step, state, loop.policy, loop.tok)
+            state["world"] = loop.acc.num_processes
+            loop_checkpoint.save(ctx, loop.acc, step, state, loop.policy, loop.tok, loop.shards)
         if signum:
             raise Interrupted(signum)
     trained = max(0, loop.rl.max_steps - start)
@@ -465,28 +475,6 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
         )
 
 
-def loss_units(mask: Tensor, mode: str) -> Tensor:
-    """What `agg_loss(mode)` divides by: tokens (token-mean), non-empty sequences (seq-mean-*), or rows
-    (seq-mean-token-sum-norm). Weighting each micro-batch by units / total units makes the accumulated gradient
-    that of the loss aggregated over the whole mini-batch, across processes."""
-    if mode == "token-mean":
-        return mask.sum()
-    if mode == "seq-mean-token-sum-norm":
-        return torch.tensor(float(mask.shape[0]), device=mask.device)
-    return (mask.sum(-1) > 0).sum().float()
-
-
 def _add(stats: dict[str, list[float]], **values: float) -> None:
     for key, value in values.items():
         stats.setdefault(key, []).append(float(value))
-
-
-def save_checkpoint(ctx: StageContext, acc, step: int, state: dict, policy, tokenizer) -> None:
-    """Models, optimizers, schedulers and every process's RNG (accelerate), plus the loop state, written under
-    `.incoming` and published (scored for keep-best, marked complete, renamed into place) once all is written."""
-    folder = checkpoint.incoming(ctx.checkpoints) / f"checkpoint-{step}"
-    acc.wait_for_everyone()
-    acc.save_state(str(folder))
-    if acc.is_main_process:
-        checkpoint.write_json_atomic(folder / LOOP_STATE, state)
-    heldout.publish_checkpoint(ctx, step, acc.unwrap_model(policy), tokenizer)
