@@ -29,7 +29,7 @@ def build(vocab_texts: list[str], args: argparse.Namespace):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rlctl.tiny import train_tokenizer
+    from rlctl.stages.tiny import train_tokenizer
 
     tok = train_tokenizer(vocab_texts, 512)
     config = Qwen2Config(
@@ -91,7 +91,7 @@ def main() -> None:
 
     import torch
 
-    from rlctl.stages.rl_loop import HFGenerator
+    from rlctl.rollout.generate import HFGenerator
 
     texts = [f"{a} + {b} = {a + b}" for a in range(60) for b in range(60)]
     model, tok = build(texts, args)

@@ -198,7 +198,7 @@ def rlctl_args(kind: str, steps: int, save_every: int = 100000) -> list[str]:
 def rlctl_train(run: Path, extra: list[str]) -> tuple[float, list]:
     """`rlctl train` of the tiny demo into `run`; returns the wall time and the CPU samples."""
     argv = [RLCTL, "-q", "train", "--preset", "tiny-demo", "--run-dir", str(run), "--set", "rl.eval_samples=16"]
-    return run_sampled([*argv, *extra], run.with_name(run.name + ".log"), "rlctl.runner")
+    return run_sampled([*argv, *extra], run.with_name(run.name + ".log"), "rlctl.launch.runner")
 
 
 def run_rlctl(kind: str, steps: int, tmp: Path, i: int) -> Measured:

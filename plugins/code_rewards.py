@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from rlctl.rewards import completion_text
-from rlctl.sandbox import Limits, run
+from rlctl.rewards.sandbox import Limits, run
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 

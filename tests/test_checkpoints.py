@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlctl import checkpoint, faults, memory
-from rlctl import plan as plan_mod
+from rlctl import checkpoint
+from rlctl.checkpoint import faults
 from rlctl.config import resolve
 from rlctl.errors import RewardError
+from rlctl.plan import memory
+from rlctl.plan import planner as plan_mod
 from rlctl.rewards import guarded
 
 

@@ -58,7 +58,7 @@ def test_plan_json():
     plan = json.loads(proc.stdout)
     assert plan["config"]["model"]["name_or_path"] == "Qwen/Qwen2.5-7B-Instruct"
     assert [s["name"] for s in plan["stages"]] == ["rl"]
-    assert plan["launch"] == "accelerate launch --config_file runs/x/accelerate.yaml -m rlctl.runner runs/x"
+    assert plan["launch"] == "accelerate launch --config_file runs/x/accelerate.yaml -m rlctl.launch.runner runs/x"
     assert plan["hardware"]["gpu_memory_gib"] == 80
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlctl import config, presets
+from rlctl import config
+from rlctl.config import presets
 from rlctl.errors import UserError
 
 REQUIRED_RECIPES = [

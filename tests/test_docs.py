@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rlctl import docs_gen
+from rlctl.cli import docs_gen
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -18,11 +18,13 @@ def test_generated_docs_match_the_code():
         for path, text in docs_gen.expected().items()
         if not path.exists() or path.read_text() != text
     ]
-    assert not stale, f"stale generated docs: {stale}; run `python -m rlctl.docs_gen` and commit the result"
+    assert not stale, f"stale generated docs: {stale}; run `python -m rlctl.cli.docs_gen` and commit the result"
 
 
 def test_generated_content_covers_the_code():
-    from rlctl import config, data, doctor, presets, rewards
+    from rlctl import config, data, rewards
+    from rlctl.after import doctor
+    from rlctl.config import presets
 
     reference = (DOCS / "config.md").read_text()
     for key in ("data.columns", "data.answer_field", "rl.rewards[].name", "model.adapter", "logging.report_to"):

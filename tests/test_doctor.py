@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import doctor
+from rlctl.after import doctor
 from tests.conftest import rlctl
 from tests.hub_stub import HubStub
 

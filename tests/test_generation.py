@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rlctl.stages.rl_loop import HFGenerator
-from rlctl.tiny import train_tokenizer
+from rlctl.rollout.generate import HFGenerator
+from rlctl.stages.tiny import train_tokenizer
 
 
 def _policy():

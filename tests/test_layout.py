@@ -17,7 +17,7 @@ SFT_ONLY = ("--preset", "tiny-demo", "--stages", "sft", "--set", "sft.max_steps=
 # A stage that ignores the adapter the plan chose: LoRA planned, the trainer gets no PEFT config.
 IGNORES_ADAPTER = """
 import sys
-if "rlctl.runner" in " ".join(sys.orig_argv):
+if "rlctl.launch.runner" in " ".join(sys.orig_argv):
     import rlctl.stages.common as common
     common.lora_config = lambda ctx, task_type="CAUSAL_LM": None
 """
@@ -50,7 +50,7 @@ def test_optimizer_offload_is_recorded_as_it_ran():
     and seconds per switch."""
     import torch
 
-    from rlctl import engine
+    from rlctl.rollout import vllm as engine
 
     model = torch.nn.Linear(8, 4)
     opt = torch.optim.AdamW(model.parameters())
@@ -128,7 +128,7 @@ def test_a_stage_that_ignores_its_plan_stops_at_its_first_step(tmp_path: Path):
     assert not (run_dir / "sft" / "checkpoints" / "checkpoint-3").exists()
 
 
-def test_fsdp2_on_cpu_is_refused_at_plan_time_not_run_as_ddp():
+def test_fsdp2_on_cpu_with_no_stage_that_can_shard_is_refused_not_run_as_ddp():
     sets = ("--set", "hardware.num_processes=2", "--set", "hardware.strategy=fsdp2")
     proc = rlctl("plan", "--preset", "tiny-demo", *sets)
     text = " ".join((proc.stdout + proc.stderr).split())

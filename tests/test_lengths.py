@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import plan as plan_mod
-from rlctl import tiny
 from rlctl.config import resolve
 from rlctl.errors import UserError
-from rlctl.stages.common import MetricsLog, StageContext
-from rlctl.stages.lengths import length, training_rows
+from rlctl.plan import planner as plan_mod
+from rlctl.stages import tiny
+from rlctl.stages.context import MetricsLog, StageContext
+from rlctl.stages.lengths import length, stage_rows, training_rows
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +56,13 @@ def test_preference_kto_and_rl_rows(tok):
     assert length({"prompt": "12+3=", "answer": "15"}, tok, "rl") == _n(tok, "12+3=")
 
 
-def _context(tmp_path: Path, over_length: str) -> StageContext:
+def _context(tmp_path: Path, over_length: str, drop_fraction: float = 0.1) -> StageContext:
     rows = [{"prompt": f"{a}+3=", "answer": str(a + 3)} for a in range(10, 20)]
     rows[4]["prompt"] = "12+3=" * 10
     data = tmp_path / "rl.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     sets = ["stages=[rl]", f"data.rl={data}", "data.max_prompt_length=12", f"data.over_length={over_length}"]
+    sets.append(f"data.max_drop_fraction={drop_fraction}")
     cfg = resolve(preset="tiny-demo", sets=[*sets, "data.generate=null", "rl.rewards=[{name: exact_match}]"])
     the_plan = plan_mod.build(cfg, tmp_path / "run")
     (tmp_path / "run").mkdir(exist_ok=True)
@@ -79,6 +80,14 @@ def test_over_long_rows_are_dropped_counted_and_logged(tmp_path: Path, tok):
     assert event["event"] == "data" and event["dropped_too_long"] == 1
 
 
+def test_dropping_more_than_max_drop_fraction_is_refused_naming_the_length_that_keeps_95(tmp_path: Path, tok):
+    ctx = _context(tmp_path, "drop", drop_fraction=0.05)
+    keeps = max(length(r, tok, "rl") for r in stage_rows(ctx))  # 9 of 10 short rows: 95% needs the long one too
+    expected = rf"1 of 10 rl rows \(10%\) .* data.max_drop_fraction=0.05. data.max_prompt_length={keeps} keeps 95%"
+    with pytest.raises(UserError, match=expected):
+        training_rows(ctx, tok)
+
+
 def test_over_long_rows_refused_naming_the_row(tmp_path: Path, tok):
     ctx = _context(tmp_path, "refuse")
     expected = r"1 of 10 rl rows are longer than data.max_prompt_length=12 tokens \(first: row 5 of "
@@ -87,8 +96,6 @@ def test_over_long_rows_refused_naming_the_row(tmp_path: Path, tok):
 
 
 def test_stages_read_the_run_data_through_its_column_mapping(tmp_path: Path):
-    from rlctl.stages.lengths import stage_rows
-
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"question": "1+1=", "meta": {"gt": "2"}}) + "\n")
     sets = ["stages=[rl]", f"data.rl={qa}", "data.generate=null", "rl.rewards=[{name: exact_match}]"]

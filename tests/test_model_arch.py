@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import config, model_arch, plan
+from rlctl import config
 from rlctl.errors import UserError
-from rlctl.memory_model import Arch
+from rlctl.plan import arch as model_arch
+from rlctl.plan import planner as plan
+from rlctl.plan.memory_arch import Arch
 from tests.conftest import rlctl
 
 QWEN25_3B = {

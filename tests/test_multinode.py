@@ -48,7 +48,7 @@ def test_multinode_accelerate_config_and_launch_are_exact(tmp_path: Path):
     }
     assert plan["launch"] == (
         f"accelerate launch --config_file {run}/accelerate.yaml --num_machines 2 --machine_rank 1 "
-        f"--main_process_ip 10.0.0.1 --main_process_port 29500 -m rlctl.runner {run}"
+        f"--main_process_ip 10.0.0.1 --main_process_port 29500 -m rlctl.launch.runner {run}"
     )
     assert plan["layout"] == {
         "nodes": 2,
@@ -66,7 +66,7 @@ def test_multinode_accelerate_config_and_launch_are_exact(tmp_path: Path):
 def test_single_node_launch_is_unchanged(tmp_path: Path):
     plan = _plan(tmp_path, "--hardware", "8xH100-80GB")
     run = str(tmp_path / "run")
-    assert plan["launch"] == f"accelerate launch --config_file {run}/accelerate.yaml -m rlctl.runner {run}"
+    assert plan["launch"] == f"accelerate launch --config_file {run}/accelerate.yaml -m rlctl.launch.runner {run}"
     assert plan["accelerate"]["num_machines"] == 1 and plan["accelerate"]["machine_rank"] == 0
     assert "main_process_ip" not in plan["accelerate"]
     assert plan["layout"]["main"] is None and plan["layout"]["world_size"] == 8

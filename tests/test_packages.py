@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import config, engine, packages, plan
-from rlctl import hardware as hw
+from rlctl import config
 from rlctl.errors import UserError
+from rlctl.plan import engine, packages
+from rlctl.plan import hardware as hw
+from rlctl.plan import planner as plan
 from tests.conftest import rlctl
 
 REPO = Path(__file__).resolve().parent.parent

@@ -182,7 +182,7 @@ def test_signal_stops_with_a_checkpoint(tmp_path: Path, signum: int, code: int, 
     assert summary(run_dir)["completed"] == ["sft"]
     assert not (run_dir / "rl" / "final").exists()
     assert not (run_dir / "run.lock").exists()
-    leftover = subprocess.run(["pgrep", "-f", f"rlctl.runner {run_dir}"], capture_output=True, text=True)
+    leftover = subprocess.run(["pgrep", "-f", f"rlctl.launch.runner {run_dir}"], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", "no trainer outlives the stop"
 
 

@@ -62,7 +62,7 @@ def test_push_creates_the_repo_and_uploads_folder_and_card(demo_run: Path, tmp_p
 def test_push_with_a_rejected_token_fails_clearly(tmp_path: Path, monkeypatch):
     from huggingface_hub import constants
 
-    from rlctl import export
+    from rlctl.after import export
 
     folder = tmp_path / "model"
     folder.mkdir()
@@ -133,7 +133,7 @@ def test_push_lora_adapter_alone(demo_run: Path, tmp_path: Path):
 
 
 def test_adapter_export_refusals(demo_run: Path, tmp_path: Path):
-    from rlctl import export
+    from rlctl.after import export
 
     proc = rlctl("export", str(demo_run), "--adapter", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "trained no LoRA adapter" in proc.stderr.replace("\n", " ")

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import config, packages, plan
+from rlctl import config
 from rlctl.errors import UserError
+from rlctl.plan import packages
+from rlctl.plan import planner as plan
 from tests.conftest import rlctl, summary
 from tests.test_layout import assert_cpu_precision
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import config, presets
+from rlctl import config
+from rlctl.config import presets
 from rlctl.errors import UserError
 from tests.conftest import rlctl, summary
 
@@ -253,8 +254,7 @@ def test_micro_batch_weights_reproduce_the_mini_batch_loss():
     aggregated over the whole mini-batch, for every aggregation mode (one process)."""
     import torch
 
-    from rlctl.algorithms import AGG_MODES, agg_loss
-    from rlctl.stages.rl_loop import loss_units
+    from rlctl.algorithms import AGG_MODES, agg_loss, loss_units
 
     torch.manual_seed(0)
     loss_mat = torch.randn(12, 7)
@@ -271,7 +271,7 @@ def test_micro_batch_weights_reproduce_the_mini_batch_loss():
 
 
 def test_prompt_stream_is_seeded_and_resumable():
-    from rlctl.stages.rl_loop import PromptStream
+    from rlctl.rollout.samples import PromptStream
 
     rows = [{"prompt": str(i)} for i in range(5)]
     a = PromptStream(rows, seed=1).take(12)
@@ -286,9 +286,9 @@ def test_prompt_stream_is_seeded_and_resumable():
 def test_critic_starts_from_the_policy_or_the_reward_model(init, demo_run):
     from safetensors.torch import load_file
 
-    from rlctl import plan as plan_mod
-    from rlctl.stages.common import MetricsLog, StageContext
-    from rlctl.stages.rl_loop import load_models
+    from rlctl.plan import planner as plan_mod
+    from rlctl.stages.context import MetricsLog, StageContext
+    from rlctl.stages.rl_models import load_models
 
     cfg = config.resolve(preset="tiny-demo", algorithm="ppo", sets=[f"rl.critic_init={init}"])
     the_plan = plan_mod.build(cfg, demo_run)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rlctl import sandbox
+from rlctl.rewards import sandbox
 
 LIMITS = sandbox.Limits(wall_s=3.0, cpu_s=2, memory_mb=256)
 TESTS = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"

@@ -27,8 +27,8 @@ EXACT = "rl.rewards=[{name: exact_match}]"
 # Fault injections (sitecustomize, runner processes only): each breaks the policy -> vLLM weight push one way.
 BREAKAGES = {
     "skipped sync": """
-from rlctl import engine
-engine._reload_on_cpu = lambda generation: generation.llm.reset_prefix_cache()
+from rlctl.rollout import vllm
+vllm._reload_on_cpu = lambda generation: generation.llm.reset_prefix_cache()
 """,
     "corrupted tensor": """
 from trl.generation import vllm_generation
@@ -107,7 +107,7 @@ def test_the_loop_on_two_processes_with_an_engine_each(vllm_demo: Path, tmp_path
 def test_a_broken_weight_sync_stops_the_run(vllm_demo: Path, tmp_path: Path, breakage: str):
     inject = tmp_path / "inject"
     inject.mkdir()
-    code = "import sys\nif 'rlctl.runner' in ' '.join(sys.orig_argv):\n" + "".join(
+    code = "import sys\nif 'rlctl.launch.runner' in ' '.join(sys.orig_argv):\n" + "".join(
         f"    {line}\n" for line in BREAKAGES[breakage].strip().splitlines()
     )
     (inject / "sitecustomize.py").write_text(code)
@@ -130,8 +130,10 @@ import json, os, sys
 import torch
 from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from rlctl import config, engine, plan
-from rlctl.stages.rl_loop import HFGenerator
+from rlctl import config
+from rlctl.rollout import vllm
+from rlctl.plan import planner as plan
+from rlctl.rollout.generate import HFGenerator
 
 model_dir = sys.argv[1]
 cfg = config.resolve("tiny-demo", None, "reinforce-pp", None, [f"model.name_or_path={model_dir}", "rl.use_vllm=true"])
@@ -139,7 +141,7 @@ the_plan = plan.build(cfg, sys.argv[2])
 acc = Accelerator(cpu=True)
 tok = AutoTokenizer.from_pretrained(model_dir)
 policy = acc.prepare(AutoModelForCausalLM.from_pretrained(model_dir))
-vllm_gen = engine.ColocatedVLLM(the_plan, policy, acc, tok)
+vllm_gen = vllm.ColocatedVLLM(the_plan, policy, acc, tok)
 hf_gen = HFGenerator(tok, cfg.rl.max_new_tokens, cfg.rl.temperature)
 prompts = [tok(f"{a} + {b} =", add_special_tokens=False)["input_ids"] for a, b in zip(range(10, 40), range(40, 10, -1))]
 out = {}
@@ -181,3 +183,21 @@ def test_the_gpu_acceptance_bench_runs_on_cpu(vllm_demo: Path, tmp_path: Path):
     assert engine["tokens_per_s"]["vllm"] > 0 and engine["tokens_per_s"]["transformers"] > 0
     assert engine["sync_check"]["mean_abs_logprob_diff"] < 0.1
     assert "| generated tokens/s: vLLM / transformers |" in (tmp_path / "gpu_accept.md").read_text()
+
+
+@pytest.mark.parametrize("adapter", ["full", "lora"])
+def test_sharded_policy_syncs_into_each_process_engine(vllm_demo: Path, tmp_path: Path, adapter: str):
+    """FSDP2 over 2 processes, an engine each: after every sync each engine's greedy completions are those of the
+    gathered model in transformers (near-ties of vLLM's CPU kernels aside: at most 2 of 15 may differ)."""
+    worker = Path(__file__).resolve().parent / "fsdp2_sync_worker.py"
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29647"]
+    args = [*run, str(worker), str(vllm_demo / "sft" / "final"), str(tmp_path / "plan"), adapter]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")]
+    assert proc.returncode == 0 and len(lines) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for line in lines:
+        result = json.loads(line.split(" ", 1)[1])
+        for round_, (from_vllm, from_hf) in result.items():
+            assert sum(a != b for a, b in zip(from_vllm, from_hf, strict=True)) <= 2, (line[:8], round_)
+        assert result["start"][0] != result["after a change"][0], "the update reached vLLM"

@@ -41,7 +41,7 @@ def build_model(shape: str, out: Path) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rlctl.tiny import train_tokenizer
+    from rlctl.stages.tiny import train_tokenizer
 
     a = yaml.safe_load((REPO / "presets" / "models" / f"{shape}.yaml").read_text())["model"]["arch"]
     tok = train_tokenizer([f"{x} + {y} = {x + y}" for x in range(100) for y in range(100)], 1024)
@@ -117,8 +117,12 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
     from accelerate import Accelerator
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlctl import config, engine, plan
-    from rlctl.stages.rl_loop import HFGenerator, Sample, collate, token_logprobs
+    from rlctl import config
+    from rlctl.plan import planner as plan
+    from rlctl.rollout import vllm
+    from rlctl.rollout.generate import HFGenerator
+    from rlctl.rollout.samples import Sample, collate
+    from rlctl.stages.rl_models import token_logprobs
 
     cuda = torch.cuda.is_available()
     sets = [f"model.name_or_path={model_dir}", "rl.use_vllm=true", f"rl.max_new_tokens={opts.new_tokens}"]
@@ -131,11 +135,11 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
     policy = acc.prepare(AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype))
     mem = Memory(cuda)
     mem.start()
-    vllm_gen = engine.ColocatedVLLM(the_plan, policy, acc, tok)
+    vllm_gen = vllm.ColocatedVLLM(the_plan, policy, acc, tok)
     mem.record("engine built (asleep on GPU)")
     llm = vllm_gen.vllm.llm
     switches: dict[str, list[float]] = {}
-    if engine.sleep_mode(the_plan):
+    if vllm.sleep_mode(the_plan):
         for _ in range(3):
             for name, fn in (
                 ("wake weights", lambda: llm.wake_up(tags=["weights"])),
@@ -212,7 +216,16 @@ def step_split(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> dict
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steps = [r for r in recs if r.get("stage") == "rl" and "time_generate" in r]
     keys = ("time_sync", "time_generate", "time_score", "time_prepare", "time_update", "sync_logp_diff_mean")
-    return {k: round(statistics.median(r[k] for r in steps), 4) for k in keys if all(k in r for r in steps)}
+    out = {k: round(statistics.median(r[k] for r in steps), 4) for k in keys if all(k in r for r in steps)}
+    memory = json.loads((run_dir / "summary.json").read_text()).get("memory", {}).get("rl", {})
+    out["memory"] = {p: planned_vs_measured(r) for p, r in memory.get("phases", {}).items()}
+    return out
+
+
+def planned_vs_measured(row: dict) -> str:
+    """One phase of summary.json's measured memory: planned, measured (GiB) and the plan's error."""
+    error = f"{row['error_pct']:+.0f}%" if row.get("error_pct") is not None else "-"
+    return f"planned {row.get('planned_peak_gib') or '-'} / measured {row.get('measured_peak_gib')} GiB ({error})"
 
 
 def markdown(doc: dict) -> str:
@@ -228,8 +241,10 @@ def markdown(doc: dict) -> str:
                                                       f"{check['max_abs_logprob_diff']}"),
         ("sync check: greedy vLLM == transformers", f"{check['greedy_equal']}/{check['greedy_prompts']}"),
         ("generated tokens/s: vLLM / transformers", f"{rate['vllm']} / {rate['transformers']}"),
-        ("step split s (sync/generate/score/prepare/update)", json.dumps(split)),
+        ("step split s (sync/generate/score/prepare/update)", json.dumps({k: v for k, v in split.items()
+                                                                            if k != "memory"})),
     ]  # fmt: skip
+    rows += [(f"rlctl train memory: rl/{phase}", text) for phase, text in split.get("memory", {}).items()]
     rows += [(f"memory: {phase}", json.dumps(v)) for phase, v in e["memory"].items()]
     rows += [(f"plan: {p['stage']}/{p['phase']} peak GiB", p["peak_gib"]) for p in e["plan"]["memory"] or []]
     return "| measure | value |\n| --- | --- |\n" + "\n".join(f"| {k} | {v} |" for k, v in rows) + "\n"

@@ -2,6 +2,7 @@
 
 Small pure torch functions behind one registry per kind, each kind with one shared signature (see the module
 docstrings and ``docs/algorithms.md``). Imports torch: only stage code may import this package, never the CLI.
+May import: base, config.
 """
 
 from rlctl.algorithms.advantages import (
@@ -31,6 +32,7 @@ from rlctl.algorithms.losses import (
     POLICY_LOSSES,
     PolicyLossConfig,
     agg_loss,
+    loss_units,
     register_policy_loss,
     value_loss,
 )
@@ -55,6 +57,7 @@ __all__ = [
     "agg_loss",
     "groups_with_variance",
     "kl_penalty_rewards",
+    "loss_units",
     "masked_mean",
     "masked_whiten",
     "overlong_penalty",

@@ -3,20 +3,17 @@ that stream metrics and mark complete checkpoints, and the final save."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
-from rlctl.config import RunConfig
-from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
+from rlctl.stages import sharding
+from rlctl.stages.context import Interrupted, NonFiniteError, StageContext, Stopped
+from rlctl.stages.models import torch_dtype
 
 # Trainer log keys worth streaming, renamed to rlctl's metric names.
 _LOG_KEYS = {
@@ -33,6 +30,8 @@ _LOG_KEYS = {
     "clip_ratio/region_mean": "clip_ratio",
     "rewards/accuracies": "accuracy",
     "rewards/margins": "margin",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "completions/clipped_ratio": "truncated_ratio",
     # TRL GRPO with vLLM: the weight-sync check's numbers and its rollout correction (rlctl's loop logs the same)
     "sampling/sampling_logp_difference/mean": "sync_logp_diff_mean",
     "sampling/sampling_logp_difference/max": "sync_logp_diff_max",
@@ -40,63 +39,6 @@ _LOG_KEYS = {
     "sampling/importance_sampling_ratio/min": "is_ratio_min",
     "sampling/importance_sampling_ratio/max": "is_ratio_max",
 }
-
-
-class MetricsLog:
-    """Appends one JSON record per line to run_dir/metrics.jsonl (main process only)."""
-
-    def __init__(self, run_dir: Path, enabled: bool):
-        self.path = run_dir / "metrics.jsonl"
-        self.enabled = enabled
-
-    def write(self, **record: Any) -> None:
-        if not self.enabled:
-            return
-        record["time"] = round(time.time(), 3)
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-@dataclass
-class StageContext:
-    cfg: RunConfig
-    plan: Plan
-    stage: StagePlan
-    run_dir: Path
-    data: dict[str, Path]
-    log: MetricsLog
-    is_main: bool
-    device: Any = "cpu"
-    notes: dict[str, Any] = field(default_factory=dict)  # data facts for summary.json (rows dropped as too long)
-
-    @property
-    def settings(self):
-        """This stage's section of the config (cfg.sft, cfg.rm or cfg.rl)."""
-        return getattr(self.cfg, self.stage.name)
-
-    @property
-    def checkpoints(self) -> Path:
-        return stage_dir(self.run_dir, self.stage.name) / "checkpoints"
-
-    @property
-    def final(self) -> Path:
-        return final_dir(self.run_dir, self.stage.name)
-
-
-class Interrupted(Exception):
-    """A stop was asked for (SIGINT/SIGTERM); the stage saved a checkpoint at a step boundary."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"stopped by signal {signum}")
-        self.exit_code = 128 + signum
-
-
-class Stopped(RuntimeError):
-    """A stage stopped itself; its message says why and what to do (the run exits 1)."""
-
-
-class NonFiniteError(Stopped):
-    """A loss or reward became NaN/inf; the stage stopped without saving that state."""
 
 
 _stop = {"signal": 0}
@@ -128,6 +70,13 @@ def over_ranks(value: int, op: str = "sum") -> int:
     return int(total.item())
 
 
+def alarm_stop(ctx: StageContext) -> bool:
+    """Whether an alarm asked to stop (logging.alarms: stop), agreed by every process (all call it at the same
+    point; alarms are computed on the main process, which writes the metrics)."""
+    watch = ctx.log.watch
+    return bool(over_ranks(int(watch is not None and watch.stop is not None), op="max"))
+
+
 def stop_signal() -> int:
     """The stop signal any rank received (0 for none), agreed across processes so all stop at the same step."""
     _stop["signal"] = over_ranks(_stop["signal"], op="max")
@@ -143,6 +92,20 @@ class StreamMetrics(TrainerCallback):
         self.reward_errors = reward_errors  # RL: completions scored 0 by rewards with on_error=zero, per reward
         self.non_finite: str | None = None
         self.broken_sync: str | None = None  # vLLM generated with weights other than the policy's
+        self.stopped_by_alarm = False  # an alarm asked to stop (logging.alarms: stop)
+        self.begin = 0  # the step this attempt started from (a resume's checkpoint)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.begin = state.global_step
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """The alarm for a resume that trained 0 steps reads this record."""
+        resumed = self.begin if self.begin else None
+        steps = state.global_step - self.begin
+        self.ctx.log.write(
+            stage=self.ctx.stage.name, event="trained", resumed_from=resumed, steps=steps, max_steps=state.max_steps
+        )
+        self.stopped_by_alarm = self.stopped_by_alarm or alarm_stop(self.ctx)
 
     def on_step_end(self, args, state, control, **kwargs):
         if stop_signal():
@@ -173,6 +136,10 @@ class StreamMetrics(TrainerCallback):
             control.should_save = False
             control.should_training_stop = True
         self.ctx.log.write(stage=self.ctx.stage.name, step=state.global_step, max_steps=state.max_steps, **values)
+        if alarm_stop(self.ctx):
+            self.stopped_by_alarm = True
+            control.should_save = False
+            control.should_training_stop = True
 
     def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
         from rlctl.stages import heldout  # heldout loads models through this module
@@ -210,24 +177,12 @@ def training_args(ctx: StageContext, config_cls, **extra: Any):
 
 
 def resume_point(ctx: StageContext) -> str | None:
-    """The last complete checkpoint of this stage (partial ones from a crash are removed first)."""
+    """The last complete checkpoint of this stage (partial ones from a crash are removed first; `rlctl resume`
+    has set damaged ones aside, see rlctl.checkpoint.verify)."""
     if ctx.is_main:
         checkpoint.drop_partial(ctx.checkpoints)
     last = checkpoint.last_complete(ctx.checkpoints)
     return str(last) if last else None
-
-
-def torch_dtype(ctx: StageContext, trainable: bool = True):
-    """The dtype to load a model in. Under bf16 mixed precision, weights that train in full keep an fp32 master
-    copy (autocast runs the math in bf16; AdamW updates below half a bf16 step would otherwise round away);
-    frozen models and LoRA/QLoRA bases load in bf16."""
-    import torch
-
-    if ctx.cfg.model.dtype != "auto":
-        return getattr(torch, ctx.cfg.model.dtype)
-    if ctx.plan.mixed_precision != "bf16":
-        return torch.float32
-    return torch.float32 if trainable and ctx.plan.adapter == "full" else torch.bfloat16
 
 
 def check_stopped(ctx: StageContext, trainer) -> None:
@@ -248,6 +203,8 @@ def check_stopped(ctx: StageContext, trainer) -> None:
             f"(weights not reloaded), or a parameter pushed under the wrong name. The last good checkpoint is "
             f"{last or 'none'}. Report it with logs/train.log; to run anyway, resume with --set rl.use_vllm=false."
         )
+    if guard is not None and guard.stopped_by_alarm:
+        raise ctx.alarm_stopped(trainer.state.global_step)
     if _stop["signal"]:
         raise Interrupted(_stop["signal"])
 
@@ -261,10 +218,13 @@ def save_final(ctx: StageContext, trainer, tokenizer) -> None:
     check_stopped(ctx, trainer)
     acc = trainer.accelerator
     acc.wait_for_everyone()
-    state_dict = acc.get_state_dict(trainer.model)  # gathered from every shard under FSDP
     model = acc.unwrap_model(trainer.model)
-    if hasattr(model, "merge_and_unload"):
-        model, state_dict = _merged(ctx, model), None
+    if sharding.owns(ctx):  # sharded by rlctl itself (its RL loop): gathered one weight at a time, LoRA merged
+        state_dict, model = sharding.gathered_state_dict(model, keep=ctx.is_main), sharding.base_of(model)
+    else:
+        state_dict = acc.get_state_dict(trainer.model)  # gathered from every shard under accelerate's FSDP
+        if hasattr(model, "merge_and_unload"):
+            model, state_dict = _merged(ctx, model), None
     if ctx.is_main:
         tmp = ctx.final.with_name("final.tmp")
         shutil.rmtree(tmp, ignore_errors=True)

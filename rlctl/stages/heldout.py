@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlctl import checkpoint, data, evaluate, rewards
-from rlctl.stages import models
-from rlctl.stages.common import StageContext
+from rlctl import checkpoint, data, rewards
+from rlctl.rewards import scoring
+from rlctl.rollout import evaluate
+from rlctl.stages import memory_probe, models
+from rlctl.stages.context import StageContext
 
 HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward models
 
@@ -15,7 +17,10 @@ HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward model
 def preference_split(ctx: StageContext, role: str = "preference") -> tuple[list[dict], list[dict]]:
     """(train, held-out) rows of data.preference, read as `role` (preference pairs, or kto rows); the held-out
     tenth measures the reward model's accuracy."""
-    rows = data.check(ctx.data["preference"], role, columns=ctx.cfg.data.columns)
+    stage = ctx.stage.name if ctx.stage.name in ("rm", "dpo", "kto") else "rm"
+    rows = data.check(
+        ctx.data["preference"], role, columns=data.stage_columns(ctx.cfg, stage), encoding=ctx.cfg.data.encoding
+    )
     return data.holdout(rows, HOLDOUT, ctx.cfg.seed)
 
 
@@ -28,13 +33,15 @@ def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -
             _, held = preference_split(ctx)
             return evaluate.score_reward_model(model, tokenizer, held[: ctx.settings.eval_samples])
         cfg = ctx.cfg
-        rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field, cfg.data.columns)[: cfg.rl.eval_samples]
-        fns = [
-            (rewards.guarded(rewards.resolve(r.name, cfg.data.answer_field), r.name, r.on_error, {}), r.weight)
-            for r in cfg.rl.rewards
-            if r.name not in rewards.MODEL_REWARDS
-        ]
-        return evaluate.score_policy(model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced)
+        columns = data.stage_columns(cfg, "eval")
+        rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field, columns, cfg.data.encoding)
+        rows = rows[: cfg.rl.eval_samples]
+        guarded = rewards.stage_rewards(cfg.rl.rewards, cfg.data.answer_field, {}, ctx.notify)
+        fns = [(fn, r.weight) for fn, r in zip(guarded, cfg.rl.rewards, strict=True) if fn is not None]
+        accuracy = scoring.accuracy_name(cfg.rl.rewards, data.RECOGNISED["eval"].format)
+        return evaluate.score_policy(
+            model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy
+        )
     finally:
         model.train(was_training)
 
@@ -67,7 +74,7 @@ def publish_checkpoint(ctx: StageContext, step: int, model: Any, tokenizer: Any)
     Called at each save by the TRL stages' callback and by the rlctl RL loop."""
     _barrier()
     keep_best = ctx.cfg.checkpoint.keep_best and can_score(ctx)
-    sharded = ctx.plan.strategy == "fsdp2"  # every rank holds a shard: all must take part in generation
+    sharded = ctx.stage.strategy == "fsdp2"  # every rank holds a shard: all must take part in generation
     metric = None
     if keep_best and (ctx.is_main or sharded):
         scores = score(ctx, model, tokenizer, synced=sharded)
@@ -76,3 +83,4 @@ def publish_checkpoint(ctx: StageContext, step: int, model: Any, tokenizer: Any)
     if ctx.is_main:
         checkpoint.publish(ctx.checkpoints, step, metric, ctx.cfg.checkpoint.keep_last, keep_best)
     _barrier()
+    memory_probe.lap("checkpoint")  # the save and its held-out scoring

@@ -21,8 +21,10 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
-from rlctl.engine import SWITCHES
-from rlctl.stages.common import StageContext, Stopped, torch_dtype
+from rlctl.rollout.vllm import SWITCHES
+from rlctl.stages import memory_probe
+from rlctl.stages.context import StageContext, Stopped
+from rlctl.stages.models import torch_dtype
 
 NO_OP = "no-op on CPU"  # the plan offloads the optimizer between phases, on a machine where it stays put
 
@@ -37,7 +39,8 @@ def follow_plan(ctx: StageContext, trainer: Any) -> None:
     Adapters train in fp32, as the plan counts them and as autocast expects master weights: TRL 1.16's trainers
     cast a 4-bit model's trainable weights (LoRA adapters, the reward head) to bf16, and a LoRA reward model's
     head is a trainable copy in the bf16 base's dtype (on CPU, where 4-bit layers compute in fp32, a bf16 reward
-    head would not even multiply with its fp32 input)."""
+    head would not even multiply with its fp32 input). The memory probe learns the trainer's phase boundaries
+    here too."""
     if ctx.plan.adapter != "full":
         import torch
 
@@ -45,6 +48,7 @@ def follow_plan(ctx: StageContext, trainer: Any) -> None:
             if param.requires_grad and param.dtype != torch.float32:
                 param.data = param.data.float()
     trainer.add_callback(LayoutCheck(ctx, trainer))
+    memory_probe.install(trainer)
 
 
 class LayoutCheck(TrainerCallback):
@@ -92,7 +96,7 @@ def planned(ctx: StageContext, engine: str | None = None) -> dict[str, Any]:
     plan, dtype = ctx.plan, ctx.cfg.model.dtype
     frozen = dtype if dtype != "auto" else "bfloat16" if plan.mixed_precision == "bf16" else "float32"
     out: dict[str, Any] = {
-        "strategy": plan.strategy,
+        "strategy": ctx.stage.strategy or plan.strategy,  # fsdp2 on CPU: some stages run ddp (the plan says which)
         "adapter": plan.adapter,
         "world_size": plan.layout.get("world_size", plan.num_processes),
         "gradient_checkpointing": plan.gradient_checkpointing,
@@ -253,6 +257,7 @@ def _checkpointing(model: Any) -> bool:
 
 def _optimizer_state(optimizer: Any) -> dict[str, Any]:
     import torch
+    from torch.distributed.tensor import DTensor
 
     devices, dtypes, size = set(), set(), 0
     for state in getattr(optimizer, "state", {}).values():
@@ -260,7 +265,8 @@ def _optimizer_state(optimizer: Any) -> dict[str, Any]:
             if torch.is_tensor(value) and value.dim() > 0:
                 devices.add(value.device.type)
                 dtypes.add(str(value.dtype).removeprefix("torch."))
-                size += value.numel() * value.element_size()
+                local = value.to_local() if isinstance(value, DTensor) else value  # this process's shard
+                size += local.numel() * local.element_size()
     return {"devices": sorted(devices), "dtypes": sorted(dtypes), "bytes": size}
 
 

@@ -6,50 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlctl import data, evaluate
+from rlctl import data
+from rlctl.data.tokens import length, limit_key, too_many_dropped
 from rlctl.errors import UserError
-from rlctl.stages.common import StageContext
+from rlctl.stages.context import StageContext
 from rlctl.stages.heldout import preference_split
+
+__all__ = ["length", "limit_key", "stage_rows", "training_rows"]
 
 
 def stage_rows(ctx: StageContext) -> list[dict[str, Any]]:
     """The rows the stage trains on, before the length policy (rm, dpo and kto leave a tenth out for eval)."""
     name, cfg = ctx.stage.name, ctx.cfg
+    columns, encoding = data.stage_columns(cfg, name), cfg.data.encoding
     if name == "sft":
-        return data.check(ctx.data["sft"], "sft", columns=cfg.data.columns)
+        return data.check(ctx.data["sft"], "sft", columns=columns, encoding=encoding)
     if name in ("rm", "dpo", "kto"):
         return preference_split(ctx, "kto" if name == "kto" else "preference")[0]
-    return data.check(ctx.data["rl"], "rl", cfg.data.answer_field, columns=cfg.data.columns)
-
-
-def limit_key(stage: str) -> str:
-    return "data.max_prompt_length" if stage == "rl" else f"{stage}.max_length"
-
-
-def _tokens(text: str, tok) -> int:
-    return len(tok(text, add_special_tokens=False)["input_ids"])
-
-
-def _text(value: Any, tok) -> str:
-    """Plain text as is; a message list rendered through the chat template."""
-    return tok.apply_chat_template(value, tokenize=False) if isinstance(value, list) else value
-
-
-def length(row: dict[str, Any], tok, stage: str) -> int:
-    """Tokens of a row as the stage's trainer sees it: the prompt alone for rl; the whole sequence with EOS for sft;
-    prompt plus the longer response (tokenized apart, as TRL does) with EOS for rm, dpo and kto."""
-    if stage == "rl":
-        return _tokens(evaluate.prompt_text(row["prompt"], tok), tok)
-    if stage == "sft":
-        if "messages" in row or isinstance(row.get("prompt"), list):
-            messages = row["messages"] if "messages" in row else row["prompt"] + row["completion"]
-            return len(tok.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"])
-        text = row["text"] if "text" in row else row["prompt"] + row["completion"]
-        return _tokens(text, tok) + 1
-    prompt = row.get("prompt") or ""
-    responses = [row["chosen"], row["rejected"]] if "chosen" in row else [row["completion"]]
-    head = _tokens(evaluate.prompt_text(prompt, tok), tok) if prompt else 0
-    return head + max(_tokens(_text(r, tok), tok) for r in responses) + 1
+    return data.check(ctx.data["rl"], "rl", cfg.data.answer_field, columns=columns, encoding=encoding)
 
 
 def training_rows(ctx: StageContext, tok) -> list[dict[str, Any]]:
@@ -79,6 +53,9 @@ def training_rows(ctx: StageContext, tok) -> list[dict[str, Any]]:
             f"Every one of the {len(rows)} {name} rows is longer than {limit_key(name)}={limit} tokens (the first "
             f"has {sizes[0]}): nothing is left to train on. Raise {limit_key(name)} or shorten the data."
         )
+    refused = too_many_dropped(name, len(over), len(rows), limit, ctx.cfg.data.max_drop_fraction, sizes)
+    if refused:
+        raise UserError(refused)
     ctx.notes.update(dropped_too_long=len(over), kept=len(kept), limit=limit)
     ctx.log.write(stage=name, event="data", dropped_too_long=len(over), kept=len(kept), limit=limit)
     return kept

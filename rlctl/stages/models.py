@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from rlctl.stages.common import StageContext, torch_dtype
+from rlctl.data import tokens
+from rlctl.stages.context import StageContext
 
 
 def tokenizer(ctx: StageContext, path: str):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=ctx.cfg.model.trust_remote_code)
+    if ctx.cfg.data.chat_template:  # the user's template (saved with every stage's model)
+        tok.chat_template = tokens.template_text(ctx.cfg.data.chat_template)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -65,3 +68,15 @@ def reward_model(ctx: StageContext, path: str, pad_token_id: int, trainable: boo
     )
     return _keep_trainable(model, trainable)
 
+
+def torch_dtype(ctx: StageContext, trainable: bool = True):
+    """The dtype to load a model in. Under bf16 mixed precision, weights that train in full keep an fp32 master
+    copy (autocast runs the math in bf16; AdamW updates below half a bf16 step would otherwise round away);
+    frozen models and LoRA/QLoRA bases load in bf16."""
+    import torch
+
+    if ctx.cfg.model.dtype != "auto":
+        return getattr(torch, ctx.cfg.model.dtype)
+    if ctx.plan.mixed_precision != "bf16":
+        return torch.float32
+    return torch.float32 if trainable and ctx.plan.adapter == "full" else torch.bfloat16

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rlctl import engine, rewards
-from rlctl.plan import final_dir
+from rlctl.rollout import vllm
 from rlctl.stages import layout, lengths, models
 from rlctl.stages.common import (
     StageContext,
@@ -22,33 +21,10 @@ from rlctl.stages.common import (
     save_final,
     training_args,
 )
+from rlctl.stages.rewarding import overlong_buffer_tokens, reward_sources
 
 # rl.loss_agg -> TRL GRPOTrainer loss_type (policy_loss=cispo uses TRL's "cispo", which normalises like "dapo").
 TRL_LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
-
-
-def reward_sources(ctx: StageContext, errors: dict[str, int]) -> tuple[list, list, list[float]]:
-    """(reward functions or models, their tokenizers, weights) in the order of rl.rewards; each function's
-    failures follow its `on_error`, counted per reward name in `errors`."""
-    funcs, tokenizers, weights = [], [], []
-    for spec in ctx.cfg.rl.rewards:
-        if spec.name == "reward_model":
-            path = str(final_dir(ctx.run_dir, "rm"))
-            tok = models.tokenizer(ctx, path)
-            funcs.append(models.reward_model(ctx, path, tok.pad_token_id, trainable=False))
-            tokenizers.append(tok)
-        else:
-            fn = rewards.resolve(spec.name, ctx.cfg.data.answer_field)
-            funcs.append(rewards.guarded(fn, spec.name, spec.on_error, errors))
-            tokenizers.append(None)
-        weights.append(spec.weight)
-    return funcs, tokenizers, weights
-
-
-def overlong_buffer_tokens(ctx: StageContext) -> int:
-    """DAPO's soft-overlong buffer in tokens (rl.overlong_buffer is a fraction of max_new_tokens); 0 = off."""
-    rl = ctx.cfg.rl
-    return round(rl.overlong_buffer * rl.max_new_tokens) if rl.overlong_buffer else 0
 
 
 def trl_batching(ctx: StageContext) -> dict:
@@ -95,7 +71,7 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
 
     rl = ctx.cfg.rl
     if ctx.plan.generation_engine == "vllm":
-        engine.process_environment(ctx.plan)
+        vllm.process_environment(ctx.plan)
     tok = models.tokenizer(ctx, ctx.stage.init_from)
     rows = lengths.training_rows(ctx, tok)
     reward_errors: dict[str, int] = {}
@@ -113,7 +89,7 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
             "loss_type": "cispo" if rl.policy_loss == "cispo" else TRL_LOSS_TYPE[rl.loss_agg],
             "scale_rewards": "group" if rl.advantage == "grpo" else "none",
             "importance_sampling_level": "sequence" if rl.policy_loss == "gspo" else "token",
-            **engine.trl_correction_kwargs(ctx.plan),
+            **vllm.trl_correction_kwargs(ctx.plan),
         }
     batching = trl_batching(ctx)
     args = training_args(
@@ -128,7 +104,7 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         mask_truncated_completions=rl.mask_truncated,
         reward_weights=weights,
         **algorithm,
-        **engine.trl_kwargs(ctx.plan),  # use_vllm and the vllm_* arguments the memory plan chose
+        **vllm.trl_kwargs(ctx.plan),  # use_vllm and the vllm_* arguments the memory plan chose
     )
     args = dataclasses.replace(args, generation_batch_size=None, **batching)
     trainer = Trainer(
@@ -139,10 +115,10 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         processing_class=tok,
         reward_processing_classes=reward_tokenizers,
         peft_config=lora_config(ctx),
-        callbacks=[StreamMetrics(ctx, reward_errors), *engine.callbacks(ctx.plan)],
+        callbacks=[StreamMetrics(ctx, reward_errors), *vllm.callbacks(ctx.plan)],
     )
     if getattr(trainer, "use_vllm", False):
-        engine.adapt(trainer.vllm_generation, ctx.plan)
+        vllm.adapt(trainer.vllm_generation, ctx.plan)
     layout.follow_plan(ctx, trainer)
     trainer.train(resume_from_checkpoint=resume_point(ctx))
     save_final(ctx, trainer, tok)

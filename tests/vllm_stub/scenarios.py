@@ -15,9 +15,10 @@ from pathlib import Path
 def _as_on_a_gpu() -> None:
     """The stand-in is vLLM's GPU API (sleep mode, per-parameter load_weights): take the GPU branches of the
     engine on this CPU machine. The CPU build's own branches are tested against the real vLLM CPU build."""
-    from rlctl import engine
+    from rlctl.plan import engine as choice
+    from rlctl.rollout import vllm as engine
 
-    engine.sleep_mode_for = lambda hardware: True
+    choice.sleep_mode_for = lambda hardware: True
     engine.adapt = lambda generation, plan: generation
 
 
@@ -52,8 +53,11 @@ def boundary(model_dir: str) -> dict:
     from accelerate import Accelerator
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlctl import config, engine, evaluate, plan
-    from rlctl.stages.rl_loop import HFGenerator
+    from rlctl import config
+    from rlctl.plan import planner as plan
+    from rlctl.rollout import evaluate
+    from rlctl.rollout import vllm as engine
+    from rlctl.rollout.generate import HFGenerator
 
     _as_on_a_gpu()
     cfg = config.resolve("tiny-demo", None, "ppo", None, [f"model.name_or_path={model_dir}"])
@@ -92,10 +96,12 @@ def boundary(model_dir: str) -> dict:
 def loop(model_dir: str, run_dir: str, algorithm: str, *extra: str) -> dict:
     """Two steps of rlctl's RL loop with a plan whose generation engine is vLLM (CPU plans never choose it);
     `extra` are more --set overrides (e.g. model.adapter=lora)."""
-    from rlctl import config, engine, launch, runner
+    from rlctl import config, launch
+    from rlctl.launch import runner
+    from rlctl.plan import engine as choice
 
     _as_on_a_gpu()
-    engine.choose = lambda cfg, hardware, warnings, detected=False: "vllm" if "rl" in cfg.stages else "none"
+    choice.choose = lambda cfg, hardware, warnings, detected=False: "vllm" if "rl" in cfg.stages else "none"
     sets = [
         f"model.name_or_path={model_dir}",
         "stages=[rl]",

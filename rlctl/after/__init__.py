@@ -1,0 +1,6 @@
+"""After training: what a user does with a finished run directory.
+
+Owns: `export` (a Hugging Face folder with a model card, optional Hub push), `report` (plots and report.md),
+`doctor` (is this machine ready).
+May import: base, config, data, rewards, plan, algorithms, checkpoint, rollout, stages, launch.
+"""

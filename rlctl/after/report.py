@@ -1,0 +1,372 @@
+"""`rlctl report RUN_DIR`: PNG plots of every stage's training curves, a held-out summary chart, a planned vs
+measured memory chart per phase, a report.md that embeds them with the run's configuration and final metrics, and
+TensorBoard event files, all from the run directory's metrics.jsonl and summary.json (no tracker account needed)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlctl import strictjson
+from rlctl.errors import UserError
+from rlctl.stages.alarms import alarms_of
+
+# Plotted first, in this order; any other numeric metric a stage logs follows alphabetically.
+PLOT_ORDER = (
+    "reward",
+    "accuracy",
+    "token_accuracy",
+    "kl",
+    "loss",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "response_length",
+    "lr",
+)
+LABELS = {
+    "reward": "reward (mean)",
+    "accuracy": "accuracy",
+    "token_accuracy": "token accuracy",
+    "kl": "KL to reference",
+    "loss": "loss",
+    "policy_loss": "policy loss",
+    "value_loss": "value loss",
+    "entropy": "entropy",
+    "response_length": "response length (tokens)",
+    "lr": "learning rate",
+    "grad_norm": "gradient norm",
+    "clip_ratio": "clipped fraction",
+    "margin": "reward margin",
+    "sync_logp_diff_mean": "weight sync: mean |log-prob diff| trainer vs vLLM",
+    "sync_logp_diff_max": "weight sync: max |log-prob diff| trainer vs vLLM",
+    "is_ratio_mean": "rollout correction: mean IS ratio",
+}
+SKIP = ("step", "max_steps", "time", "epoch")
+
+
+@dataclass
+class Report:
+    folder: Path
+    markdown: Path
+    plots: dict[str, Path] = field(default_factory=dict)
+    tensorboard: Path | None = None
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl records (a half-written last line, from a run still going or killed, is left out)."""
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def curves(records: list[dict[str, Any]]) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """{stage: {metric: [(step, value)]}} from the training records; for a step logged twice (a resumed run
+    redoes the steps after its checkpoint) the later value wins."""
+    by_stage: dict[str, dict[str, dict[int, float]]] = {}
+    for rec in records:
+        if "step" not in rec or "stage" not in rec:
+            continue
+        metrics = by_stage.setdefault(rec["stage"], {})
+        for key, value in rec.items():
+            if key in SKIP or not isinstance(value, int | float) or isinstance(value, bool):
+                continue
+            if math.isfinite(value):
+                metrics.setdefault(key, {})[int(rec["step"])] = float(value)
+    return {
+        stage: {k: sorted(v.items()) for k, v in metrics.items() if v}
+        for stage, metrics in by_stage.items()
+        if any(metrics.values())
+    }
+
+
+def ordered(metrics: dict[str, Any]) -> list[str]:
+    return [k for k in PLOT_ORDER if k in metrics] + sorted(k for k in metrics if k not in PLOT_ORDER)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _ema(values: list[float], alpha: float = 0.1) -> list[float]:
+    out, acc = [], values[0]
+    for v in values:
+        acc = alpha * v + (1 - alpha) * acc
+        out.append(acc)
+    return out
+
+
+def plot_stage(stage: str, metrics: dict[str, list[tuple[int, float]]], out: Path, title: str) -> Path:
+    """One PNG: a panel per metric against the optimizer step."""
+    plt = _pyplot()
+    names = ordered(metrics)
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.9 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        steps, values = zip(*metrics[name], strict=True)
+        few = len(steps) <= 30
+        ax.plot(steps, values, marker="o" if few else None, markersize=3, linewidth=1.2, alpha=0.45 if not few else 1)
+        if not few:
+            ax.plot(steps, _ema(list(values)), linewidth=1.8, color="C0", label="smoothed")
+        ax.set_title(LABELS.get(name, name.replace("_", " ")), fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+        if name == "lr":
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    for ax in list(axes.flat)[len(names) :]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=12)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def plot_summary(summary: dict[str, Any], out: Path) -> Path | None:
+    """Bars of the held-out metrics (eval_accuracy, eval_reward) of each evaluated stage, in run order."""
+    stages = summary.get("stages", {})
+    keys = [k for k in ("eval_accuracy", "eval_reward") if any(k in m for m in stages.values())]
+    if not keys:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.2), squeeze=False)
+    for ax, key in zip(axes.flat, keys, strict=True):
+        names = [s for s, m in stages.items() if isinstance(m.get(key), int | float)]
+        values = [stages[s][key] for s in names]
+        bars = ax.bar(names, values, color=[f"C{i}" for i in range(len(names))])
+        ax.bar_label(bars, labels=[f"{v:.3f}" for v in values], fontsize=8)
+        ax.set_title(f"held-out {key.removeprefix('eval_')}", fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _memory_rows(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(stage/phase, row) of summary.json's measured memory, in run order."""
+    return [(f"{s}/{p}", r) for s, m in summary.get("memory", {}).items() for p, r in m.get("phases", {}).items()]
+
+
+def plot_memory(summary: dict[str, Any], out: Path) -> Path | None:
+    """Bars of the planned and the measured peak memory of every stage and phase (GiB per GPU or process)."""
+    rows = [(name, r) for name, r in _memory_rows(summary) if r.get("measured_peak_gib") is not None]
+    if not rows:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 1.5), 3.6))
+    xs = range(len(rows))
+    planned = [r.get("planned_peak_gib") or 0.0 for _, r in rows]
+    measured = [r["measured_peak_gib"] for _, r in rows]
+    bars = ax.bar([x - 0.2 for x in xs], planned, width=0.4, label="planned", color="C0")
+    ax.bar_label(bars, labels=[f"{v:.2f}" if v else "-" for v in planned], fontsize=7)
+    bars = ax.bar([x + 0.2 for x in xs], measured, width=0.4, label="measured", color="C1")
+    ax.bar_label(bars, labels=[f"{v:.2f}" for v in measured], fontsize=7)
+    ax.set_xticks(list(xs), [name for name, _ in rows], rotation=30, ha="right", fontsize=8)
+    device = next(iter(summary["memory"].values())).get("device", "gpu")
+    ax.set_ylabel("GiB per " + ("GPU" if device == "gpu" else "process"), fontsize=8)
+    ax.set_title("peak memory per phase: planned vs measured", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def memory_lines(summary: dict[str, Any], plots: dict[str, Path]) -> list[str]:
+    """report.md's planned-vs-measured memory table (empty when the run measured none)."""
+    rows = _memory_rows(summary)
+    if not rows:
+        return []
+    source = next(iter(summary["memory"].values())).get("measured_source", "")
+    lines = ["", "## Memory: planned vs measured", "", f"Measured peak per phase ({source}), GiB.", ""]
+    lines += ["| phase | planned | measured | error |", "| --- | --- | --- | --- |"]
+    for name, r in rows:
+        error = f"{r['error_pct']:+.0f}%" if r.get("error_pct") is not None else "-"
+        planned, measured = _fmt(r.get("planned_peak_gib") or "-"), _fmt(r.get("measured_peak_gib"))
+        lines.append(f"| {name} | {planned} | {measured} | {error} |")
+    if "memory" in plots:
+        lines += ["", f"![planned vs measured memory]({plots['memory'].name})"]
+    return lines
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "n/a" if value is None else str(value)
+
+
+def _durations(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds each stage ran (first to last record of the stage, over all attempts)."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for rec in records:
+        stage, t = rec.get("stage"), rec.get("time")
+        if stage and isinstance(t, int | float) and stage != "base":
+            first.setdefault(stage, t)
+            last[stage] = t
+    return {s: last[s] - first[s] for s in first}
+
+
+def _hms(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], run_dir: Path, tb: Path | None) -> str:
+    from rlctl.after.export import _hyperparameters
+
+    stages = cfg.stages
+    label = [f"{s} ({cfg.rl.algorithm})" if s == "rl" else s for s in stages]
+    completed = summary.get("completed", [])
+    durations = _durations(records)
+    lines = [
+        f"# {cfg.name}: training report",
+        "",
+        cfg.description or "",
+        "",
+        "| | |",
+        "| --- | --- |",
+        f"| run directory | `{run_dir}` |",
+        f"| model | `{cfg.model.name_or_path}` ({cfg.model.adapter}) |",
+        f"| stages | {' -> '.join(label)} |",
+        f"| finished | {', '.join(completed) or 'none yet'} |",
+        f"| hardware | {cfg.hardware.spec}, {summary.get('world_size', 1)} process(es) |",
+        f"| seed | {cfg.seed} |",
+    ]
+    if durations:
+        lines.append(f"| time per stage | {', '.join(f'{s} {_hms(d)}' for s, d in durations.items())} |")
+    lines.append(f"| written | {time.strftime('%Y-%m-%d %H:%M:%S')} |")
+    held = summary.get("stages", {})
+    if held:
+        keys = sorted({k for m in held.values() for k in m})
+        keys = [k for k in keys if k != strictjson.REASONS]
+        lines += ["", "## Final metrics (held-out)", "", "| stage | " + " | ".join(keys) + " |"]
+        lines.append("| --- |" + " --- |" * len(keys))
+        for stage, metrics in held.items():
+            nulls = metrics.get(strictjson.REASONS, {})
+            cells = [nulls.get(k, "n/a") if metrics.get(k, "") is None else _fmt(metrics.get(k, "")) for k in keys]
+            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+        if "summary" in plots:
+            lines += ["", f"![held-out metrics per stage]({plots['summary'].name})"]
+    lines += memory_lines(summary, plots)
+    lines += layout_section(summary.get("layout", {}))
+    lines += ["", "## Configuration", "", f"Resolved config: `{run_dir / 'config.yaml'}`.", ""]
+    data = cfg.data
+    sources = {r: getattr(data, r) for r in ("sft", "preference", "rl", "eval") if getattr(data, r)}
+    if data.generate:
+        lines.append(f"- **data**: generated `{data.generate}`")
+    else:
+        lines.append("- **data**: " + (", ".join(f"{r} `{p}`" for r, p in sources.items()) or "none"))
+    for stage in stages:
+        params = ", ".join(f"{k}={v}" for k, v in _hyperparameters(cfg, stage).items())
+        lines.append(f"- **{stage}**: {params}")
+    if "rl" in stages:
+        rewards = ", ".join(f"`{r.name}` x{r.weight:g}" for r in cfg.rl.rewards)
+        lines.append(f"- **rewards**: {rewards}")
+    fired = alarms_of(records)
+    if fired:
+        lines += ["", "## Alarms", "", "Conditions under which a run learns nothing (`logging.alarms`):", ""]
+        lines += [f"- **{a['alarm']}** ({a.get('stage')}, step {a.get('step')}): {a['message']}" for a in fired]
+    series = curves(records)
+    for stage, metrics in series.items():
+        lines += ["", f"## {stage}", ""]
+        last_step = max(step for points in metrics.values() for step, _ in points)
+        lines.append(f"Last logged step {last_step}. Final values:")
+        lines += ["", "| metric | first | last | min | max |", "| --- | --- | --- | --- | --- |"]
+        for name in ordered(metrics):
+            values = [v for _, v in metrics[name]]
+            lines.append(
+                f"| {LABELS.get(name, name)} | {_fmt(values[0])} | {_fmt(values[-1])} | "
+                f"{_fmt(min(values))} | {_fmt(max(values))} |"
+            )
+        if stage in plots:
+            lines += ["", f"![{stage} training curves]({plots[stage].name})"]
+    if tb is not None:
+        lines += [
+            "",
+            "## TensorBoard",
+            "",
+            f"Event files: `{tb.parent}`. View them with `tensorboard --logdir {tb.parent}`.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def layout_section(layout: dict[str, dict]) -> list[str]:
+    """summary.json's layout records: each value the plan chose beside what the stage ran, and what was counted."""
+    if not layout:
+        return []
+    lines = ["", "## Layout: planned vs observed", "", "| stage | setting | planned | observed | |"]
+    lines.append("| --- | --- | --- | --- | --- |")
+    for stage, record in layout.items():
+        live, wrong = record.get("observed", {}), {m.split(":")[0] for m in record.get("mismatches", [])}
+        for key, want in record.get("planned", {}).items():
+            mark = "**MISMATCH**" if key in wrong else "ok"
+            lines.append(f"| {stage} | {key} | {_fmt(want)} | {_fmt(live.get(key, '-'))} | {mark} |")
+    lines.append("")
+    for stage, record in layout.items():
+        live = record.get("observed", {})
+        counted = [f"{live.get('trainable_parameters', 0):,} of {live.get('total_parameters', 0):,} parameters train"]
+        counted.append(f"LoRA modules {live.get('lora_modules', 0)}, Linear4bit {live.get('linear4bit_modules', 0)}")
+        counted.append(f"DTensor parameters {live.get('dtensor_parameters', 0)}")
+        state = live.get("optimizer_state")
+        if state:
+            where = "/".join(state["devices"]) or "none"
+            counted.append(f"optimizer state {state['bytes']:,} B ({'/'.join(state['dtypes'])}) on {where}")
+        if "optimizer_switches" in live:
+            counted.append(f"offload switches {json.dumps(live['optimizer_switches'])}")
+        processes = record.get("processes_recorded", 1)
+        lines.append(f"- **{stage}** ({processes} process(es) recorded): " + "; ".join(counted))
+    return lines
+
+
+def build(run_dir: Path, out: Path | None = None) -> Report:
+    """Write the plots, report.md and TensorBoard events of `run_dir`; returns what was written."""
+    from rlctl.config import load_run_config
+    from rlctl.launch import tbevents
+
+    if not (run_dir / "config.yaml").is_file():
+        raise UserError(f"{run_dir} is not a run directory (no config.yaml).")
+    metrics_path = run_dir / "metrics.jsonl"
+    if not metrics_path.is_file():
+        raise UserError(
+            f"{run_dir} has no metrics.jsonl yet: nothing was trained. Start it with `rlctl resume {run_dir}`."
+        )
+    cfg = load_run_config(run_dir / "config.yaml")
+    records = read_records(metrics_path)
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"stages": {}, "completed": []}
+    out = out or run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    plots: dict[str, Path] = {}
+    for stage, metrics in curves(records).items():
+        plots[stage] = plot_stage(stage, metrics, out / f"{stage}.png", f"{cfg.name}: {stage}")
+    chart = plot_summary(summary, out / "summary.png")
+    if chart is not None:
+        plots["summary"] = chart
+    chart = plot_memory(summary, out / "memory.png")
+    if chart is not None:
+        plots["memory"] = chart
+    tb = tbevents.write_metrics(records, run_dir / "tensorboard")
+    md = out / "report.md"
+    md.write_text(markdown(cfg, summary, records, plots, run_dir, tb))
+    return Report(out, md, plots, tb)

@@ -1,0 +1,108 @@
+"""Checkpoints: trainers write into `checkpoints/.incoming`; a checkpoint is marked complete (with its held-out
+metric and every file's size and checksum, see `integrity`) and renamed into `checkpoints/` only once fully
+written, so a crash or a full disk mid-write never leaves a checkpoint that resume would trust, and a checkpoint
+damaged later is recognised. Retention keeps the last `checkpoint.keep_last` plus the best one.
+
+Package `rlctl.checkpoint`: the checkpoint protocol (this module), the checks that a checkpoint or model folder
+is intact (`integrity`, applied to a run's checkpoints by `verify`), and the runtime faults explained to the
+user (`faults`).
+May import: base, config, data, rewards, plan, algorithms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rlctl import strictjson
+from rlctl.checkpoint import integrity
+
+COMPLETE = "rlctl_complete"
+INCOMING = ".incoming"
+_STEP = re.compile(r"^checkpoint-(\d+)$")
+
+
+def incoming(folder: Path) -> Path:
+    """Where trainers write checkpoints before they are complete."""
+    return folder / INCOMING
+
+
+def _step(p: Path) -> int:
+    return int(_STEP.match(p.name)[1])  # type: ignore[index]
+
+
+def publish(folder: Path, step: int, metric: dict[str, float] | None, keep_last: int, keep_best: bool) -> Path:
+    """Mark `.incoming/checkpoint-STEP` complete (recording its held-out metric and its files' manifest), rename
+    it into `folder`, and remove complete checkpoints that are neither among the last `keep_last` nor (with
+    `keep_best`) the best."""
+    src = incoming(folder) / f"checkpoint-{step}"
+    files = integrity.manifest(src, skip=(COMPLETE,))
+    marker = {"step": step, **(metric or {}), "checksums": integrity.SCHEME, "files": files}
+    (src / COMPLETE).write_text(strictjson.dumps(marker) + "\n")
+    dst = folder / src.name
+    if dst.exists():  # the same step saved again (a resume that re-reached it): the new one replaces it
+        shutil.rmtree(dst)
+    os.replace(src, dst)
+    with contextlib.suppress(OSError):  # empty now, unless a trainer keeps other files there
+        incoming(folder).rmdir()
+    kept = set(complete_checkpoints(folder)[-keep_last:])
+    if keep_best and (top := best(folder)):
+        kept.add(top)
+    for old in complete_checkpoints(folder):
+        if old not in kept:
+            shutil.rmtree(old, ignore_errors=True)
+    return dst
+
+
+def mark(ckpt: Path) -> dict[str, Any]:
+    """What a complete checkpoint's marker records: its step and, when measured, metric and value (the files'
+    manifest left out)."""
+    marker = json.loads((ckpt / COMPLETE).read_text())
+    return {k: v for k, v in marker.items() if k not in ("checksums", "files")}
+
+
+def complete_checkpoints(folder: Path) -> list[Path]:
+    """Complete checkpoints in `folder`, oldest first."""
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if p.is_dir() and _STEP.match(p.name) and (p / COMPLETE).exists()]
+    return sorted(found, key=_step)
+
+
+def last_complete(folder: Path) -> Path | None:
+    ckpts = complete_checkpoints(folder)
+    return ckpts[-1] if ckpts else None
+
+
+def best(folder: Path) -> Path | None:
+    """The complete checkpoint with the highest held-out value (the later one on a tie); None when none has one."""
+    scored = [(m["value"], _step(c), c) for c in complete_checkpoints(folder) if "value" in (m := mark(c))]
+    return max(scored)[2] if scored else None
+
+
+def drop_partial(folder: Path) -> list[Path]:
+    """Delete what a crash or a failed write left unfinished; returns what was removed."""
+    if not folder.is_dir():
+        return []
+    partial = [p for p in folder.iterdir() if p.is_dir() and _STEP.match(p.name) and not (p / COMPLETE).exists()]
+    partial += being_written(folder)
+    for p in partial:
+        shutil.rmtree(p, ignore_errors=True)
+    return partial
+
+
+def being_written(folder: Path) -> list[Path]:
+    """Checkpoints still in `.incoming`: non-empty only while a write is under way, or after it failed."""
+    return sorted(incoming(folder).glob("checkpoint-*")) if incoming(folder).is_dir() else []
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON through a temporary file and a rename, so readers never see half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(strictjson.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)

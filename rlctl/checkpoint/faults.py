@@ -1,0 +1,123 @@
+"""Runtime faults a stage can hit, explained in one paragraph for the user: a checkpoint write that failed (a full
+disk), out of memory (with the plan's numbers and the nearest safer settings), a reward function that raised.
+The runner turns these into an `error` event (shown by `rlctl train`) and exit code 1."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from rlctl import checkpoint
+from rlctl.config import RESUMABLE
+from rlctl.errors import RewardError, is_out_of_memory
+from rlctl.plan import hardware
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    while error is not None and error not in out:
+        out.append(error)
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return out
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file-size limit
+
+
+def no_space(error: BaseException) -> bool:
+    """Whether `error` (or one it came from) is a write that ran out of room: by its errno, or by the OS message
+    that libraries writing tensors (safetensors, torch) pass on as text."""
+    texts = [os.strerror(n) for n in NO_SPACE] + [f"os error {n})" for n in NO_SPACE]
+    return any(getattr(e, "errno", None) in NO_SPACE or any(t in str(e) for t in texts) for e in _chain(error))
+
+
+def where(error: BaseException) -> str:
+    """file:line (function) of the innermost frame where `error` was raised."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "an unknown place"
+    last = frames[-1]
+    return f"{Path(last.filename).name}:{last.lineno} ({last.name})"
+
+
+def _last_good(folder: Path) -> str:
+    last = checkpoint.last_complete(folder)
+    return f"the last complete checkpoint, {last.name}, is intact" if last else "no earlier checkpoint exists"
+
+
+def explain(
+    error: BaseException, plan, stage: str, checkpoints: Path, is_main: bool, measured: str = ""
+) -> str | None:
+    """The user-facing explanation of `error` raised in `stage`, or None when it is not a known fault. `measured`:
+    the memory peaks measured so far (`rlctl.stages.memory_probe.so_far`), for an out-of-memory error."""
+    run_dir = plan.run_dir
+    if is_out_of_memory(error):
+        return out_of_memory(error, plan, stage, measured)
+    if isinstance(error, RewardError):
+        return f"{error} Then `rlctl resume {run_dir}{_zero_on_error(plan)}` ({_last_good(checkpoints)})."
+    disk_full = no_space(error)
+    written = checkpoint.being_written(checkpoints)
+    if written:
+        free = hardware.free_disk_gib(checkpoints)
+        if is_main:
+            checkpoint.drop_partial(checkpoints)
+        if not disk_full:  # saving or scoring the checkpoint failed for a reason of its own: name it
+            return (
+                f"Stage {stage} failed at checkpoint {written[-1].name} ({type(error).__name__}: {error}, at "
+                f"{where(error)}); not a full disk ({free:.1f} GiB free). The partial checkpoint was removed and "
+                f"{_last_good(checkpoints)}. The traceback is in {run_dir}/logs/train.log."
+            )
+        return (
+            f"Writing checkpoint {written[-1].name} of stage {stage} failed: no space ({error}); "
+            f"{free:.1f} GiB are free in {checkpoints}. The partial checkpoint was removed and "
+            f"{_last_good(checkpoints)}. Free disk space (or lower checkpoint.keep_last), then "
+            f"`rlctl resume {run_dir}`."
+        )
+    if disk_full:
+        return (
+            f"The disk is full: stage {stage} could not write ({error}). {_last_good(checkpoints)}. Free disk space "
+            f"where {run_dir} lives, then `rlctl resume {run_dir}`."
+        )
+    return None
+
+
+def _zero_on_error(plan) -> str:
+    """The `--set rl.rewards=...` that resume accepts to score failing completions 0 (on_error: zero)."""
+    specs = [
+        "{" + f"name: '{r.name}', weight: {r.weight:g}, on_error: zero"
+        + ("" if r.correctness is None else f", correctness: {str(r.correctness).lower()}") + "}"
+        for r in plan.config.rl.rewards
+    ]
+    return f" --set \"rl.rewards=[{', '.join(specs)}]\""
+
+
+def out_of_memory(error: BaseException, plan, stage: str, measured: str = "") -> str:
+    """The OOM report: the plan's memory numbers for this stage, the peaks measured so far, and the nearest
+    settings that need less."""
+    from rlctl.plan import memory
+
+    sp = next(s for s in plan.stages if s.name == stage)
+    mem = plan.memory
+    where = "GPU" if mem.get("device") == "gpu" else "process"
+    numbers = (
+        f"the plan expected a peak of {mem['peak_gib']} GiB per {where} ({mem['peak_phase']}) within a budget of "
+        f"{mem['budget_gib']} GiB, {mem['headroom_gib']} GiB headroom"
+        if mem.get("estimated")
+        else "the plan had no memory estimate (model.arch is not set)"
+    )
+    numbers += measured
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    options = [
+        f"rlctl resume {plan.run_dir} {o}" if o.split("=")[0].removeprefix("--set ") in RESUMABLE else f"a new run {o}"
+        for o in memory.safer(plan, stage)
+    ]
+    hint = ("Nearest safer plans: " + "; ".join(options) + ".") if options else "Use a GPU with more memory."
+    return (
+        f"Out of memory in stage {stage} ({first_line}). Settings: {plan.strategy}, {plan.adapter}, micro-batch "
+        f"{sp.micro_batch_size} x {sp.grad_accum} accumulation, gradient checkpointing "
+        f"{'on' if plan.gradient_checkpointing else 'off'}; {numbers}. {hint} A resume continues from the last "
+        "complete checkpoint."
+    )

@@ -1,0 +1,138 @@
+"""After training: `rlctl export`, `eval`, `report`, `verify` and `doctor`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
+    pass
+
+from rlctl.cli.app import (
+    ColumnOpt,
+    RewardOpt,
+    _ui,
+    app,
+    console,
+)
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory to export from.")],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Folder to write the model to (default RUN_DIR/export).")
+    ] = None,
+    push: Annotated[
+        str | None, typer.Option("--push", help="Also upload to this Hub repo id (namespace/name).")
+    ] = None,
+    private: Annotated[bool, typer.Option("--private", help="Create the Hub repo as private.")] = False,
+    adapter: Annotated[
+        bool, typer.Option("--adapter", help="Export the LoRA adapter alone instead of merged full weights.")
+    ] = False,
+) -> None:
+    """Write the final policy as a Hugging Face folder (safetensors, tokenizer, model card), LoRA merged or as an
+    adapter; with --push, create the Hub repo and upload it (token from HF_TOKEN or `hf auth login`)."""
+    from rlctl.after import export as export_mod
+
+    out = out or run_dir / "export"
+    with console.status("Exporting the model..."):
+        folder = export_mod.export(run_dir, out, adapter=adapter, repo_id=push)
+    _ui().results().print(f"[green]Exported[/] {folder}")
+    if push:
+        console.print(f"Pushing to {push}{' (private)' if private else ''}...")
+        url = export_mod.push(folder, push, private=private, quiet=console.quiet)
+        _ui().results().print(f"[green]Pushed[/] {url}")
+
+
+@app.command("eval")
+def eval_(
+    target: Annotated[Path, typer.Argument(help="Run directory, exported model folder, or Hub model id.")],
+    data_file: Annotated[str, typer.Option("--data", "-d", help="Held-out prompts with ground truth (any format).")],
+    stage: Annotated[str | None, typer.Option("--stage", help="For a run: evaluate this stage's model.")] = None,
+    samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="Completions per prompt (pass@k).")] = 1,
+    temperature: Annotated[
+        float | None, typer.Option("--temperature", "-t", min=0.0, help="Sample at this temperature.")
+    ] = None,
+    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")] = 1.0,
+    greedy: Annotated[bool, typer.Option("--greedy", help="Greedy decoding (the default with one sample).")] = False,
+    max_new_tokens: Annotated[
+        int | None, typer.Option("--max-new-tokens", min=1, help="Default: the run's rl.max_new_tokens, else 256.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Evaluate the first N rows.")] = None,
+    reward: RewardOpt = None,
+    accuracy: Annotated[
+        str | None, typer.Option("--accuracy", help="Reward that decides correctness (exact_match, gsm8k, boxed, ...).")
+    ] = None,
+    column: ColumnOpt = None,
+    answer_field: Annotated[str | None, typer.Option("--answer-field", help="Ground-truth column.")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generation batch.")] = 16,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="JSON file (default RUN_DIR/eval/<data>.json).")
+    ] = None,
+) -> None:
+    """Accuracy, mean reward and pass@k of a model on held-out data; a table, a JSON file and every sample.
+
+    One greedy completion per prompt by default; --samples K draws K at --temperature (default: the run's
+    rl.temperature, else 1.0) and adds pass@1..pass@K. A sample is correct when the --accuracy reward gives it
+    more than 0.5 (default: the run's first correctness reward, else exact_match)."""
+    from rlctl.cli import cockpit
+
+    options = cockpit.EvalOptions(
+        stage=stage,
+        samples=samples,
+        temperature=temperature,
+        top_p=top_p,
+        greedy=greedy,
+        max_new_tokens=max_new_tokens,
+        limit=limit,
+        reward=reward,
+        accuracy=accuracy,
+        columns=cockpit.columns_opt(column),
+        answer_field=answer_field,
+        batch_size=batch_size,
+        out=out,
+    )
+    cockpit.evaluate_command(_ui(), target, data_file, options)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (finished, running, or interrupted).")],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Folder for the report (default RUN_DIR/report).")
+    ] = None,
+) -> None:
+    """PNG plots of every stage's curves against steps, a report.md with the config and final metrics, and
+    TensorBoard event files (RUN_DIR/tensorboard)."""
+    from rlctl.cli import cockpit
+
+    cockpit.report_command(_ui(), run_dir, out)
+
+
+@app.command()
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+    offline: Annotated[bool, typer.Option("--offline", help="Do not contact the Hub to verify the token.")] = False,
+) -> None:
+    """Check this machine: Python, torch/CUDA, GPUs, library versions against the supported matrix (with the
+    exact fix command for each mismatch), free disk, and the Hub login (the token is never printed).
+    Exits 1 when something needs fixing."""
+    from rlctl.cli import cockpit
+
+    raise typer.Exit(cockpit.doctor_command(_ui(), online=not offline, as_json=as_json))
+
+
+@app.command()
+def verify(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory to check.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+) -> None:
+    """Check a run's checkpoints (every file's size and checksum against its completion marker), final folders
+    and exports (safetensors headers against file sizes, archives, JSON) without loading a model.
+    Exits 1 when something is damaged."""
+    from rlctl.cli import cockpit
+
+    raise typer.Exit(cockpit.verify_command(_ui(), run_dir, as_json))

@@ -1,0 +1,381 @@
+"""`rlctl plan`, `train`, `resume` and `slurm`: resolve the config, plan it, and launch it (one node or many)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from rlctl.errors import UserError
+
+if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
+    from rlctl.config import RunConfig
+    from rlctl.plan import Plan
+
+from rlctl.cli.app import (
+    VERBOSE,
+    AlgoOpt,
+    ConfigOpt,
+    HwOpt,
+    MainOpt,
+    NodeRankOpt,
+    NodesOpt,
+    PresetOpt,
+    RunDirOpt,
+    SetOpt,
+    StagesOpt,
+    _resolve,
+    _ui,
+    app,
+    console,
+    err_console,
+)
+
+
+def split_address(address: str) -> tuple[str, int | None]:
+    """`host`, `host:port`, `[v6]:port` or a bare IPv6 address as (host, port or None)."""
+    host, port = address, ""
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else rest
+    elif address.count(":") == 1:
+        host, port = address.split(":")
+    if not host or (port and not (port.isdigit() and 1 <= int(port) <= 65535)):
+        raise UserError(f"--main-address {address!r} is not HOST[:PORT] (e.g. 10.0.0.1:29500 or node001).")
+    return host, int(port) if port else None
+
+
+def _apply_nodes(cfg: RunConfig, nodes: int | None, node_rank: int | None, main_address: str | None) -> None:
+    """--nodes / --node-rank / --main-address onto cfg.hardware (they win over --set and config files)."""
+    if nodes is not None:
+        cfg.hardware.nodes = nodes
+    if node_rank is not None:
+        cfg.hardware.node_rank = node_rank
+    if main_address is not None:
+        cfg.hardware.main_address, port = split_address(main_address)
+        if port is not None:
+            cfg.hardware.main_port = port
+
+
+def _node_count(cfg: RunConfig) -> int:
+    """How many machines the run spans (node_rank and --nodes checked against the spec)."""
+    from rlctl.plan import hardware as hw
+    from rlctl.plan import planner as plan_mod
+
+    return plan_mod._nodes(cfg, hw.resolve(cfg.hardware.spec)).nodes
+
+
+def _check_rendezvous(cfg: RunConfig, nodes: int) -> None:
+    if nodes > 1 and not cfg.hardware.main_address:
+        raise UserError(
+            f"A {nodes}-node run needs the rank-0 node's address: start rlctl on every node with the same "
+            "--main-address HOST[:PORT] (the rank-0 node's host, default port 29500) and its own --node-rank "
+            "0..N-1; or let `rlctl slurm` write the job script."
+        )
+
+
+def _wait_for_rank0(run_dir: Path, timeout: float) -> None:
+    """Nodes other than 0 join the run directory node 0 prepares (a shared filesystem)."""
+    deadline = time.monotonic() + timeout
+    if not (run_dir / "config.yaml").is_file():
+        console.print(f"Waiting for node 0 to prepare {run_dir} ...")
+    while not (run_dir / "config.yaml").is_file():
+        if time.monotonic() > deadline:
+            raise UserError(
+                f"node 0 did not prepare {run_dir} within {timeout:.0f} s: the run directory must be on a filesystem "
+                "every node shares, and node 0 must be started with the same --run-dir."
+            )
+        time.sleep(1.0)
+
+
+def _launch(the_plan: Plan, resuming: bool) -> int:
+    """Run the plan; nodes other than 0 do not take the run directory's lock (node 0 holds it)."""
+    from rlctl import launch
+    from rlctl.plan import packages
+
+    packages.require(the_plan)
+
+    if the_plan.config.hardware.node_rank == 0:
+        return launch.run(the_plan, console, resuming=resuming)
+    return launch._run(the_plan, console, resuming)
+
+
+def _default_run_dir(cfg: RunConfig, preset: str | None) -> Path:
+    return Path("runs") / f"{preset or cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _print_recognised() -> None:
+    """One line per dataset validated in this process: its source and recognised format."""
+    from rlctl import data
+    from rlctl.launch import preflight
+
+    for role, info in data.RECOGNISED.items():
+        console.print(f"[bold]Data[/] {role}: {info.source}: {info.describe()}")
+    for report in preflight.LAST:
+        preflight.show_lengths(console, report)
+
+
+def _print_plan(plan: Plan) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    cfg = plan.config
+    hw = plan.hardware
+    where = "CPU" if hw.is_cpu else f"{hw.nodes} node(s) x {hw.gpus_per_node} x {hw.gpu_name} {hw.gpu_memory_gib:g} GiB"
+    console.print(f"[bold]Run[/] {cfg.name}  ->  {plan.run_dir}")
+    console.print(f"[bold]Model[/] {cfg.model.name_or_path}   [bold]Hardware[/] {hw.spec} ({where})")
+    if plan.model.get("params"):
+        count = plan.model["params"]
+        size = f"{count / 1e9:.2f}B" if count >= 1e8 else f"{count / 1e6:.1f}M"
+        console.print(f"[bold]Parameters[/] {size} (architecture from {plan.model['arch_source']})")
+    console.print(
+        f"[bold]Strategy[/] {plan.strategy}, {plan.num_processes} process(es) per node, "
+        f"mixed precision {plan.mixed_precision}"
+    )
+    table = Table(title="Stages", title_justify="left")
+    for col in ("stage", "starts from", "steps", "batch", "micro x accum", "lr", "writes"):
+        table.add_column(col, overflow="fold")
+    for s in plan.stages:
+        sc = getattr(cfg, s.name)
+        label = f"rl ({cfg.rl.algorithm})" if s.name == "rl" else s.name
+        table.add_row(
+            label,
+            s.init_from,
+            str(s.max_steps),
+            str(s.batch_size),
+            f"{s.micro_batch_size} x {s.grad_accum}",
+            f"{sc.learning_rate:g}",
+            s.output,
+        )
+    console.print(table)
+    lay = plan.layout
+    if lay:
+        per = "CPU process" if hw.is_cpu else f"GPU ({hw.gpu_name} {hw.gpu_memory_gib:g} GiB)"
+        line = (
+            f"[bold]Layout[/] {lay['nodes']} node(s) x {lay['processes_per_node']} process(es) = world size "
+            f"{lay['world_size']}, one process per {per}"
+        )
+        if lay["nodes"] > 1:
+            line += f"; this node: rank {lay['node_rank']} of {lay['nodes']}, main {lay['main'] or '(unset)'}"
+        console.print(line)
+        peak = plan.memory.get("peak_gib")
+        if peak is not None:
+            console.print(
+                f"[bold]Per {'process' if hw.is_cpu else 'GPU'}[/] peak {peak:g} GiB "
+                f"({plan.memory.get('peak_phase')}) of "
+                f"{plan.memory.get('budget_gib'):g} GiB budget; per stage micro batch x accumulation above",
+            )
+    console.print("[bold]Launch[/]", plan.command, markup=True)
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+@app.command()
+def plan(
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    algorithm: AlgoOpt = None,
+    hardware: HwOpt = None,
+    set_: SetOpt = None,
+    run_dir: RunDirOpt = None,
+    stages: StagesOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    nodes: NodesOpt = None,
+    node_rank: NodeRankOpt = None,
+    main_address: MainOpt = None,
+) -> None:
+    """Show the resolved config, the stages, the node/GPU layout and the exact launch command, without running
+    anything."""
+    from rlctl.plan import planner as plan_mod
+
+    cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
+    _apply_nodes(cfg, nodes, node_rank, main_address)
+    from rlctl.launch import preflight
+
+    run_dir = run_dir or _default_run_dir(cfg, preset)
+    the_plan = plan_mod.build(cfg, run_dir)
+    report = preflight.run(cfg, run_dir)
+    if as_json:
+        out = the_plan.to_json()
+        out["data"], out["preflight"] = report.data, report.to_json()
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+    else:
+        _print_plan(the_plan)
+        preflight.show(console, report)
+    preflight.require(report)
+
+
+@app.command()
+def train(
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    algorithm: AlgoOpt = None,
+    hardware: HwOpt = None,
+    set_: SetOpt = None,
+    run_dir: RunDirOpt = None,
+    stages: StagesOpt = None,
+    nodes: NodesOpt = None,
+    node_rank: NodeRankOpt = None,
+    main_address: MainOpt = None,
+) -> None:
+    """Validate, plan and run the stages through `accelerate launch`, with live progress.
+
+    Several machines: run the same command on each with --nodes N, its own --node-rank and the rank-0 node's
+    --main-address, and a --run-dir on a shared filesystem; node 0 prepares the run directory, the others join it
+    (torch.distributed static rendezvous through accelerate)."""
+    from rlctl import launch
+
+    cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
+    _apply_nodes(cfg, nodes, node_rank, main_address)
+    count = _node_count(cfg)
+    _check_rendezvous(cfg, count)
+    if count > 1 and run_dir is None:
+        raise UserError("A multi-node run needs --run-dir: a folder on a filesystem every node shares.")
+    run_dir = run_dir or _default_run_dir(cfg, preset)
+    if cfg.hardware.node_rank > 0:
+        from rlctl import config as config_mod
+        from rlctl.plan import planner as plan_mod
+
+        _wait_for_rank0(run_dir, float(os.environ.get("RLCTL_NODE_WAIT", "600")))
+        shared = config_mod.load_run_config(run_dir / "config.yaml")  # node 0's config, this node's rank
+        _apply_nodes(shared, count, cfg.hardware.node_rank, main_address)
+        shared.hardware.main_address, shared.hardware.main_port = cfg.hardware.main_address, cfg.hardware.main_port
+        node_plan = plan_mod.build(shared, run_dir)
+        raise typer.Exit(_finish(_launch(node_plan, resuming=False), node_plan))
+    if (run_dir / "config.yaml").exists():
+        raise UserError(
+            f"{run_dir} already holds a run; continue it with `rlctl resume {run_dir}` or pick another --run-dir."
+        )
+    the_plan = launch.prepare(cfg, run_dir)
+    if VERBOSE["on"]:
+        _print_plan(the_plan)
+    _print_recognised()
+    raise typer.Exit(_finish(launch.run(the_plan, console), the_plan))
+
+
+@app.command()
+def resume(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory to continue.")],
+    nodes: NodesOpt = None,
+    node_rank: NodeRankOpt = None,
+    main_address: MainOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Continue a run from its last complete checkpoint; finished stages are not redone.
+
+    --set may change what a resume can (micro-batch sizes, gradient checkpointing, checkpoint retention, logging),
+    e.g. after an out-of-memory error; the change is saved in the run's config.yaml.
+    A multi-node run resumes with the same command on every node: each gives its own --node-rank (the run's
+    config.yaml is shared, so the rank is never read from it) and, when the nodes changed, the new --main-address."""
+    from rlctl import config as config_mod
+    from rlctl.plan import planner as plan_mod
+
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
+    from rlctl.launch import preflight, resume_check
+
+    cfg = config_mod.load_run_config(cfg_path)
+    if resume_check.finished(run_dir, cfg):
+        console.print(f"{run_dir} is finished: every stage ({', '.join(cfg.stages)}) completed. Nothing to resume.")
+        raise typer.Exit(0)
+    if set_:
+        new = config_mod.with_resume_overrides(cfg, set_)
+        resume_check.check(cfg, new, run_dir)
+        cfg = new
+    preflight.model_folder(cfg.model.name_or_path)  # a moved or uncached model is refused before launch
+    shared = config_mod.dump(cfg)  # before this node's rank is applied: every node reads the same file
+    cfg.hardware.node_rank = 0
+    _apply_nodes(cfg, nodes, node_rank, main_address)
+    _check_rendezvous(cfg, _node_count(cfg))
+    the_plan = plan_mod.build(cfg, run_dir)
+    if set_:
+        cfg_path.write_text(shared)
+    if cfg.hardware.node_rank == 0:  # node 0 verifies the checkpoints before any trainer reads them
+        from rlctl.checkpoint import verify
+
+        for note in verify.resume_check(run_dir, cfg.stages):
+            console.print(f"[yellow]Damaged checkpoint:[/] {note}", markup=True)
+    raise typer.Exit(_finish(_launch(the_plan, resuming=True), the_plan))
+
+
+@app.command()
+def slurm(
+    run_dir: Annotated[
+        Path, typer.Option("--run-dir", help="Run directory on a filesystem every node shares (required).")
+    ],
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    algorithm: AlgoOpt = None,
+    hardware: HwOpt = None,
+    set_: SetOpt = None,
+    stages: StagesOpt = None,
+    nodes: NodesOpt = None,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Rendezvous port on the first node.")] = 29500,
+    cpus_per_task: Annotated[
+        int | None, typer.Option("--cpus-per-task", min=1, help="CPU cores per node task (default 8 per GPU).")
+    ] = None,
+    partition: Annotated[str | None, typer.Option("--partition", help="#SBATCH --partition.")] = None,
+    time_limit: Annotated[str | None, typer.Option("--time", help="#SBATCH --time, e.g. 24:00:00.")] = None,
+) -> None:
+    """Write a ready SLURM sbatch script to stdout: one task per node running `rlctl train` with its rank and the
+    first node's address from SLURM, `rlctl resume` when the job is requeued, a checkpoint before preemption.
+
+    The plan is checked now (exit 2 if it does not fit); RUN_DIR/logs is created so SLURM can write its log there.
+    Usage: rlctl slurm --preset qwen7b-grpo --hardware 2x8xH100-80GB --run-dir /shared/runs/q7 > job.sbatch"""
+    from rlctl.launch import slurm as slurm_mod
+    from rlctl.plan import planner as plan_mod
+
+    cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
+    _apply_nodes(cfg, nodes, 0, "$MAIN")
+    run_dir = run_dir.absolute()
+    the_plan = plan_mod.build(cfg, run_dir)  # refuses now what would fail on the cluster
+    lay, hw = the_plan.layout, the_plan.hardware
+    args: list[str] = []
+    for flag, value in (("--preset", preset), ("--config", config and str(config.absolute()))):
+        args += [flag, value] if value else []
+    args += ["--algorithm", algorithm] if algorithm else []
+    args += ["--hardware", hardware] if hardware else []
+    for item in set_ or []:
+        args += ["--set", item]
+    args += ["--stages", stages] if stages else []
+    where = "CPU" if hw.is_cpu else f"{hw.gpus_per_node} x {hw.gpu_name}-{hw.gpu_memory_gib:g}GB"
+    layout = f"{cfg.name} on {lay['nodes']} node(s) x {where} = {lay['world_size']} processes, run directory {run_dir}"
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    text = slurm_mod.script(
+        args,
+        run_dir,
+        lay["nodes"],
+        hw.gpus_per_node,
+        port,
+        f"rlctl-{preset or cfg.name}",
+        layout,
+        cpus_per_task=cpus_per_task,
+        partition=partition,
+        time_limit=time_limit,
+    )
+    sys.stdout.write(text)
+
+
+def _finish(code: int, the_plan: Plan) -> int:
+    """With --quiet the live display is silent: still say where the run ended up (and why, on failure)."""
+    from rlctl.launch import node_log
+
+    run_dir = Path(the_plan.run_dir)
+    log = node_log(run_dir, the_plan.config.hardware.node_rank)
+    if console.quiet:
+        if code == 0:
+            _ui().results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})")
+        else:
+            err_console.print(
+                f"[red]Training stopped (exit {code}).[/] Log: {log}. "
+                f"After fixing the cause: rlctl resume {run_dir}",
+            )
+    return code
+
+

@@ -1,0 +1,321 @@
+"""The rl section of the config: the algorithm, its knobs, the rewards, and which code path runs each algorithm
+(TRL's trainers or rlctl's loop), with the TRL trainers' limits checked at validation."""
+
+from typing import Any, Literal, get_args
+
+from pydantic import Field, field_validator, model_validator
+
+from rlctl.config.sections import Section, TrainConfig
+from rlctl.errors import did_you_mean
+
+
+class RewardSpec(Section):
+    name: str = Field(
+        description="Built-in reward (see `rlctl rewards list`), `reward_model`, a plugin `path.py:function`, or an "
+        "entry point of group `rlctl.rewards`; arguments in call form: `length_penalty(max_length=512)`."
+    )
+    weight: float = Field(1.0, description="Weight of this reward in the sum.")
+    correctness: bool | None = Field(
+        None,
+        description="This reward says whether an answer is right (its score above 0.5), so held-out eval_accuracy, "
+        "keep-best and `rlctl eval` use it; null: true for exact_match, gsm8k, boxed, verl and code_tests.",
+    )
+    on_error: Literal["raise", "zero"] = Field(
+        "raise",
+        description="When the reward function raises, returns NaN/inf or overruns `timeout_s` during training: "
+        "stop the stage with a message naming the reward and the sample (raise), or score those completions 0 and "
+        "count them as `reward_errors` (zero). A batch where every reward is NaN stops the stage either way.",
+    )
+    timeout_s: float = Field(
+        120.0,
+        ge=0,
+        description="Seconds one batch call of this reward may take. The reward runs in a worker process that is "
+        "stopped at the deadline (then `on_error` decides); halfway there the console warns that it is slow. 0 runs "
+        "it inside the training process without a deadline (needed for TRL's `log_metric`/`log_extra` callables).",
+    )
+
+
+# RL algorithm vocabulary, kept torch-free here; tests assert these equal the registries in rlctl.algorithms.
+Advantage = Literal["gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax"]
+PolicyLoss = Literal["ppo", "gspo", "cispo"]
+KLEstimator = Literal["k1", "k2", "k3", "abs"]
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+PFPPOMode = Literal["pow", "max_min", "max_random"]
+ADVANTAGE_NAMES: tuple[str, ...] = get_args(Advantage)
+POLICY_LOSS_NAMES: tuple[str, ...] = get_args(PolicyLoss)
+KL_NAMES: tuple[str, ...] = get_args(KLEstimator)
+AGG_MODES: tuple[str, ...] = get_args(LossAgg)
+PF_PPO_MODES: tuple[str, ...] = get_args(PFPPOMode)
+
+# The one code path that runs each RL algorithm (`rl.algorithm`): TRL where it implements the algorithm
+# faithfully, else rlctl's own loop (rlctl/stages/rl_loop.py). dpo and kto are offline stages, not rl.
+RL_ALGORITHM_PATHS: dict[str, str] = {
+    "grpo": "trl-grpo",
+    "dr-grpo": "trl-grpo",
+    "gspo": "trl-grpo",
+    "cispo": "trl-grpo",
+    "rloo": "trl-rloo",
+    "ppo": "rlctl",
+    "dapo": "rlctl",
+    "reinforce-pp": "rlctl",
+    "reinforce-pp-baseline": "rlctl",
+    "remax": "rlctl",
+    "pf-ppo": "rlctl",
+}
+OFFLINE_ALGORITHMS: tuple[str, ...] = ("dpo", "kto")
+PATH_NAMES = {"trl-grpo": "TRL GRPOTrainer", "trl-rloo": "TRL RLOOTrainer", "rlctl": "the rlctl loop"}
+# What each TRL trainer runs faithfully: key -> allowed values, the first being the nearest valid default.
+_TRL_LIMITS: dict[str, dict[str, tuple[Any, ...]]] = {
+    "trl-grpo": {
+        "advantage": ("grpo", "dr_grpo"),
+        "policy_loss": ("ppo", "gspo", "cispo"),
+        "loss_agg": ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"),
+        "kl_estimator": ("k3",),
+        "kl_in_reward": (False,),
+        "kl_target": (None,),
+        "dual_clip": (None,),
+        "critic_init": (None,),
+        "dynamic_sampling": (False,),
+        "pf_ppo_mode": (None,),
+    },
+    "trl-rloo": {
+        "advantage": ("rloo",),
+        "policy_loss": ("ppo",),
+        "loss_agg": ("seq-mean-token-sum",),
+        "kl_estimator": ("k1",),
+        "kl_in_reward": (True,),
+        "kl_target": (None,),
+        "dual_clip": (None,),
+        "critic_init": (None,),
+        "dynamic_sampling": (False,),
+        "pf_ppo_mode": (None,),
+    },
+}
+
+
+def _yaml(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class RLConfig(TrainConfig):
+    """The RL stage. `algorithm` picks the code path; the keys below it are the algorithm's knobs, which every
+    algorithm preset sets in full (see presets/algorithms/ and docs/algorithms.md). `max_steps` counts rollout
+    batches: each makes ppo_epochs x ppo_mini_batches optimizer updates."""
+
+    algorithm: str = Field("grpo", description="RL algorithm (an algorithm preset name; see `rlctl presets list`).")
+    prompts_per_step: int = Field(16, ge=1, description="Prompts sampled per step (rollout batch).")
+    group_size: int = Field(8, ge=2, description="Completions sampled per prompt (the group).")
+    max_new_tokens: int = Field(256, ge=1, description="Longest completion in tokens.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature during rollouts.")
+    advantage: Advantage = Field(
+        "grpo",
+        description="Advantage estimator: gae (critic), grpo (group mean/std), dr_grpo (group mean), rloo "
+        "(leave-one-out), reinforce_pp (returns, batch-whitened), reinforce_pp_baseline, remax (greedy baseline).",
+    )
+    policy_loss: PolicyLoss = Field(
+        "ppo",
+        description="Policy loss: ppo (clipped token ratio), gspo (clipped sequence ratio), cispo (clipped IS weight).",
+    )
+    loss_agg: LossAgg = Field(
+        "seq-mean-token-mean",
+        description="Loss aggregation: token-mean (DAPO), seq-mean-token-mean (GRPO), seq-mean-token-sum (RLOO), "
+        "seq-mean-token-sum-norm (Dr. GRPO: / batch x max_new_tokens).",
+    )
+    clip_low: float = Field(0.2, gt=0, lt=1, description="Ratio clipped below at 1 - clip_low (PPO epsilon).")
+    clip_high: float = Field(
+        0.2,
+        gt=0,
+        lt=10,
+        description="Ratio clipped above at 1 + clip_high (DAPO clip-higher: 0.28); with policy_loss=cispo the "
+        "absolute cap of the IS weight (5.0).",
+    )
+    dual_clip: float | None = Field(
+        None, gt=1, description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (verl: 3.0)."
+    )
+    beta: float = Field(0.0, ge=0, description="KL coefficient against the reference (starting) policy; 0 = no KL.")
+    kl_estimator: KLEstimator = Field(
+        "k3", description="Per-token KL estimator: k1 (log-ratio), k2 (squared), k3 (low-variance), abs."
+    )
+    kl_in_reward: bool = Field(
+        False,
+        description="Subtract beta x KL from the token rewards (PPO-RLHF) instead of adding it to the loss (GRPO).",
+    )
+    kl_target: float | None = Field(
+        None, gt=0, description="Adapt beta towards this KL per token (Ziegler et al. 2019); null = fixed beta."
+    )
+    kl_horizon: int = Field(10000, ge=1, description="Horizon of the adaptive KL controller (in sequences).")
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount factor (gae, reinforce_pp).")
+    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (gae).")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (GRPO's mu, TRL num_iterations).")
+    ppo_mini_batches: int = Field(
+        1, ge=1, description="Optimizer updates per pass: the rollout batch is split into this many mini-batches."
+    )
+    critic_init: Literal["policy", "reward_model"] | None = Field(
+        None,
+        description="Value model start for advantage=gae: the starting policy, or the reward model of the rm stage "
+        "(with a fresh value head); null = no critic.",
+    )
+    critic_lr: float | None = Field(
+        None, gt=0, lt=1, description="Critic learning rate; null = the same as learning_rate (verl: 10x the actor's)."
+    )
+    critic_warmup_steps: int = Field(0, ge=0, description="Steps that train only the critic before the policy moves.")
+    value_clip: float = Field(0.2, gt=0, description="Value clipping range around the old values (PPO value loss).")
+    dynamic_sampling: bool = Field(
+        False, description="DAPO: drop groups whose rewards are all equal and sample more prompts to refill the batch."
+    )
+    dynamic_sampling_rounds: int = Field(
+        10, ge=1, description="Most generation rounds per step when refilling (DAPO/verl max_num_gen_batches)."
+    )
+    overlong_buffer: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="DAPO soft overlong punishment: the last fraction of max_new_tokens where the reward ramps "
+        "down to -overlong_penalty (paper: 4096 of 20480 = 0.2); 0 = off.",
+    )
+    overlong_penalty: float = Field(1.0, ge=0, description="Penalty at max_new_tokens of the overlong punishment.")
+    mask_truncated: bool = Field(
+        False, description="Leave completions that hit max_new_tokens out of the loss (DAPO overlong filtering)."
+    )
+    pf_ppo_mode: PFPPOMode | None = Field(
+        None,
+        description="PF-PPO policy filtration, resampling the batch by reward: pow, max_min, max_random; null = off.",
+    )
+    pf_ppo_weight_pow: float = Field(2.0, gt=0, description="Exponent of the pf_ppo_mode=pow weights |reward|^p.")
+    rewards: list[RewardSpec] = Field(
+        default_factory=lambda: [RewardSpec(name="exact_match")], description="Reward functions and weights."
+    )
+    use_vllm: Literal["auto"] | bool = Field(
+        "auto",
+        description="Generate with vLLM colocated in sleep mode (auto: on GPUs; true: also with vLLM's CPU build), "
+        "or never (false).",
+    )
+    sync_tolerance: float = Field(
+        0.1,
+        ge=0,
+        description="vLLM only: the largest mean |log-prob difference| between the trainer and vLLM on the tokens "
+        "vLLM just sampled before the run stops as a broken weight sync (checked every step); 0 = no check.",
+    )
+    rollout_correction: Literal["token_truncate", "sequence_mask", "off"] = Field(
+        "token_truncate",
+        description="vLLM only: importance weights for the rollout-training mismatch: token_truncate (TIS, "
+        "min(ratio, cap) per token, verl), sequence_mask (drop sequences whose ratio leaves [1/cap, cap], TRL), off.",
+    )
+    rollout_correction_cap: float = Field(
+        2.0, gt=1, description="Cap C of rollout_correction (verl's TIS: 2; TRL's sequence_mask: 3)."
+    )
+
+    @field_validator("advantage", "policy_loss", "loss_agg", "kl_estimator", "pf_ppo_mode", mode="before")
+    @classmethod
+    def _known_name(cls, value: Any, info) -> Any:
+        """Registry names, with a did-you-mean for typos."""
+        known = {
+            "advantage": ADVANTAGE_NAMES,
+            "policy_loss": POLICY_LOSS_NAMES,
+            "loss_agg": AGG_MODES,
+            "kl_estimator": KL_NAMES,
+            "pf_ppo_mode": PF_PPO_MODES,
+        }[info.field_name]
+        if value is not None and value not in known:
+            raise ValueError(
+                f"rl.{info.field_name}: unknown name '{value}'.{did_you_mean(str(value), known)} "
+                f"Valid: {', '.join(known)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _batch(self) -> "RLConfig":
+        """rl.batch_size, when given, fixes the completions per step: prompts_per_step = batch_size / group_size."""
+        g = self.group_size
+        if "batch_size" in self.model_fields_set:
+            if self.batch_size % g:
+                low, high = self.batch_size - self.batch_size % g, self.batch_size - self.batch_size % g + g
+                near = f"rl.batch_size={low} or {high}" if low else f"rl.batch_size={high}"
+                raise ValueError(
+                    f"rl.batch_size={self.batch_size} does not divide into groups of rl.group_size={g} completions "
+                    f"per prompt; nearest valid: {near}"
+                )
+            if self.prompts_per_step != self.batch_size // g:
+                object.__setattr__(self, "prompts_per_step", self.batch_size // g)
+        elif self.batch_size != self.prompts_per_step * g:
+            object.__setattr__(self, "batch_size", self.prompts_per_step * g)
+        if self.batch_size % self.ppo_mini_batches:
+            ok = [d for d in range(1, self.batch_size + 1) if self.batch_size % d == 0]
+            gap = min(abs(d - self.ppo_mini_batches) for d in ok)
+            near = " or ".join(str(d) for d in ok if abs(d - self.ppo_mini_batches) == gap)
+            raise ValueError(
+                f"rl.ppo_mini_batches={self.ppo_mini_batches} does not divide the {self.batch_size} completions "
+                f"of a step; nearest valid: rl.ppo_mini_batches={near}"
+            )
+        return self
+
+    @property
+    def path(self) -> str | None:
+        """The code path of `algorithm`: trl-grpo, trl-rloo or rlctl (None for an offline algorithm)."""
+        return RL_ALGORITHM_PATHS.get(self.algorithm)
+
+    def check(self, stages: list[str]) -> None:
+        """Rules of the RL stage that span several keys; a ValueError naming the rule and the nearest valid setting."""
+        if self.algorithm in OFFLINE_ALGORITHMS:
+            raise ValueError(
+                f"rl.algorithm={self.algorithm} is an offline preference algorithm that runs as the "
+                f"{self.algorithm} stage, not in rl; use --algorithm {self.algorithm} (stages sft,{self.algorithm})"
+            )
+        if self.path is None:
+            known = [*RL_ALGORITHM_PATHS, *OFFLINE_ALGORITHMS]
+            raise ValueError(
+                f"rl.algorithm '{self.algorithm}' is not a known algorithm.{did_you_mean(self.algorithm, known)} "
+                f"Known: {', '.join(sorted(known))}"
+            )
+        limits = _TRL_LIMITS.get(self.path, {})
+        for key, allowed in limits.items():
+            value = getattr(self, key)
+            if value not in allowed:
+                loop = ", ".join(a for a, p in RL_ALGORITHM_PATHS.items() if p == "rlctl")
+                raise ValueError(
+                    f"rl.{key}={_yaml(value)}: algorithm {self.algorithm} runs through {PATH_NAMES[self.path]}, "
+                    f"which supports rl.{key} in {{{', '.join(_yaml(a) for a in allowed)}}}; nearest valid: "
+                    f"rl.{key}={_yaml(allowed[0])} (other combinations run in the rlctl loop: {loop})"
+                )
+        if self.path == "trl-grpo" and self.policy_loss == "cispo" and self.loss_agg != "token-mean":
+            raise ValueError(
+                f"rl.loss_agg={self.loss_agg}: TRL's cispo loss normalises over all tokens; nearest valid: "
+                "rl.loss_agg=token-mean"
+            )
+        if self.policy_loss == "cispo" and self.clip_high <= 1:
+            raise ValueError(
+                f"rl.clip_high={self.clip_high}: with policy_loss=cispo it caps the importance weight itself, "
+                "so it must be above 1; nearest valid: rl.clip_high=5.0 (MiniMax-M1 / TRL recommendation)"
+            )
+        if self.policy_loss != "cispo" and self.clip_high > 1:
+            raise ValueError(
+                f"rl.clip_high={self.clip_high}: the ratio is clipped to 1 + clip_high, which must stay within "
+                f"(0, 1] for policy_loss={self.policy_loss}; nearest valid: rl.clip_high=1.0 (DAPO uses 0.28)"
+            )
+        if self.advantage == "gae" and self.critic_init is None:
+            raise ValueError(
+                "rl.advantage=gae needs a critic to estimate values, but rl.critic_init is null; nearest valid: "
+                "rl.critic_init=policy (or reward_model with the rm stage)"
+            )
+        if self.advantage != "gae" and self.critic_init is not None:
+            raise ValueError(
+                f"rl.critic_init={self.critic_init}: only advantage=gae uses a critic (advantage is "
+                f"{self.advantage}); nearest valid: rl.critic_init=null"
+            )
+        if self.critic_init == "reward_model" and "rm" not in stages:
+            raise ValueError(
+                "rl.critic_init=reward_model starts the critic from the rm stage's model, but rm is not in stages; "
+                "nearest valid: rl.critic_init=policy, or add rm to stages (e.g. sft,rm,rl)"
+            )
+        if self.kl_target is not None and self.beta == 0:
+            raise ValueError(
+                f"rl.kl_target={self.kl_target} adapts beta, which is 0 (no KL); nearest valid: rl.kl_target=null, "
+                "or set rl.beta > 0 as the starting coefficient"
+            )
+        if self.overlong_buffer and round(self.overlong_buffer * self.max_new_tokens) < 1:
+            raise ValueError(
+                f"rl.overlong_buffer={self.overlong_buffer} of rl.max_new_tokens={self.max_new_tokens} is under one "
+                f"token; nearest valid: rl.overlong_buffer={min(0.99, 1 / self.max_new_tokens):.2g}, or 0 (off)"
+            )
+
+

@@ -1,0 +1,217 @@
+"""The config sections every run has: model, data, the offline stages (sft, rm, dpo, kto), hardware,
+checkpoint and logging. The rl section lives in `rlctl.config.rl`; the whole run (`RunConfig`) and the layering in
+`rlctl.config`."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+StageName = Literal["sft", "dpo", "kto", "rm", "rl"]
+STAGE_ORDER: tuple[str, ...] = ("sft", "dpo", "kto", "rm", "rl")
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, values are re-validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
+
+
+class ModelArch(Section):
+    """Architecture numbers of the model, used by the planner without downloading anything."""
+
+    layers: int = Field(ge=1, description="Number of transformer layers.")
+    hidden: int = Field(ge=1, description="Hidden size.")
+    heads: int = Field(ge=1, description="Attention heads.")
+    kv_heads: int = Field(ge=1, description="Key/value heads (grouped-query attention).")
+    vocab: int = Field(ge=1, description="Vocabulary size.")
+    intermediate: int = Field(ge=1, description="MLP intermediate size.")
+    max_position: int = Field(32768, ge=1, description="Context length the model supports.")
+    tie_embeddings: bool = Field(False, description="Input and output embeddings share weights.")
+    head_dim: int | None = Field(None, ge=1, description="Attention head size when not hidden / heads (Qwen3, Gemma).")
+
+
+class ModelConfig(Section):
+    name_or_path: str = Field(
+        "builtin:tiny",
+        description="Hugging Face model id, local folder, or `builtin:tiny` (a random-init model built offline).",
+    )
+    arch: ModelArch | None = Field(None, description="Architecture numbers (model presets carry them).")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto", description="Weights dtype: auto = bfloat16 on GPUs that support it, float32 on CPU."
+    )
+    adapter: Literal["auto", "full", "lora", "qlora"] = Field(
+        "auto", description="Train all weights, LoRA adapters, or LoRA on a 4-bit base; auto lets the planner pick."
+    )
+    lora_r: int = Field(16, ge=1, description="LoRA rank.")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha (scaling = alpha / r).")
+    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="LoRA dropout.")
+    trust_remote_code: bool = Field(False, description="Run model code from the Hub. Off unless you set it.")
+    gradient_checkpointing: Literal["auto"] | bool = Field(
+        "auto", description="Recompute activations in the backward pass; auto lets the planner pick."
+    )
+
+
+class DataConfig(Section):
+    """Datasets: a local file (jsonl, json, parquet, csv), a folder written by datasets' `save_to_disk`
+    (`folder@split` for a DatasetDict), or a Hub dataset (`owner/name[:config][@split]`, or `hf://...`).
+    Formats are recognised from the columns; see docs/datasets.md."""
+
+    generate: Literal["arithmetic"] | None = Field(
+        None, description="Generate a built-in synthetic task into the run directory instead of reading files."
+    )
+    sft: str | None = Field(
+        None, description="SFT data: `prompt`+`completion`, chat `messages`, `text`, or KTO rows (desirable kept)."
+    )
+    preference: str | None = Field(
+        None, description="Preference data (rm, dpo, kto): `chosen`+`rejected` (optional `prompt`), or KTO rows."
+    )
+    rl: str | None = Field(
+        None, description="RL prompts: `prompt` plus the ground-truth column, or verl's parquet layout as is."
+    )
+    eval: str | None = Field(None, description="Held-out prompts with ground truth (same formats as rl).")
+    answer_field: str = Field("answer", description="Column that holds the ground-truth answer.")
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Rename columns to the names rlctl reads: {prompt: question, answer: solution}; a dotted source "
+        "reaches into nested fields (answer: reward_model.ground_truth).",
+    )
+    max_prompt_length: int = Field(512, ge=1, description="Longest RL prompt in tokens.")
+    max_drop_fraction: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="With over_length=drop: the largest share of a stage's rows that may be dropped as too long; "
+        "more refuses the run before it starts, naming the length that would keep 95% of them.",
+    )
+    encoding: str = Field(
+        "utf-8",
+        description="Text encoding of local jsonl/json/csv/tsv files (a Python codec name: utf-8, cp1252, latin-1, "
+        "utf-16, ...). UTF-8 files with a byte-order mark and UTF-16/32 files with one are read under utf-8.",
+    )
+    chat_template: str | None = Field(
+        None,
+        description="Chat template for conversational data (message lists): `chatml`, or a Jinja file; replaces "
+        "the tokenizer's own. Needed when the tokenizer has none (GPT-2 and other base models).",
+    )
+    over_length: Literal["drop", "refuse"] = Field(
+        "drop",
+        description="Rows longer than their limit (RL prompts: data.max_prompt_length; training sequences: the "
+        "stage's max_length): drop them and count them (metrics.jsonl, summary.json), or refuse the run naming "
+        "the first one. Never truncated.",
+    )
+
+
+class TrainConfig(Section):
+    """Optimisation settings shared by every stage."""
+
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="This stage's column mapping, on top of data.columns (same form; its keys win): one file "
+        "can feed several stages, e.g. sft.columns: {completion: answer} next to data.columns: {prompt: question}. "
+        "rl.columns also applies to data.eval.",
+    )
+    max_steps: int = Field(100, ge=1, description="Optimizer steps in this stage.")
+    learning_rate: float = Field(1e-5, gt=0, lt=1, description="Peak learning rate.")
+    lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = Field(
+        "cosine", description="Learning-rate schedule."
+    )
+    warmup_ratio: float = Field(0.0, ge=0, lt=1, description="Fraction of steps spent warming up.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    batch_size: int = Field(32, ge=1, description="Global batch (sequences per optimizer step, all processes).")
+    micro_batch_size: Literal["auto"] | int = Field(
+        "auto", description="Sequences per process per forward pass; auto lets the planner pick."
+    )
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    save_every: int = Field(50, ge=1, description="Checkpoint every N optimizer steps (and at the end).")
+    eval_samples: int = Field(200, ge=1, description="Held-out samples scored after the stage.")
+
+
+class SFTConfig(TrainConfig):
+    max_length: int = Field(1024, ge=8, description="Longest training sequence in tokens (longer rows are dropped).")
+
+
+class RMConfig(TrainConfig):
+    max_length: int = Field(1024, ge=8, description="Longest chosen/rejected sequence in tokens.")
+    init_from: Literal["sft", "base"] = Field(
+        "sft", description="Start the reward model from the SFT policy (when run) or the base model."
+    )
+
+
+class DPOConfig(TrainConfig):
+    max_length: int = Field(1024, ge=8, description="Longest prompt+response sequence in tokens.")
+    beta: float = Field(0.1, gt=0, description="DPO temperature: how far the policy may move from the reference.")
+    loss_type: Literal["sigmoid", "ipo", "hinge", "robust"] = Field(
+        "sigmoid", description="Preference loss: sigmoid (DPO), ipo, hinge (SLiC), robust (noisy labels)."
+    )
+
+
+class KTOConfig(TrainConfig):
+    max_length: int = Field(1024, ge=8, description="Longest prompt+completion sequence in tokens.")
+    beta: float = Field(0.1, gt=0, description="KTO temperature: how far the policy may move from the reference.")
+    loss_type: Literal["kto", "apo_zero_unpaired"] = Field(
+        "kto", description="Unpaired preference loss: kto (Ethayarajh et al. 2024) or apo_zero_unpaired."
+    )
+    desirable_weight: float = Field(1.0, gt=0, description="Weight of the losses on desirable (good) completions.")
+    undesirable_weight: float = Field(1.0, gt=0, description="Weight of the losses on undesirable completions.")
+
+
+class HardwareConfig(Section):
+    spec: str = Field(
+        "auto", description="Hardware to plan for: auto (detect), cpu, or NxGPU-MEMGB / MxNxGPU-MEMGB presets."
+    )
+    num_processes: int | None = Field(
+        None, ge=1, description="Training processes per node (default: one per GPU, one on CPU)."
+    )
+    strategy: Literal["auto", "single", "ddp", "fsdp2"] = Field(
+        "auto", description="Distribution strategy; auto lets the planner pick."
+    )
+    optimizer_offload: Literal["auto"] | bool = Field(
+        "auto",
+        description="RL: keep the policy's AdamW state in host RAM outside its optimizer step (moved to the GPU and "
+        "back around each step); auto lets the planner decide. On CPU it is a no-op (the state lives there).",
+    )
+    nodes: int | None = Field(
+        None, ge=1, description="Machines the run spans (default: the M of an MxNxGPU spec, else 1); see --nodes."
+    )
+    node_rank: int = Field(
+        0, ge=0, description="This machine's rank among the nodes, 0 to nodes-1; given per node (--node-rank)."
+    )
+    main_address: str | None = Field(
+        None, description="Host name or IP of the rank-0 node, which every node reaches (needed when nodes > 1)."
+    )
+    main_port: int = Field(29500, ge=1, le=65535, description="TCP port of the rendezvous on the rank-0 node.")
+
+
+class CheckpointConfig(Section):
+    """Checkpoints are written under `checkpoints/.incoming` and renamed into `checkpoints/` once complete."""
+
+    keep_last: int = Field(2, ge=1, description="Complete checkpoints kept per stage (the most recent ones).")
+    keep_best: bool = Field(
+        True,
+        description="Also keep the checkpoint with the best held-out eval_accuracy, scored at every save (policies "
+        "on data.eval, reward models on their held-out pairs); recorded in summary.json.",
+    )
+
+
+class LoggingConfig(Section):
+    every: int = Field(1, ge=1, description="Log metrics every N optimizer steps.")
+    console_every_s: float = Field(
+        30.0,
+        gt=0,
+        description="When the console is not a terminal (a log file, SLURM, CI): one progress line per running "
+        "stage every this many seconds (step/total, main metrics, ETA).",
+    )
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=list, description="Experiment trackers to report to, besides metrics.jsonl."
+    )
+    alarms: Literal["warn", "stop"] = Field(
+        "warn",
+        description="Alarms for a run that learns nothing (zero gradients, identical rewards in every group, every "
+        "completion truncated, every token clipped, reward flat at its minimum, a resume that trains 0 steps): "
+        "printed and logged with the likely cause and fix (warn), or also stop the stage (stop, for unattended runs).",
+    )
+    alarm_steps: int = Field(
+        10, ge=1, description="Consecutive logged steps a no-learning condition must last before its alarm fires."
+    )
+
+

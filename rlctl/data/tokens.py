@@ -1,0 +1,148 @@
+"""Rows measured in tokens as each stage's trainer sees them, and the chat templates that render message lists.
+
+Works with a transformers tokenizer (in the stages) or with `FileTokenizer`, which reads a tokenizer folder's
+`tokenizer.json` and chat template with the `tokenizers` library and jinja2 alone: `rlctl plan` counts over-long
+rows with it without importing transformers or torch, and without loading any weights.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rlctl.errors import UserError
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+BUILTIN_TEMPLATES = {"chatml": CHATML}
+
+
+def template_text(setting: str) -> str:
+    """The Jinja text `data.chat_template` names: a built-in (`chatml`) or a file."""
+    if setting in BUILTIN_TEMPLATES:
+        return BUILTIN_TEMPLATES[setting]
+    path = Path(setting).expanduser()
+    if not path.is_file():
+        raise UserError(
+            f"data.chat_template={setting} is neither a built-in template ({', '.join(BUILTIN_TEMPLATES)}) nor a "
+            "Jinja file."
+        )
+    return path.read_text(encoding="utf-8")
+
+
+def folder_template(folder: Path) -> str | None:
+    """The chat template saved with a tokenizer: chat_template.jinja, chat_template.json or tokenizer_config.json."""
+    if (folder / "chat_template.jinja").is_file():
+        return (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        if (folder / name).is_file():
+            template = json.loads((folder / name).read_text(encoding="utf-8")).get("chat_template")
+            if isinstance(template, list):  # named templates: the default one
+                template = next((t["template"] for t in template if t.get("name") == "default"), None)
+            if template:
+                return template
+    return None
+
+
+def _special(value: Any) -> str | None:
+    return value.get("content") if isinstance(value, dict) else value
+
+
+class FileTokenizer:
+    """The part of a transformers tokenizer that length counting uses, from a tokenizer folder's files."""
+
+    def __init__(self, folder: Path, chat_template: str | None):
+        from tokenizers import Tokenizer
+
+        self.backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.chat_template = chat_template
+        config_path = folder / "tokenizer_config.json"
+        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+        self.special = {k: _special(config.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": self.backend.encode(text, add_special_tokens=add_special_tokens).ids}
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        tokenize: bool = True,
+        add_generation_prompt: bool = False,
+        return_dict: bool = False,
+    ) -> Any:
+        """The conversation rendered as transformers renders it (sandboxed jinja2, the same globals)."""
+        from jinja2.ext import loopcontrols
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message: str) -> None:
+            raise UserError(f"The chat template refused a conversation: {message}")
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+        env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+        env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f))
+        text = env.from_string(self.chat_template or "").render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **self.special
+        )
+        if not tokenize:
+            return text
+        ids = self(text)["input_ids"]
+        return {"input_ids": ids} if return_dict else ids
+
+
+def prompt_text(prompt: Any, tokenizer) -> str:
+    """A prompt as text: plain strings as they are, message lists through the chat template."""
+    if isinstance(prompt, list):
+        return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    return prompt
+
+
+def limit_key(stage: str) -> str:
+    return "data.max_prompt_length" if stage == "rl" else f"{stage}.max_length"
+
+
+def _tokens(text: str, tok) -> int:
+    return len(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def _text(value: Any, tok) -> str:
+    """Plain text as is; a message list rendered through the chat template."""
+    return tok.apply_chat_template(value, tokenize=False) if isinstance(value, list) else value
+
+
+def length(row: dict[str, Any], tok, stage: str) -> int:
+    """Tokens of a row as the stage's trainer sees it: the prompt alone for rl; the whole sequence with EOS for sft;
+    prompt plus the longer response (tokenized apart, as TRL does) with EOS for rm, dpo and kto."""
+    if stage == "rl":
+        return _tokens(prompt_text(row["prompt"], tok), tok)
+    if stage == "sft":
+        if "messages" in row or isinstance(row.get("prompt"), list):
+            messages = row["messages"] if "messages" in row else row["prompt"] + row["completion"]
+            return len(tok.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"])
+        text = row["text"] if "text" in row else row["prompt"] + row["completion"]
+        return _tokens(text, tok) + 1
+    prompt = row.get("prompt") or ""
+    responses = [row["chosen"], row["rejected"]] if "chosen" in row else [row["completion"]]
+    head = _tokens(prompt_text(prompt, tok), tok) if prompt else 0
+    return head + max(_tokens(_text(r, tok), tok) for r in responses) + 1
+
+
+def keeps_95(sizes: list[int]) -> int:
+    """The shortest limit that keeps 95% of rows of these lengths."""
+    ordered = sorted(sizes)
+    return ordered[max(0, -(-len(ordered) * 95 // 100) - 1)]
+
+
+def too_many_dropped(stage: str, over: int, total: int, limit: int, fraction: float, sizes: list[int]) -> str | None:
+    """The refusal when more than `fraction` of a stage's rows would be dropped as too long, else None."""
+    if total == 0 or over / total <= fraction:
+        return None
+    key = limit_key(stage)
+    return (
+        f"{over} of {total} {stage} rows ({over / total:.0%}) are longer than {key}={limit} tokens and would be "
+        f"dropped, more than data.max_drop_fraction={fraction:g}. {key}={keeps_95(sizes)} keeps 95% of them; or "
+        "shorten those rows, or raise data.max_drop_fraction to train on what fits."
+    )

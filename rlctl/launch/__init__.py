@@ -1,0 +1,342 @@
+"""Prepare a run directory and start the stages through `accelerate launch`, showing live progress.
+
+The launched processes (rlctl.launch.runner) write `metrics.jsonl`; this side tails it into rich progress bars,
+keeps the full log in `logs/train.log` (`logs/train.node{R}.log` on node R > 0 of a multi-node run, so nodes
+sharing the run directory do not write one file), and prints the summary table at the end.
+
+Package `rlctl.launch`: the launch on this side (this module), the process every rank runs (`runner`), SLURM
+scripts (`slurm`) and TensorBoard event files (`tbevents`).
+May import: base, config, data, rewards, plan, algorithms, checkpoint, rollout, stages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from rlctl import config as config_mod
+from rlctl import data, rewards
+from rlctl.data import tasks
+from rlctl.errors import UserError
+from rlctl.launch import preflight, tbevents
+from rlctl.launch import progress as progress_mod
+from rlctl.plan import packages
+from rlctl.plan import planner as plan_mod
+
+PR_SET_PDEATHSIG = 1
+
+
+def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
+    """Data files and reward plugins as absolute paths, so `rlctl resume` works from any folder (Hub dataset
+    names stay as they are)."""
+    cfg = cfg.model_copy(deep=True)
+    for role in plan_mod.DATA_ROLES:
+        value = getattr(cfg.data, role)
+        if value:
+            setattr(cfg.data, role, data.absolute(value))
+    for spec in cfg.rl.rewards:
+        if ".py:" in spec.name:
+            path, _, fn = spec.name.rpartition(":")
+            spec.name = f"{Path(path).resolve()}:{fn}"
+    return cfg
+
+
+def check_inputs(cfg: config_mod.RunConfig, run_dir: Path, paths: dict[str, Path] | None) -> None:
+    """The pre-flight over every row (model, chat template, run directory, datasets, lengths), then the rewards
+    called on the first RL rows; raises UserError."""
+    missing = plan_mod.missing_data(cfg)
+    if missing:
+        raise UserError("Missing data: " + "; ".join(missing) + ".")
+    report = preflight.run(cfg, run_dir, full=True, paths=paths)
+    preflight.require(report)
+    if "rl" in cfg.stages:
+        specs = [spec for spec in cfg.rl.rewards if spec.name not in rewards.MODEL_REWARDS]
+        names, timeouts = [s.name for s in specs], [s.timeout_s for s in specs]
+        rewards.dry_run(names, report.rows["rl"], cfg.data.answer_field, timeouts=timeouts)  # plugin errors surface now
+
+
+def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
+    """Validate everything, then write config.yaml, accelerate.yaml and the data into a new run directory."""
+    cfg = _absolute(cfg)
+    the_plan = plan_mod.build(cfg, run_dir)
+    packages.require(the_plan)
+    problem = preflight.run_dir_problem(run_dir)
+    if problem:
+        raise UserError(problem)
+    if cfg.data.generate:
+        gen_dir = run_dir / "data"
+        tasks.GENERATORS[cfg.data.generate](gen_dir, cfg.seed)
+    check_inputs(cfg, run_dir, plan_mod.data_paths(cfg, run_dir) if cfg.data.generate else None)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
+    (run_dir / "plan.json").write_text(json.dumps(the_plan.to_json(), indent=2))
+    (run_dir / "config.yaml").write_text(config_mod.dump(cfg))
+    return the_plan
+
+
+def _env(the_plan: plan_mod.Plan) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    if the_plan.hardware.is_cpu:
+        env["ACCELERATE_USE_CPU"] = "1"
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(the_plan.num_processes, 1))))
+    return env
+
+
+def _read_new(path: Path, offset: int) -> tuple[list[dict], int]:
+    """Complete jsonl records appended to `path` since byte `offset`."""
+    if not path.exists():
+        return [], offset
+    with path.open("rb") as f:
+        f.seek(offset)
+        chunk = f.read()
+    end = chunk.rfind(b"\n") + 1
+    records = [json.loads(line) for line in chunk[:end].splitlines() if line.strip()]
+    return records, offset + end
+
+
+def _cell(value: object) -> str:
+    """A summary number to 4 significant digits; `n/a` for a value that was NaN/inf (written as null)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "n/a" if value is None else str(value)
+
+
+def summary_table(summary: dict) -> Table:
+    """The per-stage held-out metrics of summary.json as a table."""
+    table = Table(title="Summary (held-out)", title_justify="left")
+    table.add_column("stage")
+    keys = sorted({k for m in summary.get("stages", {}).values() for k in m} - {"null_reasons"})
+    for k in keys:
+        table.add_column(k, justify="right")
+    for stage, metrics in summary.get("stages", {}).items():
+        cells = [_cell(metrics.get(k, "")) for k in keys]
+        table.add_row(stage, *cells)
+    return table
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def acquire_lock(run_dir: Path) -> Path:
+    """Claim the run directory for this process; a lock left by a dead process (kill -9) is taken over."""
+    lock = run_dir / "run.lock"
+    if lock.exists():
+        try:
+            pid = int(lock.read_text().strip() or 0)
+        except ValueError:
+            pid = 0
+        if pid and pid != os.getpid() and _pid_alive(pid):
+            raise UserError(f"{run_dir} is in use by a running rlctl (pid {pid}); wait for it or stop it first.")
+    lock.write_text(f"{os.getpid()}\n")
+    return lock
+
+
+def run(the_plan: plan_mod.Plan, console: Console, resuming: bool = False) -> int:
+    """Run the launch command to completion; returns its exit code (130/143 when interrupted)."""
+    run_dir = Path(the_plan.run_dir)
+    lock = acquire_lock(run_dir)
+    try:
+        return _run(the_plan, console, resuming)
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def die_with_parent() -> None:
+    """Pre-exec step (Linux): the child is killed when the process that started it dies, even by kill -9."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class _Signalled(Exception):
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def _raise_signal(signum, frame) -> None:
+    raise _Signalled(signum)
+
+
+def _runners(proc: subprocess.Popen) -> list:
+    """The training processes (rlctl.launch.runner) under the launcher."""
+    import psutil
+
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [c for c in children if "rlctl.launch.runner" in " ".join(_cmdline(c))]
+
+
+def _cmdline(process) -> list[str]:
+    import psutil
+
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _kill_all(proc: subprocess.Popen) -> None:
+    import psutil
+
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+    proc.kill()
+
+
+def node_log(run_dir: Path, node_rank: int) -> Path:
+    """This node's launch log in the (shared) run directory: node 0 `logs/train.log`, node R `logs/train.nodeR.log`."""
+    return run_dir / "logs" / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
+
+
+def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
+    run_dir = Path(the_plan.run_dir)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    log_path = node_log(run_dir, the_plan.config.hardware.node_rank)
+    metrics_path = run_dir / "metrics.jsonl"
+    offset = metrics_path.stat().st_size if metrics_path.exists() else 0
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]
+    console.print(f"[bold]{'Resuming' if resuming else 'Starting'}[/] {the_plan.config.name} in {run_dir}")
+    console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]")
+    stopped = 0
+    errors: list[dict] = []
+    alarmed: list[dict] = []
+    previous = signal.signal(signal.SIGTERM, _raise_signal)
+    try:
+        with log_path.open("ab") as log:
+            # Its own session: a terminal Ctrl-C reaches only this CLI, which asks the trainers to stop at a step
+            # boundary. Killed with its parent, so no trainer outlives this CLI (kill -9 included).
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_env(the_plan),
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+            tasks_by_stage: dict[str, int] = {}
+            stages: dict[str, progress_mod.StageProgress] = {}
+            every_s = the_plan.config.logging.console_every_s
+            events = tbevents.MetricsEvents(run_dir / "tensorboard")  # TensorBoard, live, no account needed
+            columns = [
+                TextColumn("[bold]{task.description:<6}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TextColumn("{task.fields[eta]}"),
+            ]
+            with Progress(*columns, console=console, transient=False) as progress:
+                while True:
+                    try:
+                        done = proc.poll() is not None
+                        records, offset = _read_new(metrics_path, offset)
+                        for rec in records:
+                            events.add(rec)
+                            if rec.get("event") == "error":
+                                errors.append(rec)
+                            if rec.get("event") == "alarm":
+                                alarmed.append(rec)
+                            _show(progress, tasks_by_stage, stages, rec)
+                        if not console.is_terminal:
+                            _plain_lines(console, stages, every_s)
+                        if done:
+                            break
+                        time.sleep(0.5)
+                    except (KeyboardInterrupt, _Signalled) as e:
+                        signum = e.signum if isinstance(e, _Signalled) else signal.SIGINT
+                        if stopped:
+                            _kill_all(proc)
+                            progress.console.print("[red]Stopped at once.[/] The last complete checkpoint stands.")
+                        else:
+                            stopped = signum
+                            for runner in _runners(proc):
+                                with contextlib.suppress(Exception):
+                                    runner.send_signal(signal.SIGTERM)
+                            progress.console.print(
+                                "[yellow]Stopping at the next step with a checkpoint[/] (Ctrl-C again to stop at once)."
+                            )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    proc.wait()
+    if stopped:
+        console.print(f"[yellow]Interrupted.[/] Continue with: rlctl resume {run_dir}")
+        return 128 + stopped
+    code = proc.returncode
+    if alarmed:
+        names = ", ".join(a["alarm"] for a in alarmed)
+        console.print(f"[yellow]{len(alarmed)} alarm(s)[/] ({names}): `rlctl report {run_dir}` lists their causes.")
+    summary_path = run_dir / "summary.json"
+    if code == 0 and summary_path.exists():
+        console.print(summary_table(json.loads(summary_path.read_text())))
+        console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export")
+        return 0
+    if errors:
+        # --quiet still prints why training stopped
+        shown = Console(stderr=True, highlight=False, emoji=False) if console.quiet else console
+        shown.print(f"[red]Training stopped:[/] {errors[-1]['message']}")
+        return errors[-1].get("exit_code", 1)  # 2: the runner found bad input (data) before training on it
+    tail = log_path.read_text(errors="replace").splitlines()[-25:] if log_path.exists() else []
+    console.print("\n".join(tail), markup=False)
+    console.print(
+        f"[red]Training failed (exit {code}).[/] Full log: {log_path}. After fixing the cause: rlctl resume {run_dir}"
+    )
+    return 1
+
+
+def _plain_lines(console: Console, stages: dict[str, progress_mod.StageProgress], every_s: float) -> None:
+    """Off a terminal: one plain line per running stage every `every_s` seconds, flushed at once."""
+    for stage in stages.values():
+        if stage.step < (stage.total or 0) and stage.due(every_s):
+            console.print(stage.line(), markup=False)
+            console.file.flush()
+
+
+def _show(
+    progress: Progress, tasks_by_stage: dict[str, int], stages: dict[str, progress_mod.StageProgress], rec: dict
+) -> None:
+    stage = rec.get("stage", "?")
+    if rec.get("event") == "alarm":
+        progress.console.print(f"[yellow]alarm[/] ({stage}, step {rec.get('step')}): {escape(rec['message'])}")
+        return
+    if rec.get("event") == "reward_slow":
+        progress.console.print(
+            f"[yellow]slow reward[/] ({stage}): '{escape(rec['reward'])}' has run {rec['seconds']:g} s on one batch; "
+            f"it is stopped at its timeout_s of {rec['timeout_s']:g} s."
+        )
+        return
+    if stage not in tasks_by_stage:
+        tasks_by_stage[stage] = progress.add_task(stage, total=rec.get("max_steps"), info="", eta="")
+        stages[stage] = progress_mod.StageProgress(stage)
+    task, state = tasks_by_stage[stage], stages[stage]
+    state.update(rec)
+    if rec.get("event") == "data" and "dropped_too_long" in rec:
+        progress.console.print(f"[yellow]{progress_mod.dropped_line(rec)}[/]")
+    if rec.get("event") == "end":
+        progress.update(task, completed=progress.tasks[task].total or 0, info=state.info(), eta="")
+        return
+    progress.update(task, completed=state.step, total=state.total, info=state.info(), eta=state.eta_text())

@@ -1,0 +1,247 @@
+"""The pre-flight: everything a run needs that can be checked before `accelerate launch`, in seconds and without
+loading weights or importing torch/transformers. `rlctl plan` shows it (exit 2 when a check fails) and `rlctl
+train` / `rlctl resume` run it again before they launch.
+
+- the model: a folder with config.json, or a Hub id in the local cache; offline (HF_HUB_OFFLINE) and uncached is
+  refused naming the download command;
+- the chat template, when any stage's data holds message lists: the tokenizer's own, or `data.chat_template`;
+- the run directory can be created and written;
+- every dataset is read and its format recognised (with the stage's column mapping), and rows over the stage's
+  length limit are counted with the model's tokenizer files (`tokenizers` + jinja2), refused when more than
+  `data.max_drop_fraction` would be dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlctl import data
+from rlctl.config import RunConfig
+from rlctl.data import tokens
+from rlctl.errors import UserError
+from rlctl.plan import arch as model_arch
+
+ROLE_OF_STAGE = {"sft": "sft", "dpo": "preference", "kto": "kto", "rm": "preference", "rl": "rl"}
+
+
+@dataclass
+class Report:
+    """What the pre-flight found: one line per check, the datasets by role, the length counts by stage."""
+
+    checks: dict[str, str] = field(default_factory=dict)
+    data: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lengths: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # {stage: rows}, not reported
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checks": self.checks, "lengths": self.lengths, "errors": self.errors}
+
+
+LAST: list[Report] = []  # the latest report of this process (what `rlctl train` prints after validating)
+
+
+# --------------------------------------------------------------------------------------------------- model
+def _looks_local(name: str) -> bool:
+    return Path(name).expanduser().exists() or name.startswith((".", "/", "~")) or name.count("/") != 1
+
+
+def model_folder(name: str) -> tuple[Path | None, str]:
+    """(the folder holding the model's config and tokenizer files, where it is); (None, why) when it is not here
+    yet (a Hub id downloaded at launch). A UserError when it cannot be had."""
+    if name == "builtin:tiny":
+        return None, "builtin:tiny, built into the run directory at launch"
+    folder = Path(name).expanduser()
+    if _looks_local(name):
+        if not folder.is_dir():
+            raise UserError(
+                f"model.name_or_path={name}: no such folder (a Hub model id is written owner/name). Point it at a "
+                "folder holding the model's config.json and weights."
+            )
+        if not (folder / "config.json").is_file():
+            raise UserError(f"model.name_or_path={name}: {folder} has no config.json, so it is not a model folder.")
+        return folder, f"folder {folder}"
+    cached = model_arch.cached_config(name)
+    if cached is not None:
+        return cached.parent, f"Hugging Face cache ({cached.parent})"
+    if model_arch.offline():
+        raise UserError(
+            f"model.name_or_path={name} is not in the local Hugging Face cache ({model_arch.hub_cache()}) and "
+            f"HF_HUB_OFFLINE is set, so it cannot be downloaded. Download it on a machine with network access "
+            f"into the same cache: `hf download {name}` (HF_HOME / HF_HUB_CACHE as here), or point "
+            "model.name_or_path at a local folder."
+        )
+    return None, f"Hub id {name}, not in the local cache: downloaded when training starts"
+
+
+# ---------------------------------------------------------------------------------------------- run dir
+def run_dir_problem(run_dir: Path) -> str | None:
+    """Why the run directory cannot be created and written, or None."""
+    probe = Path(run_dir).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"--run-dir {run_dir}: {probe} is a file, so no run directory can be made there; pick another --run-dir."
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"--run-dir {run_dir}: {probe} is not writable by this user; pick a folder you can write."
+    return None
+
+
+# ------------------------------------------------------------------------------------------------- data
+def _sources(cfg: RunConfig, paths: dict[str, Path] | None) -> dict[str, str]:
+    if paths is not None:
+        return {role: str(p) for role, p in paths.items()}
+    return {role: getattr(cfg.data, role) for role in ("sft", "preference", "rl", "eval") if getattr(cfg.data, role)}
+
+
+def _stage_roles(cfg: RunConfig) -> list[tuple[str, str]]:
+    """(stage or eval, the role it reads its data as) for the run's datasets."""
+    pairs = [(stage, ROLE_OF_STAGE[stage]) for stage in cfg.stages]
+    return [*pairs, ("eval", "eval")] if cfg.data.eval or cfg.data.generate else pairs
+
+
+def _source_role(role: str) -> str:
+    return "preference" if role == "kto" else role
+
+
+def read_data(cfg: RunConfig, report: Report, full: bool, paths: dict[str, Path] | None) -> dict[str, list[dict]]:
+    """Rows of each stage's dataset as that stage reads them ({stage: rows}); problems go to `report.errors`."""
+    sources = _sources(cfg, paths)
+    out: dict[str, list[dict]] = {}
+    for stage, role in _stage_roles(cfg):
+        key = _source_role(role)
+        spec = sources.get(key)
+        if spec is None:
+            continue
+        answer = cfg.data.answer_field if role in ("rl", "eval") else None
+        columns, encoding = data.stage_columns(cfg, stage), cfg.data.encoding
+        try:
+            if full:
+                rows, info = data.load(spec, role, answer, columns, encoding)
+            else:
+                rows, info = data.sample(spec, role, answer, columns, encoding)
+        except UserError as e:
+            report.data[key] = {"source": spec, "error": str(e)}
+            report.errors.append(str(e))
+            continue
+        out[stage] = rows
+        report.data.setdefault(key, {"source": info.source, "format": info.format, "rows": info.rows, "notes": []})
+        report.data[key]["notes"] = sorted({*report.data[key]["notes"], *info.notes})
+    return out
+
+
+def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict]], report: Report) -> str | None:
+    """The chat template the run will use, checked to exist when any stage's data is conversational."""
+    needs = [stage for stage, r in rows.items() if data.conversational(r)]
+    if cfg.data.chat_template:
+        try:
+            template = tokens.template_text(cfg.data.chat_template)
+        except UserError as e:
+            report.errors.append(str(e))
+            return None
+        report.checks["chat template"] = f"data.chat_template={cfg.data.chat_template}"
+        return template
+    template = tokens.folder_template(folder) if folder is not None else None
+    if needs and folder is not None and template is None:
+        report.errors.append(
+            f"The {', '.join(needs)} data holds chat messages, but the tokenizer in {folder} has no chat template "
+            "to render them. Set data.chat_template: chatml (--set data.chat_template=chatml), or a Jinja file "
+            "with the model's own template."
+        )
+    report.checks["chat template"] = (
+        "the tokenizer's own" if template else "none needed (no conversational data)" if not needs else "unknown yet"
+    )
+    return template
+
+
+def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: bool, report: Report) -> None:
+    """Rows over each training stage's limit, counted (and refused beyond data.max_drop_fraction)."""
+    for stage, stage_rows in rows.items():
+        if stage == "eval" or not stage_rows:
+            continue
+        limit = cfg.data.max_prompt_length if stage == "rl" else getattr(cfg, stage).max_length
+        try:
+            sizes = [tokens.length(r, tok, stage) for r in stage_rows]
+        except UserError as e:
+            report.errors.append(str(e))
+            continue
+        over = sum(n > limit for n in sizes)
+        entry = {"rows": len(sizes), "over_limit": over, "share": round(over / len(sizes), 4), "limit": limit}
+        entry.update(limit_key=tokens.limit_key(stage), keeps_95=tokens.keeps_95(sizes), sampled=not full)
+        report.lengths[stage] = entry
+        if over and cfg.data.over_length == "drop":
+            refused = tokens.too_many_dropped(stage, over, len(sizes), limit, cfg.data.max_drop_fraction, sizes)
+            if refused:
+                report.errors.append(refused)
+
+
+# -------------------------------------------------------------------------------------------------- run
+def run(cfg: RunConfig, run_dir: Path, full: bool = False, paths: dict[str, Path] | None = None) -> Report:
+    """Every check, collected (nothing raised): `full` reads every row (train), else large files are sampled
+    (plan); `paths` are the datasets when they are not the config's own (generated data)."""
+    report = Report()
+    folder = None
+    try:
+        folder, where = model_folder(cfg.model.name_or_path)
+        report.checks["model"] = where
+    except UserError as e:
+        report.errors.append(str(e))
+    problem = run_dir_problem(run_dir)
+    report.checks["run directory"] = problem or f"{run_dir} can be written"
+    if problem:
+        report.errors.append(problem)
+    if cfg.data.generate and paths is None:
+        report.data = {role: {"source": f"generated ({cfg.data.generate})"} for role in ("sft", "preference", "rl")}
+        return report
+    rows = report.rows = read_data(cfg, report, full, paths)
+    template = chat_template(cfg, folder, rows, report)
+    if folder is not None and (folder / "tokenizer.json").is_file():
+        count_lengths(cfg, tokens.FileTokenizer(folder, template), rows, full, report)
+        report.checks["tokenizer"] = f"{folder / 'tokenizer.json'} (over-long rows counted)"
+    else:
+        report.checks["tokenizer"] = "not here yet: over-long rows are counted when training starts"
+    LAST[:] = [report]
+    return report
+
+
+def require(report: Report) -> None:
+    """Raise the report's problems as one UserError (exit 2)."""
+    if report.errors:
+        head = "Pre-flight failed: " if len(report.errors) > 1 else ""
+        raise UserError(head + " ".join(report.errors))
+
+
+def show(console: Any, report: Report) -> None:
+    """The pre-flight as `rlctl plan` prints it: the checks, the datasets, the over-long rows per stage."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    for name, text in report.checks.items():
+        console.print(f"[bold]{name.capitalize()}[/] {escape(text)}")
+    if report.data:
+        table = Table(title="Data", title_justify="left")
+        for col in ("role", "source", "format", "rows"):
+            table.add_column(col, overflow="fold")
+        for role, info in report.data.items():
+            if "error" in info:
+                table.add_row(role, escape(info["source"]), f"[red]{escape(info['error'])}[/]", "")
+                continue
+            fmt = info.get("format", "")
+            text = f"{fmt}: {data.FORMATS[fmt][0]}" if fmt in data.FORMATS else fmt
+            text += "".join(f"; {n}" for n in info.get("notes", []))
+            table.add_row(role, escape(info["source"]), escape(text), str(info.get("rows", "")))
+        console.print(table)
+    show_lengths(console, report)
+
+
+def show_lengths(console: Any, report: Report) -> None:
+    """One line per stage with rows over its length limit."""
+    for stage, n in report.lengths.items():
+        sampled = " (of the rows sampled)" if n["sampled"] else ""
+        console.print(
+            f"[bold]Lengths[/] {stage}: {n['over_limit']} of {n['rows']} rows ({n['share']:.1%}) over "
+            f"{n['limit_key']}={n['limit']} tokens{sampled}, dropped at launch; {n['keeps_95']} keeps 95%"
+        )

@@ -1,0 +1,89 @@
+"""What `rlctl resume` checks before it continues a run: a finished run is reported as such (nothing launched), and
+the RESUMABLE keys whose safety depends on the run are checked against it (config.RESUMABLE lists them all)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlctl.config import RunConfig
+from rlctl.errors import UserError
+
+
+def finished(run_dir: Path, cfg: RunConfig) -> bool:
+    """Whether every stage of the run is recorded as completed in its summary.json."""
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return False
+    try:
+        completed = json.loads(path.read_text()).get("completed", [])
+    except ValueError:
+        return False
+    return all(stage in completed for stage in cfg.stages)
+
+
+def _last_step(run_dir: Path, stage: str) -> int:
+    from rlctl import checkpoint
+    from rlctl.plan import stage_dir
+
+    last = checkpoint.last_complete(stage_dir(run_dir, stage) / "checkpoints")
+    return int(last.name.rsplit("-", 1)[1]) if last else 0
+
+
+def _same_rewards(old: RunConfig, new: RunConfig) -> None:
+    before = [(r.name, r.weight) for r in old.rl.rewards]
+    after = [(r.name, r.weight) for r in new.rl.rewards]
+    if before != after:
+        raise UserError(
+            "--set rl.rewards on resume may change only each reward's on_error, timeout_s and correctness: the run's "
+            f"rewards are {before}, the new list {after}. Start a new run to change the rewards or their weights."
+        )
+
+
+def _arch_of(name_or_path: str) -> dict | None:
+    """The architecture numbers of the model at `name_or_path` (folder or cached Hub id), None without one."""
+    from rlctl.plan import arch as model_arch
+
+    path, _ = model_arch.locate(name_or_path)
+    if path is None:
+        return None
+    return model_arch.arch_from_config(json.loads(path.read_text(encoding="utf-8")), str(path)).model_dump()
+
+
+def _same_weights(old: RunConfig, new: RunConfig, run_dir: Path) -> None:
+    """model.name_or_path may point elsewhere on resume only at the same model (moved, or its Hub id): the same
+    architecture as the old path's, or as the plan.json the run started with when the old path is gone."""
+    name = new.model.name_or_path
+    if "builtin:tiny" in (old.model.name_or_path, name):
+        raise UserError("model.name_or_path cannot change on resume for builtin:tiny (its weights live in the run).")
+    after = _arch_of(name)
+    if after is None:
+        raise UserError(
+            f"--set model.name_or_path={name}: no config.json there (not a model folder, nor a Hub id in the local "
+            "cache), so rlctl cannot check that it is the run's model."
+        )
+    before = _arch_of(old.model.name_or_path)
+    plan_json = run_dir / "plan.json"
+    if before is None and plan_json.is_file():
+        before = json.loads(plan_json.read_text()).get("model", {}).get("arch")
+    if before is not None and before != after:
+        differ = ", ".join(f"{k} {before.get(k)} -> {v}" for k, v in after.items() if before.get(k) != v)
+        raise UserError(
+            f"--set model.name_or_path={name} is another model than the run's ({differ}); resume continues the "
+            "same weights only (a moved folder, or its Hub id). Start a new run for another model."
+        )
+
+
+def check(old: RunConfig, new: RunConfig, run_dir: Path) -> None:
+    """Refuse a resume override that would not continue the same training (a UserError saying why)."""
+    if new.model.name_or_path != old.model.name_or_path:
+        _same_weights(old, new, run_dir)
+    if [r.model_dump() for r in new.rl.rewards] != [r.model_dump() for r in old.rl.rewards]:
+        _same_rewards(old, new)
+    for stage in new.stages:
+        steps, done = getattr(new, stage).max_steps, _last_step(run_dir, stage)
+        if steps != getattr(old, stage).max_steps and steps < done:
+            raise UserError(
+                f"--set {stage}.max_steps={steps} is below the {done} steps stage {stage} has already checkpointed; "
+                f"give at least {done}."
+            )

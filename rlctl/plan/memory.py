@@ -1,0 +1,142 @@
+"""The memory planner: the automatic settings of a run, chosen on the memory model (`rlctl.plan.memory_model`).
+
+`decide()` walks the candidate settings in a fixed order (full replicated, FSDP2, optimizer offload between
+phases, FSDP2 + CPU offload, LoRA, QLoRA; `rlctl.plan.memory_search`), picks the first that fits with the largest
+micro-batches, and explains every choice in one line (`rlctl.plan.memory_explain`). Nothing fits: `decide()` raises a
+UserError naming the nearest plan that does (`rlctl.plan.memory_advice`). Also here: the disk a run needs. Pure Python
+(no torch), documented in docs/memory-planner.md.
+
+The modules: memory_arch (architecture counts), memory_model (per-GPU terms of the training state and the
+training phase), memory_generation (the RL generation phase), memory_search (workloads, candidates, micro-batch
+fit), memory_advice (nearest fitting plans, safer settings after an OOM), memory_explain (reasons and the table).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rlctl.errors import UserError
+from rlctl.plan.memory_advice import nearest, refusal, safer
+from rlctl.plan.memory_arch import Arch
+from rlctl.plan.memory_explain import explain, render
+from rlctl.plan.memory_model import Attempt, Env, Generation, GiB, Setup, gib
+from rlctl.plan.memory_search import environment, explicit_settings, search
+
+if TYPE_CHECKING:
+    from rlctl.config import RunConfig
+    from rlctl.plan.hardware import Hardware
+
+# the API rlctl.plan, the display and the out-of-memory report use
+__all__ = ["GiB", "MemoryPlan", "decide", "disk_need", "gib", "render", "safer"]
+
+
+# --- The result ---------------------------------------------------------------------------------------------------
+
+
+class MemoryPlan:
+    """What `decide()` settled on, with its per-phase memory table and one-line explanations."""
+
+    def __init__(self, attempt: Attempt, env: Env, warnings: list[str]):
+        self.attempt, self.env, self.warnings = attempt, env, warnings
+        self.decisions: list[dict[str, str]] = []
+        self.disk: dict[str, float] = {}
+
+    @property
+    def setup(self) -> Setup:
+        return self.attempt.setup
+
+    @property
+    def micro(self) -> dict[str, int]:
+        return {s.workload.stage: s.micro for s in self.attempt.stages}
+
+    @property
+    def generation(self) -> Generation | None:
+        return next((s.generation for s in self.attempt.stages if s.generation is not None), None)
+
+    @property
+    def reference(self) -> str:
+        wls = [s.workload for s in self.attempt.stages if s.workload.reference]
+        if not wls:
+            return "none"
+        if self.setup.adapter != "full":
+            return "adapters-disabled"
+        if self.env.is_cpu:
+            return "cpu"
+        if any(w.loop_reference for w in wls):  # rlctl's RL loop moves its reference whole to each GPU
+            return "gpu"
+        if self.setup.cpu_offload:
+            return "cpu-offload"
+        return "gpu-sharded" if self.setup.strategy == "fsdp2" else "gpu"
+
+    def to_json(self) -> dict[str, Any]:
+        a = self.attempt
+        worst = a.worst
+        return {
+            "estimated": True,
+            "device": "cpu" if self.env.is_cpu else "gpu",
+            "total_gib": gib(self.env.total),
+            "budget_gib": gib(self.env.budget),
+            "peak_gib": gib(worst.peak),
+            "peak_phase": worst.label,
+            "headroom_gib": gib(worst.headroom),
+            "fits": a.fits,
+            "phases": [p.to_json() for p in a.phases],
+            "host": {
+                "components_gib": {k: gib(v) for k, v in a.host.items()},
+                "peak_gib": gib(a.host_peak),
+                "budget_gib": gib(a.host_budget),
+                "ram_assumed": self.env.host_assumed,
+            },
+            "disk": self.disk,
+        }
+
+
+def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precision: str) -> MemoryPlan | None:
+    """The automatic settings for `cfg` on `hardware`, or None when the model has no architecture numbers.
+
+    Raises UserError (exit 2) with the nearest fitting plan when nothing fits and the user fixed nothing;
+    settings the user fixed always win, with a warning when they will not fit. On CPU it never refuses."""
+    if cfg.model.arch is None:
+        return None
+    arch = Arch.of(cfg.model.arch)
+    env = environment(cfg, hardware, procs, engine, precision)
+    found, closest = search(cfg, env, arch)
+    warnings: list[str] = []
+    fixed = explicit_settings(cfg)
+    if found is None:
+        if env.is_cpu:
+            warnings.append(f"the memory model expects {closest.why_not()} (of RAM); the run may swap or fail")
+        elif fixed:
+            near = nearest(cfg, hardware, procs, engine, precision, relax_user=True)
+            warnings.append(
+                f"{', '.join(fixed)} will not fit: {closest.why_not()}."
+                + (f" Nearest plan that fits: {near[0]}." if near else "")
+            )
+        else:
+            raise UserError(refusal(cfg, hardware, procs, engine, precision, closest))
+        found = closest
+    plan = MemoryPlan(found, env, warnings)
+    plan.decisions = explain(cfg, plan, hardware)
+    if env.host_assumed and (found.setup.cpu_offload or found.setup.phase_offload):
+        warnings.append(
+            f"host RAM not known for {hardware.spec}: assumed {hardware.ram_gib:g} GiB per node for the CPU offload"
+        )
+    return plan
+
+
+# --- Checkpoints on disk --------------------------------------------------------------------------------------------
+
+
+def disk_need(cfg: RunConfig, setup: Setup, precision: str) -> float:
+    """Bytes the run writes at most: per stage, the kept checkpoints (weights + optimizer; the last keep_last, the
+    best one besides, and the next one while it is written) and the final model."""
+    arch = Arch.of(cfg.model.arch)  # type: ignore[arg-type]
+    wb = 2.0 if precision == "bf16" else 4.0
+    total = 0.0
+    for name in cfg.stages:
+        p = arch.params("score" if name == "rm" else "lm")
+        trained = p if setup.adapter == "full" else arch.lora_params(cfg.model.lora_r)
+        ckpt = trained * 4.0 * 3  # fp32 weights + AdamW m and v
+        final = p * (4.0 if setup.adapter == "full" else wb)  # saved in the dtype it trained in; LoRA merged
+        total += (cfg.checkpoint.keep_last + cfg.checkpoint.keep_best + 1) * ckpt + final
+    return total

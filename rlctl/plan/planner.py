@@ -1,0 +1,426 @@
+"""The plan: what `rlctl train` will do, resolved from the config and the hardware, without importing torch.
+
+It fixes each stage's starting point and output, the batch arithmetic per process, the distribution
+strategy, the accelerate config and the exact launch command. The memory planner (`rlctl.plan.memory`) chooses
+what the user left on auto (strategy, adapter, gradient checkpointing, micro-batches, offload, the vLLM
+fraction and tensor parallel size) and refuses, with the nearest plan that fits, when nothing fits.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rlctl import config as config_mod
+from rlctl.config import RunConfig
+from rlctl.errors import UserError
+from rlctl.plan import arch as model_arch
+from rlctl.plan import engine as engine_mod
+from rlctl.plan import hardware as hw
+from rlctl.plan import memory, packages
+
+
+@dataclass
+class StagePlan:
+    """One stage: where its weights start, where they land, and its batch arithmetic per process."""
+
+    name: str
+    init_from: str
+    output: str
+    max_steps: int
+    batch_size: int
+    micro_batch_size: int
+    grad_accum: int
+    notes: list[str] = field(default_factory=list)
+    strategy: str = ""  # how this stage distributes (the plan's strategy, but where the hardware cannot run it)
+
+
+@dataclass
+class Plan:
+    config: RunConfig
+    run_dir: str
+    hardware: hw.Hardware
+    num_processes: int
+    strategy: str
+    mixed_precision: str
+    adapter: str
+    gradient_checkpointing: bool
+    generation_engine: str
+    stages: list[StagePlan]
+    accelerate: dict[str, Any]
+    launch: list[str]
+    warnings: list[str] = field(default_factory=list)
+    cpu_offload: bool = False  # FSDP2 keeps parameters, gradients and optimizer states in host RAM
+    phase_offload: bool = False  # RL: optimizer states live in host RAM outside the optimizer step
+    reference: str = "none"  # none | adapters-disabled | gpu | gpu-sharded | cpu
+    vllm: dict[str, Any] | None = None  # gpu_memory_utilization, tensor_parallel_size, max_model_length, ...
+    decisions: list[dict[str, str]] = field(default_factory=list)  # {setting, value, why}, one line each
+    memory: dict[str, Any] = field(default_factory=dict)  # per phase x component GiB, peak, budget, headroom
+    layout: dict[str, Any] = field(default_factory=dict)  # nodes, gpus_per_node, world_size, node_rank, main
+    model: dict[str, Any] = field(default_factory=dict)  # params, arch, arch_source (where the numbers came from)
+    generation: dict[str, Any] | None = None  # transformers generation: rollouts per process, per generate call
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.launch)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_dir": self.run_dir,
+            "hardware": self.hardware.to_dict(),
+            "layout": self.layout,
+            "model": self.model,
+            "num_processes": self.num_processes,
+            "strategy": self.strategy,
+            "mixed_precision": self.mixed_precision,
+            "adapter": self.adapter,
+            "gradient_checkpointing": self.gradient_checkpointing,
+            "generation_engine": self.generation_engine,
+            "stages": [asdict(s) for s in self.stages],
+            "accelerate": self.accelerate,
+            "launch": self.command,
+            "cpu_offload": self.cpu_offload,
+            "phase_offload": self.phase_offload,
+            "reference": self.reference,
+            "vllm": self.vllm,
+            "generation": self.generation,
+            "decisions": self.decisions,
+            "memory": self.memory,
+            "warnings": self.warnings,
+            "config": self.config.model_dump(mode="json"),
+        }
+
+
+def stage_dir(run_dir: str | Path, stage: str) -> Path:
+    return Path(run_dir) / stage
+
+
+def final_dir(run_dir: str | Path, stage: str) -> Path:
+    """Where a finished stage leaves its model."""
+    return stage_dir(run_dir, stage) / "final"
+
+
+POLICY_STAGES = ("rl", "dpo", "sft")  # latest first: the policy a run ends with
+
+
+def final_policy(run_dir: Path, cfg: RunConfig, completed: list[str]) -> tuple[str, Path]:
+    """(stage, folder) of the last policy stage that finished."""
+    for stage in POLICY_STAGES:
+        folder = final_dir(run_dir, stage)
+        if stage in cfg.stages and stage in completed and folder.is_dir():
+            return stage, folder
+    raise UserError(
+        f"{run_dir} has no finished policy stage to export (finished: {', '.join(completed) or 'none'}). "
+        f"Finish it with `rlctl resume {run_dir}`."
+    )
+
+
+def base_model(cfg: RunConfig, run_dir: str | Path) -> str:
+    """The starting weights: a Hub id or folder, or the tiny model built into the run directory."""
+    if cfg.model.name_or_path == "builtin:tiny":
+        return str(Path(run_dir) / "base")
+    return cfg.model.name_or_path
+
+
+DATA_ROLES = ("sft", "preference", "rl", "eval")
+# what each stage trains on
+DATA_ROLE = {"sft": "sft", "dpo": "preference", "kto": "preference", "rm": "preference", "rl": "rl"}
+
+
+def data_paths(cfg: RunConfig, run_dir: str | Path) -> dict[str, Path]:
+    """The dataset file of each role the run uses (generated ones live in run_dir/data)."""
+    if cfg.data.generate:
+        return {role: Path(run_dir) / "data" / f"{role}.jsonl" for role in DATA_ROLES}
+    return {role: Path(getattr(cfg.data, role)) for role in DATA_ROLES if getattr(cfg.data, role)}
+
+
+def missing_data(cfg: RunConfig) -> list[str]:
+    """Datasets the selected stages need but the config does not name."""
+    if cfg.data.generate:
+        return []
+    return [
+        f"stage '{s}' needs data.{DATA_ROLE[s]} (set --set data.{DATA_ROLE[s]}=FILE or data.generate=arithmetic)"
+        for s in cfg.stages
+        if getattr(cfg.data, DATA_ROLE[s]) is None
+    ]
+
+
+def _batching(stage: str, batch: int, micro: int | str, procs: int) -> tuple[int, int]:
+    """(micro batch per process, gradient accumulation) for a global batch, or a UserError with a fix."""
+    if batch % procs:
+        raise UserError(
+            f"Invalid config: {stage} batch of {batch} sequences does not divide over {procs} processes; "
+            f"use a multiple of {procs}, e.g. {max(procs, batch - batch % procs)}."
+        )
+    per_proc = batch // procs
+    if micro == "auto":
+        micro = max(d for d in range(1, min(per_proc, 64) + 1) if per_proc % d == 0)
+    if per_proc % micro:
+        ok = [d for d in range(1, per_proc + 1) if per_proc % d == 0]
+        near = min(ok, key=lambda d: abs(d - micro))
+        raise UserError(
+            f"Invalid config: {stage}.micro_batch_size={micro} does not divide the {per_proc} sequences "
+            f"each process handles per step; nearest valid: {stage}.micro_batch_size={near}."
+        )
+    return micro, per_proc // micro
+
+
+def _accelerate_config(
+    hardware: hw.Hardware,
+    procs: int,
+    strategy: str,
+    precision: str,
+    cpu_offload: bool = False,
+    node_rank: int = 0,
+    main: tuple[str | None, int] = (None, 29500),
+) -> dict[str, Any]:
+    """accelerate's config: `num_processes` counts every process of every node; a multi-node run adds this
+    node's rank and the rank-0 node's address (torch.distributed static rendezvous)."""
+    cfg: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": "NO" if procs * hardware.nodes == 1 else "MULTI_GPU",
+        "num_machines": hardware.nodes,
+        "machine_rank": node_rank,
+        "num_processes": procs * hardware.nodes,
+    }
+    if hardware.nodes > 1:
+        cfg["main_process_ip"], cfg["main_process_port"] = main
+    cfg |= {
+        "mixed_precision": precision,
+        "use_cpu": hardware.is_cpu,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "main_training_function": "main",
+    }
+    if strategy == "fsdp2" and not hardware.is_cpu:  # on CPU rlctl shards its stages itself (stage_strategies)
+        cfg["distributed_type"] = "FSDP"
+        cfg["fsdp_config"] = {
+            "fsdp_version": 2,
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "fsdp_reshard_after_forward": True,
+            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+            "fsdp_cpu_ram_efficient_loading": True,
+            "fsdp_offload_params": cpu_offload,
+        }
+    return cfg
+
+
+def generation_engine(cfg: RunConfig, hardware: hw.Hardware, warnings: list[str]) -> str:
+    """`vllm` (colocated, sleep mode), `transformers` or `none`; see rlctl.plan.engine.choose."""
+    return engine_mod.choose(cfg, hardware, warnings, detected=cfg.hardware.spec == "auto")
+
+
+def precision_for(cfg: RunConfig, hardware: hw.Hardware, warnings: list[str]) -> str:
+    """bf16 mixed precision on GPUs that have it, else float32 ("no")."""
+    if hardware.is_cpu or cfg.model.dtype == "float32":
+        return "no"
+    if not hardware.bf16:
+        warnings.append(
+            f"{hardware.gpu_name} (compute capability {hardware.compute_capability}) has no bf16: training in float32"
+        )
+        return "no"
+    return "bf16"
+
+
+def _nodes(cfg: RunConfig, hardware: hw.Hardware) -> hw.Hardware:
+    """The hardware with `hardware.nodes` applied (it must agree with an MxN spec), node_rank checked."""
+    nodes, rank = cfg.hardware.nodes, cfg.hardware.node_rank
+    if nodes is not None and nodes != hardware.nodes:
+        if hardware.nodes > 1:
+            raise UserError(
+                f"Invalid config: hardware.nodes={nodes} contradicts the hardware spec {hardware.spec} "
+                f"({hardware.nodes} nodes); drop --nodes or use --hardware {nodes}x"
+                f"{hardware.spec.split('x', 1)[1]}."
+            )
+        hardware = replace(hardware, nodes=nodes)
+    if rank >= hardware.nodes:
+        raise UserError(
+            f"Invalid config: hardware.node_rank={rank} is out of range: a {hardware.nodes}-node run has node "
+            f"ranks 0 to {hardware.nodes - 1} (--node-rank R, one per machine, 0 on the one at --main-address)."
+        )
+    return hardware
+
+
+def launch_command(run_dir: str | Path, hardware: hw.Hardware, cfg: RunConfig) -> list[str]:
+    """`accelerate launch ... -m rlctl.launch.runner RUN`; on several nodes this node's rank and the rank-0 address are
+    on the command line too (they win over the shared accelerate.yaml, so a requeued job can move)."""
+    launch = ["accelerate", "launch", "--config_file", str(Path(run_dir) / "accelerate.yaml")]
+    if hardware.nodes > 1:
+        launch += ["--num_machines", str(hardware.nodes), "--machine_rank", str(cfg.hardware.node_rank)]
+        if cfg.hardware.main_address:
+            launch += ["--main_process_ip", cfg.hardware.main_address]
+        launch += ["--main_process_port", str(cfg.hardware.main_port)]
+    return [*launch, "-m", "rlctl.launch.runner", str(run_dir)]
+
+
+def layout(hardware: hw.Hardware, procs: int, cfg: RunConfig) -> dict[str, Any]:
+    """Where the processes run: nodes x processes per node, this node's rank and the rendezvous address."""
+    main = f"{cfg.hardware.main_address}:{cfg.hardware.main_port}" if cfg.hardware.main_address else None
+    return {
+        "nodes": hardware.nodes,
+        "gpus_per_node": hardware.gpus_per_node,
+        "processes_per_node": procs,
+        "world_size": procs * hardware.nodes,
+        "node_rank": cfg.hardware.node_rank,
+        "main": main if hardware.nodes > 1 else None,
+    }
+
+
+def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
+    """The plan for `cfg` in `run_dir`; a UserError (exit 2) when no plan fits the hardware."""
+    hardware = _nodes(cfg, hw.resolve(cfg.hardware.spec))
+    procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
+    world = procs * hardware.nodes
+    warnings = missing_data(cfg)
+    cfg, arch_source = model_arch.resolve(cfg, warnings)
+    precision = precision_for(cfg, hardware, warnings)
+    engine = generation_engine(cfg, hardware, warnings)
+    batches: dict[str, tuple[int, int, int]] = {}  # stage -> (global batch, micro, accumulation)
+    for name in cfg.stages:
+        sc = getattr(cfg, name)
+        batch = cfg.rl.prompts_per_step * cfg.rl.group_size if name == "rl" else sc.batch_size
+        batches[name] = (batch, *_batching(name, batch, sc.micro_batch_size, world))
+    mem = memory.decide(cfg, hardware, procs, engine, precision)
+    if mem is None:  # no architecture numbers: the defaults, unchecked
+        strategy = cfg.hardware.strategy
+        if strategy == "auto":
+            strategy = "single" if world == 1 else "ddp"
+        adapter = "full" if cfg.model.adapter == "auto" else cfg.model.adapter
+        checkpointing = cfg.model.gradient_checkpointing
+        if checkpointing == "auto":
+            checkpointing = not hardware.is_cpu
+        cpu_offload, phase_offload = False, cfg.hardware.optimizer_offload is True and "rl" in cfg.stages
+        reference, vllm, decisions, generation = "unknown", None, [], None
+        memory_json: dict[str, Any] = {"estimated": False, "reason": "model.arch is not set: memory not estimated"}
+        if not hardware.is_cpu:
+            warnings.append("model.arch is not set: the memory planner cannot check this plan (add the model's arch)")
+    else:
+        setup = mem.setup
+        strategy, adapter, checkpointing = setup.strategy, setup.adapter, setup.checkpointing
+        cpu_offload, phase_offload = setup.cpu_offload, setup.phase_offload and "rl" in cfg.stages
+        reference, decisions = mem.reference, mem.decisions
+        if hardware.is_cpu and cfg.hardware.optimizer_offload is True and "rl" in cfg.stages:
+            phase_offload = True  # asked for: the RL step runs its offload calls, which have nothing to move
+            why = "no-op on CPU: the optimizer state already lives in host RAM (set by you)"
+            decisions.append({"setting": "optimizer offload", "value": "between phases", "why": why})
+        gen, generation = mem.generation, None
+        vllm = gen.to_json() if gen is not None and gen.engine == "vllm" else None
+        if vllm is not None and not engine_mod.sleep_mode_for(hardware):
+            vllm["sleep_level"] = 0
+            decisions.append(
+                {"setting": "vLLM sleep mode", "value": "off", "why": "vLLM's CPU build has no sleep mode"}
+            )
+        if gen is not None and gen.engine == "transformers":
+            generation = gen.to_json()
+            if gen.concurrent < gen.rollouts:
+                decisions.append(
+                    {
+                        "setting": "generation chunk",
+                        "value": f"{gen.concurrent} of {gen.rollouts} rollouts per generate call",
+                        "why": "the KV cache of every rollout at once does not fit next to the training state",
+                    }
+                )
+        for name, micro in mem.micro.items():
+            batch = batches[name][0]
+            batches[name] = (batch, micro, batch // world // micro)
+        warnings += mem.warnings
+        need, free = memory.disk_need(cfg, setup, precision), hw.free_disk_gib(run_dir)
+        mem.disk = {"need_gib": memory.gib(need), "free_gib": round(free, 1)}
+        here = hardware.is_cpu or hw.has_local_gpu()  # a GPU plan made on a GPU-less machine runs elsewhere
+        if here and need > free * memory.GiB:
+            warnings.append(
+                f"checkpoints and final models need about {memory.gib(need):g} GiB but {free:.0f} GiB are free "
+                "where the run directory lives (lower checkpoint.keep_last or free disk)"
+            )
+        memory_json = mem.to_json()
+    per_stage = stage_strategies(cfg, hardware, strategy, decisions, warnings)
+    here = hardware.is_cpu or hw.has_local_gpu()
+    vllm_forced = engine == "vllm" and cfg.rl.use_vllm is True
+    packages.check_layout(adapter, vllm_forced, hardware.is_cpu, list(cfg.logging.report_to), here, warnings)
+    base = base_model(cfg, run_dir)
+    stages: list[StagePlan] = []
+    policy = base  # the latest policy: each of sft, dpo, kto, rl starts from the one before it
+    for name in cfg.stages:
+        sc = getattr(cfg, name)
+        if name == "rm":
+            init = str(final_dir(run_dir, "sft")) if "sft" in cfg.stages and cfg.rm.init_from == "sft" else base
+        else:
+            init, policy = policy, str(final_dir(run_dir, name))
+        batch, micro, accum = batches[name]
+        out = str(final_dir(run_dir, name))
+        stages.append(StagePlan(name, init, out, sc.max_steps, batch, micro, accum, strategy=per_stage[name]))
+    main = (cfg.hardware.main_address, cfg.hardware.main_port)
+    accel = _accelerate_config(hardware, procs, strategy, precision, cpu_offload, cfg.hardware.node_rank, main)
+    launch = launch_command(run_dir, hardware, cfg)
+    if hardware.nodes > 1 and not cfg.hardware.main_address:
+        warnings.append(
+            f"{hardware.nodes} nodes: every node needs --main-address HOST[:PORT] of the rank-0 node and its own "
+            "--node-rank to launch (rlctl slurm fills both in)"
+        )
+    if hardware.is_cpu and cfg.model.name_or_path != "builtin:tiny":
+        warnings.append("planning for CPU: real models train very slowly without a GPU")
+    return Plan(
+        cfg,
+        str(run_dir),
+        hardware,
+        procs,
+        strategy,
+        precision,
+        adapter,
+        bool(checkpointing),
+        engine,
+        stages,
+        accel,
+        launch,
+        warnings,
+        cpu_offload=cpu_offload,
+        phase_offload=phase_offload,
+        reference=reference,
+        vllm=vllm,
+        decisions=decisions,
+        memory=memory_json,
+        layout=layout(hardware, procs, cfg),
+        model=model_facts(cfg, arch_source),
+        generation=generation,
+    )
+
+
+def stage_strategies(
+    cfg: RunConfig, hardware: hw.Hardware, strategy: str, decisions: list[dict[str, str]], warnings: list[str]
+) -> dict[str, str]:
+    """Each stage's strategy: the plan's, except fsdp2 on CPU. There rlctl's own RL loop shards itself (torch's
+    fully_shard over gloo); the stages TRL trains through accelerate run DDP, as accelerate engages FSDP only on
+    GPUs, and the plan says so. fsdp2 on CPU with no stage that can shard is refused."""
+    if not (hardware.is_cpu and strategy == "fsdp2"):
+        return dict.fromkeys(cfg.stages, strategy)
+    out = {name: "fsdp2" if name == "rl" and cfg.rl.path == "rlctl" else "ddp" for name in cfg.stages}
+    ddp = [name for name, how in out.items() if how == "ddp"]
+    loop = ", ".join(a for a, p in config_mod.RL_ALGORITHM_PATHS.items() if p == "rlctl")
+    if len(ddp) == len(out):
+        raise UserError(
+            f"Invalid config: hardware.strategy=fsdp2 on CPU, but no stage of this run can shard there: "
+            f"{', '.join(ddp)} train through TRL and accelerate, which engages FSDP only on GPUs (on CPU it would be "
+            "plain DDP under an FSDP2 label). On CPU rlctl's own RL loop shards itself: run rl with one of its "
+            f"algorithms (--algorithm {loop}; the plan then states which other stages run DDP), or use --set "
+            "hardware.strategy=ddp (or auto)."
+        )
+    if ddp:
+        why = "accelerate engages FSDP only on GPUs; on CPU only rlctl's own RL loop shards (torch fully_shard, gloo)"
+        value = f"ddp for {', '.join(ddp)}; fsdp2 for rl"
+        decisions.append({"setting": "strategy per stage", "value": value, "why": why})
+        warnings.append(f"fsdp2 on CPU: stage(s) {', '.join(ddp)} run DDP ({why})")
+    return out
+
+
+def model_facts(cfg: RunConfig, arch_source: str) -> dict[str, Any]:
+    """The model the plan is for: its parameter count and architecture, and where those numbers came from."""
+    facts: dict[str, Any] = {"name_or_path": cfg.model.name_or_path, "arch_source": arch_source}
+    if cfg.model.arch is not None:
+        from rlctl.plan.memory_arch import Arch
+
+        facts["params"] = Arch.of(cfg.model.arch).params()
+        facts["params_billions"] = round(facts["params"] / 1e9, 2)
+        facts["arch"] = cfg.model.arch.model_dump()
+    return facts

@@ -1,0 +1,86 @@
+"""Generation engines behind one small interface (`Generator`): the policy's token ids in, completion token ids
+out, one batched call per turn. `HFGenerator` samples with transformers' `generate` on the policy in training;
+`rlctl.rollout.vllm.ColocatedVLLM` does the same with vLLM colocated in the training process."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+if TYPE_CHECKING:
+    from rlctl.plan import Plan
+
+
+class Generator(Protocol):
+    """What the RL loop asks of an engine. `sync` before each rollout hands it the current policy weights;
+    `generate` returns each prompt's completion ids up to and including the first EOS; `logprobs` then holds the
+    engine's log-prob of each sampled token, or None when the trainer's own forward pass gave the samples."""
+
+    logprobs: list[list[float | None]] | None
+
+    def sync(self, model: Any) -> None: ...
+
+    def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]: ...
+
+
+class HFGenerator:
+    """Sampling with transformers' `generate` on the policy in training."""
+
+    logprobs = None  # the policy itself samples: its log-probs are the trainer's
+
+    def __init__(self, tokenizer, max_new_tokens: int, temperature: float, batch_size: int = 64, synced: bool = False):
+        from transformers import GenerationConfig
+
+        self.tok, self.max_new_tokens, self.temperature = tokenizer, max_new_tokens, temperature
+        self.batch_size, self.model = batch_size, None
+        self.synced = synced  # a sharded policy: every process steps until all are done (each step gathers)
+        # built once, as TRL does: generate() then validates no per-call keyword arguments
+        common = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
+        common |= {"eos_token_id": tokenizer.eos_token_id, "disable_compile": True}
+        self.configs = {
+            False: GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, **common),
+            True: GenerationConfig(do_sample=False, **common),
+        }
+
+    def sync(self, model) -> None:
+        """Use the current policy weights (a separate inference engine would reload them here)."""
+        self.model = model
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
+        """Completion token ids of each prompt, up to and including the first EOS. The policy samples in eval
+        mode (its dropout is off already): in training mode gradient checkpointing would switch off the KV cache
+        and each new token would see none of the sequence before it."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._generate(prompts, greedy)
+        finally:
+            self.model.train(was_training)
+
+    def _generate(self, prompts: list[list[int]], greedy: bool) -> list[list[int]]:
+        pad, eos, out = self.tok.pad_token_id, self.tok.eos_token_id, []
+        for i in range(0, len(prompts), self.batch_size):
+            chunk = prompts[i : i + self.batch_size]
+            width = max(map(len, chunk))
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=self.model.device)
+            attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=self.model.device)
+            config, synced = self.configs[greedy], self.synced
+            gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=config, synced_gpus=synced)
+            for row in gen[:, width:].tolist():
+                out.append(row[: row.index(eos) + 1] if eos in row else row)
+        return out
+
+
+def for_plan(plan: Plan, tokenizer: Any, policy: Any, accelerator: Any, weights: Any = None) -> Generator:
+    """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout). A
+    sharded policy comes with `weights` (its gathered weights, one at a time: the vLLM push) and generates in step
+    on every process."""
+    if plan.generation_engine == "vllm":
+        from rlctl.rollout.vllm import ColocatedVLLM
+
+        return ColocatedVLLM(plan, policy, accelerator, tokenizer, weights)
+    rl = plan.config.rl
+    chunk = (plan.generation or {}).get("rollouts_per_generate") or 64  # the planner's, else 64 at a time
+    return HFGenerator(tokenizer, rl.max_new_tokens, rl.temperature, chunk, synced=weights is not None)

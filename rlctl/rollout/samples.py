@@ -1,0 +1,88 @@
+"""A rollout batch's pieces: one completion of one prompt (`Sample`), the prompt stream that feeds the loop, and
+the padded tensors (`Batch`) the trainer's forward passes read."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Sample:
+    """One completion of one prompt; `group` is the prompt's position in the prompt stream (unique per prompt)."""
+
+    group: int
+    row: dict
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    truncated: bool = False
+    score: float = 0.0
+    baseline: float = 0.0
+    rollout_logprobs: list[float | None] | None = None  # the engine's log-prob of each sampled token (vLLM)
+
+
+class PromptStream:
+    """The rl dataset in a seeded shuffled order, one epoch after another; `cursor` is all its state."""
+
+    def __init__(self, rows: list[dict], seed: int, cursor: int = 0):
+        self.rows, self.seed, self.cursor = rows, seed, cursor
+
+    def take(self, n: int) -> list[tuple[int, dict]]:
+        out = []
+        for _ in range(n):
+            epoch, i = divmod(self.cursor, len(self.rows))
+            order = list(range(len(self.rows)))
+            random.Random(self.seed + epoch).shuffle(order)
+            out.append((self.cursor, self.rows[order[i]]))
+            self.cursor += 1
+        return out
+
+
+@dataclass
+class Batch:
+    """Left-padded prompts followed by right-padded completions; `mask` marks the completion tokens."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    position_ids: Tensor
+    completion_ids: Tensor
+    mask: Tensor
+
+    def __getitem__(self, rows) -> Batch:
+        return Batch(*(getattr(self, f)[rows] for f in self.__dataclass_fields__))
+
+
+def collate(samples: list[Sample], pad_id: int, device) -> Batch:
+    p = max(len(s.prompt_ids) for s in samples)
+    t = max(len(s.completion_ids) for s in samples)
+    ids = torch.full((len(samples), p + t), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for i, s in enumerate(samples):
+        ids[i, p - len(s.prompt_ids) : p] = torch.tensor(s.prompt_ids)
+        ids[i, p : p + len(s.completion_ids)] = torch.tensor(s.completion_ids)
+        attn[i, p - len(s.prompt_ids) : p + len(s.completion_ids)] = 1
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
+    return Batch(ids, attn, pos, ids[:, p:], attn[:, p:].float())
+
+
+def pad_to(x: Tensor, length: int) -> Tensor:
+    """Right-pad a [b, t] tensor with zeros to [b, length]."""
+    return torch.nn.functional.pad(x, (0, length - x.shape[1]))
+
+
+def rollout_logprobs(samples: list[Sample], like: Tensor) -> Tensor | None:
+    """The engine's log-probs of the sampled tokens as a [b, T] tensor shaped like the trainer's (None when the
+    policy generated itself); where the engine gave none, the trainer's value (no difference)."""
+    if any(s.rollout_logprobs is None for s in samples):
+        return None
+    out = like.clone()
+    for i, s in enumerate(samples):
+        for t, lp in enumerate(s.rollout_logprobs[: like.shape[1]]):
+            if lp is not None and math.isfinite(lp):
+                out[i, t] = lp
+    return out

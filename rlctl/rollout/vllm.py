@@ -1,0 +1,299 @@
+"""vLLM colocated with training: the one runtime module that talks to vLLM (through TRL 1.16's `VLLMGeneration`).
+
+* `trl_kwargs(plan)` builds the exact vLLM arguments of TRL's GRPOConfig / RLOOConfig for a plan, and
+  `llm_kwargs(plan)` the `vllm.LLM(...)` arguments TRL 1.16 derives from them (trl/generation/vllm_generation.py),
+  so the boundary is tested without vLLM or a GPU.
+* `ColocatedVLLM` is the generation engine of rlctl's own RL loop (ppo, dapo, reinforce-pp, remax, pf-ppo) on
+  TRL's `VLLMGeneration`, built from `vllm_generation_kwargs(plan)`: the same engine, arguments and sleep
+  cycle as the TRL stages.
+* `offload_optimizer_state` / `reload_optimizer_state` and `callbacks(plan)` move the training-only state (AdamW
+  moments) to host RAM outside the optimizer step when the plan says memory requires it.
+
+Which engine a plan uses is decided at plan time (`rlctl.plan.engine`). Importing this module is cheap (no torch,
+no vllm): torch and transformers are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rlctl.plan import engine as choice
+
+if TYPE_CHECKING:
+    from rlctl.plan import Plan
+
+VLLM_MODE = "colocate"  # vLLM runs inside each training process and shares its GPU
+SLEEP_LEVEL = 2  # what TRL 1.16 calls between phases: weights and KV cache both released
+MAX_NUM_BATCHED_TOKENS = 4096  # TRL 1.16 fixes it for colocated engines
+
+
+def sleep_mode(plan: Plan) -> bool:
+    return choice.sleep_mode_for(plan.hardware)
+
+
+def process_environment(plan: Plan) -> None:
+    """Environment vLLM reads when a training process builds its colocated engine: in-process (no engine
+    subprocess: it would re-import the trainer), and on CPU the KV cache in whole GiB (vLLM's CPU build sizes it
+    from this variable; its share-of-RAM default counts the trainer's own memory as used and refuses)."""
+    import math
+    import os
+
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if plan.hardware.is_cpu:
+        kv = (plan.vllm or {}).get("kv_cache_gib", 1.0)
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv))))
+
+
+def adapt(generation: Any, plan: Plan) -> Any:
+    """Fit TRL's `VLLMGeneration` to the plan's machine: on CPU, its weight push goes through `_reload_on_cpu`."""
+    if plan.hardware.is_cpu:
+        import types
+
+        generation.sync_weights = types.MethodType(_reload_on_cpu, generation)
+    return generation
+
+
+def _reload_on_cpu(generation: Any) -> None:
+    """The policy -> vLLM weight push for vLLM's CPU build. Its CPU linear layers pack their weights for oneDNN
+    after loading and drop the loadable parameters, so TRL's per-parameter `load_weights` cannot reach them;
+    vLLM's in-place `reload_weights` restores the loadable layout, loads and packs again. A tied LM head is packed
+    from the embedding once more, else it would keep serving the old embedding. The weights are copied out while
+    TRL's iterator has LoRA merged (it unmerges when exhausted, before vLLM packs the last layers), one at a time
+    as vLLM loads them (a sharded policy is gathered one weight at a time, never whole)."""
+    runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
+    weights = ((name, tensor.detach().clone()) for name, tensor in generation._iter_named_params())
+    runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    model = runner.get_model()
+    if getattr(runner.model_config.hf_config, "tie_word_embeddings", False) and hasattr(model, "lm_head"):
+        model.lm_head.quant_method.process_weights_after_loading(model.lm_head)
+    generation.llm.reset_prefix_cache()
+
+
+def trl_kwargs(plan: Plan) -> dict[str, Any]:
+    """The vLLM arguments of TRL's GRPOConfig / RLOOConfig for this plan (TRL 1.16 names)."""
+    if plan.generation_engine != "vllm":
+        return {"use_vllm": False}
+    v = plan.vllm or {}
+    return {
+        "use_vllm": True,
+        "vllm_mode": VLLM_MODE,
+        "vllm_enable_sleep_mode": sleep_mode(plan),
+        "vllm_gpu_memory_utilization": v.get("gpu_memory_utilization", 0.3),
+        "vllm_tensor_parallel_size": v.get("tensor_parallel_size", 1),
+        "vllm_max_model_length": v.get("max_model_length", choice.max_model_length(plan.config)),
+    }
+
+
+grpo_kwargs = trl_kwargs
+
+
+def trl_correction_kwargs(plan: Plan) -> dict[str, Any]:
+    """GRPOConfig's rollout-training mismatch correction, from rl.rollout_correction (TRL computes the weights
+    and logs the log-prob gap the sync check reads); RLOOConfig has none."""
+    if plan.generation_engine != "vllm":
+        return {}
+    rl = plan.config.rl
+    if rl.rollout_correction == "off":
+        return {"vllm_importance_sampling_correction": False}
+    cap = rl.rollout_correction_cap
+    return {
+        "vllm_importance_sampling_correction": True,
+        "vllm_importance_sampling_mode": rl.rollout_correction,
+        "vllm_importance_sampling_clip_max": cap,
+        "vllm_importance_sampling_clip_min": 1 / cap if rl.rollout_correction == "sequence_mask" else None,
+    }
+
+
+def llm_kwargs(plan: Plan, model: str = "<policy>") -> dict[str, Any]:
+    """The `vllm.LLM(...)` arguments TRL 1.16 builds from `trl_kwargs(plan)` in colocate mode
+    (VLLMGeneration.__init__), for the RL stage's batching; `quantization` is bitsandbytes under QLoRA."""
+    args = trl_kwargs(plan)
+    if not args["use_vllm"]:
+        return {}
+    rl = next(s for s in plan.stages if s.name == "rl")
+    tp = args["vllm_tensor_parallel_size"]
+    return {
+        "model": model,
+        "tensor_parallel_size": tp,
+        "gpu_memory_utilization": args["vllm_gpu_memory_utilization"],
+        "max_model_len": args["vllm_max_model_length"],
+        # per_device_train_batch_size x TP x steps_per_generation: every rollout of the process's TP group
+        "max_num_seqs": rl.micro_batch_size * rl.grad_accum * tp,
+        "enable_sleep_mode": args["vllm_enable_sleep_mode"],
+        "model_impl": "vllm",
+        "distributed_executor_backend": "external_launcher",
+        "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+        "logprobs_mode": "processed_logprobs",
+        "quantization": "bitsandbytes" if plan.adapter == "qlora" else None,
+        "trust_remote_code": plan.config.model.trust_remote_code,
+    }
+
+
+def vllm_generation_kwargs(plan: Plan) -> dict[str, Any]:
+    """The arguments of TRL's `VLLMGeneration` for rlctl's RL loop: the `llm_kwargs(plan)` engine (colocated,
+    sleep mode) sampling like the loop's transformers path (temperature, no top-k/top-p, max_new_tokens)."""
+    llm, rl = llm_kwargs(plan), plan.config.rl
+    return {
+        "mode": VLLM_MODE,
+        "tensor_parallel_size": llm["tensor_parallel_size"],
+        "gpu_memory_utilization": llm["gpu_memory_utilization"],
+        "max_model_length": llm["max_model_len"],
+        "max_num_seqs": llm["max_num_seqs"],
+        "enable_sleep_mode": llm["enable_sleep_mode"],
+        "model_impl": llm["model_impl"],
+        "trust_remote_code": llm["trust_remote_code"],
+        "temperature": rl.temperature,
+        "top_p": 1.0,
+        "top_k": 0,
+        "max_completion_length": rl.max_new_tokens,
+        "logprobs": 0,  # the sampled token's log-prob: the sync check and rollout correction compare it
+    }
+
+
+class ColocatedVLLM:
+    """rlctl's RL loop generation boundary (`sync`, `generate`, as `rlctl.rollout.generate.HFGenerator`) on TRL's
+    `VLLMGeneration`: vLLM inside each training process, asleep at level 2 (weights and KV cache released)
+    outside generation. Sampling stops at the tokenizer's EOS only, as the transformers path does. `weights`, when
+    given, yields the (name, full tensor) pairs each sync pushes (rlctl's sharded policy: `sharding.full_weights`)
+    in place of TRL's iteration, which knows only accelerate's FSDP."""
+
+    def __init__(self, plan: Plan, model: Any, accelerator: Any, tokenizer: Any, weights: Any = None):
+        from trl.generation.vllm_generation import VLLMGeneration
+
+        process_environment(plan)
+        self.eos = tokenizer.eos_token_id
+        self.vllm = VLLMGeneration(
+            model=model,
+            accelerator=accelerator,
+            processing_class=tokenizer,
+            generation_kwargs={"ignore_eos": True, "stop_token_ids": [self.eos]},
+            **vllm_generation_kwargs(plan),
+        )
+        if weights is not None:
+            self.vllm._iter_named_params = lambda: weights(model)
+        adapt(self.vllm, plan)
+        self.temperature = self.vllm.temperature
+        self.logprobs: list[list[float | None]] | None = None
+
+    def sync(self, model: Any) -> None:
+        """Wake vLLM's weights and push the policy's current ones (`model` is the policy given at construction;
+        every process takes part: a sharded policy gathers each weight, LoRA adapters are merged for the push)."""
+        assert model is self.vllm.model, "ColocatedVLLM pushes the policy it was built with"
+        self.vllm.sync_weights()
+
+    def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
+        """Completion token ids of each prompt, up to and including the first EOS. vLLM wakes its KV cache,
+        samples (greedy: temperature 0) and sleeps again; weights dropped by an earlier sleep are pushed first.
+        `logprobs` then holds vLLM's log-prob of each sampled token (None where vLLM gave none)."""
+        self.vllm.temperature = 0.0 if greedy else self.temperature
+        _, completions, logprobs, _ = self.vllm.generate(prompts, images=None, num_generations=1)
+        out = [ids[: ids.index(self.eos) + 1] if self.eos in ids else list(ids) for ids in completions]
+        self.logprobs = None
+        if logprobs is not None and not greedy:
+            pairs = zip(logprobs, out, strict=True)
+            self.logprobs = [[lp[0] if lp else None for lp in seq[: len(ids)]] for seq, ids in pairs]
+        return out
+
+
+# --- Training state between phases --------------------------------------------------------------------------------
+
+_HOME = "_rlctl_state_devices"  # optimizer attribute: where each offloaded state tensor lived
+SWITCHES = "_rlctl_switches"  # optimizer attribute: {offload|reload: calls, moves, bytes, seconds} (layout records)
+
+
+def _tally(optimizer: Any, direction: str, moved: int, start: float) -> None:
+    """Count one offload or reload call; the bytes and seconds of those that moved something."""
+    import time
+
+    tally = getattr(optimizer, SWITCHES, {})
+    entry = tally.setdefault(direction, {"calls": 0, "moves": 0, "bytes": 0, "seconds": 0.0})
+    entry["calls"] += 1
+    if moved:
+        entry["moves"] += 1
+        entry["bytes"] += moved
+        entry["seconds"] += time.perf_counter() - start
+    setattr(optimizer, SWITCHES, tally)
+
+
+def offload_optimizer_state(optimizer: Any, device: Any = "cpu") -> int:
+    """Move every non-scalar optimizer state tensor (AdamW's exp_avg, exp_avg_sq) to `device`, remembering
+    where it lived; returns the bytes moved. Scalars (`step`) stay. Uses pinned host memory when CUDA is up."""
+    import time
+
+    import torch
+
+    start = time.perf_counter()
+    homes: dict[tuple[int, str], torch.device] = getattr(optimizer, _HOME, {})
+    target = torch.device(device)
+    pin = target.type == "cpu" and torch.cuda.is_available()
+    moved = 0
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            for key, value in state.items():
+                if not torch.is_tensor(value) or value.dim() == 0 or value.device == target:
+                    continue
+                homes[(id(p), key)] = value.device
+                if pin:
+                    host = torch.empty(value.shape, dtype=value.dtype, device="cpu", pin_memory=True)
+                    host.copy_(value, non_blocking=True)
+                    state[key] = host
+                else:
+                    state[key] = value.to(target)
+                moved += value.numel() * value.element_size()
+    setattr(optimizer, _HOME, homes)
+    if pin:
+        torch.cuda.synchronize()
+    _tally(optimizer, "offload", moved, start)
+    return moved
+
+
+def reload_optimizer_state(optimizer: Any) -> int:
+    """Bring offloaded optimizer state back to where it lived (the parameter's device when not recorded);
+    returns the bytes moved (timed to the end of the copies)."""
+    import time
+
+    import torch
+
+    start = time.perf_counter()
+    homes: dict[tuple[int, Any], Any] = getattr(optimizer, _HOME, {})
+    moved = 0
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            for key, value in state.items():
+                if not torch.is_tensor(value) or value.dim() == 0:
+                    continue
+                home = homes.pop((id(p), key), p.device)
+                if value.device != torch.device(home):
+                    state[key] = value.to(home, non_blocking=True)
+                    moved += value.numel() * value.element_size()
+    if moved and torch.cuda.is_available():
+        torch.cuda.synchronize()  # the optimizer step needs them anyway; the switch's seconds are then real
+    _tally(optimizer, "reload", moved, start)
+    return moved
+
+
+def callbacks(plan: Plan) -> list:
+    """Trainer callbacks the plan needs: the optimizer-state offload between phases when the planner chose it."""
+    if not plan.phase_offload:
+        return []
+    from transformers import TrainerCallback
+
+    class OffloadOptimizerBetweenPhases(TrainerCallback):
+        """AdamW state lives in host RAM except around `optimizer.step()`: generation (and forward/backward)
+        run without it, as the memory plan assumes."""
+
+        def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+            if optimizer is not None:
+                offload_optimizer_state(optimizer)
+
+        def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            if optimizer is not None:
+                reload_optimizer_state(optimizer)
+
+        def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            if optimizer is not None:
+                offload_optimizer_state(optimizer)
+
+    return [OffloadOptimizerBetweenPhases()]

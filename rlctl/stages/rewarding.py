@@ -1,0 +1,72 @@
+"""The RL stage's reward sources, shared by TRL's trainers (rlctl.stages.rl) and rlctl's loop
+(rlctl.stages.rl_loop): rl.rewards resolved to functions (in worker processes with deadlines, guarded by their
+on_error) or the trained reward model, DAPO's overlong buffer in tokens, and the loop's `Scorer` that sums them
+per completion."""
+
+from __future__ import annotations
+
+import torch
+
+from rlctl import rewards
+from rlctl.algorithms import overlong_penalty
+from rlctl.data.tokens import prompt_text
+from rlctl.plan import final_dir
+from rlctl.rollout import evaluate
+from rlctl.rollout.samples import Sample
+from rlctl.stages import models
+from rlctl.stages.context import StageContext
+
+
+def reward_sources(ctx: StageContext, errors: dict[str, int]) -> tuple[list, list, list[float]]:
+    """(reward functions or models, their tokenizers, weights) in the order of rl.rewards; each function runs
+    in its worker with its deadline, its failures follow its `on_error`, counted per reward name in `errors`."""
+    funcs, tokenizers, weights = [], [], []
+    guarded = rewards.stage_rewards(ctx.cfg.rl.rewards, ctx.cfg.data.answer_field, errors, ctx.notify)
+    for spec, fn in zip(ctx.cfg.rl.rewards, guarded, strict=True):
+        if fn is None:
+            path = str(final_dir(ctx.run_dir, "rm"))
+            tok = models.tokenizer(ctx, path)
+            funcs.append(models.reward_model(ctx, path, tok.pad_token_id, trainable=False))
+            tokenizers.append(tok)
+        else:
+            funcs.append(fn)
+            tokenizers.append(None)
+        weights.append(spec.weight)
+    return funcs, tokenizers, weights
+
+
+def overlong_buffer_tokens(ctx: StageContext) -> int:
+    """DAPO's soft-overlong buffer in tokens (rl.overlong_buffer is a fraction of max_new_tokens); 0 = off."""
+    rl = ctx.cfg.rl
+    return round(rl.overlong_buffer * rl.max_new_tokens) if rl.overlong_buffer else 0
+
+
+class Scorer:
+    """The run's weighted reward sum (rules, plugins, reward model) plus DAPO's soft overlong punishment."""
+
+    def __init__(self, ctx: StageContext, tokenizer, device):
+        self.errors: dict[str, int] = {}  # completions scored 0 by rewards with on_error=zero, per reward
+        self.funcs, self.tokenizers, self.weights = reward_sources(ctx, self.errors)
+        self.funcs = [f.to(device).eval() if isinstance(f, torch.nn.Module) else f for f in self.funcs]
+        self.tok, self.rl, self.buffer = tokenizer, ctx.cfg.rl, overlong_buffer_tokens(ctx)
+
+    def __call__(self, samples: list[Sample]) -> None:
+        prompts = [s.row["prompt"] for s in samples]
+        texts = self.tok.batch_decode([s.completion_ids for s in samples], skip_special_tokens=True)
+        chat = isinstance(prompts[0], list)
+        completions = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
+        columns = {k: [s.row.get(k) for s in samples] for k in samples[0].row if k != "prompt"}
+        total = torch.zeros(len(samples))
+        for fn, rm_tok, weight in zip(self.funcs, self.tokenizers, self.weights, strict=True):
+            if isinstance(fn, torch.nn.Module):
+                full = [prompt_text(p, self.tok) + t for p, t in zip(prompts, texts, strict=True)]
+                values = evaluate.reward_scores(fn, rm_tok, full)
+            else:
+                ids = [s.completion_ids for s in samples]
+                values = fn(prompts=prompts, completions=completions, completion_ids=ids, **columns)
+            total += weight * torch.tensor([float(v) if v is not None else 0.0 for v in values])
+        if self.buffer:
+            lengths = torch.tensor([len(s.completion_ids) for s in samples])
+            total += overlong_penalty(lengths, self.rl.max_new_tokens, self.buffer, self.rl.overlong_penalty)
+        for s, value in zip(samples, total.tolist(), strict=True):
+            s.score = value
