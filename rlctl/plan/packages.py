@@ -13,12 +13,9 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from rlctl.errors import UserError
-
-if TYPE_CHECKING:
-    from rlctl.plan import Plan
 
 # transformers 5.17 refuses 4-bit loading below this bitsandbytes ("requires bitsandbytes>=0.46.1");
 # pyproject's qlora extra and doctor's matrix use the same floor.
@@ -103,8 +100,9 @@ def check_layout(adapter: str, vllm: bool, cpu: bool, trackers: list[str], here:
             warnings.append(need.warning())
 
 
-def require(plan: Plan) -> None:
-    """Before processes start here (train, resume, a joining node): every package the plan needs, or exit 2."""
+def require(plan: Any) -> None:
+    """Before processes start here (train, resume, a joining node): every package `plan` (a planner.Plan, which
+    imports this module) needs, or exit 2."""
     cfg = plan.config
     vllm = plan.generation_engine == "vllm"
     needs = missing(plan.adapter, vllm, plan.hardware.is_cpu, list(cfg.logging.report_to))
