@@ -187,14 +187,14 @@ def test_signal_stops_with_a_checkpoint(tmp_path: Path, signum: int, code: int, 
 
 
 def test_non_finite_reward_stops_and_keeps_the_last_good_checkpoint(tmp_path: Path):
+    run_dir = tmp_path / "run"
     plugin = tmp_path / "bad_reward.py"
-    plugin.write_text(
-        "calls = 0\n\n\ndef explodes(prompts, completions, answer, **kw):\n"
-        "    global calls\n    calls += 1\n"
-        "    if calls > 4:\n        return [float('inf')] * len(completions)\n"
+    marker = run_dir / "rl" / "checkpoints" / "checkpoint-2" / "rlctl_complete"
+    plugin.write_text(  # the reward explodes once the first rl checkpoint is complete
+        "from pathlib import Path\n\n\ndef explodes(prompts, completions, answer, **kw):\n"
+        f"    if Path({str(marker)!r}).exists():\n        return [float('inf')] * len(completions)\n"
         "    return [float(c.strip() == a) for c, a in zip(completions, answer)]\n"
     )
-    run_dir = tmp_path / "run"
     proc = rlctl(
         "train",
         "--preset",
@@ -216,7 +216,7 @@ def test_non_finite_reward_stops_and_keeps_the_last_good_checkpoint(tmp_path: Pa
     )
     out = (proc.stdout + proc.stderr).replace("\n", " ")
     assert proc.returncode == 1, out
-    assert "reward became" in out and "rlctl resume" in out, out
+    assert "returned NaN/inf" in out and "rlctl resume" in out, out
     assert summary(run_dir)["completed"] == ["sft"]
     assert not (run_dir / "rl" / "final").exists()
     ckpts = sorted((run_dir / "rl" / "checkpoints").glob("checkpoint-*/rlctl_complete"))
