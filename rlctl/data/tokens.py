@@ -14,8 +14,28 @@ from typing import Any
 
 from rlctl.errors import UserError
 
+# ChatML; with `tools` (OpenAI schemas) and `tool` messages rendered as Qwen2.5 does: the tools listed in the system
+# turn, calls as <tool_call>{json}</tool_call>, results as <tool_response> blocks in one user turn.
 CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% if tools %}{{ '<|im_start|>system\\n' }}{% if messages[0]['role'] == 'system' %}"
+    "{{ messages[0]['content'] + '\\n\\n' }}{% endif %}"
+    "{{ '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided "
+    "with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
+    "{{ '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}{% endif %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{ '<|im_start|>user' }}{% endif %}"
+    "{{ '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{ '<|im_end|>\\n' }}{% endif %}"
+    "{% elif not (tools and loop.first and message['role'] == 'system') %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') }}"
+    "{% for call in message.get('tool_calls') or [] %}{% set f = call['function'] if 'function' in call else call %}"
+    "{{ ('\\n' if (message['content'] or not loop.first) else '') + '<tool_call>\\n{\\\"name\\\": \\\"' + f['name'] "
+    "+ '\\\", \\\"arguments\\\": ' + (f['arguments'] if f['arguments'] is string else f['arguments'] | tojson) "
+    "+ '}\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 BUILTIN_TEMPLATES = {"chatml": CHATML}
@@ -91,6 +111,11 @@ class FileTokenizer:
             return text
         ids = self(text)["input_ids"]
         return {"input_ids": ids} if return_dict else ids
+
+
+def prompt_messages(prompt: Any) -> list[dict[str, Any]]:
+    """A prompt as a message list: plain text becomes one user message."""
+    return [dict(m) for m in prompt] if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
 
 
 def prompt_text(prompt: Any, tokenizer) -> str:

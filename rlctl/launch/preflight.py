@@ -6,6 +6,7 @@ train` / `rlctl resume` run it again before they launch.
   refused naming the download command;
 - the chat template, when any stage's data holds message lists: the tokenizer's own, or `data.chat_template`;
 - the run directory can be created and written;
+- the tools of rl.tools load and can be described to the model;
 - every dataset is read and its format recognised (with the stage's column mapping), and rows over the stage's
   length limit are counted with the model's tokenizer files (`tokenizers` + jinja2), refused when more than
   `data.max_drop_fraction` would be dropped.
@@ -178,6 +179,19 @@ def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: b
                 report.errors.append(refused)
 
 
+# ------------------------------------------------------------------------------------------------ tools
+def check_tools(cfg: RunConfig, report: Report) -> None:
+    """rl.tools resolved as the RL stage will: plugin files imported, entry points loaded, schemas built."""
+    from rlctl.rollout import tools
+
+    try:
+        found = tools.resolve_all(cfg.rl.tools)
+    except UserError as e:
+        report.errors.append(str(e))
+        return
+    report.checks["tools"] = f"{', '.join(found)} (up to {cfg.rl.max_turns} turns per rollout)"
+
+
 # -------------------------------------------------------------------------------------------------- run
 def run(cfg: RunConfig, run_dir: Path, full: bool = False, paths: dict[str, Path] | None = None) -> Report:
     """Every check, collected (nothing raised): `full` reads every row (train), else large files are sampled
@@ -193,6 +207,8 @@ def run(cfg: RunConfig, run_dir: Path, full: bool = False, paths: dict[str, Path
     report.checks["run directory"] = problem or f"{run_dir} can be written"
     if problem:
         report.errors.append(problem)
+    if "rl" in cfg.stages and cfg.rl.tools:
+        check_tools(cfg, report)
     if cfg.data.generate and paths is None:
         report.data = {role: {"source": f"generated ({cfg.data.generate})"} for role in ("sft", "preference", "rl")}
         return report
