@@ -7,6 +7,7 @@ rows with it without importing transformers or torch, and without loading any we
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime
 from pathlib import Path
@@ -38,7 +39,16 @@ CHATML = (
     "+ '}\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-BUILTIN_TEMPLATES = {"chatml": CHATML}
+# ChatML for tiny models: tools listed by name only (the Qwen2.5 description would fill a tiny context), tool
+# results as <tool_response> blocks in a user turn; calls are written by the model as <tool_call>{json}</tool_call>.
+CHATML_COMPACT = (
+    "{% if tools %}{{ '<|im_start|>system\\ntools:' }}{% for tool in tools %}{{ ' ' + tool['function']['name'] }}"
+    "{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}{% for message in messages %}{% if message['role'] == 'tool' %}"
+    "{{ '<|im_start|>user\\n<tool_response>' + message['content'] + '</tool_response><|im_end|>\\n' }}{% else %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+BUILTIN_TEMPLATES = {"chatml": CHATML, "chatml-compact": CHATML_COMPACT}
 
 
 def template_text(setting: str) -> str:
@@ -72,6 +82,30 @@ def _special(value: Any) -> str | None:
     return value.get("content") if isinstance(value, dict) else value
 
 
+def render(
+    template: str, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
+    tools: list[dict[str, Any]] | None = None, **special: Any,
+) -> str:
+    """A conversation through a chat template as transformers renders it (sandboxed jinja2, the same globals)."""
+    return _compiled(template).render(
+        messages=messages, add_generation_prompt=add_generation_prompt, tools=tools, **special
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(template: str) -> Any:
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise UserError(f"The chat template refused a conversation: {message}")
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f))
+    return env.from_string(template)
+
+
 class FileTokenizer:
     """The part of a transformers tokenizer that length counting uses, from a tokenizer folder's files."""
 
@@ -93,20 +127,10 @@ class FileTokenizer:
         tokenize: bool = True,
         add_generation_prompt: bool = False,
         return_dict: bool = False,
+        tools: list[dict[str, Any]] | None = None,
     ) -> Any:
         """The conversation rendered as transformers renders it (sandboxed jinja2, the same globals)."""
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        def raise_exception(message: str) -> None:
-            raise UserError(f"The chat template refused a conversation: {message}")
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-        env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
-        env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f))
-        text = env.from_string(self.chat_template or "").render(
-            messages=messages, add_generation_prompt=add_generation_prompt, **self.special
-        )
+        text = render(self.chat_template or "", messages, add_generation_prompt, tools, **self.special)
         if not tokenize:
             return text
         ids = self(text)["input_ids"]

@@ -22,7 +22,7 @@ from typing import Any
 from rlctl import data
 from rlctl.config import RunConfig
 from rlctl.data import tokens
-from rlctl.errors import UserError
+from rlctl.errors import UserError, did_you_mean
 from rlctl.plan import arch as model_arch
 
 ROLE_OF_STAGE = {"sft": "sft", "dpo": "preference", "kto": "kto", "rm": "preference", "rl": "rl"}
@@ -192,6 +192,30 @@ def check_tools(cfg: RunConfig, report: Report) -> None:
     report.checks["tools"] = f"{', '.join(found)} (up to {cfg.rl.max_turns} turns per rollout)"
 
 
+def check_row_tools(cfg: RunConfig, rows: list[dict[str, Any]], report: Report) -> None:
+    """RL rows' own `tools` must name tools of rl.tools (those are the ones rlctl can run)."""
+    from rlctl.rollout import multiturn, tools
+
+    try:
+        known = list(tools.resolve_all(cfg.rl.tools))
+    except UserError:  # reported by check_tools already
+        return
+    for i, row in enumerate(rows):
+        try:
+            names = multiturn.tool_names(multiturn.row_tools(row) or [])
+        except (ValueError, AttributeError, TypeError) as e:
+            report.errors.append(f"data.rl row {i + 1}: its tools column is not a list of OpenAI tool schemas ({e}).")
+            return
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            report.errors.append(
+                f"data.rl row {i + 1} offers the tool '{unknown[0]}', which rl.tools does not provide "
+                f"(rl.tools: {', '.join(known) or 'none'}).{did_you_mean(str(unknown[0]), known)} A row's tools "
+                "choose among rl.tools; add the tool there (a plugin path.py:function or an entry point)."
+            )
+            return
+
+
 # -------------------------------------------------------------------------------------------------- run
 def run(cfg: RunConfig, run_dir: Path, full: bool = False, paths: dict[str, Path] | None = None) -> Report:
     """Every check, collected (nothing raised): `full` reads every row (train), else large files are sampled
@@ -213,6 +237,8 @@ def run(cfg: RunConfig, run_dir: Path, full: bool = False, paths: dict[str, Path
         report.data = {role: {"source": f"generated ({cfg.data.generate})"} for role in ("sft", "preference", "rl")}
         return report
     rows = report.rows = read_data(cfg, report, full, paths)
+    if "rl" in cfg.stages:
+        check_row_tools(cfg, rows.get("rl") or [], report)
     template = chat_template(cfg, folder, rows, report)
     if folder is not None and (folder / "tokenizer.json").is_file():
         count_lengths(cfg, tokens.FileTokenizer(folder, template), rows, full, report)

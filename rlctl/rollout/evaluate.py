@@ -15,6 +15,8 @@ from rlctl import rewards as rewards_mod
 from rlctl.data.tokens import prompt_text
 from rlctl.errors import UserError
 from rlctl.rewards import RewardFn
+from rlctl.rollout import multiturn
+from rlctl.rollout.samples import Sample
 
 
 @torch.no_grad()
@@ -54,21 +56,41 @@ def score_policy(
     max_new_tokens: int,
     synced: bool = False,
     accuracy: str = "exact_match",
+    agent: multiturn.Agent | None = None,
 ) -> dict[str, float]:
     """eval_accuracy (the correctness reward `accuracy`, with its arguments, above 0.5) and eval_reward (the
-    weighted reward sum)."""
+    weighted reward sum). With an `agent` (rl.tools) each prompt is a greedy multi-turn rollout: the final answer
+    is scored, the trajectory is a column, and the turns and tool use are reported (eval_turns, ...)."""
     from rlctl.rewards import scoring
 
     prompts = [r["prompt"] for r in rows]
-    completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced)
     columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
+    extra: dict[str, float] = {}
+    if agent is None:
+        completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced)
+    else:
+        samples = agent_rollouts(model, agent, rows)
+        completions = [multiturn.final_answer(s) for s in samples]
+        columns["trajectory"] = [s.messages for s in samples]
+        extra = {f"eval_{k}": v for k, v in multiturn.metrics(samples).items()}
     correct = scoring.correct(accuracy, answer_field, prompts, completions, columns)
     total = [0.0] * len(rows)
     for fn, weight in rewards:
         for i, value in enumerate(fn(prompts=prompts, completions=completions, **columns)):
             total[i] += weight * float(value if value is not None else 0.0)
     n = len(rows)
-    return {"eval_accuracy": sum(correct) / n, "eval_reward": sum(total) / n}
+    return {"eval_accuracy": sum(correct) / n, "eval_reward": sum(total) / n, **extra}
+
+
+def agent_rollouts(model, agent: multiturn.Agent, rows: list[dict[str, Any]]) -> list[Sample]:
+    """Greedy multi-turn rollouts of `rows` with the agent's tools (transformers generation)."""
+    from rlctl.rollout.generate import HFGenerator
+
+    engine = HFGenerator(agent.tokenizer, agent.max_new_tokens, 1.0, stop_ids=agent.stop_ids)
+    engine.sync(model)
+    samples = [Sample(i, row, agent.prompt_ids(row["prompt"], row)) for i, row in enumerate(rows)]
+    multiturn.rollout(agent, engine, samples, greedy=True)
+    return samples
 
 
 @torch.no_grad()

@@ -6,6 +6,7 @@ its trajectory would pass `rl.max_new_tokens`. The model's tokens of every turn 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +26,15 @@ class Agent:
     max_tool_output_tokens: int
     stop_ids: tuple[int, ...]
 
-    def schemas(self) -> list[dict[str, Any]]:
-        return [t.schema for t in self.tools.values()]
+    def schemas(self, row: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The tools shown to the model: the row's own `tools` (OpenAI schemas of rl.tools' tools), else all."""
+        own = row_tools(row or {})
+        return own if own is not None else [t.schema for t in self.tools.values()]
 
-    def prompt_ids(self, prompt: Any) -> list[int]:
+    def prompt_ids(self, prompt: Any, row: dict[str, Any] | None = None) -> list[int]:
         """The prompt rendered with the tools listed, ready for the first assistant turn."""
         text = self.tokenizer.apply_chat_template(
-            prompt_messages(prompt), tokenize=False, add_generation_prompt=True, tools=self.schemas()
+            prompt_messages(prompt), tokenize=False, add_generation_prompt=True, tools=self.schemas(row)
         )
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -42,6 +45,28 @@ class Agent:
             return text
         kept = self.tokenizer.decode(ids[: self.max_tool_output_tokens])
         return f"{kept}\n[output cut at {self.max_tool_output_tokens} tokens]"
+
+
+def row_tools(row: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A row's own `tools` column: a list of OpenAI tool schemas, or the same as JSON text (parquet); None if
+    absent or empty."""
+    value = row.get("tools")
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else None
+    return list(value) if value else None
+
+
+def tool_names(schemas: list[dict[str, Any]]) -> list[str]:
+    """The function names of OpenAI tool schemas (`{"type": "function", "function": {"name": ...}}` or flat)."""
+    return [(s.get("function") or s).get("name") for s in schemas]
+
+
+def agent_for(rl: Any, tokenizer: Any) -> Agent | None:
+    """The multi-turn setup of a run's rl section (`rl.tools`, turn and token limits), or None without tools."""
+    if not rl.tools:
+        return None
+    found = tools.resolve_all(rl.tools)
+    return Agent(tokenizer, found, rl.max_turns, rl.max_new_tokens, rl.max_tool_output_tokens, stop_ids(tokenizer))
 
 
 def stop_ids(tokenizer: Any) -> tuple[int, ...]:
@@ -94,9 +119,11 @@ def rollout(agent: Agent, generator: Any, samples: list[Sample], greedy: bool = 
             calls = toolcalls.parse(content)
             if not calls or turn == agent.max_turns:
                 continue
-            results = [answer(agent, s, call) for call in calls]
+            shown = agent.schemas(s.row)
+            allowed = {name: agent.tools[name] for name in tool_names(shown) if name in agent.tools}
+            results = [answer(agent, allowed, s, call) for call in calls]
             end_text = agent.tokenizer.decode(ids[-1:], skip_special_tokens=False)
-            text = toolcalls.result_text(agent.tokenizer, s.messages, results, agent.schemas(), end_text)
+            text = toolcalls.result_text(agent.tokenizer, s.messages, results, shown, end_text)
             extra = agent.tokenizer(text, add_special_tokens=False)["input_ids"]
             s.messages += [{"role": "tool", "content": r} for r in results]
             if len(s.completion_ids) + len(extra) >= agent.max_new_tokens:  # no room left for the model to answer
@@ -113,13 +140,14 @@ def rollout(agent: Agent, generator: Any, samples: list[Sample], greedy: bool = 
             s.rollout_logprobs = logprobs[id(s)] + [None] * (len(s.completion_ids) - len(logprobs[id(s)]))
 
 
-def answer(agent: Agent, sample: Sample, call: toolcalls.ToolCall) -> str:
-    """The text the model reads back for one call; malformed calls and failed tools are counted as errors."""
+def answer(agent: Agent, allowed: dict[str, tools.Tool], sample: Sample, call: toolcalls.ToolCall) -> str:
+    """The text the model reads back for one call of one of the `allowed` tools; malformed calls and failed
+    tools are counted as errors."""
     sample.tool_calls += 1
     if call.error:
         sample.tool_errors += 1
         return f"Error: {call.error}."
-    result = tools.call(agent.tools, call.name, call.arguments)
+    result = tools.call(allowed, call.name, call.arguments)
     sample.tool_errors += result.error
     return agent.clip(result.text)
 

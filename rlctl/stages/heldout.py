@@ -7,7 +7,7 @@ from typing import Any
 
 from rlctl import checkpoint, data, rewards
 from rlctl.rewards import scoring
-from rlctl.rollout import evaluate
+from rlctl.rollout import evaluate, multiturn
 from rlctl.stages import models
 from rlctl.stages.context import StageContext
 
@@ -42,8 +42,9 @@ def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -
             if r.name not in rewards.MODEL_REWARDS
         ]
         accuracy = scoring.accuracy_name(cfg.rl.rewards, data.RECOGNISED["eval"].format)
+        agent = multiturn.agent_for(cfg.rl, tokenizer) if "rl" in cfg.stages else None  # eval as RL will roll out
         return evaluate.score_policy(
-            model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy
+            model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy, agent
         )
     finally:
         model.train(was_training)

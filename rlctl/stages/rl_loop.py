@@ -56,7 +56,7 @@ from rlctl.algorithms import (
 )
 from rlctl.algorithms.mismatch import correction_weights
 from rlctl.data.tokens import prompt_text
-from rlctl.rollout import generate, multiturn, tools, vllm
+from rlctl.rollout import generate, multiturn, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
 from rlctl.stages import heldout, layout, lengths, models
@@ -114,7 +114,7 @@ class Loop:
 
     def prompt_ids(self, row: dict) -> list[int]:
         if self.agent is not None:
-            return self.agent.prompt_ids(row["prompt"])
+            return self.agent.prompt_ids(row["prompt"], row)
         text = prompt_text(row["prompt"], self.tok)
         return self.tok(text, add_special_tokens=False)["input_ids"]  # fits: lengths.training_rows
 
@@ -158,11 +158,7 @@ def setup(ctx: StageContext) -> Loop:
     kl_ctl = AdaptiveKLController(rl.beta, rl.kl_target, rl.kl_horizon) if rl.kl_target else FixedKLController(rl.beta)
     stream = PromptStream(rows, cfg.seed)
     scorer = Scorer(ctx, tok, acc.device)
-    agent = None
-    if rl.tools:
-        stops = multiturn.stop_ids(tok)
-        agent = multiturn.Agent(tok, tools.resolve_all(rl.tools), rl.max_turns, rl.max_new_tokens,
-                                rl.max_tool_output_tokens, stops)  # fmt: skip
+    agent = multiturn.agent_for(rl, tok)
     generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc, agent.stop_ids if agent else ())
     loss_cfg = PolicyLossConfig(
         clip_low=rl.clip_low,
