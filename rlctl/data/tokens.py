@@ -142,8 +142,21 @@ def prompt_messages(prompt: Any) -> list[dict[str, Any]]:
     return [dict(m) for m in prompt] if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
 
 
-def prompt_text(prompt: Any, tokenizer) -> str:
-    """A prompt as text: plain strings as they are, message lists through the chat template."""
+def row_tools(row: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """An RL row's own `tools` column: a list of OpenAI tool schemas, or the same as JSON text (parquet); None if
+    absent or empty."""
+    value = row.get("tools")
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else None
+    return list(value) if value else None
+
+
+def prompt_text(prompt: Any, tokenizer, tools: list[dict[str, Any]] | None = None) -> str:
+    """A prompt as text: plain strings as they are, message lists through the chat template; with `tools` (a
+    multi-turn run) always a conversation through the template, the tools listed."""
+    if tools:
+        messages = prompt_messages(prompt)
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, tools=tools)
     if isinstance(prompt, list):
         return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
     return prompt
@@ -162,11 +175,12 @@ def _text(value: Any, tok) -> str:
     return tok.apply_chat_template(value, tokenize=False) if isinstance(value, list) else value
 
 
-def length(row: dict[str, Any], tok, stage: str) -> int:
-    """Tokens of a row as the stage's trainer sees it: the prompt alone for rl; the whole sequence with EOS for sft;
-    prompt plus the longer response (tokenized apart, as TRL does) with EOS for rm, dpo and kto."""
+def length(row: dict[str, Any], tok, stage: str, tools: list[dict[str, Any]] | None = None) -> int:
+    """Tokens of a row as the stage's trainer sees it: the prompt alone for rl (with the tools listed: the row's
+    own, else `tools`, rl.tools' schemas); the whole sequence with EOS for sft; prompt plus the longer response
+    (tokenized apart, as TRL does) with EOS for rm, dpo and kto."""
     if stage == "rl":
-        return _tokens(prompt_text(row["prompt"], tok), tok)
+        return _tokens(prompt_text(row["prompt"], tok, (row_tools(row) or tools) if tools else None), tok)
     if stage == "sft":
         if "messages" in row or isinstance(row.get("prompt"), list):
             messages = row["messages"] if "messages" in row else row["prompt"] + row["completion"]

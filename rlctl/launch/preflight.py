@@ -136,7 +136,7 @@ def read_data(cfg: RunConfig, report: Report, full: bool, paths: dict[str, Path]
 
 def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict]], report: Report) -> str | None:
     """The chat template the run will use, checked to exist when any stage's data is conversational."""
-    needs = [stage for stage, r in rows.items() if data.conversational(r)]
+    needs = [stage for stage, r in rows.items() if data.conversational(r) or (stage == "rl" and cfg.rl.tools)]
     if cfg.data.chat_template:
         try:
             template = tokens.template_text(cfg.data.chat_template)
@@ -148,8 +148,8 @@ def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict
     template = tokens.folder_template(folder) if folder is not None else None
     if needs and folder is not None and template is None:
         report.errors.append(
-            f"The {', '.join(needs)} data holds chat messages, but the tokenizer in {folder} has no chat template "
-            "to render them. Set data.chat_template: chatml (--set data.chat_template=chatml), or a Jinja file "
+            f"The {', '.join(needs)} data holds chat messages (or rl.tools makes RL prompts conversations), but the "
+            f"tokenizer in {folder} has no chat template to render them. Set data.chat_template: chatml (--set data.chat_template=chatml), or a Jinja file "
             "with the model's own template."
         )
     report.checks["chat template"] = (
@@ -160,12 +160,15 @@ def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict
 
 def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: bool, report: Report) -> None:
     """Rows over each training stage's limit, counted (and refused beyond data.max_drop_fraction)."""
+    from rlctl.rollout import tools
+
     for stage, stage_rows in rows.items():
         if stage == "eval" or not stage_rows:
             continue
         limit = cfg.data.max_prompt_length if stage == "rl" else getattr(cfg, stage).max_length
         try:
-            sizes = [tokens.length(r, tok, stage) for r in stage_rows]
+            schemas = [t.schema for t in tools.resolve_all(cfg.rl.tools).values()] if stage == "rl" else None
+            sizes = [tokens.length(r, tok, stage, schemas) for r in stage_rows]  # RL prompts with the tools listed
         except UserError as e:
             report.errors.append(str(e))
             continue
@@ -202,7 +205,7 @@ def check_row_tools(cfg: RunConfig, rows: list[dict[str, Any]], report: Report) 
         return
     for i, row in enumerate(rows):
         try:
-            names = multiturn.tool_names(multiturn.row_tools(row) or [])
+            names = multiturn.tool_names(tokens.row_tools(row) or [])
         except (ValueError, AttributeError, TypeError) as e:
             report.errors.append(f"data.rl row {i + 1}: its tools column is not a list of OpenAI tool schemas ({e}).")
             return

@@ -6,11 +6,10 @@ its trajectory would pass `rl.max_new_tokens`. The model's tokens of every turn 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from rlctl.data.tokens import prompt_messages
+from rlctl.data.tokens import prompt_messages, prompt_text, row_tools
 from rlctl.rollout import toolcalls, tools
 from rlctl.rollout.samples import Sample
 
@@ -33,9 +32,7 @@ class Agent:
 
     def prompt_ids(self, prompt: Any, row: dict[str, Any] | None = None) -> list[int]:
         """The prompt rendered with the tools listed, ready for the first assistant turn."""
-        text = self.tokenizer.apply_chat_template(
-            prompt_messages(prompt), tokenize=False, add_generation_prompt=True, tools=self.schemas(row)
-        )
+        text = prompt_text(prompt, self.tokenizer, self.schemas(row))
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def clip(self, text: str) -> str:
@@ -45,15 +42,6 @@ class Agent:
             return text
         kept = self.tokenizer.decode(ids[: self.max_tool_output_tokens])
         return f"{kept}\n[output cut at {self.max_tool_output_tokens} tokens]"
-
-
-def row_tools(row: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """A row's own `tools` column: a list of OpenAI tool schemas, or the same as JSON text (parquet); None if
-    absent or empty."""
-    value = row.get("tools")
-    if isinstance(value, str):
-        value = json.loads(value) if value.strip() else None
-    return list(value) if value else None
 
 
 def tool_names(schemas: list[dict[str, Any]]) -> list[str]:
