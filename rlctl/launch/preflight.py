@@ -149,8 +149,8 @@ def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict
     if needs and folder is not None and template is None:
         report.errors.append(
             f"The {', '.join(needs)} data holds chat messages (or rl.tools makes RL prompts conversations), but the "
-            f"tokenizer in {folder} has no chat template to render them. Set data.chat_template: chatml (--set data.chat_template=chatml), or a Jinja file "
-            "with the model's own template."
+            f"tokenizer in {folder} has no chat template to render them. Set data.chat_template: chatml (--set "
+            "data.chat_template=chatml), or a Jinja file with the model's own template."
         )
     report.checks["chat template"] = (
         "the tokenizer's own" if template else "none needed (no conversational data)" if not needs else "unknown yet"
