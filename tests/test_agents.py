@@ -313,3 +313,50 @@ def test_tool_result_tokens_carry_no_gradient(tok):
     assert all(torch.equal(a[n], b[n]) for n in a)
     _, unmasked = grads([Sample(0, {}, [5, 6, 7], [10, 11, 40, 41])])
     assert not all(torch.equal(a[n], unmasked[n]) for n in a), "the test can tell a masked token from a trained one"
+
+
+# ------------------------------------------------------------------------------------------- data and rows
+def test_products_demonstrations_render_as_the_rollout_does(tok, tmp_path):
+    """The SFT rows of the agent demo are the conversation the RL rollout builds, token for token."""
+    import json
+
+    from rlctl.data import tasks, tokens
+    from rlctl.rollout.samples import Sample
+
+    paths = tasks.products(tmp_path, seed=3)
+    sft = [json.loads(line) for line in paths["sft"].read_text().splitlines()]
+    with_tool = next(r for r in sft if "<tool_call>" in r["completion"])
+    tok.chat_template = tokens.CHATML_COMPACT
+    agent = _agent(tok, budget=400)
+    prompt = with_tool["prompt"].split("user\n")[1].split("<|im_end|>")[0]
+    assert tok.decode(agent.prompt_ids(prompt)) == with_tool["prompt"]
+    call, answer = with_tool["completion"].split("<|im_end|>")[0], with_tool["completion"].rsplit("\n", 1)[1]
+    s = Sample(0, {"prompt": prompt}, agent.prompt_ids(prompt))
+    multiturn.rollout(agent, Scripted(tok, [[call, answer.removesuffix("<|im_end|>")]]), [s])
+    assert tok.decode(s.completion_ids) == with_tool["completion"]
+    share = sum("<tool_call>" in r["completion"] for r in sft) / len(sft)
+    assert abs(share - tasks.TOOL_RATE) < 0.03
+    tok.chat_template = tokens.CHATML
+
+
+def test_rows_offer_their_own_tools(tok, tmp_path):
+    import json
+
+    from rlctl.data import tokens
+    from rlctl.rollout.samples import Sample
+
+    path = _tool_file(tmp_path, 'def echo(text: str) -> str:\n    """Echo."""\n    return text\n')
+    found = tools.resolve_all(["calculator", f"{path}:echo"])
+    agent = multiturn.Agent(tok, found, 3, 2000, 64, multiturn.stop_ids(tok))
+    only_echo = {"prompt": "q", "tools": json.dumps([found["echo"].schema])}  # as parquet stores it
+    assert tokens.row_tools(only_echo) == [found["echo"].schema]
+    text = tok.decode(agent.prompt_ids("q", only_echo))
+    assert '"name": "echo"' in text and '"name": "calculator"' not in text
+    everything = tok.decode(agent.prompt_ids("q", {"prompt": "q"}))
+    assert '"name": "echo"' in everything and '"name": "calculator"' in everything
+    s = Sample(0, only_echo, agent.prompt_ids("q", only_echo))
+    multiturn.rollout(agent, Scripted(tok, [[_call("1+1"), "x"]]), [s])
+    assert s.tool_errors == 1 and "unknown tool 'calculator'" in s.messages[2]["content"], "not offered to this row"
+    schemas = [t.schema for t in found.values()]
+    assert tokens.length(only_echo, tok, "rl", schemas) == len(agent.prompt_ids("q", only_echo))
+    assert tokens.length(only_echo, tok, "rl") == len(tok("q")["input_ids"]), "without rl.tools: the plain prompt"

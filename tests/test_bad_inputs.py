@@ -129,6 +129,12 @@ CASES = [
         ["rl.tools", "t.py:f", "no docstring"],
     ),
     (
+        "row-offers-an-unknown-tool",
+        {"rl.jsonl": '{"prompt": "1+1=", "answer": "2", "tools": [{"function": {"name": "serch"}}]}\n'},
+        ["plan", "--preset", "qwen1.5b-tool-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["row 1", "serch", "rl.tools: calculator, python"],
+    ),
+    (
         "plugin-function-missing",
         {"rl.jsonl": GOOD_RL, "r.py": "def score(prompts, completions, **kw):\n    return [0.0]\n"},
         [
