@@ -36,12 +36,11 @@ class Agent:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def clip(self, text: str) -> str:
-        """A tool's output cut to rl.max_tool_output_tokens tokens (marked when cut)."""
+        """A tool's output (or error) cut to rl.max_tool_output_tokens tokens, marked ` [cut]` when cut."""
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) <= self.max_tool_output_tokens:
             return text
-        kept = self.tokenizer.decode(ids[: self.max_tool_output_tokens])
-        return f"{kept}\n[output cut at {self.max_tool_output_tokens} tokens]"
+        return self.tokenizer.decode(ids[: self.max_tool_output_tokens]) + " [cut]"
 
 
 def tool_names(schemas: list[dict[str, Any]]) -> list[str]:
@@ -134,7 +133,7 @@ def answer(agent: Agent, allowed: dict[str, tools.Tool], sample: Sample, call: t
     sample.tool_calls += 1
     if call.error:
         sample.tool_errors += 1
-        return f"Error: {call.error}."
+        return agent.clip(f"Error: {call.error}.")
     result = tools.call(allowed, call.name, call.arguments)
     sample.tool_errors += result.error
     return agent.clip(result.text)
