@@ -50,17 +50,12 @@ def test_multiturn_stage_resumes_exactly_and_counts_tool_failures(agent_sft, tmp
     # a calculator that fails on every call: the failures reach the model and are counted, the run goes on
     broken = tmp_path / "broken.py"
     broken.write_text('def calculator(expression: str) -> str:\n    """Broken."""\n    raise OSError("down")\n')
-    failing = tmp_path / "failing"
-    proc = _rl(agent_sft, failing, f"rl.tools=['{broken}:calculator']", "rl.max_steps=1")
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    (step,) = _steps(failing)
-    assert step["tool_calls"] > 0 and step["tool_errors"] == step["tool_calls"], step
-
     straight = tmp_path / "straight"
-    proc = _rl(agent_sft, straight)
+    proc = _rl(agent_sft, straight, f"rl.tools=['{broken}:calculator']")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     steps = _steps(straight)
-    assert any(s["turns"] > 1 for s in steps) and all(s["tool_errors"] <= s["tool_calls"] for s in steps), steps
+    assert any(s["turns"] > 1 for s in steps), steps
+    assert any(s["tool_calls"] > 0 for s in steps) and all(s["tool_errors"] == s["tool_calls"] for s in steps)
     held = summary(straight)["stages"]["rl"]
     assert {"eval_tool_call_rate", "eval_turns", "eval_tool_calls"} <= held.keys(), held
 
@@ -86,4 +81,5 @@ def test_multiturn_stage_resumes_exactly_and_counts_tool_failures(agent_sft, tmp
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     metrics = json.loads(out.read_text())
     assert metrics["samples_per_prompt"] == 2 and {"tool_call_rate", "turns", "tool_errors"} <= metrics.keys()
+    assert metrics["tool_errors"] == metrics["tool_calls"]
     assert "tool_call_rate" in proc.stdout
