@@ -1,13 +1,15 @@
-"""GPU RL throughput (GPU machines only): random-init Qwen2.5-0.5B / 1.5B real-shape models (shapes from
-presets/models/*.yaml, so no download), a few RL steps through `rlctl train`, reported as step time and tokens/s
-per GPU, the generation / scoring / update split, the training-phase MFU, and the decode roofline (weights bytes /
-HBM bandwidth per generated token, batch 1) beside the measured generation rate.
+"""GPU RL and SFT throughput and memory (GPU machines only): random-init Qwen2.5-0.5B / 1.5B real-shape models
+(shapes from presets/models/*.yaml, so no download), a few steps through `rlctl train` with `--hardware auto` in
+bf16 like the GPU recipes, reported as step time and tokens/s per GPU, the generation / scoring / update split, the
+training-phase MFU, the decode roofline (weights bytes / HBM bandwidth per generated token, batch 1) beside the
+measured generation rate, and the plan's peak memory beside the measured one (summary.json's `memory`: per phase
+`planned_peak_gib`, `measured_peak_gib`, `error_pct`).
 
 The split comes from rlctl's RL loop, which logs each phase's seconds (`time_generate`, ...): use a loop algorithm
 (`--algorithm reinforce-pp`, GRPO-like outcome advantages; or ppo, remax, dapo, pf-ppo). GRPO itself runs in TRL's
 trainer, whose logs carry no per-phase times; its rows show the step time only.
 
-Usage: python bench/gpu_grpo.py [--algorithm grpo] [--models qwen2.5-0.5b,qwen2.5-1.5b] [--steps 5]
+Usage: python bench/gpu_grpo.py [--stage rl|sft] [--algorithm grpo] [--models qwen2.5-0.5b,qwen2.5-1.5b] [--steps 5]
 [--hbm-gbs 3350] [--peak-tflops 989] (defaults: H100 SXM, bf16 dense). On a machine without an NVIDIA GPU it
 says so and exits 3.
 """
@@ -63,6 +65,7 @@ def median(values: list) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--stage", default="rl", choices=["rl", "sft"], help="the stage to run (the tiny demo's data)")
     ap.add_argument("--algorithm", default="grpo", help="grpo (TRL) or a loop algorithm: reinforce-pp, ppo, ...")
     ap.add_argument("--models", default="qwen2.5-0.5b,qwen2.5-1.5b")
     ap.add_argument("--steps", type=int, default=5)
@@ -87,39 +90,47 @@ def main() -> None:
                 shutil.copy(f, model / f.name)
             run = Path(tmp) / "run"
             argv = [RLCTL, "-q", "train", "--preset", "tiny-demo", "--algorithm", opts.algorithm,
-                    "--stages", "rl", "--hardware", "auto",
+                    "--stages", opts.stage, "--hardware", "auto", "--set", "model.dtype=auto",  # bf16 on a GPU
                     "--set", f"model.name_or_path={model}", "--set", "rl.rewards=[{name: exact_match}]",
-                    "--set", f"rl.max_steps={opts.steps}", "--set", "rl.max_new_tokens=256",
-                    "--set", "rl.save_every=100000", "--set", "rl.eval_samples=8", "--run-dir", str(run)]  # fmt: skip
+                    "--set", f"{opts.stage}.max_steps={opts.steps}", "--set", "rl.max_new_tokens=256",
+                    "--set", f"{opts.stage}.save_every=100000", "--set", "rl.eval_samples=8",
+                    "--run-dir", str(run)]  # fmt: skip
             start = time.time()
             subprocess.run(argv, check=True)
             wall = time.time() - start
             recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-            steps = [r for r in recs if r.get("stage") == "rl" and "step" in r]
+            steps = [r for r in recs if r.get("stage") == opts.stage and "step" in r and "event" not in r]
             plan = json.loads((run / "plan.json").read_text())
+            memory = json.loads((run / "summary.json").read_text()).get("memory", {}).get(opts.stage, {})
         gpus = max(plan["layout"]["world_size"], 1)
         step_s = median([b["time"] - a["time"] for a, b in itertools.pairwise(steps)])
-        cfg = plan["config"]["rl"]
-        completions = cfg["prompts_per_step"] * cfg["group_size"]
-        # completion tokens per step: the loop logs the mean length, TRL its completions/mean_length; else the bound
-        length = median([r.get("response_length", r.get("completions/mean_length")) for r in steps])
-        tokens = completions * (cfg["max_new_tokens"] if length != length else length)
+        cfg = plan["config"][opts.stage]
+        if opts.stage == "sft":  # every sequence up to sft.max_length tokens
+            completions, length = cfg["batch_size"], float(cfg["max_length"])
+        else:
+            completions = cfg["prompts_per_step"] * cfg["group_size"]
+            # completion tokens per step: the loop logs the mean length, TRL its completions/mean_length
+            length = median([r.get("response_length", r.get("completions/mean_length")) for r in steps])
+        tokens = completions * (cfg.get("max_new_tokens", 0) if length != length else length)
         tok_s_gpu = tokens / step_s / gpus
         mfu = 6 * n * tokens / step_s / gpus / (opts.peak_tflops * 1e12)  # training FLOPs only, upper bound
         roofline = opts.hbm_gbs * 1e9 / (2 * n)  # bf16 weights read once per decoded token (batch 1)
         split = {p: median([r.get(f"time_{p}") for r in steps]) for p in ("generate", "score", "update")}
         split_text = " / ".join(f"{v:.2f}" for v in split.values()) if all(v == v for v in split.values()) else "-"
         gen_rate = completions * length / split["generate"] / gpus if split["generate"] == split["generate"] else None
-        rows.append([name, f"{n / 1e9:.2f}B", gpus, step_s, tok_s_gpu, mfu, split_text, gen_rate or "-", roofline])
+        peak = [memory.get("planned_peak_gib"), memory.get("measured_peak_gib"), memory.get("error_pct")]
+        row = [name, f"{n / 1e9:.2f}B", gpus, step_s, tok_s_gpu, mfu, split_text, gen_rate or "-", roofline]
+        rows.append(row + [v if v is not None else "-" for v in peak])
         results[name] = {"algorithm": opts.algorithm, "params": n, "gpus": gpus, "wall_s": wall, "step_s": step_s,
                          "tokens_per_step": tokens, "tokens_per_s_per_gpu": tok_s_gpu, "mfu_upper_bound": mfu,
                          "split_s": split, "generated_tok_s_per_gpu": gen_rate,
-                         "decode_roofline_tok_s_batch1": roofline, "steps": steps}  # fmt: skip
+                         "decode_roofline_tok_s_batch1": roofline, "memory": memory, "steps": steps}  # fmt: skip
     report(
         "gpu_grpo",
-        f"{opts.algorithm} on GPU, random-init real-shape models",
+        f"{opts.stage} ({opts.algorithm}) on GPU, random-init real-shape models",
         ["model", "params", "GPUs", "s/step", "tokens/s/GPU", "MFU (train, upper bound)", "gen/score/update s",
-         "generated tok/s/GPU", "decode roofline tok/s (batch 1)"],
+         "generated tok/s/GPU", "decode roofline tok/s (batch 1)", "planned peak GiB", "measured peak GiB",
+         "plan error %"],
         rows,
         {"hbm_gbs": opts.hbm_gbs, "peak_tflops": opts.peak_tflops, "results": results},
     )  # fmt: skip

@@ -336,7 +336,7 @@ def test_callbacks_follow_the_plan(vllm_here):
 
     assert vllm.callbacks(build("qwen7b-grpo", "8xH100-80GB")) == []
     # AdamW leaves the GPU between phases here (tests/test_planner.py works the numbers out)
-    p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192")
+    p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192", "rl.algorithm=reinforce-pp")
     assert p.phase_offload
     (cb,) = vllm.callbacks(p)
     assert isinstance(cb, TrainerCallback)

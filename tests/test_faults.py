@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import rlctl, summary
+from conftest import rlctl, strict_records, summary
 
 from rlctl import checkpoint
 
@@ -47,7 +47,7 @@ sys.addaudithook(_hook)
 
 
 def _records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return strict_records(run_dir)
 
 
 def _one_line(proc) -> str:

@@ -58,7 +58,7 @@ def test_a_stage_that_ignores_its_plan_stops_at_its_first_step(tmp_path: Path):
     assert not (run_dir / "sft" / "checkpoints" / "checkpoint-3").exists()
 
 
-def test_fsdp2_on_cpu_is_refused_at_plan_time_not_run_as_ddp():
+def test_fsdp2_on_cpu_with_no_stage_that_can_shard_is_refused_not_run_as_ddp():
     sets = ("--set", "hardware.num_processes=2", "--set", "hardware.strategy=fsdp2")
     proc = rlctl("plan", "--preset", "tiny-demo", *sets)
     text = " ".join((proc.stdout + proc.stderr).split())

@@ -1,4 +1,4 @@
-"""The memory planner (rlctl.plan: memory_model, memory, planner, hardware) on CPU: hand-computed
+"""The memory planner (rlctl.plan: memory*, planner, hardware) on CPU: hand-computed
 component numbers, the decision matrix of model presets x hardware presets, user overrides, refusals with exit 2,
 and a fast, torch-free `rlctl plan`. Every expected number is worked out in the comment next to it, without
 the planner."""
@@ -18,7 +18,7 @@ import pytest
 from rlctl import config
 from rlctl.errors import UserError
 from rlctl.plan import engine as choice
-from rlctl.plan import hardware, memory, memory_model
+from rlctl.plan import hardware, memory, memory_arch, memory_model, memory_search
 from rlctl.plan import planner as plan
 from tests.conftest import RLCTL
 
@@ -46,11 +46,11 @@ def phase(p: plan.Plan, name: str) -> dict:
     ("arch", "published", "qkv_biases"),
     [
         # Qwen2.5-7B-Instruct: 7,615,616,512 parameters, of which q/k/v biases 28 x (3584 + 512 + 512) = 129,024
-        (memory_model.Arch(28, 3584, 28, 4, 152064, 18944, False), 7_615_616_512, 28 * (3584 + 512 + 512)),
+        (memory_arch.Arch(28, 3584, 28, 4, 152064, 18944, False), 7_615_616_512, 28 * (3584 + 512 + 512)),
         # Llama-3.1-8B: 8,030,261,248, no biases
-        (memory_model.Arch(32, 4096, 32, 8, 128256, 14336, False), 8_030_261_248, 0),
+        (memory_arch.Arch(32, 4096, 32, 8, 128256, 14336, False), 8_030_261_248, 0),
         # Qwen2.5-0.5B-Instruct (tied embeddings): 494,032,768; biases 24 x (896 + 128 + 128) = 27,648
-        (memory_model.Arch(24, 896, 14, 2, 151936, 4864, True), 494_032_768, 24 * (896 + 128 + 128)),
+        (memory_arch.Arch(24, 896, 14, 2, 151936, 4864, True), 494_032_768, 24 * (896 + 128 + 128)),
     ],
 )
 def test_parameter_counts_match_published_models(arch, published, qkv_biases):
@@ -65,8 +65,9 @@ def test_parameter_counts_match_published_models(arch, published, qkv_biases):
 #   LoRA r=4: per layer 4 x (q 128 + k 96 + v 96 + o 128 + gate 192 + up 192 + down 192) = 4,096 -> 8,192
 #   autocast's bf16 copies of the fp32 weights (full training, single/DDP): 2 B x (2 x 36,864 linear + LM head
 #   6,400 = 80,128) = 160,256; a critic's (score head 64 x 1): 2 x (73,728 + 64) = 147,584
-SMALL = memory_model.Arch(layers=2, hidden=64, heads=4, kv_heads=2, vocab=100, intermediate=128, tie_embeddings=False)
+SMALL = memory_arch.Arch(layers=2, hidden=64, heads=4, kv_heads=2, vocab=100, intermediate=128, tie_embeddings=False)
 P, PL, COPIES, CRITIC_COPIES = 86_848, 8_192, 160_256, 147_584
+LOGITS = 32_896  # TRL's chunked LM head on RL below (test_activations_and_logits_by_hand)
 
 
 def small_env(procs: int = 1, engine_name: str = "vllm") -> memory_model.Env:
@@ -158,20 +159,27 @@ def test_activations_and_logits_by_hand():
     assert memory_model.activations(SMALL, small_env(4), fsdp2._replace(checkpointing=True), RL, 2) == 75_264
     # LoRA keeps dropout copies too: 28 x 2 x (2,432 + 1,024) = 193,536
     assert memory_model.activations(SMALL, env, memory_model.Setup("single", "lora"), RL, 2) == 193_536
-    # logits: 2 sequences x 8 completion tokens x vocab 100 x 8 B = 12,800
-    assert memory_model.logits(SMALL, env, RL, 2) == 12_800
+    # TRL's chunked LM head (GRPO): 2 sequences x 8 completion tokens = 16 scored tokens; one tile of 16 x 100 bf16
+    # logits = 3,200, the fp32 gradient of the hidden states 16 x 64 x 4 = 4,096, and the fp32 gradient of the
+    # trained head 100 x 64 x 4 = 25,600 -> 32,896 (a LoRA policy's frozen head has none: 7,296)
+    assert memory_model.logits(SMALL, env, full, RL, 2) == LOGITS == 32_896
+    assert memory_model.logits(SMALL, env, memory_model.Setup("single", "lora"), RL, 2) == 7_296
+    # rlctl's RL loop materialises them: 16 tokens x vocab 100 x 16 B = 25,600, in float32 too
+    loop = RL._replace(loop_reference=True)
+    assert memory_model.logits(SMALL, env, full, loop, 2) == 25_600
+    assert memory_model.logits(SMALL, env._replace(precision="no"), full, loop, 2) == 25_600
 
 
 def test_phases_by_hand():
     env = small_env()
-    fit = memory_model.stage_fit(SMALL, env, memory_model.Setup("single", "full"), RL, 2)
+    fit = memory_search.stage_fit(SMALL, env, memory_model.Setup("single", "full"), RL, 2)
     gen, train = fit.phases
-    ctx = 1.5 * GiB
+    ctx = 0.8 * GiB
     # training: context + fp32 weights 4P = 347,392 + grads 347,392 + vLLM residue 1 GiB + bf16 copies 160,256
-    #           + activations 172,032 + logits 12,800 + AdamW 8P = 694,784
+    #           + activations 172,032 + logits 32,896 + AdamW 8P = 694,784
     assert train.components["vLLM sleeping residue"] == GiB
     assert train.components["bf16 weight copies (autocast)"] == COPIES
-    assert train.peak == pytest.approx(ctx + GiB + 347_392 + 347_392 + 160_256 + 172_032 + 12_800 + 694_784)
+    assert train.peak == pytest.approx(ctx + GiB + 347_392 + 347_392 + 160_256 + 172_032 + LOGITS + 694_784)
     # generation: weights and AdamW stay (no gradients: freed after each step; no autocast copies: vLLM
     # generates), then vLLM's reservation. vLLM: its own bf16 weights 2P = 173,696; runtime 1 GiB + 16 seqs x
     # 100 x 4 B = 1 GiB + 6,400; KV 14 tokens x 256 B = 3,584 per rollout, 16 rollouts 57,344
@@ -185,20 +193,20 @@ def test_phases_by_hand():
 
 
 def test_phase_offload_splits_the_optimizer_step():
-    fit = memory_model.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full", phase_offload=True), RL, 2)
+    fit = memory_search.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full", phase_offload=True), RL, 2)
     gen, train, step = fit.phases
     assert "optimizer states" not in gen.components and "optimizer states" not in train.components
     # AdamW m + v in fp32: 8P = 694,784, only around the step; the step runs no forward (no activations, logits
-    # or autocast copies): context 1.5 GiB + residue 1 GiB + weights 347,392 + grads 347,392 + AdamW 694,784
+    # or autocast copies): context 0.8 GiB + residue 1 GiB + weights 347,392 + grads 347,392 + AdamW 694,784
     assert step.name == "optimizer step" and step.components["optimizer states"] == 694_784
     assert not {"activations", "logits", "bf16 weight copies (autocast)"} & set(step.components)
-    assert step.peak == pytest.approx(2.5 * GiB + 347_392 + 347_392 + 694_784)
-    assert train.peak == pytest.approx(2.5 * GiB + 347_392 + 347_392 + 160_256 + 172_032 + 12_800)
+    assert step.peak == pytest.approx(1.8 * GiB + 347_392 + 347_392 + 694_784)
+    assert train.peak == pytest.approx(1.8 * GiB + 347_392 + 347_392 + 160_256 + 172_032 + LOGITS)
 
 
 def test_reward_model_and_critic_by_hand():
     wl = RL._replace(reward_model=True, critic=True)
-    gen, train = memory_model.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full"), wl, 2).phases
+    gen, train = memory_search.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full"), wl, 2).phases
     # reward model: the frozen classifier (80,512 parameters) loads in bf16 = 161,024 in both phases
     assert gen.components["reward model"] == train.components["reward model"] == 161_024
     # critic: trains in full like the policy, fp32: weights 4 x 80,512 = 322,048 + grads 322,048 + AdamW 644,096
@@ -213,7 +221,7 @@ def test_reward_model_and_critic_by_hand():
 
 def test_transformers_generation_by_hand():
     env = small_env(engine_name="transformers")
-    gen = memory_model.stage_fit(SMALL, env, memory_model.Setup("single", "full"), RL, 2).phases[0].components
+    gen = memory_search.stage_fit(SMALL, env, memory_model.Setup("single", "full"), RL, 2).phases[0].components
     # fp32 policy: the fp32 embedding makes RoPE's cos/sin fp32, so cached keys (and values, cat'ed after them)
     # are fp32: 2 x 2 layers x 32 x 4 B = 512 B per token, every rollout at once 16 x 14 x 512 = 114,688
     assert gen["KV cache (generate)"] == 114_688
@@ -222,12 +230,12 @@ def test_transformers_generation_by_hand():
     assert gen["prefill activations"] == 122_880
     assert gen["bf16 weight copies (autocast)"] == COPIES
     assert gen["sampling logits"] == 16 * 100 * 12  # 19,200
-    # weights 4P + AdamW 8P stay; context 1.5 GiB
-    expected = 1.5 * GiB + 347_392 + 694_784 + 160_256 + 114_688 + 122_880 + 19_200
+    # weights 4P + AdamW 8P stay; context 0.8 GiB
+    expected = 0.8 * GiB + 347_392 + 694_784 + 160_256 + 114_688 + 122_880 + 19_200
     assert sum(gen.values()) == pytest.approx(expected)
     # LoRA: a bf16 base computes in bf16: KV 16 x 14 x 256 = 57,344; prefill 16 x 6 x 2 x (3 x 128 + 2 x 64)
     # = 98,304; no fp32 weights to re-cast
-    lora = memory_model.stage_fit(SMALL, env, memory_model.Setup("single", "lora"), RL, 2).phases[0].components
+    lora = memory_search.stage_fit(SMALL, env, memory_model.Setup("single", "lora"), RL, 2).phases[0].components
     assert lora["KV cache (generate)"] == 57_344 and lora["prefill activations"] == 98_304
     assert "bf16 weight copies (autocast)" not in lora
 
@@ -250,8 +258,10 @@ def test_qwen7b_on_8xh100_numbers(vllm_here):
     tokens = rl.micro_batch_size * (512 + 1024)  # max_prompt_length + max_new_tokens
     per_layer = 2 * (10 * 3584 + 2 * 512 + 4 * 18944)  # 225,280 B per token per layer
     assert train["activations"] == pytest.approx(tokens * 28 * per_layer / GiB, abs=1e-3)  # 36.094
-    assert train["logits"] == pytest.approx(rl.micro_batch_size * 1024 * 152_064 * 8 / GiB, abs=1e-3)  # 4.641
-    peak = 1.5 + 1.0 + sum(train[k] for k in ("policy weights", "policy gradients", "optimizer states"))
+    # TRL's chunked LM head: a 4,096 x 32,768 bf16 tile 268,435,456 + fp32 hidden-state gradient 4 x 1,024 x 3,584
+    # x 4 = 58,720,256 + the head's fp32 gradient (gathered whole by TRL) 152,064 x 3,584 x 4 = 2,179,989,504
+    assert train["logits"] == pytest.approx(2_507_145_216 / GiB, abs=1e-3)  # 2.335
+    peak = 0.8 + 1.0 + sum(train[k] for k in ("policy weights", "policy gradients", "optimizer states"))
     peak += train["activations"] + train["logits"]
     assert phase(p, "rl/training")["peak_gib"] == pytest.approx(peak, abs=2e-3)
     gen = phase(p, "rl/generation")["components_gib"]
@@ -281,9 +291,11 @@ def test_qwen05b_on_one_h100_numbers(vllm_here):
     tokens = 16 * (512 + 1024)  # 24,576
     per_layer = 30 * 896 + 4 * 128 + 8 * 4864  # 66,304 B per token per layer (fp32 residual)
     assert train["activations"] == pytest.approx(tokens * 24 * per_layer / GiB, abs=1e-3)  # 36.422
-    assert train["logits"] == pytest.approx(16 * 1024 * 151_936 * 8 / GiB, abs=1e-3)  # 18.547
-    # 1.5 + 1 (vLLM residue) + 1.840 + 1.840 + 3.681 + 0.920 + 36.422 + 18.547 = 65.750 of 79.65 x 0.95 = 75.668
-    assert phase(p, "rl/training")["peak_gib"] == pytest.approx(65.750, abs=2e-3)
+    # TRL's chunked LM head: tile 4,096 x 32,768 x 2 B = 268,435,456 + hidden-state gradient 16 x 1,024 x 896 x 4
+    # = 58,720,256 + the tied head's fp32 gradient 151,936 x 896 x 4 = 544,538,624 -> 871,694,336 B
+    assert train["logits"] == pytest.approx(871_694_336 / GiB, abs=1e-3)  # 0.812
+    # 0.8 + 1 (vLLM residue) + 1.840 + 1.840 + 3.681 + 0.920 + 36.422 + 0.812 = 47.315 of 79.65 x 0.95 = 75.668
+    assert phase(p, "rl/training")["peak_gib"] == pytest.approx(47.315, abs=2e-3)
     # disk: (keep_last 2 + the best + the one being written) checkpoints x (fp32 weights 4P + AdamW 8P)
     # + the fp32 final model 4P = 52P
     assert p.memory["disk"]["need_gib"] == pytest.approx(52 * n / GiB, abs=1e-3)  # 23.924
@@ -390,23 +402,25 @@ def test_tensor_parallel_when_vllm_weights_crowd_one_gpu(vllm_here):
 
 def test_phase_offload_chosen_when_training_needs_the_room(vllm_here):
     # Qwen2.5-1.5B (P = 28 x 46,795,776 + 151,936 x 1,536 + 1,536 = 1,543,656,960) on one A100-40GB (budget
-    # 40 x 0.95 = 38 GiB) with 8,192-token completions, micro-batch 1 of 8,704 tokens, checkpointed:
-    #   context 1.5 + vLLM residue 1 + fp32 weights 4P 5.751 + grads 5.751
+    # 40 x 0.95 = 38 GiB), rlctl's loop (reinforce-pp) with 8,192-token completions, micro-batch 1 of 8,704 tokens,
+    # checkpointed:
+    #   context 0.8 + vLLM residue 1 + fp32 weights 4P 5.751 + grads 5.751
     #   + bf16 copies 2 x (28 x 46,792,704 + 233,373,696) = 3,087,138,816 B = 2.875
     #   + activations 8,704 x (28 x 4 B x 1,536 + 30 x 1,536 + 4 x 256 + 8 x 8,960) = 2,531,262,464 B = 2.357
-    #   + logits 8,192 x 151,936 x 8 B = 9.273 -> 28.507 GiB; with AdamW (8P = 11.501) also on the GPU 40.008 > 38
-    # so AdamW leaves the GPU between steps; the optimizer step: 1.5 + 1 + 5.751 + 5.751 + 11.501 = 25.503
-    p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192")
+    #   + the loop's logits 8,192 x 151,936 x 16 B = 18.547 -> 37.081 GiB; with AdamW (8P = 11.501) also on the GPU
+    #   48.582 > 38
+    # so AdamW leaves the GPU between steps; the optimizer step: 0.8 + 1 + 5.751 + 5.751 + 11.501 = 24.803
+    p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192", "rl.algorithm=reinforce-pp")
     assert (p.strategy, p.adapter, p.phase_offload, p.gradient_checkpointing) == ("single", "full", True, True)
     assert (p.stages[0].micro_batch_size, p.stages[0].grad_accum) == (1, 256)
     names = [f"{ph['stage']}/{ph['phase']}" for ph in p.memory["phases"]]
     assert names == ["rl/generation", "rl/training", "rl/optimizer step"]
     assert "optimizer states" not in phase(p, "rl/generation")["components_gib"]
-    assert phase(p, "rl/training")["peak_gib"] == pytest.approx(28.507, abs=2e-3)
-    assert phase(p, "rl/optimizer step")["peak_gib"] == pytest.approx(25.503, abs=2e-3)
+    assert phase(p, "rl/training")["peak_gib"] == pytest.approx(37.081, abs=2e-3)
+    assert phase(p, "rl/optimizer step")["peak_gib"] == pytest.approx(24.803, abs=2e-3)
     assert p.memory["host"]["components_gib"]["optimizer states (between phases)"] == pytest.approx(11.501, abs=1e-3)
     why = next(d["why"] for d in p.decisions if d["setting"] == "optimizer offload" and d["value"] == "between phases")
-    assert "rl/training would peak at 40.0 GiB > 38.0 GiB" in why
+    assert "rl/training would peak at 48.6 GiB > 38.0 GiB" in why
 
 
 def test_transformers_generation_when_vllm_is_not_used(monkeypatch):

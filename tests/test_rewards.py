@@ -172,7 +172,7 @@ def test_dry_run_stops_bad_plugins(tmp_path):
     )
     with pytest.raises(UserError, match=r"Reward '.*bad.py:boom' raised KeyError"):
         rewards.dry_run([f"{plugin}:boom"], rows)
-    with pytest.raises(UserError, match=r"must return one float per completion \(2\), got 1 values"):
+    with pytest.raises(UserError, match=r"one finite number or None per completion \(2\); it returned 1 values"):
         rewards.dry_run([f"{plugin}:short"], rows)
     with pytest.raises(UserError, match=r"cannot be called with the dataset's columns \(answer\).*difficulty"):
         rewards.dry_run([f"{plugin}:needs"], rows)

@@ -247,8 +247,7 @@ def test_micro_batch_weights_reproduce_the_mini_batch_loss():
     aggregated over the whole mini-batch, for every aggregation mode (one process)."""
     import torch
 
-    from rlctl.algorithms import AGG_MODES, agg_loss
-    from rlctl.stages.rl_loop import loss_units
+    from rlctl.algorithms import AGG_MODES, agg_loss, loss_units
 
     torch.manual_seed(0)
     loss_mat = torch.randn(12, 7)

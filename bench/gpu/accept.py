@@ -216,7 +216,16 @@ def step_split(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> dict
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steps = [r for r in recs if r.get("stage") == "rl" and "time_generate" in r]
     keys = ("time_sync", "time_generate", "time_score", "time_prepare", "time_update", "sync_logp_diff_mean")
-    return {k: round(statistics.median(r[k] for r in steps), 4) for k in keys if all(k in r for r in steps)}
+    out = {k: round(statistics.median(r[k] for r in steps), 4) for k in keys if all(k in r for r in steps)}
+    memory = json.loads((run_dir / "summary.json").read_text()).get("memory", {}).get("rl", {})
+    out["memory"] = {p: planned_vs_measured(r) for p, r in memory.get("phases", {}).items()}
+    return out
+
+
+def planned_vs_measured(row: dict) -> str:
+    """One phase of summary.json's measured memory: planned, measured (GiB) and the plan's error."""
+    error = f"{row['error_pct']:+.0f}%" if row.get("error_pct") is not None else "-"
+    return f"planned {row.get('planned_peak_gib') or '-'} / measured {row.get('measured_peak_gib')} GiB ({error})"
 
 
 def markdown(doc: dict) -> str:
@@ -232,8 +241,10 @@ def markdown(doc: dict) -> str:
                                                       f"{check['max_abs_logprob_diff']}"),
         ("sync check: greedy vLLM == transformers", f"{check['greedy_equal']}/{check['greedy_prompts']}"),
         ("generated tokens/s: vLLM / transformers", f"{rate['vllm']} / {rate['transformers']}"),
-        ("step split s (sync/generate/score/prepare/update)", json.dumps(split)),
+        ("step split s (sync/generate/score/prepare/update)", json.dumps({k: v for k, v in split.items()
+                                                                            if k != "memory"})),
     ]  # fmt: skip
+    rows += [(f"rlctl train memory: rl/{phase}", text) for phase, text in split.get("memory", {}).items()]
     rows += [(f"memory: {phase}", json.dumps(v)) for phase, v in e["memory"].items()]
     rows += [(f"plan: {p['stage']}/{p['phase']} peak GiB", p["peak_gib"]) for p in e["plan"]["memory"] or []]
     return "| measure | value |\n| --- | --- |\n" + "\n".join(f"| {k} | {v} |" for k, v in rows) + "\n"

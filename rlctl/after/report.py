@@ -1,6 +1,6 @@
-"""`rlctl report RUN_DIR`: PNG plots of every stage's training curves, a held-out summary chart, a report.md that
-embeds them with the run's configuration and final metrics, and TensorBoard event files, all from the run
-directory's metrics.jsonl and summary.json (no tracker account needed)."""
+"""`rlctl report RUN_DIR`: PNG plots of every stage's training curves, a held-out summary chart, a planned vs
+measured memory chart per phase, a report.md that embeds them with the run's configuration and final metrics, and
+TensorBoard event files, all from the run directory's metrics.jsonl and summary.json (no tracker account needed)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlctl import strictjson
 from rlctl.errors import UserError
+from rlctl.stages.alarms import alarms_of
 
 # Plotted first, in this order; any other numeric metric a stage logs follows alphabetically.
 PLOT_ORDER = (
@@ -158,10 +160,58 @@ def plot_summary(summary: dict[str, Any], out: Path) -> Path | None:
     return out
 
 
+def _memory_rows(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(stage/phase, row) of summary.json's measured memory, in run order."""
+    return [(f"{s}/{p}", r) for s, m in summary.get("memory", {}).items() for p, r in m.get("phases", {}).items()]
+
+
+def plot_memory(summary: dict[str, Any], out: Path) -> Path | None:
+    """Bars of the planned and the measured peak memory of every stage and phase (GiB per GPU or process)."""
+    rows = [(name, r) for name, r in _memory_rows(summary) if r.get("measured_peak_gib") is not None]
+    if not rows:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 1.5), 3.6))
+    xs = range(len(rows))
+    planned = [r.get("planned_peak_gib") or 0.0 for _, r in rows]
+    measured = [r["measured_peak_gib"] for _, r in rows]
+    bars = ax.bar([x - 0.2 for x in xs], planned, width=0.4, label="planned", color="C0")
+    ax.bar_label(bars, labels=[f"{v:.2f}" if v else "-" for v in planned], fontsize=7)
+    bars = ax.bar([x + 0.2 for x in xs], measured, width=0.4, label="measured", color="C1")
+    ax.bar_label(bars, labels=[f"{v:.2f}" for v in measured], fontsize=7)
+    ax.set_xticks(list(xs), [name for name, _ in rows], rotation=30, ha="right", fontsize=8)
+    device = next(iter(summary["memory"].values())).get("device", "gpu")
+    ax.set_ylabel("GiB per " + ("GPU" if device == "gpu" else "process"), fontsize=8)
+    ax.set_title("peak memory per phase: planned vs measured", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def memory_lines(summary: dict[str, Any], plots: dict[str, Path]) -> list[str]:
+    """report.md's planned-vs-measured memory table (empty when the run measured none)."""
+    rows = _memory_rows(summary)
+    if not rows:
+        return []
+    source = next(iter(summary["memory"].values())).get("measured_source", "")
+    lines = ["", "## Memory: planned vs measured", "", f"Measured peak per phase ({source}), GiB.", ""]
+    lines += ["| phase | planned | measured | error |", "| --- | --- | --- | --- |"]
+    for name, r in rows:
+        error = f"{r['error_pct']:+.0f}%" if r.get("error_pct") is not None else "-"
+        planned, measured = _fmt(r.get("planned_peak_gib") or "-"), _fmt(r.get("measured_peak_gib"))
+        lines.append(f"| {name} | {planned} | {measured} | {error} |")
+    if "memory" in plots:
+        lines += ["", f"![planned vs measured memory]({plots['memory'].name})"]
+    return lines
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return "n/a" if value is None else str(value)
 
 
 def _durations(records: list[dict[str, Any]]) -> dict[str, float]:
@@ -209,12 +259,16 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
     held = summary.get("stages", {})
     if held:
         keys = sorted({k for m in held.values() for k in m})
+        keys = [k for k in keys if k != strictjson.REASONS]
         lines += ["", "## Final metrics (held-out)", "", "| stage | " + " | ".join(keys) + " |"]
         lines.append("| --- |" + " --- |" * len(keys))
         for stage, metrics in held.items():
-            lines.append(f"| {stage} | " + " | ".join(_fmt(metrics.get(k, "")) for k in keys) + " |")
+            nulls = metrics.get(strictjson.REASONS, {})
+            cells = [nulls.get(k, "n/a") if metrics.get(k, "") is None else _fmt(metrics.get(k, "")) for k in keys]
+            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
         if "summary" in plots:
             lines += ["", f"![held-out metrics per stage]({plots['summary'].name})"]
+    lines += memory_lines(summary, plots)
     lines += ["", "## Configuration", "", f"Resolved config: `{run_dir / 'config.yaml'}`.", ""]
     data = cfg.data
     sources = {r: getattr(data, r) for r in ("sft", "preference", "rl", "eval") if getattr(data, r)}
@@ -228,6 +282,10 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
     if "rl" in stages:
         rewards = ", ".join(f"`{r.name}` x{r.weight:g}" for r in cfg.rl.rewards)
         lines.append(f"- **rewards**: {rewards}")
+    fired = alarms_of(records)
+    if fired:
+        lines += ["", "## Alarms", "", "Conditions under which a run learns nothing (`logging.alarms`):", ""]
+        lines += [f"- **{a['alarm']}** ({a.get('stage')}, step {a.get('step')}): {a['message']}" for a in fired]
     series = curves(records)
     for stage, metrics in series.items():
         lines += ["", f"## {stage}", ""]
@@ -276,6 +334,9 @@ def build(run_dir: Path, out: Path | None = None) -> Report:
     chart = plot_summary(summary, out / "summary.png")
     if chart is not None:
         plots["summary"] = chart
+    chart = plot_memory(summary, out / "memory.png")
+    if chart is not None:
+        plots["memory"] = chart
     tb = tbevents.write_metrics(records, run_dir / "tensorboard")
     md = out / "report.md"
     md.write_text(markdown(cfg, summary, records, plots, run_dir, tb))

@@ -32,6 +32,7 @@ from rlctl.algorithms.losses import (
     POLICY_LOSSES,
     PolicyLossConfig,
     agg_loss,
+    loss_units,
     register_policy_loss,
     value_loss,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "agg_loss",
     "groups_with_variance",
     "kl_penalty_rewards",
+    "loss_units",
     "masked_mean",
     "masked_whiten",
     "overlong_penalty",

@@ -116,6 +116,17 @@ def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str, *, norm_len: int | None 
     return (seq_loss * seq_valid).sum() / seq_valid.sum().clamp(min=1.0)
 
 
+def loss_units(mask: Tensor, mode: str) -> Tensor:
+    """What `agg_loss(mode)` divides by: tokens (token-mean), non-empty sequences (seq-mean-*), or rows
+    (seq-mean-token-sum-norm). Weighting each micro-batch by units / total units makes the accumulated gradient
+    that of the loss aggregated over the whole mini-batch, across processes."""
+    if mode == "token-mean":
+        return mask.sum()
+    if mode == "seq-mean-token-sum-norm":
+        return torch.tensor(float(mask.shape[0]), device=mask.device)
+    return (mask.sum(-1) > 0).sum().float()
+
+
 def _approx_kl(log_ratio: Tensor, mask: Tensor) -> float:
     """Schulman's k3 estimate of KL(π_old ‖ π_θ) from samples of π_old: ``mean((r - 1) - log r)``, ≥ 0."""
     return masked_mean(torch.expm1(log_ratio) - log_ratio, mask).item()

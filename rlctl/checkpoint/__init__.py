@@ -1,8 +1,10 @@
 """Checkpoints: trainers write into `checkpoints/.incoming`; a checkpoint is marked complete (with its held-out
-metric) and renamed into `checkpoints/` only once fully written, so a crash or a full disk mid-write never leaves
-a checkpoint that resume would trust. Retention keeps the last `checkpoint.keep_last` plus the best one.
+metric and every file's size and checksum, see `integrity`) and renamed into `checkpoints/` only once fully
+written, so a crash or a full disk mid-write never leaves a checkpoint that resume would trust, and a checkpoint
+damaged later is recognised. Retention keeps the last `checkpoint.keep_last` plus the best one.
 
-Package `rlctl.checkpoint`: the checkpoint protocol (this module) and the runtime faults explained to the
+Package `rlctl.checkpoint`: the checkpoint protocol (this module), the checks that a checkpoint or model folder
+is intact (`integrity`, applied to a run's checkpoints by `verify`), and the runtime faults explained to the
 user (`faults`).
 May import: base, config, data, rewards, plan, algorithms.
 """
@@ -16,6 +18,9 @@ import re
 import shutil
 from pathlib import Path
 from typing import Any
+
+from rlctl import strictjson
+from rlctl.checkpoint import integrity
 
 COMPLETE = "rlctl_complete"
 INCOMING = ".incoming"
@@ -32,10 +37,13 @@ def _step(p: Path) -> int:
 
 
 def publish(folder: Path, step: int, metric: dict[str, float] | None, keep_last: int, keep_best: bool) -> Path:
-    """Mark `.incoming/checkpoint-STEP` complete (recording its held-out metric), rename it into `folder`, and
-    remove complete checkpoints that are neither among the last `keep_last` nor (with `keep_best`) the best."""
+    """Mark `.incoming/checkpoint-STEP` complete (recording its held-out metric and its files' manifest), rename
+    it into `folder`, and remove complete checkpoints that are neither among the last `keep_last` nor (with
+    `keep_best`) the best."""
     src = incoming(folder) / f"checkpoint-{step}"
-    (src / COMPLETE).write_text(json.dumps({"step": step, **(metric or {})}) + "\n")
+    files = integrity.manifest(src, skip=(COMPLETE,))
+    marker = {"step": step, **(metric or {}), "checksums": integrity.SCHEME, "files": files}
+    (src / COMPLETE).write_text(strictjson.dumps(marker) + "\n")
     dst = folder / src.name
     if dst.exists():  # the same step saved again (a resume that re-reached it): the new one replaces it
         shutil.rmtree(dst)
@@ -52,8 +60,10 @@ def publish(folder: Path, step: int, metric: dict[str, float] | None, keep_last:
 
 
 def mark(ckpt: Path) -> dict[str, Any]:
-    """What a complete checkpoint's marker records: its step and, when measured, metric and value."""
-    return json.loads((ckpt / COMPLETE).read_text())
+    """What a complete checkpoint's marker records: its step and, when measured, metric and value (the files'
+    manifest left out)."""
+    marker = json.loads((ckpt / COMPLETE).read_text())
+    return {k: v for k, v in marker.items() if k not in ("checksums", "files")}
 
 
 def complete_checkpoints(folder: Path) -> list[Path]:
@@ -94,5 +104,5 @@ def being_written(folder: Path) -> list[Path]:
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON through a temporary file and a rename, so readers never see half a file."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.write_text(strictjson.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)

@@ -48,11 +48,14 @@ def _last_good(folder: Path) -> str:
     return f"the last complete checkpoint, {last.name}, is intact" if last else "no earlier checkpoint exists"
 
 
-def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: bool) -> str | None:
-    """The user-facing explanation of `error` raised in `stage`, or None when it is not a known fault."""
+def explain(
+    error: BaseException, plan, stage: str, checkpoints: Path, is_main: bool, measured: str = ""
+) -> str | None:
+    """The user-facing explanation of `error` raised in `stage`, or None when it is not a known fault. `measured`:
+    the memory peaks measured so far (`rlctl.stages.memory_probe.so_far`), for an out-of-memory error."""
     run_dir = plan.run_dir
     if is_out_of_memory(error):
-        return out_of_memory(error, plan, stage)
+        return out_of_memory(error, plan, stage, measured)
     if isinstance(error, RewardError):
         return f"{error} Then `rlctl resume {run_dir}{_zero_on_error(plan)}` ({_last_good(checkpoints)})."
     disk_full = no_space(error)
@@ -91,8 +94,9 @@ def _zero_on_error(plan) -> str:
     return f" --set \"rl.rewards=[{', '.join(specs)}]\""
 
 
-def out_of_memory(error: BaseException, plan, stage: str) -> str:
-    """The OOM report: the plan's memory numbers for this stage and the nearest settings that need less."""
+def out_of_memory(error: BaseException, plan, stage: str, measured: str = "") -> str:
+    """The OOM report: the plan's memory numbers for this stage, the peaks measured so far, and the nearest
+    settings that need less."""
     from rlctl.plan import memory
 
     sp = next(s for s in plan.stages if s.name == stage)
@@ -104,6 +108,7 @@ def out_of_memory(error: BaseException, plan, stage: str) -> str:
         if mem.get("estimated")
         else "the plan had no memory estimate (model.arch is not set)"
     )
+    numbers += measured
     first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     options = [
         f"rlctl resume {plan.run_dir} {o}" if o.split("=")[0].removeprefix("--set ") in RESUMABLE else f"a new run {o}"

@@ -2,8 +2,8 @@
 
 Package `rlctl.cli`: the entry point (this module), the Typer app and its shared options (`app`), the commands
 before training (`prepare`: init, presets, rewards), the run commands (`run`: plan, train, resume, slurm), the
-commands after training (`results`: export, eval, report, doctor) and their bodies (`cockpit`), the generated docs
-(`docs_gen`) and the code map (`codemap`).
+commands after training (`results`: export, eval, report, verify, doctor) and their bodies (`cockpit`), the
+generated docs (`docs_gen`) and the code map (`codemap`).
 May import: every other package.
 """
 

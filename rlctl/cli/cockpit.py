@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rlctl import strictjson
 from rlctl.errors import UserError
 
 TOOL_METRICS = ("turns", "tool_calls", "tool_errors", "tool_call_rate")  # what a run with rl.tools reports
@@ -283,9 +284,9 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         **result.metrics,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(metrics, indent=2) + "\n")
+    out.write_text(strictjson.dumps(metrics, indent=2) + "\n")
     samples_path = out.with_suffix(".samples.jsonl")
-    samples_path.write_text("".join(json.dumps(s, default=str) + "\n" for s in result.samples))
+    samples_path.write_text("".join(strictjson.dumps(s, default=str) + "\n" for s in result.samples))
     print_eval(ui, metrics, result.samples)
     ui.console.print(f"[green]Wrote[/] {out} and {samples_path}")
     return metrics
@@ -357,3 +358,31 @@ def doctor_command(ui: UI, online: bool, as_json: bool) -> int:
     warned = sum(c.status == doctor.WARN for c in checks)
     ui.results().print("[green]Ready.[/]" + (f" {warned} warning(s) above." if warned else ""))
     return 0
+
+
+# -------------------------------------------------------------------------------------------- verify
+def verify_command(ui: UI, run_dir: Path, as_json: bool) -> int:
+    """`rlctl verify`: one line per checkpoint, final folder and export; 1 when any is damaged."""
+    from rlctl.checkpoint import verify
+
+    if not (run_dir / "config.yaml").is_file():
+        raise UserError(f"{run_dir} is not a run directory (no config.yaml).")
+    checks = verify.verify_run(run_dir)
+    damaged = [name for name, problems in checks if problems]
+    if as_json:
+        report = [{"path": name, "intact": not problems, "problems": problems} for name, problems in checks]
+        sys.stdout.write(json.dumps({"ok": not damaged, "checked": report}, indent=2) + "\n")
+        return 1 if damaged else 0
+    for name, problems in checks:
+        mark = "[green]intact[/]" if not problems else "[red]damaged[/]: " + escape("; ".join(problems))
+        ui.results().print(f"{escape(name)}: {mark}")
+    if not checks:
+        ui.results().print(f"{escape(str(run_dir))} holds no checkpoint, final folder or export yet.")
+    elif damaged:
+        ui.results().print(
+            f"[red]{len(damaged)} of {len(checks)} damaged.[/] `rlctl resume {escape(str(run_dir))}` falls back to the "
+            "newest intact checkpoint; re-export a damaged export with `rlctl export`."
+        )
+    else:
+        ui.results().print(f"[green]All {len(checks)} intact.[/]")
+    return 1 if damaged else 0

@@ -1,4 +1,4 @@
-"""After training: `rlctl export`, `eval`, `report` and `doctor`."""
+"""After training: `rlctl export`, `eval`, `report`, `verify` and `doctor`."""
 
 from __future__ import annotations
 
@@ -125,3 +125,14 @@ def doctor(
     raise typer.Exit(cockpit.doctor_command(_ui(), online=not offline, as_json=as_json))
 
 
+@app.command()
+def verify(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory to check.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+) -> None:
+    """Check a run's checkpoints (every file's size and checksum against its completion marker), final folders
+    and exports (safetensors headers against file sizes, archives, JSON) without loading a model.
+    Exits 1 when something is damaged."""
+    from rlctl.cli import cockpit
+
+    raise typer.Exit(cockpit.verify_command(_ui(), run_dir, as_json))

@@ -293,6 +293,11 @@ def resume(
     the_plan = plan_mod.build(cfg, run_dir)
     if set_:
         cfg_path.write_text(shared)
+    if cfg.hardware.node_rank == 0:  # node 0 verifies the checkpoints before any trainer reads them
+        from rlctl.checkpoint import verify
+
+        for note in verify.resume_check(run_dir, cfg.stages):
+            console.print(f"[yellow]Damaged checkpoint:[/] {note}", markup=True)
     raise typer.Exit(_finish(_launch(the_plan, resuming=True), the_plan))
 
 

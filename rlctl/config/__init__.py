@@ -271,6 +271,8 @@ RESUMABLE = (
     "checkpoint.keep_best",
     "logging.every",
     "logging.report_to",
+    "logging.alarms",
+    "logging.alarm_steps",
     "rl.use_vllm",  # the generation engine holds no training state
     "rl.sync_tolerance",
 )

@@ -22,8 +22,16 @@ class RewardSpec(Section):
     )
     on_error: Literal["raise", "zero"] = Field(
         "raise",
-        description="When the reward function raises during training: stop the stage with a message naming the "
-        "reward and the sample (raise), or score that completion 0 and count it as `reward_errors` (zero).",
+        description="When the reward function raises, returns NaN/inf or overruns `timeout_s` during training: "
+        "stop the stage with a message naming the reward and the sample (raise), or score those completions 0 and "
+        "count them as `reward_errors` (zero). A batch where every reward is NaN stops the stage either way.",
+    )
+    timeout_s: float = Field(
+        120.0,
+        ge=0,
+        description="Seconds one batch call of this reward may take. The reward runs in a worker process that is "
+        "stopped at the deadline (then `on_error` decides); halfway there the console warns that it is slow. 0 runs "
+        "it inside the training process without a deadline (needed for TRL's `log_metric`/`log_extra` callables).",
     )
 
 

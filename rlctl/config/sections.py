@@ -201,5 +201,14 @@ class LoggingConfig(Section):
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
         default_factory=list, description="Experiment trackers to report to, besides metrics.jsonl."
     )
+    alarms: Literal["warn", "stop"] = Field(
+        "warn",
+        description="Alarms for a run that learns nothing (zero gradients, identical rewards in every group, every "
+        "completion truncated, every token clipped, reward flat at its minimum, a resume that trains 0 steps): "
+        "printed and logged with the likely cause and fix (warn), or also stop the stage (stop, for unattended runs).",
+    )
+    alarm_steps: int = Field(
+        10, ge=1, description="Consecutive logged steps a no-learning condition must last before its alarm fires."
+    )
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
@@ -61,8 +62,9 @@ def check_inputs(cfg: config_mod.RunConfig, run_dir: Path, paths: dict[str, Path
     report = preflight.run(cfg, run_dir, full=True, paths=paths)
     preflight.require(report)
     if "rl" in cfg.stages:
-        names = [spec.name for spec in cfg.rl.rewards if spec.name not in rewards.MODEL_REWARDS]
-        rewards.dry_run(names, report.rows["rl"], cfg.data.answer_field)  # plugin errors surface now, not mid-run
+        specs = [spec for spec in cfg.rl.rewards if spec.name not in rewards.MODEL_REWARDS]
+        names, timeouts = [s.name for s in specs], [s.timeout_s for s in specs]
+        rewards.dry_run(names, report.rows["rl"], cfg.data.answer_field, timeouts=timeouts)  # plugin errors surface now
 
 
 def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
@@ -106,15 +108,22 @@ def _read_new(path: Path, offset: int) -> tuple[list[dict], int]:
     return records, offset + end
 
 
+def _cell(value: object) -> str:
+    """A summary number to 4 significant digits; `n/a` for a value that was NaN/inf (written as null)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "n/a" if value is None else str(value)
+
+
 def summary_table(summary: dict) -> Table:
     """The per-stage held-out metrics of summary.json as a table."""
     table = Table(title="Summary (held-out)", title_justify="left")
     table.add_column("stage")
-    keys = sorted({k for m in summary.get("stages", {}).values() for k in m})
+    keys = sorted({k for m in summary.get("stages", {}).values() for k in m} - {"null_reasons"})
     for k in keys:
         table.add_column(k, justify="right")
     for stage, metrics in summary.get("stages", {}).items():
-        cells = [f"{metrics[k]:.4g}" if isinstance(metrics.get(k), float) else str(metrics.get(k, "")) for k in keys]
+        cells = [_cell(metrics.get(k, "")) for k in keys]
         table.add_row(stage, *cells)
     return table
 
@@ -214,6 +223,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]")
     stopped = 0
     errors: list[dict] = []
+    alarmed: list[dict] = []
     previous = signal.signal(signal.SIGTERM, _raise_signal)
     try:
         with log_path.open("ab") as log:
@@ -247,6 +257,8 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                             events.add(rec)
                             if rec.get("event") == "error":
                                 errors.append(rec)
+                            if rec.get("event") == "alarm":
+                                alarmed.append(rec)
                             _show(progress, tasks_by_stage, stages, rec)
                         if not console.is_terminal:
                             _plain_lines(console, stages, every_s)
@@ -273,6 +285,9 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         console.print(f"[yellow]Interrupted.[/] Continue with: rlctl resume {run_dir}")
         return 128 + stopped
     code = proc.returncode
+    if alarmed:
+        names = ", ".join(a["alarm"] for a in alarmed)
+        console.print(f"[yellow]{len(alarmed)} alarm(s)[/] ({names}): `rlctl report {run_dir}` lists their causes.")
     summary_path = run_dir / "summary.json"
     if code == 0 and summary_path.exists():
         console.print(summary_table(json.loads(summary_path.read_text())))
@@ -303,6 +318,15 @@ def _show(
     progress: Progress, tasks_by_stage: dict[str, int], stages: dict[str, progress_mod.StageProgress], rec: dict
 ) -> None:
     stage = rec.get("stage", "?")
+    if rec.get("event") == "alarm":
+        progress.console.print(f"[yellow]alarm[/] ({stage}, step {rec.get('step')}): {escape(rec['message'])}")
+        return
+    if rec.get("event") == "reward_slow":
+        progress.console.print(
+            f"[yellow]slow reward[/] ({stage}): '{escape(rec['reward'])}' has run {rec['seconds']:g} s on one batch; "
+            f"it is stopped at its timeout_s of {rec['timeout_s']:g} s."
+        )
+        return
     if stage not in tasks_by_stage:
         tasks_by_stage[stage] = progress.add_task(stage, total=rec.get("max_steps"), info="", eta="")
         stages[stage] = progress_mod.StageProgress(stage)

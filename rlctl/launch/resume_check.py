@@ -35,7 +35,7 @@ def _same_rewards(old: RunConfig, new: RunConfig) -> None:
     after = [(r.name, r.weight) for r in new.rl.rewards]
     if before != after:
         raise UserError(
-            "--set rl.rewards on resume may change only each reward's on_error and correctness: the run's "
+            "--set rl.rewards on resume may change only each reward's on_error, timeout_s and correctness: the run's "
             f"rewards are {before}, the new list {after}. Start a new run to change the rewards or their weights."
         )
 

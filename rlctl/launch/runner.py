@@ -20,7 +20,7 @@ from rlctl.config import RunConfig, load_run_config
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.plan import planner as plan_mod
-from rlctl.stages import common, context
+from rlctl.stages import alarms, common, context
 
 
 def read_summary(run_dir: Path, cfg: RunConfig) -> dict:
@@ -49,12 +49,13 @@ def main(run_dir: Path) -> None:
     die_with_parent()  # no trainer outlives its launcher
     common.install_stop_handlers()
 
-    from rlctl.stages import dpo, heldout, kto, layout, rl, rm, sft
+    from rlctl.stages import dpo, heldout, kto, layout, memory_probe, rl, rm, sft
 
     cfg = load_run_config(run_dir / "config.yaml")
     the_plan = plan_mod.build(cfg, run_dir)
     state = PartialState(cpu=the_plan.hardware.is_cpu)
-    log = context.MetricsLog(run_dir, state.is_main_process)
+    watch = alarms.Watch(cfg.logging.alarm_steps, cfg.logging.alarms)
+    log = context.MetricsLog(run_dir, state.is_main_process, watch)
     paths = plan_mod.data_paths(cfg, run_dir)
     summary = read_summary(run_dir, cfg)
     summary["world_size"] = state.num_processes
@@ -86,7 +87,8 @@ def main(run_dir: Path) -> None:
             if isinstance(e, UserError | context.Stopped):
                 message = str(e)
             else:
-                message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process)
+                measured = memory_probe.so_far(the_plan.memory, ctx.stage.name)
+                message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process, measured)
             if message is None:
                 raise
             if not isinstance(e, UserError | common.Stopped):
@@ -114,6 +116,7 @@ def main(run_dir: Path) -> None:
             continue
         ctx = stage_context(stage)
         log.write(stage=stage.name, event="start", max_steps=stage.max_steps)
+        memory_probe.start(ctx)
         with explained(ctx):
             stage_fns[stage.name](ctx)
         if state.is_main_process:
@@ -121,6 +124,12 @@ def main(run_dir: Path) -> None:
                 summary.setdefault("data", {})[stage.name] = ctx.notes
             with explained(ctx):
                 metrics = heldout.score_saved(ctx, str(ctx.final)) if heldout.can_score(ctx) else {}
+            memory_probe.lap("evaluation")  # the final save and the held-out evaluation
+        memory_probe.finish()
+        if state.is_main_process:
+            measured = memory_probe.summary(run_dir, stage.name, the_plan.memory)
+            if measured is not None:
+                summary.setdefault("memory", {})[stage.name] = measured
             best = checkpoint.best(ctx.checkpoints)
             if best is not None:
                 summary.setdefault("best_checkpoints", {})[stage.name] = {"path": str(best), **checkpoint.mark(best)}

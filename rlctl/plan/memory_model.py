@@ -15,23 +15,23 @@ The model, per GPU and per phase (generation and training for RL; training for S
   KV cache) or transformers `generate` (KV cache, prefill activations, sampling logits);
 * a fixed CUDA context / framework overhead.
 
-`attempt()` fits one candidate layout (`Setup`) to every stage with its largest micro-batches; `rlctl.plan.memory`
-chooses among the candidates and explains the choice.
+The architecture counts live in `rlctl.plan.memory_arch`, the generation phase in `rlctl.plan.memory_generation`;
+`rlctl.plan.memory_search` fits one candidate layout (`Setup`) to every stage with its largest micro-batches and
+`rlctl.plan.memory` chooses among the candidates and explains the choice.
 """
 
 from __future__ import annotations
 
-import math
 from collections import namedtuple
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rlctl.config import ModelArch
+    from rlctl.plan.memory_arch import Arch
 
 GiB = float(2**30)
 
 # --- Assumptions (each one is a row of docs/memory-planner.md) ------------------------------------------------
-CUDA_CONTEXT_GIB = 1.5  # CUDA context, cuBLAS/NCCL workspaces, torch/TRL buffers, per GPU process
+CUDA_CONTEXT_GIB = 0.8  # CUDA context, cuBLAS workspaces, allocator blocks of small tensors, per GPU process
 CPU_FRAMEWORK_GIB = 1.0  # Python + torch + datasets per process when training on CPU
 GPU_RESERVE = 0.05  # fraction of each GPU kept free for allocator fragmentation
 HOST_RESERVE = 0.10  # fraction of host RAM kept for the OS and page cache
@@ -42,7 +42,9 @@ VLLM_MIN_CONCURRENT = 16  # fewest rollouts vLLM must hold at once (or all of th
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit NF4 + 8-bit absmax per 64 + fp32 per 256 blocks (double quant)
 MAX_MICRO = 64  # largest micro-batch the planner considers
 TOKENS_PER_MICRO = 4096  # checkpointing stays off when a micro-batch of this many tokens fits without it
-LOGIT_BYTES = {"sft": 12.0, "dpo": 8.0, "rl": 8.0, "rm": 0.0}  # per token per vocab entry at bf16, see docs
+LOGIT_BYTES = {"sft": 12.0, "dpo": 8.0, "rm": 0.0}  # per token per vocab entry at bf16 (x2 in float32), see docs
+LOOP_LOGIT_BYTES = 16.0  # rlctl's RL loop, any precision: fp32 logits, scaled copy, log-softmax and its gradients
+FUSED_TILE = (4096, 32768)  # TRL's chunked LM head (GRPO, RLOO, KTO): tokens x vocabulary entries per tile
 SAMPLING_LOGIT_BYTES = 12.0  # transformers generate: fp32 last-token logits, processed copy, probabilities
 CRITIC_ALGORITHMS = frozenset({"ppo", "vapo"})  # algorithms that train a value model next to the policy
 
@@ -54,105 +56,6 @@ def gib(x: float) -> float:
 def gib_str(x: float) -> str:
     return f"{x / GiB:.1f}"
 
-
-# --- Architecture arithmetic ------------------------------------------------------------------------------------
-
-
-# Immutable records are plain namedtuples: `typing.NamedTuple` and dataclasses compile code per field at import,
-# which costs tens of milliseconds that `rlctl plan` does not have.
-
-
-class Arch(
-    namedtuple(
-        "Arch", "layers hidden heads kv_heads vocab intermediate tie_embeddings head_size", defaults=(False, None)
-    )
-):
-    """The architecture numbers the model needs (a decoder-only, GQA, SwiGLU, RMSNorm transformer):
-    layers, hidden, heads, kv_heads, vocab, intermediate (MLP size), tie_embeddings, head_size (None: hidden /
-    heads; Qwen3 and Gemma set their own)."""
-
-    __slots__ = ()
-
-    @classmethod
-    def of(cls, a: ModelArch) -> Arch:
-        return cls(a.layers, a.hidden, a.heads, a.kv_heads, a.vocab, a.intermediate, a.tie_embeddings, a.head_dim)
-
-    @property
-    def head_dim(self) -> int:
-        return self.head_size or self.hidden // self.heads
-
-    @property
-    def q_dim(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    @property
-    def layer_linear(self) -> int:
-        """q, o (h x heads·head_dim), k, v (h x kv_dim), gate, up, down (h x I): the layer's matmul weights."""
-        h = self.hidden
-        return 2 * h * self.q_dim + 2 * h * self.kv_dim + 3 * h * self.intermediate
-
-    @property
-    def layer_params(self) -> int:
-        return self.layer_linear + 2 * self.hidden  # + two RMSNorm weights
-
-    @property
-    def embedding(self) -> int:
-        return self.vocab * self.hidden
-
-    def params(self, head: str = "lm") -> int:
-        """All parameters (biases ignored, < 0.1%); `head="score"` is the reward model's 1-output head."""
-        out = self.embedding if head == "lm" and not self.tie_embeddings else 0
-        if head == "score":
-            out = self.hidden
-        return self.layers * self.layer_params + self.embedding + out + self.hidden  # + final norm
-
-    @property
-    def linear_params(self) -> int:
-        """Weights bitsandbytes quantizes for QLoRA (embeddings, LM head and norms stay in bf16)."""
-        return self.layers * self.layer_linear
-
-    def lora_params(self, r: int) -> int:
-        """LoRA on all linear layers (PEFT `all-linear`, LM head excluded): r x (in + out) per adapted matrix."""
-        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
-        # q: h+q, k: h+kv, v: h+kv, o: q+h, gate: h+I, up: h+I, down: I+h
-        return self.layers * r * (7 * h + 2 * q + 2 * kv + 3 * i)
-
-    def kv_bytes_per_token(self, dtype_bytes: float) -> float:
-        """K and V for every layer: 2 x layers x kv_heads x head_dim x dtype bytes."""
-        return 2 * self.layers * self.kv_dim * dtype_bytes
-
-    def act_bytes_per_token_layer(self, ab: float) -> float:
-        """Tensors one decoder layer saves for backward, per token, in elements of ab bytes (flash attention,
-        no dropout): each RMSNorm its input upcast to fp32 (2), its normalised and its output tensor (1 + 1)
-        -> 4h per norm, 8h for two; Q and the attention output h each; K and V kv_dim each; the MLP's gate, up,
-        act(gate) and act*up I each. Total 10h + 2 kv_dim + 4I (docs/memory-planner.md itemises it)."""
-        return ab * (10 * self.hidden + 2 * self.kv_dim + 4 * self.intermediate)
-
-    def act_bytes_per_token_layer_master(self) -> float:
-        """Bytes one decoder layer saves per token when the weights are fp32 and autocast computes in bf16 (full
-        training on single/DDP): the embedding is fp32, so the residual stream and both RMSNorms stay fp32 (input
-        4h + normalised 4h bytes each), and every linear casts its input to bf16 on its own (q, k, v: 3 copies,
-        gate, up: 2; 2h bytes each); Q, the attention output, K, V and the MLP tensors are bf16 as above.
-        Total 2 x 8h + 5 x 2h + 2 x (2h + 2 kv_dim + 4I) = 30h + 4 kv_dim + 8I."""
-        return 30 * self.hidden + 4 * self.kv_dim + 8 * self.intermediate
-
-    def matmul_params(self, head: str = "lm") -> int:
-        """Weights autocast casts to bf16 for a forward: the linear layers and the LM head (vocab x h, tied or
-        not) or the reward model's h x 1 score head; embeddings and norms are not matmuls."""
-        return self.linear_params + (self.embedding if head == "lm" else self.hidden)
-
-    def lora_dropout_bytes_per_token_layer(self, ab: float) -> float:
-        """LoRA dropout keeps a copy of each adapted matrix's input: q, k, v, o, gate, up (h) and down (I)."""
-        return ab * (6 * self.hidden + self.intermediate)
-
-    @property
-    def largest_fsdp_unit(self) -> int:
-        """FSDP2 wraps each decoder layer and the embedding (with the tied head) as units."""
-        return max(self.layer_params, self.embedding)
 
 
 # --- What runs where ----------------------------------------------------------------------------------------------
@@ -204,6 +107,12 @@ class Workload(
     generation may run the rollouts in several `generate` calls (TRL: only with one update per rollout batch)."""
 
     __slots__ = ()
+
+    @property
+    def fused_head(self) -> bool:
+        """TRL 1.16's GRPO, RLOO and KTO trainers score tokens through its chunked LM head (`add_fused_lm_head`):
+        no [tokens x vocabulary] logits."""
+        return self.stage == "kto" or (self.stage == "rl" and not self.loop_reference)
 
 
 class Setup(
@@ -457,9 +366,21 @@ def activations(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) ->
     return tokens * arch.layers * per_layer
 
 
-def logits(arch: Arch, env: Env, wl: Workload, micro: int) -> float:
-    """LM-head logits and their log-softmax/gradient working copies (LOGIT_BYTES per entry at bf16)."""
-    return micro * wl.seqs * wl.logit_tokens * arch.vocab * LOGIT_BYTES.get(wl.stage, 8.0) * env.wb / 2
+def logits(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> float:
+    """The LM head's working memory for one micro-batch's scored tokens.
+
+    TRL's chunked LM head: one [4,096 x 32,768] tile of logits in the compute dtype, the fp32 gradient of the
+    hidden states, and the fp32 gradient of the head's weight when it trains. rlctl's RL loop: LOOP_LOGIT_BYTES per
+    entry whatever the precision (accelerate hands back fp32 logits under bf16; the loop's log-softmax and its
+    backward are fp32). SFT and DPO: LOGIT_BYTES per entry at bf16, twice that in float32."""
+    tokens = micro * wl.seqs * wl.logit_tokens
+    if wl.fused_head:
+        tile = min(tokens, FUSED_TILE[0]) * min(arch.vocab, FUSED_TILE[1]) * env.wb
+        head_grad = arch.embedding * 4.0 if setup.adapter == "full" else 0.0
+        return tile + tokens * arch.hidden * 4.0 + head_grad
+    if wl.stage == "rl":
+        return tokens * arch.vocab * LOOP_LOGIT_BYTES
+    return tokens * arch.vocab * LOGIT_BYTES.get(wl.stage, 8.0) * env.wb / 2
 
 
 def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> list[Phase]:
@@ -484,15 +405,15 @@ def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int
     copies = autocast_copies(arch, env, setup, wl.head)
     train["bf16 weight copies (autocast)"] = copies + (autocast_copies(arch, env, setup, "score") if wl.critic else 0)
     train["activations"] = act
-    train["logits"] = logits(arch, env, wl, micro)
+    train["logits"] = logits(arch, env, setup, wl, micro)
     if not split:
         train["optimizer states"] = st["optim"]
-        return [Phase(wl.stage, "training", _nonzero(train, env), env.budget)]
+        return [Phase(wl.stage, "training", nonzero(train, env), env.budget)]
     step = dict(comps)
     step["optimizer states"] = st["optim"]
     return [
-        Phase(wl.stage, "training", _nonzero(train, env), env.budget),
-        Phase(wl.stage, "optimizer step", _nonzero(step, env), env.budget),
+        Phase(wl.stage, "training", nonzero(train, env), env.budget),
+        Phase(wl.stage, "optimizer step", nonzero(step, env), env.budget),
     ]
 
 
@@ -513,186 +434,12 @@ def generation_resident(arch: Arch, env: Env, setup: Setup, wl: Workload) -> dic
         comps["reward model"] = reward_model_copy(arch, env, setup)
     if wl.critic:
         comps["critic (weights, optimizer)"] = critic_state(arch, env, setup, with_grads=False)
-    return _nonzero(comps, env)
+    return nonzero(comps, env)
 
 
 def _context_name(env: Env) -> str:
     return "framework (Python, torch)" if env.is_cpu else "CUDA context + framework"
 
 
-def _nonzero(comps: dict[str, float], env: Env) -> dict[str, float]:
+def nonzero(comps: dict[str, float], env: Env) -> dict[str, float]:
     return {k: v for k, v in comps.items() if v > 0 or k == _context_name(env)}
-
-
-def vllm_weights(arch: Arch, env: Env, setup: Setup) -> float:
-    """vLLM's own copy of the policy (bf16; NF4 via bitsandbytes when the policy is QLoRA)."""
-    return quantized_bytes(arch, env) if setup.adapter == "qlora" else arch.params() * 2.0
-
-
-def tp_choices(arch: Arch, env: Env) -> list[int]:
-    """vLLM tensor-parallel sizes that divide the processes per node, the heads and the KV heads."""
-    return [
-        t
-        for t in (1, 2, 4, 8)
-        if t <= env.procs and env.procs % t == 0 and arch.heads % t == 0 and arch.kv_heads % t == 0
-    ]
-
-
-def vllm_generation(
-    arch: Arch, env: Env, setup: Setup, wl: Workload, resident: dict[str, float]
-) -> tuple[Generation, dict[str, float]]:
-    """vLLM colocated: it reserves util x total; weights/TP + runtime + KV cache fill that reservation.
-
-    util is the smallest that holds every rollout of the step at once, else all the room left (rounded down
-    to 0.01); the phase fits when the KV cache holds at least min(rollouts, VLLM_MIN_CONCURRENT) sequences."""
-    seq = wl.prompt_tokens + wl.logit_tokens
-    free = env.budget - sum(resident.values())
-    best: tuple[Generation, dict[str, float]] | None = None
-    for tp in tp_choices(arch, env) or [1]:
-        rollouts = wl.per_proc * tp  # one vLLM instance serves its TP group
-        max_num_seqs = wl.per_proc * tp
-        weights = vllm_weights(arch, env, setup) / tp
-        runtime = VLLM_RUNTIME_GIB * GiB + max_num_seqs * arch.vocab * 4.0
-        kv_seq = seq * arch.kv_bytes_per_token(2.0) / tp  # per GPU: its share of the heads
-        need = weights + runtime + rollouts * kv_seq
-        if need <= free:
-            util = math.ceil(need / env.total * 100) / 100
-            if util * env.total > free:
-                util = math.floor(free / env.total * 100) / 100
-        else:
-            util = max(0.0, math.floor(free / env.total * 100) / 100)
-        kv = util * env.total - weights - runtime
-        concurrent = max(0, int(kv // kv_seq)) if kv > 0 else 0
-        fits = kv > 0 and concurrent >= min(rollouts, VLLM_MIN_CONCURRENT)
-        gen = Generation(
-            "vllm",
-            wl.per_proc,
-            util=util,
-            tp=tp,
-            max_model_length=seq,
-            max_num_seqs=max_num_seqs,
-            kv_cache=max(kv, 0.0),
-            concurrent=min(concurrent, rollouts),
-            fits=fits,
-        )
-        comps = {"vLLM weights": weights, "vLLM runtime (activations, graphs)": runtime, "vLLM KV cache": max(kv, 0)}
-        if best is None or (fits and not best[0].fits):
-            best = (gen, comps)
-        if fits:
-            break
-    assert best is not None
-    return best
-
-
-def generation_chunks(wl: Workload, micro: int, world: int) -> list[int]:
-    """Rollouts per transformers `generate` call the stage can run, largest first: divisors of the per-process
-    rollouts that are whole micro-batches and, over all processes, whole groups (TRL forms its generation batch
-    from complete groups); only the whole batch when the stage cannot chunk."""
-    if not wl.chunkable:
-        return [wl.per_proc]
-    ok = [d for d in range(wl.per_proc, 0, -1) if wl.per_proc % d == 0 and d % micro == 0]
-    return [d for d in ok if (d * world) % max(wl.group_size, 1) == 0] or [wl.per_proc]
-
-
-def transformers_generation(
-    arch: Arch, env: Env, setup: Setup, wl: Workload, chunk: int | None = None
-) -> tuple[Generation, Phase]:
-    """transformers `generate` over `chunk` rollouts at a time (default: the whole per-process batch): the KV
-    cache of those rollouts, the prefill's MLP working set (3I + 2h per prompt token) and the sampling logits.
-
-    Under master weights every forward re-casts the weights to bf16 (`autocast_copies`), and the fp32 embedding
-    makes RoPE's cos/sin fp32, so the cached keys are fp32 and the values follow them: a 4-byte KV cache; the
-    residual and the norm output of the prefill are fp32 too."""
-    n = chunk or wl.per_proc
-    seq = wl.prompt_tokens + wl.logit_tokens
-    master = master_weights(env, setup)
-    comps = generation_resident(arch, env, setup, wl)
-    comps["bf16 weight copies (autocast)"] = autocast_copies(arch, env, setup)
-    comps["KV cache (generate)"] = n * seq * arch.kv_bytes_per_token(4.0 if master else env.wb)
-    mlp, resid = (2.0, 4.0) if master else (env.wb, env.wb)
-    comps["prefill activations"] = n * wl.prompt_tokens * (3 * arch.intermediate * mlp + 2 * arch.hidden * resid)
-    comps["sampling logits"] = n * arch.vocab * SAMPLING_LOGIT_BYTES
-    comps = _nonzero(comps, env)
-    phase = Phase(wl.stage, "generation", comps, env.budget)
-    return Generation("transformers", wl.per_proc, concurrent=n, fits=phase.fits), phase
-
-
-def stage_fit(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> StageFit:
-    """Every phase of one stage at one micro-batch."""
-    phases = training_phases(arch, env, setup, wl, micro)
-    gen = None
-    if wl.stage == "rl" and env.engine == "vllm":
-        resident = generation_resident(arch, env, setup, wl)
-        gen, vcomps = vllm_generation(arch, env, setup, wl, resident)
-        phases.insert(0, Phase(wl.stage, "generation", {**resident, **vcomps}, env.budget))
-    elif wl.stage == "rl":  # the largest chunk of rollouts whose generation fits (on CPU: all at once)
-        chunks = [wl.per_proc] if env.is_cpu else generation_chunks(wl, micro, env.world)
-        for chunk in chunks:
-            gen, phase = transformers_generation(arch, env, setup, wl, chunk)
-            if gen.fits:
-                break
-        phases.insert(0, phase)
-    return StageFit(wl, micro, phases, gen)
-
-
-def micro_options(wl: Workload) -> list[int]:
-    """Micro-batches that divide the per-process batch, largest first (at most MAX_MICRO)."""
-    if wl.micro_fixed is not None:
-        return [wl.micro_fixed]
-    return [d for d in range(min(wl.per_proc, MAX_MICRO), 0, -1) if wl.per_proc % d == 0]
-
-
-def best_micro(arch: Arch, env: Env, setup: Setup, wl: Workload) -> StageFit:
-    """The largest micro-batch whose phases all fit (or the smallest tried, to report how far off it is).
-    On CPU the planner does not search: the largest allowed micro-batch, as before the memory model."""
-    if env.is_cpu:
-        return stage_fit(arch, env, setup, wl, micro_options(wl)[0])
-    fit = None
-    for micro in micro_options(wl):
-        fit = stage_fit(arch, env, setup, wl, micro)
-        if fit.fits:
-            return fit
-    assert fit is not None
-    return fit
-
-
-def _enough_tokens(fit: StageFit) -> bool:
-    wl = fit.workload
-    return fit.micro * wl.seqs * wl.tokens >= TOKENS_PER_MICRO or fit.micro == micro_options(wl)[0]
-
-
-def host_usage(arch: Arch, env: Env, setup: Setup, wls: list[Workload]) -> dict[str, float]:
-    """Host RAM per node: each process, optimizer states parked between phases, FSDP2's CPU-offloaded shards."""
-    if env.is_cpu:
-        return {}
-    out = {"training processes": HOST_PROCESS_GIB * GiB * env.procs}
-    st = model_state(arch, env, setup)
-    if setup.phase_offload and any(w.stage == "rl" for w in wls):
-        out["optimizer states (between phases)"] = st["optim"] * env.procs
-    if setup.cpu_offload:
-        out["FSDP2 CPU offload (params, grads, optimizer)"] = st["host"] * env.procs
-        ref = next((w for w in wls if w.reference and not w.loop_reference), None)
-        if ref is not None and setup.adapter == "full":
-            out["reference model (CPU offload)"] = reference_bytes(arch, env, setup, ref) / env.world * env.procs
-        if any(w.critic for w in wls):
-            out["critic (CPU offload)"] = model_state(arch, env, setup, "score")["host"] * env.procs
-    return out
-
-
-def attempt(arch: Arch, env: Env, setup: Setup, wls: list[Workload], checkpointing: bool | None) -> Attempt:
-    """One setup with its micro-batches; checkpointing=None lets the planner choose it."""
-
-    def run(ckpt: bool) -> Attempt:
-        s = setup._replace(checkpointing=ckpt)
-        fits = [best_micro(arch, env, s, wl) for wl in wls]
-        return Attempt(s, fits, host_usage(arch, env, s, wls), env.host_budget)
-
-    if checkpointing is not None:
-        return run(checkpointing)
-    off = run(False)
-    if off.fits and all(_enough_tokens(f) for f in off.stages):
-        return off
-    on = run(True)
-    if on.fits and (not off.fits or any(a.micro > b.micro for a, b in zip(on.stages, off.stages, strict=True))):
-        return on
-    return off if off.fits else on

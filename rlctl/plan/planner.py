@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rlctl import config as config_mod
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
@@ -33,6 +34,7 @@ class StagePlan:
     micro_batch_size: int
     grad_accum: int
     notes: list[str] = field(default_factory=list)
+    strategy: str = ""  # how this stage distributes (the plan's strategy, but where the hardware cannot run it)
 
 
 @dataclass
@@ -192,7 +194,7 @@ def _accelerate_config(
         "same_network": True,
         "main_training_function": "main",
     }
-    if strategy == "fsdp2":
+    if strategy == "fsdp2" and not hardware.is_cpu:  # on CPU rlctl shards its stages itself (stage_strategies)
         cfg["distributed_type"] = "FSDP"
         cfg["fsdp_config"] = {
             "fsdp_version": 2,
@@ -329,12 +331,7 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
                 "where the run directory lives (lower checkpoint.keep_last or free disk)"
             )
         memory_json = mem.to_json()
-    if hardware.is_cpu and strategy == "fsdp2":
-        raise UserError(
-            "Invalid config: hardware.strategy=fsdp2 on CPU. accelerate does not engage FSDP on CPU, so the run "
-            "would be plain DDP under an FSDP2 label; rlctl refuses that rather than run something other than its "
-            "plan. Use --set hardware.strategy=ddp (or auto) on CPU; FSDP2 runs on GPUs."
-        )
+    per_stage = stage_strategies(cfg, hardware, strategy, decisions, warnings)
     packages.check_layout(adapter, hardware.is_cpu or hw.has_local_gpu(), warnings)
     base = base_model(cfg, run_dir)
     stages: list[StagePlan] = []
@@ -346,7 +343,8 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         else:
             init, policy = policy, str(final_dir(run_dir, name))
         batch, micro, accum = batches[name]
-        stages.append(StagePlan(name, init, str(final_dir(run_dir, name)), sc.max_steps, batch, micro, accum))
+        out = str(final_dir(run_dir, name))
+        stages.append(StagePlan(name, init, out, sc.max_steps, batch, micro, accum, strategy=per_stage[name]))
     main = (cfg.hardware.main_address, cfg.hardware.main_port)
     accel = _accelerate_config(hardware, procs, strategy, precision, cpu_offload, cfg.hardware.node_rank, main)
     launch = launch_command(run_dir, hardware, cfg)
@@ -383,11 +381,38 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
     )
 
 
+def stage_strategies(
+    cfg: RunConfig, hardware: hw.Hardware, strategy: str, decisions: list[dict[str, str]], warnings: list[str]
+) -> dict[str, str]:
+    """Each stage's strategy: the plan's, except fsdp2 on CPU. There rlctl's own RL loop shards itself (torch's
+    fully_shard over gloo); the stages TRL trains through accelerate run DDP, as accelerate engages FSDP only on
+    GPUs, and the plan says so. fsdp2 on CPU with no stage that can shard is refused."""
+    if not (hardware.is_cpu and strategy == "fsdp2"):
+        return dict.fromkeys(cfg.stages, strategy)
+    out = {name: "fsdp2" if name == "rl" and cfg.rl.path == "rlctl" else "ddp" for name in cfg.stages}
+    ddp = [name for name, how in out.items() if how == "ddp"]
+    loop = ", ".join(a for a, p in config_mod.RL_ALGORITHM_PATHS.items() if p == "rlctl")
+    if len(ddp) == len(out):
+        raise UserError(
+            f"Invalid config: hardware.strategy=fsdp2 on CPU, but no stage of this run can shard there: "
+            f"{', '.join(ddp)} train through TRL and accelerate, which engages FSDP only on GPUs (on CPU it would be "
+            "plain DDP under an FSDP2 label). On CPU rlctl's own RL loop shards itself: run rl with one of its "
+            f"algorithms (--algorithm {loop}; the plan then states which other stages run DDP), or use --set "
+            "hardware.strategy=ddp (or auto)."
+        )
+    if ddp:
+        why = "accelerate engages FSDP only on GPUs; on CPU only rlctl's own RL loop shards (torch fully_shard, gloo)"
+        value = f"ddp for {', '.join(ddp)}; fsdp2 for rl"
+        decisions.append({"setting": "strategy per stage", "value": value, "why": why})
+        warnings.append(f"fsdp2 on CPU: stage(s) {', '.join(ddp)} run DDP ({why})")
+    return out
+
+
 def model_facts(cfg: RunConfig, arch_source: str) -> dict[str, Any]:
     """The model the plan is for: its parameter count and architecture, and where those numbers came from."""
     facts: dict[str, Any] = {"name_or_path": cfg.model.name_or_path, "arch_source": arch_source}
     if cfg.model.arch is not None:
-        from rlctl.plan.memory_model import Arch
+        from rlctl.plan.memory_arch import Arch
 
         facts["params"] = Arch.of(cfg.model.arch).params()
         facts["params_billions"] = round(facts["params"] / 1e9, 2)

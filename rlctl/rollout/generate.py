@@ -30,13 +30,20 @@ class HFGenerator:
     logprobs = None  # the policy itself samples: its log-probs are the trainer's
 
     def __init__(
-        self, tokenizer, max_new_tokens: int, temperature: float, batch_size: int = 64, stop_ids: tuple = ()
+        self,
+        tokenizer,
+        max_new_tokens: int,
+        temperature: float,
+        batch_size: int = 64,
+        synced: bool = False,
+        stop_ids: tuple = (),
     ):
         from transformers import GenerationConfig
 
         self.tok, self.max_new_tokens, self.temperature = tokenizer, max_new_tokens, temperature
         self.batch_size, self.model = batch_size, None
         self.stops = list(stop_ids) or [tokenizer.eos_token_id]  # tokens that end a completion (a turn)
+        self.synced = synced  # a sharded policy: every process steps until all are done (each step gathers)
         # built once, as TRL does: generate() then validates no per-call keyword arguments
         common = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
         common |= {"eos_token_id": self.stops if stop_ids else tokenizer.eos_token_id, "disable_compile": True}
@@ -68,20 +75,25 @@ class HFGenerator:
             width = max(map(len, chunk))
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=self.model.device)
             attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=self.model.device)
-            gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=self.configs[greedy])
+            config, synced = self.configs[greedy], self.synced
+            gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=config, synced_gpus=synced)
             for row in gen[:, width:].tolist():
                 end = next((t for t, token in enumerate(row) if token in self.stops), None)
                 out.append(row if end is None else row[: end + 1])
         return out
 
 
-def for_plan(plan: Plan, tokenizer: Any, policy: Any, accelerator: Any, stop_ids: tuple = ()) -> Generator:
-    """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout);
-    `stop_ids` end a completion besides EOS (a multi-turn rollout's end-of-turn token)."""
+def for_plan(
+    plan: Plan, tokenizer: Any, policy: Any, accelerator: Any, weights: Any = None, stop_ids: tuple = ()
+) -> Generator:
+    """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout). A
+    sharded policy comes with `weights` (its gathered weights, one at a time: the vLLM push) and generates in step
+    on every process; `stop_ids` end a completion besides EOS (a multi-turn rollout's end-of-turn token)."""
     if plan.generation_engine == "vllm":
         from rlctl.rollout.vllm import ColocatedVLLM
 
-        return ColocatedVLLM(plan, policy, accelerator, tokenizer, stop_ids)
+        return ColocatedVLLM(plan, policy, accelerator, tokenizer, weights, stop_ids)
     rl = plan.config.rl
     chunk = (plan.generation or {}).get("rollouts_per_generate") or 64  # the planner's, else 64 at a time
-    return HFGenerator(tokenizer, rl.max_new_tokens, rl.temperature, batch_size=chunk, stop_ids=stop_ids)
+    synced = weights is not None
+    return HFGenerator(tokenizer, rl.max_new_tokens, rl.temperature, chunk, synced=synced, stop_ids=stop_ids)

@@ -59,10 +59,11 @@ def _reload_on_cpu(generation: Any) -> None:
     after loading and drop the loadable parameters, so TRL's per-parameter `load_weights` cannot reach them;
     vLLM's in-place `reload_weights` restores the loadable layout, loads and packs again. A tied LM head is packed
     from the embedding once more, else it would keep serving the old embedding. The weights are copied out while
-    TRL's iterator has LoRA merged (it unmerges when exhausted, before vLLM packs the last layers)."""
+    TRL's iterator has LoRA merged (it unmerges when exhausted, before vLLM packs the last layers), one at a time
+    as vLLM loads them (a sharded policy is gathered one weight at a time, never whole)."""
     runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
-    weights = [(name, tensor.detach().clone()) for name, tensor in generation._iter_named_params()]
-    runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+    weights = ((name, tensor.detach().clone()) for name, tensor in generation._iter_named_params())
+    runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
     model = runner.get_model()
     if getattr(runner.model_config.hf_config, "tie_word_embeddings", False) and hasattr(model, "lm_head"):
         model.lm_head.quant_method.process_weights_after_loading(model.lm_head)
@@ -162,9 +163,13 @@ def vllm_generation_kwargs(plan: Plan) -> dict[str, Any]:
 class ColocatedVLLM:
     """rlctl's RL loop generation boundary (`sync`, `generate`, as `rlctl.rollout.generate.HFGenerator`) on TRL's
     `VLLMGeneration`: vLLM inside each training process, asleep at level 2 (weights and KV cache released)
-    outside generation. Sampling stops at the tokenizer's EOS (and `stop_ids`), as the transformers path does."""
+    outside generation. Sampling stops at the tokenizer's EOS (and `stop_ids`), as the transformers path does.
+    `weights`, when given, yields the (name, full tensor) pairs each sync pushes (rlctl's sharded policy:
+    `sharding.full_weights`) in place of TRL's iteration, which knows only accelerate's FSDP."""
 
-    def __init__(self, plan: Plan, model: Any, accelerator: Any, tokenizer: Any, stop_ids: tuple = ()):
+    def __init__(
+        self, plan: Plan, model: Any, accelerator: Any, tokenizer: Any, weights: Any = None, stop_ids: tuple = ()
+    ):
         from trl.generation.vllm_generation import VLLMGeneration
 
         process_environment(plan)
@@ -176,13 +181,15 @@ class ColocatedVLLM:
             generation_kwargs={"ignore_eos": True, "stop_token_ids": self.stops},
             **vllm_generation_kwargs(plan),
         )
+        if weights is not None:
+            self.vllm._iter_named_params = lambda: weights(model)
         adapt(self.vllm, plan)
         self.temperature = self.vllm.temperature
         self.logprobs: list[list[float | None]] | None = None
 
     def sync(self, model: Any) -> None:
         """Wake vLLM's weights and push the policy's current ones (`model` is the policy given at construction;
-        every process takes part: FSDP2 gathers each parameter, LoRA adapters are merged for the push)."""
+        every process takes part: a sharded policy gathers each weight, LoRA adapters are merged for the push)."""
         assert model is self.vllm.model, "ColocatedVLLM pushes the policy it was built with"
         self.vllm.sync_weights()
 

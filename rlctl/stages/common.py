@@ -11,6 +11,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
+from rlctl.stages import sharding
 from rlctl.stages.context import Interrupted, NonFiniteError, StageContext, Stopped
 from rlctl.stages.models import torch_dtype
 
@@ -29,6 +30,8 @@ _LOG_KEYS = {
     "clip_ratio/region_mean": "clip_ratio",
     "rewards/accuracies": "accuracy",
     "rewards/margins": "margin",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "completions/clipped_ratio": "truncated_ratio",
     # TRL GRPO with vLLM: the weight-sync check's numbers and its rollout correction (rlctl's loop logs the same)
     "sampling/sampling_logp_difference/mean": "sync_logp_diff_mean",
     "sampling/sampling_logp_difference/max": "sync_logp_diff_max",
@@ -67,6 +70,13 @@ def over_ranks(value: int, op: str = "sum") -> int:
     return int(total.item())
 
 
+def alarm_stop(ctx: StageContext) -> bool:
+    """Whether an alarm asked to stop (logging.alarms: stop), agreed by every process (all call it at the same
+    point; alarms are computed on the main process, which writes the metrics)."""
+    watch = ctx.log.watch
+    return bool(over_ranks(int(watch is not None and watch.stop is not None), op="max"))
+
+
 def stop_signal() -> int:
     """The stop signal any rank received (0 for none), agreed across processes so all stop at the same step."""
     _stop["signal"] = over_ranks(_stop["signal"], op="max")
@@ -82,6 +92,20 @@ class StreamMetrics(TrainerCallback):
         self.reward_errors = reward_errors  # RL: completions scored 0 by rewards with on_error=zero, per reward
         self.non_finite: str | None = None
         self.broken_sync: str | None = None  # vLLM generated with weights other than the policy's
+        self.stopped_by_alarm = False  # an alarm asked to stop (logging.alarms: stop)
+        self.begin = 0  # the step this attempt started from (a resume's checkpoint)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.begin = state.global_step
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """The alarm for a resume that trained 0 steps reads this record."""
+        resumed = self.begin if self.begin else None
+        steps = state.global_step - self.begin
+        self.ctx.log.write(
+            stage=self.ctx.stage.name, event="trained", resumed_from=resumed, steps=steps, max_steps=state.max_steps
+        )
+        self.stopped_by_alarm = self.stopped_by_alarm or alarm_stop(self.ctx)
 
     def on_step_end(self, args, state, control, **kwargs):
         if stop_signal():
@@ -112,6 +136,10 @@ class StreamMetrics(TrainerCallback):
             control.should_save = False
             control.should_training_stop = True
         self.ctx.log.write(stage=self.ctx.stage.name, step=state.global_step, max_steps=state.max_steps, **values)
+        if alarm_stop(self.ctx):
+            self.stopped_by_alarm = True
+            control.should_save = False
+            control.should_training_stop = True
 
     def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
         from rlctl.stages import heldout  # heldout loads models through this module
@@ -149,7 +177,8 @@ def training_args(ctx: StageContext, config_cls, **extra: Any):
 
 
 def resume_point(ctx: StageContext) -> str | None:
-    """The last complete checkpoint of this stage (partial ones from a crash are removed first)."""
+    """The last complete checkpoint of this stage (partial ones from a crash are removed first; `rlctl resume`
+    has set damaged ones aside, see rlctl.checkpoint.verify)."""
     if ctx.is_main:
         checkpoint.drop_partial(ctx.checkpoints)
     last = checkpoint.last_complete(ctx.checkpoints)
@@ -174,6 +203,8 @@ def check_stopped(ctx: StageContext, trainer) -> None:
             f"(weights not reloaded), or a parameter pushed under the wrong name. The last good checkpoint is "
             f"{last or 'none'}. Report it with logs/train.log; to run anyway, resume with --set rl.use_vllm=false."
         )
+    if guard is not None and guard.stopped_by_alarm:
+        raise ctx.alarm_stopped(trainer.state.global_step)
     if _stop["signal"]:
         raise Interrupted(_stop["signal"])
 
@@ -187,10 +218,13 @@ def save_final(ctx: StageContext, trainer, tokenizer) -> None:
     check_stopped(ctx, trainer)
     acc = trainer.accelerator
     acc.wait_for_everyone()
-    state_dict = acc.get_state_dict(trainer.model)  # gathered from every shard under FSDP
     model = acc.unwrap_model(trainer.model)
-    if hasattr(model, "merge_and_unload"):
-        model, state_dict = _merged(ctx, model), None
+    if sharding.owns(ctx):  # sharded by rlctl itself (its RL loop): gathered one weight at a time, LoRA merged
+        state_dict, model = sharding.gathered_state_dict(model, keep=ctx.is_main), sharding.base_of(model)
+    else:
+        state_dict = acc.get_state_dict(trainer.model)  # gathered from every shard under accelerate's FSDP
+        if hasattr(model, "merge_and_unload"):
+            model, state_dict = _merged(ctx, model), None
     if ctx.is_main:
         tmp = ctx.final.with_name("final.tmp")
         shutil.rmtree(tmp, ignore_errors=True)

@@ -4,29 +4,38 @@ Imported by every stage module; imports nothing of the stages."""
 
 from __future__ import annotations
 
-import json
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlctl import checkpoint, strictjson
 from rlctl.config import RunConfig
 from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
+from rlctl.stages import alarms
 
 
 class MetricsLog:
-    """Appends one JSON record per line to run_dir/metrics.jsonl (main process only)."""
+    """Appends one strict-JSON record per line to run_dir/metrics.jsonl (main process only; NaN/inf as null, see
+    rlctl.strictjson), followed by the alarms the record completes (`watch`), which are also printed."""
 
-    def __init__(self, run_dir: Path, enabled: bool):
+    def __init__(self, run_dir: Path, enabled: bool, watch: alarms.Watch | None = None):
         self.path = run_dir / "metrics.jsonl"
         self.enabled = enabled
+        self.watch = watch
 
     def write(self, **record: Any) -> None:
         if not self.enabled:
             return
         record["time"] = round(time.time(), 3)
+        fired = self.watch.feed(record) if self.watch is not None else []
         with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+            for rec in (record, *fired):
+                f.write(strictjson.dumps({**rec, "time": record["time"]}) + "\n")
+        for alarm in fired:
+            print(f"rlctl alarm ({alarm['stage']}, step {alarm['step']}): {alarm['message']}", file=sys.stderr)
 
 
 @dataclass
@@ -54,6 +63,21 @@ class StageContext:
     def final(self) -> Path:
         return final_dir(self.run_dir, self.stage.name)
 
+    def notify(self, event: str, **fields: Any) -> None:
+        """An event of this stage (a reward running slow, ...) for metrics.jsonl and the console."""
+        self.log.write(stage=self.stage.name, event=event, **fields)
+
+    def alarm_stopped(self, step: int) -> Stopped:
+        """The error that ends the stage when an alarm asked to stop (logging.alarms: stop)."""
+        watch = self.log.watch
+        why = watch.stop if watch is not None and watch.stop else "an alarm on the main process."
+        last = checkpoint.last_complete(self.checkpoints)
+        return Stopped(
+            f"Stage {self.stage.name} stopped at step {step} by an alarm (logging.alarms: stop): {why} The last good "
+            f"checkpoint is {last or 'none'}. To train on regardless: "
+            f"`rlctl resume {self.run_dir} --set logging.alarms=warn`."
+        )
+
 
 class Interrupted(Exception):
     """A stop was asked for (SIGINT/SIGTERM); the stage saved a checkpoint at a step boundary."""
@@ -73,10 +97,11 @@ class NonFiniteError(Stopped):
 
 class PhaseClock:
     """Seconds each phase of a step took (sync, generate, score, prepare, update), logged as `time_<phase>`.
-    On a GPU it waits for the queued kernels at each boundary, so work is charged to the phase that launched it."""
+    On a GPU it waits for the queued kernels at each boundary, so work is charged to the phase that launched it.
+    `on_lap(phase)` is told of every boundary (the memory probe's phases)."""
 
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
+    def __init__(self, cuda: bool, on_lap: Callable[[str], None] | None = None):
+        self.cuda, self.on_lap = cuda, on_lap
         self.start()
 
     def start(self) -> None:
@@ -90,6 +115,8 @@ class PhaseClock:
         now = time.perf_counter()
         self.spent[phase] = self.spent.get(phase, 0.0) + now - self.mark
         self.mark = now
+        if self.on_lap is not None:
+            self.on_lap(phase)
 
     def times(self) -> dict[str, float]:
         return {f"time_{phase}": round(seconds, 4) for phase, seconds in self.spent.items()}

@@ -8,7 +8,7 @@ from typing import Any
 from rlctl import checkpoint, data, rewards
 from rlctl.rewards import scoring
 from rlctl.rollout import evaluate, multiturn
-from rlctl.stages import models
+from rlctl.stages import memory_probe, models
 from rlctl.stages.context import StageContext
 
 HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward models
@@ -36,11 +36,8 @@ def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -
         columns = data.stage_columns(cfg, "eval")
         rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field, columns, cfg.data.encoding)
         rows = rows[: cfg.rl.eval_samples]
-        fns = [
-            (rewards.guarded(rewards.resolve(r.name, cfg.data.answer_field), r.name, r.on_error, {}), r.weight)
-            for r in cfg.rl.rewards
-            if r.name not in rewards.MODEL_REWARDS
-        ]
+        guarded = rewards.stage_rewards(cfg.rl.rewards, cfg.data.answer_field, {}, ctx.notify)
+        fns = [(fn, r.weight) for fn, r in zip(guarded, cfg.rl.rewards, strict=True) if fn is not None]
         accuracy = scoring.accuracy_name(cfg.rl.rewards, data.RECOGNISED["eval"].format)
         agent = multiturn.agent_for(cfg.rl, tokenizer) if "rl" in cfg.stages else None  # eval as RL will roll out
         return evaluate.score_policy(
@@ -78,7 +75,7 @@ def publish_checkpoint(ctx: StageContext, step: int, model: Any, tokenizer: Any)
     Called at each save by the TRL stages' callback and by the rlctl RL loop."""
     _barrier()
     keep_best = ctx.cfg.checkpoint.keep_best and can_score(ctx)
-    sharded = ctx.plan.strategy == "fsdp2"  # every rank holds a shard: all must take part in generation
+    sharded = ctx.stage.strategy == "fsdp2"  # every rank holds a shard: all must take part in generation
     metric = None
     if keep_best and (ctx.is_main or sharded):
         scores = score(ctx, model, tokenizer, synced=sharded)
@@ -87,3 +84,4 @@ def publish_checkpoint(ctx: StageContext, step: int, model: Any, tokenizer: Any)
     if ctx.is_main:
         checkpoint.publish(ctx.checkpoints, step, metric, ctx.cfg.checkpoint.keep_last, keep_best)
     _barrier()
+    memory_probe.lap("checkpoint")  # the save and its held-out scoring

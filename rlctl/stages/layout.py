@@ -18,6 +18,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
+from rlctl.stages import memory_probe
 from rlctl.stages.context import StageContext, Stopped
 
 
@@ -30,7 +31,8 @@ def follow_plan(ctx: StageContext, trainer: Any) -> None:
 
     QLoRA: TRL 1.16's trainers cast a 4-bit model's trainable weights (LoRA adapters, the reward head) to bf16;
     rlctl keeps them in fp32, as the plan counts them and as autocast expects master weights (on CPU, where the
-    4-bit layers compute in fp32, a bf16 reward head would not even multiply with its fp32 input)."""
+    4-bit layers compute in fp32, a bf16 reward head would not even multiply with its fp32 input). The memory
+    probe learns the trainer's phase boundaries here too."""
     if ctx.plan.adapter == "qlora":
         import torch
 
@@ -38,6 +40,7 @@ def follow_plan(ctx: StageContext, trainer: Any) -> None:
             if param.requires_grad and param.dtype != torch.float32:
                 param.data = param.data.float()
     trainer.add_callback(LayoutCheck(ctx, trainer))
+    memory_probe.install(trainer)
 
 
 class LayoutCheck(TrainerCallback):
@@ -60,7 +63,7 @@ def planned(ctx: StageContext, engine: str | None = None) -> dict[str, Any]:
     plan, dtype = ctx.plan, ctx.cfg.model.dtype
     frozen = dtype if dtype != "auto" else "bfloat16" if plan.mixed_precision == "bf16" else "float32"
     out: dict[str, Any] = {
-        "strategy": plan.strategy,
+        "strategy": ctx.stage.strategy or plan.strategy,  # fsdp2 on CPU: some stages run ddp (the plan says which)
         "adapter": plan.adapter,
         "world_size": plan.layout.get("world_size", plan.num_processes),
         "gradient_checkpointing": plan.gradient_checkpointing,
@@ -133,6 +136,7 @@ def _checkpointing(model: Any) -> bool:
 
 def _optimizer_state(optimizer: Any) -> dict[str, Any]:
     import torch
+    from torch.distributed.tensor import DTensor
 
     devices, dtypes, size = set(), set(), 0
     for state in getattr(optimizer, "state", {}).values():
@@ -140,7 +144,8 @@ def _optimizer_state(optimizer: Any) -> dict[str, Any]:
             if torch.is_tensor(value) and value.dim() > 0:
                 devices.add(value.device.type)
                 dtypes.add(str(value.dtype).removeprefix("torch."))
-                size += value.numel() * value.element_size()
+                local = value.to_local() if isinstance(value, DTensor) else value  # this process's shard
+                size += local.numel() * local.element_size()
     return {"devices": sorted(devices), "dtypes": sorted(dtypes), "bytes": size}
 
 

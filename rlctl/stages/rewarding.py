@@ -1,6 +1,7 @@
 """The RL stage's reward sources, shared by TRL's trainers (rlctl.stages.rl) and rlctl's loop
-(rlctl.stages.rl_loop): rl.rewards resolved to functions (guarded by their on_error) or the trained reward model,
-DAPO's overlong buffer in tokens, and the loop's `Scorer` that sums them per completion."""
+(rlctl.stages.rl_loop): rl.rewards resolved to functions (in worker processes with deadlines, guarded by their
+on_error) or the trained reward model, DAPO's overlong buffer in tokens, and the loop's `Scorer` that sums them
+per completion."""
 
 from __future__ import annotations
 
@@ -17,18 +18,18 @@ from rlctl.stages.context import StageContext
 
 
 def reward_sources(ctx: StageContext, errors: dict[str, int]) -> tuple[list, list, list[float]]:
-    """(reward functions or models, their tokenizers, weights) in the order of rl.rewards; each function's
-    failures follow its `on_error`, counted per reward name in `errors`."""
+    """(reward functions or models, their tokenizers, weights) in the order of rl.rewards; each function runs
+    in its worker with its deadline, its failures follow its `on_error`, counted per reward name in `errors`."""
     funcs, tokenizers, weights = [], [], []
-    for spec in ctx.cfg.rl.rewards:
-        if spec.name == "reward_model":
+    guarded = rewards.stage_rewards(ctx.cfg.rl.rewards, ctx.cfg.data.answer_field, errors, ctx.notify)
+    for spec, fn in zip(ctx.cfg.rl.rewards, guarded, strict=True):
+        if fn is None:
             path = str(final_dir(ctx.run_dir, "rm"))
             tok = models.tokenizer(ctx, path)
             funcs.append(models.reward_model(ctx, path, tok.pad_token_id, trainable=False))
             tokenizers.append(tok)
         else:
-            fn = rewards.resolve(spec.name, ctx.cfg.data.answer_field)
-            funcs.append(rewards.guarded(fn, spec.name, spec.on_error, errors))
+            funcs.append(fn)
             tokenizers.append(None)
         weights.append(spec.weight)
     return funcs, tokenizers, weights

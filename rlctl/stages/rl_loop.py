@@ -17,7 +17,7 @@
    micro-batches with weights that make the sum equal the loss aggregated over the whole mini-batch. When the
    plan offloads between phases, the policy's AdamW moments stay in host RAM except around its optimizer step.
 5. `log_step` to metrics.jsonl (with the seconds each phase took: `time_sync`, `time_generate`, `time_score`,
-   `time_prepare`, `time_update`), then `save_checkpoint` every `save_every` steps (models, optimizers,
+   `time_prepare`, `time_update`), then `loop_checkpoint.save` every `save_every` steps (models, optimizers,
    schedulers, RNG, loop state; marked complete). At the end the policy alone (no critic) goes to the stage's
    final folder.
 
@@ -28,10 +28,8 @@ processes and models.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -50,6 +48,7 @@ from rlctl.algorithms import (
     agg_loss,
     groups_with_variance,
     kl_penalty_rewards,
+    loss_units,
     masked_mean,
     pf_ppo_resample,
     value_loss,
@@ -59,8 +58,8 @@ from rlctl.data.tokens import prompt_text
 from rlctl.rollout import generate, multiturn, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
-from rlctl.stages import heldout, layout, lengths, models
-from rlctl.stages.common import over_ranks, resume_point, save_final, stop_signal
+from rlctl.stages import layout, lengths, loop_checkpoint, memory_probe, models, sharding
+from rlctl.stages.common import alarm_stop, over_ranks, save_final, stop_signal
 from rlctl.stages.context import Interrupted, NonFiniteError, PhaseClock, StageContext
 from rlctl.stages.rewarding import Scorer
 from rlctl.stages.rl_models import (
@@ -71,8 +70,6 @@ from rlctl.stages.rl_models import (
     token_values,
 )
 from rlctl.stages.weight_sync import sync_check
-
-LOOP_STATE = "rlctl_loop.json"
 
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -103,6 +100,7 @@ class Loop:
     micro: int
     clock: PhaseClock
     agent: multiturn.Agent | None  # multi-turn rollouts with rl.tools, else None (single-turn)
+    shards: dict = field(default_factory=dict)  # sharded (model, optimizer) pairs DCP checkpoints, by name
 
     @property
     def rl(self):
@@ -138,7 +136,12 @@ def setup(ctx: StageContext) -> Loop:
     set_seed(cfg.seed)
     tok = models.tokenizer(ctx, ctx.stage.init_from)
     rows = lengths.training_rows(ctx, tok)
-    policy, ref, critic = load_models(ctx)
+    sharded = sharding.owns(ctx)
+    with sharding.full_loading():
+        policy, ref, critic = load_models(ctx)
+    if sharded:  # FSDP2 by rlctl: each decoder layer, then the root, over every process
+        models_ = (policy, ref, critic)
+        policy, ref, critic = (m and sharding.shard(m, acc.device.type, ctx.plan.mixed_precision) for m in models_)
     shard = rl.prompts_per_step * rl.group_size // acc.num_processes
     mini = shard // rl.ppo_mini_batches
     micro = max(d for d in range(1, min(ctx.stage.micro_batch_size, mini) + 1) if mini % d == 0)
@@ -146,20 +149,27 @@ def setup(ctx: StageContext) -> Loop:
     opt, sched = optimizer_and_schedule(
         ctx, policy, rl.learning_rate, (rl.max_steps - min(rl.critic_warmup_steps, rl.max_steps)) * updates
     )
-    policy, opt = acc.prepare(policy, opt)
+    if not sharded:
+        policy, opt = acc.prepare(policy, opt)
     acc.register_for_checkpointing(sched)
+    shards = {"policy": (policy, opt)} if sharded else {}  # what DCP checkpoints (accelerate: schedulers, RNG)
     c_opt = c_sched = None
     if critic is not None:
         c_opt, c_sched = optimizer_and_schedule(ctx, critic, rl.critic_lr or rl.learning_rate, rl.max_steps * updates)
-        critic, c_opt = acc.prepare(critic, c_opt)
+        if not sharded:
+            critic, c_opt = acc.prepare(critic, c_opt)
         acc.register_for_checkpointing(c_sched)
-    if ref is not None:
+        shards |= {"critic": (critic, c_opt)} if sharded else {}
+    if ref is not None and not sharded:
         ref.to(acc.device)
     kl_ctl = AdaptiveKLController(rl.beta, rl.kl_target, rl.kl_horizon) if rl.kl_target else FixedKLController(rl.beta)
     stream = PromptStream(rows, cfg.seed)
-    scorer = Scorer(ctx, tok, acc.device)
+    with sharding.full_loading():
+        scorer = Scorer(ctx, tok, acc.device)
+    weights = sharding.full_weights if sharded else None
     agent = multiturn.agent_for(rl, tok)
-    generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc, agent.stop_ids if agent else ())
+    stops = agent.stop_ids if agent else ()
+    generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc, weights, stops)
     loss_cfg = PolicyLossConfig(
         clip_low=rl.clip_low,
         clip_high=rl.clip_high if rl.policy_loss != "cispo" else 0.2,
@@ -169,10 +179,10 @@ def setup(ctx: StageContext) -> Loop:
         norm_len=rl.max_new_tokens,
     )
     adv_cfg = AdvantageConfig(gamma=rl.gamma, lam=rl.lam)
-    clock = PhaseClock(acc.device.type == "cuda")
+    clock = PhaseClock(acc.device.type == "cuda", on_lap=memory_probe.lap)
     return Loop(
         ctx, acc, tok, policy, ref, critic, opt, sched, c_opt, c_sched, kl_ctl, stream, scorer, generator,
-        loss_cfg, adv_cfg, shard, mini, micro, clock, agent,
+        loss_cfg, adv_cfg, shard, mini, micro, clock, agent, shards,
     )  # fmt: skip
 
 
@@ -180,12 +190,12 @@ def restore(loop: Loop) -> int:
     """Resume from the last complete checkpoint (models, optimizers, RNG, loop state); returns the step it ended."""
     from accelerate.utils import set_seed
 
-    last = resume_point(loop.ctx)
     start = 0
-    if last:
-        loop.acc.load_state(last)
-        state = json.loads((Path(last) / LOOP_STATE).read_text())
+    state = loop_checkpoint.load(loop.ctx, loop.acc, loop.shards)
+    if state:
         start, loop.stream.cursor, loop.kl_ctl.value = state["step"], state["cursor"], state["kl_coef"]
+        if state.get("world", loop.acc.num_processes) != loop.acc.num_processes:  # each process samples anew
+            set_seed(loop.ctx.cfg.seed + loop.rank + start)
     else:
         set_seed(loop.ctx.cfg.seed + loop.rank)  # each process samples different completions
     if loop.ctx.plan.phase_offload:  # AdamW moments live in host RAM except around the policy's optimizer step
@@ -209,9 +219,14 @@ def run(ctx: StageContext) -> None:
         signum = stop_signal()
         if step % loop.rl.save_every == 0 or step == loop.rl.max_steps or signum:
             state = {"step": step, "cursor": loop.stream.cursor, "kl_coef": loop.kl_ctl.value}
-            save_checkpoint(ctx, loop.acc, step, state, loop.policy, loop.tok)
+            state["world"] = loop.acc.num_processes
+            loop_checkpoint.save(ctx, loop.acc, step, state, loop.policy, loop.tok, loop.shards)
         if signum:
             raise Interrupted(signum)
+    trained = max(0, loop.rl.max_steps - start)
+    ctx.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
+    if alarm_stop(ctx):
+        raise ctx.alarm_stopped(start + trained)
     no_callbacks = SimpleNamespace(callbacks=[])
     save_final(ctx, SimpleNamespace(accelerator=loop.acc, model=loop.policy, callback_handler=no_callbacks), loop.tok)
 
@@ -426,6 +441,7 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
 def optimizer_step(loop: Loop) -> None:
     """The policy's optimizer step; with phase offload its AdamW moments come back from host RAM only for it."""
     offload = loop.ctx.plan.phase_offload
+    memory_probe.lap("training")
     if offload:
         vllm.reload_optimizer_state(loop.opt)
     loop.opt.step()
@@ -433,6 +449,7 @@ def optimizer_step(loop: Loop) -> None:
     loop.opt.zero_grad(set_to_none=True)
     if offload:
         vllm.offload_optimizer_state(loop.opt)
+    memory_probe.lap("optimizer step")
 
 
 # ----------------------------------------------------------------------------------------------- 5. log
@@ -445,6 +462,10 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
     record["response_length"] = sum(len(s.completion_ids) for s in r.samples) / len(r.samples)
     record["lr"] = loop.sched.get_last_lr()[0]
     record["reward_errors"] = over_ranks(sum(loop.scorer.errors.values()))
+    scores = torch.tensor([s.score for s in r.samples])
+    groups = torch.tensor([s.group for s in r.samples])
+    record["frac_reward_zero_std"] = 1.0 - groups_with_variance(scores, groups).float().mean().item()  # alarms
+    record["truncated_ratio"] = sum(s.truncated for s in r.samples) / len(r.samples)
     record.update(p.mismatch)
     if p.ref_logp is not None:
         record.update(kl=train.kl, beta=loop.kl_ctl.value)
@@ -454,6 +475,9 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
         record.update(multiturn.metrics(r.generated))
     finite = {k: v for k, v in record.items() if math.isfinite(v)}
     ctx.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
+    memory_probe.flush(step)
+    if alarm_stop(ctx):
+        raise ctx.alarm_stopped(step)
     bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]
     if bad:
         last = checkpoint.last_complete(ctx.checkpoints)
@@ -464,28 +488,6 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
         )
 
 
-def loss_units(mask: Tensor, mode: str) -> Tensor:
-    """What `agg_loss(mode)` divides by: tokens (token-mean), non-empty sequences (seq-mean-*), or rows
-    (seq-mean-token-sum-norm). Weighting each micro-batch by units / total units makes the accumulated gradient
-    that of the loss aggregated over the whole mini-batch, across processes."""
-    if mode == "token-mean":
-        return mask.sum()
-    if mode == "seq-mean-token-sum-norm":
-        return torch.tensor(float(mask.shape[0]), device=mask.device)
-    return (mask.sum(-1) > 0).sum().float()
-
-
 def _add(stats: dict[str, list[float]], **values: float) -> None:
     for key, value in values.items():
         stats.setdefault(key, []).append(float(value))
-
-
-def save_checkpoint(ctx: StageContext, acc, step: int, state: dict, policy, tokenizer) -> None:
-    """Models, optimizers, schedulers and every process's RNG (accelerate), plus the loop state, written under
-    `.incoming` and published (scored for keep-best, marked complete, renamed into place) once all is written."""
-    folder = checkpoint.incoming(ctx.checkpoints) / f"checkpoint-{step}"
-    acc.wait_for_everyone()
-    acc.save_state(str(folder))
-    if acc.is_main_process:
-        checkpoint.write_json_atomic(folder / LOOP_STATE, state)
-    heldout.publish_checkpoint(ctx, step, acc.unwrap_model(policy), tokenizer)

@@ -1,0 +1,98 @@
+"""A run's checkpoints checked against their completion markers (`integrity`), without loading them.
+
+`rlctl resume` verifies the newest checkpoint of each unfinished stage and falls back to the newest intact one
+(`resume_check`); `rlctl verify RUN` checks every checkpoint, final folder and export of a run (`verify_run`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlctl import checkpoint
+from rlctl.checkpoint.integrity import folder_problems
+from rlctl.errors import UserError
+
+DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
+
+
+def checkpoint_problems(ckpt: Path) -> list[str]:
+    """Problems of a complete checkpoint against the manifest in its completion marker."""
+    try:
+        marker = json.loads((ckpt / checkpoint.COMPLETE).read_text())
+    except (OSError, ValueError) as e:
+        return [f"its completion marker cannot be read ({e})"]
+    return folder_problems(ckpt, marker.get("files"))
+
+
+@dataclass
+class ResumeChoice:
+    """Where a stage resumes: `intact` (None: from its start) and the newer checkpoints found `damaged`."""
+
+    stage: str
+    intact: Path | None
+    damaged: list[tuple[Path, list[str]]] = field(default_factory=list)
+
+
+def choose(stage: str, folder: Path) -> ResumeChoice:
+    """The newest intact complete checkpoint of `folder` and the damaged ones newer than it."""
+    choice = ResumeChoice(stage, None)
+    for ckpt in reversed(checkpoint.complete_checkpoints(folder)):
+        problems = checkpoint_problems(ckpt)
+        if not problems:
+            choice.intact = ckpt
+            break
+        choice.damaged.append((ckpt, problems))
+    return choice
+
+
+def _listed(damaged: list[tuple[Path, list[str]]]) -> str:
+    return "; ".join(f"{c.name}: {', '.join(p)}" for c, p in damaged)
+
+
+def resume_check(run_dir: Path, stages: list[str]) -> list[str]:
+    """Before a resume: verify each unfinished stage's checkpoints, newest first. Damaged ones newer than the
+    newest intact checkpoint are set aside (renamed CHECKPOINT.damaged, so the trainer resumes from the intact
+    one and retention never counts them); returns one line per stage saying which and why. A stage whose
+    checkpoints are all damaged raises a UserError naming the files (nothing is renamed then). Stages that
+    summary.json lists as completed are not looked at."""
+    summary = run_dir / "summary.json"
+    completed = json.loads(summary.read_text()).get("completed", []) if summary.is_file() else []
+    notes = []
+    for stage in (s for s in stages if s not in completed):
+        choice = choose(stage, run_dir / stage / "checkpoints")
+        if not choice.damaged:
+            continue
+        if choice.intact is None:
+            raise UserError(
+                f"Every checkpoint of stage {stage} in {run_dir / stage / 'checkpoints'} is damaged "
+                f"({_listed(choice.damaged)}). Restore them from a copy, or delete that folder to restart the stage "
+                f"from its start, then `rlctl resume {run_dir}`."
+            )
+        for ckpt, _ in choice.damaged:
+            aside = ckpt.with_name(ckpt.name + DAMAGED)
+            if aside.exists():
+                shutil.rmtree(aside)
+            ckpt.rename(aside)
+        names = ", ".join(c.name for c, _ in choice.damaged)
+        notes.append(
+            f"stage {stage}: {names} is damaged ({_listed(choice.damaged)}); resuming from {choice.intact.name}, the "
+            f"newest intact checkpoint. The damaged copy is kept as {names.split(', ')[0]}{DAMAGED} for inspection."
+        )
+    return notes
+
+
+def verify_run(run_dir: Path) -> list[tuple[str, list[str]]]:
+    """(folder relative to the run, its problems) for every complete checkpoint, final folder and export of a
+    run, in run order; an empty problem list means intact."""
+    out = []
+    for stage_dir in sorted(p for p in run_dir.iterdir() if (p / "checkpoints").is_dir() or (p / "final").is_dir()):
+        for ckpt in checkpoint.complete_checkpoints(stage_dir / "checkpoints"):
+            out.append((str(ckpt.relative_to(run_dir)), checkpoint_problems(ckpt)))
+        if (stage_dir / "final").is_dir():
+            out.append((str((stage_dir / "final").relative_to(run_dir)), folder_problems(stage_dir / "final", None)))
+    for export in sorted(p.parent for p in run_dir.glob("export*/config.json")):
+        out.append((str(export.relative_to(run_dir)), folder_problems(export, None)))
+    return out

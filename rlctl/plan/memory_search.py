@@ -1,0 +1,258 @@
+"""The planner's search: each selected stage's shape from the config, the candidate layouts in order of preference,
+and for one layout the largest micro-batches whose phases fit (with gradient checkpointing when it is needed).
+Pure Python, no torch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rlctl.plan.memory_arch import Arch
+from rlctl.plan.memory_generation import generation_chunks, transformers_generation, vllm_generation
+from rlctl.plan.memory_model import (
+    CRITIC_ALGORITHMS,
+    GPU_RESERVE,
+    HOST_PROCESS_GIB,
+    HOST_RESERVE,
+    MAX_MICRO,
+    TOKENS_PER_MICRO,
+    Attempt,
+    Env,
+    GiB,
+    Phase,
+    Setup,
+    StageFit,
+    Workload,
+    generation_resident,
+    model_state,
+    reference_bytes,
+    training_phases,
+)
+
+if TYPE_CHECKING:
+    from rlctl.config import RunConfig
+    from rlctl.plan.hardware import Hardware
+
+# --- One layout: the largest micro-batches whose phases fit ---------------------------------------------------
+
+
+def stage_fit(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> StageFit:
+    """Every phase of one stage at one micro-batch."""
+    phases = training_phases(arch, env, setup, wl, micro)
+    gen = None
+    if wl.stage == "rl" and env.engine == "vllm":
+        resident = generation_resident(arch, env, setup, wl)
+        gen, vcomps = vllm_generation(arch, env, setup, wl, resident)
+        phases.insert(0, Phase(wl.stage, "generation", {**resident, **vcomps}, env.budget))
+    elif wl.stage == "rl":  # the largest chunk of rollouts whose generation fits (on CPU: all at once)
+        chunks = [wl.per_proc] if env.is_cpu else generation_chunks(wl, micro, env.world)
+        for chunk in chunks:
+            gen, phase = transformers_generation(arch, env, setup, wl, chunk)
+            if gen.fits:
+                break
+        phases.insert(0, phase)
+    return StageFit(wl, micro, phases, gen)
+
+
+def micro_options(wl: Workload) -> list[int]:
+    """Micro-batches that divide the per-process batch, largest first (at most MAX_MICRO)."""
+    if wl.micro_fixed is not None:
+        return [wl.micro_fixed]
+    return [d for d in range(min(wl.per_proc, MAX_MICRO), 0, -1) if wl.per_proc % d == 0]
+
+
+def best_micro(arch: Arch, env: Env, setup: Setup, wl: Workload) -> StageFit:
+    """The largest micro-batch whose phases all fit (or the smallest tried, to report how far off it is).
+    On CPU the planner does not search: the largest allowed micro-batch, as before the memory model."""
+    if env.is_cpu:
+        return stage_fit(arch, env, setup, wl, micro_options(wl)[0])
+    fit = None
+    for micro in micro_options(wl):
+        fit = stage_fit(arch, env, setup, wl, micro)
+        if fit.fits:
+            return fit
+    assert fit is not None
+    return fit
+
+
+def _enough_tokens(fit: StageFit) -> bool:
+    wl = fit.workload
+    return fit.micro * wl.seqs * wl.tokens >= TOKENS_PER_MICRO or fit.micro == micro_options(wl)[0]
+
+
+def host_usage(arch: Arch, env: Env, setup: Setup, wls: list[Workload]) -> dict[str, float]:
+    """Host RAM per node: each process, optimizer states parked between phases, FSDP2's CPU-offloaded shards."""
+    if env.is_cpu:
+        return {}
+    out = {"training processes": HOST_PROCESS_GIB * GiB * env.procs}
+    st = model_state(arch, env, setup)
+    if setup.phase_offload and any(w.stage == "rl" for w in wls):
+        out["optimizer states (between phases)"] = st["optim"] * env.procs
+    if setup.cpu_offload:
+        out["FSDP2 CPU offload (params, grads, optimizer)"] = st["host"] * env.procs
+        ref = next((w for w in wls if w.reference and not w.loop_reference), None)
+        if ref is not None and setup.adapter == "full":
+            out["reference model (CPU offload)"] = reference_bytes(arch, env, setup, ref) / env.world * env.procs
+        if any(w.critic for w in wls):
+            out["critic (CPU offload)"] = model_state(arch, env, setup, "score")["host"] * env.procs
+    return out
+
+
+def attempt(arch: Arch, env: Env, setup: Setup, wls: list[Workload], checkpointing: bool | None) -> Attempt:
+    """One setup with its micro-batches; checkpointing=None lets the planner choose it."""
+
+    def run(ckpt: bool) -> Attempt:
+        s = setup._replace(checkpointing=ckpt)
+        fits = [best_micro(arch, env, s, wl) for wl in wls]
+        return Attempt(s, fits, host_usage(arch, env, s, wls), env.host_budget)
+
+    if checkpointing is not None:
+        return run(checkpointing)
+    off = run(False)
+    if off.fits and all(_enough_tokens(f) for f in off.stages):
+        return off
+    on = run(True)
+    if on.fits and (not off.fits or any(a.micro > b.micro for a, b in zip(on.stages, off.stages, strict=True))):
+        return on
+    return off if off.fits else on
+
+
+# --- From the config ----------------------------------------------------------------------------------------------
+
+
+def workloads(cfg: RunConfig, world: int) -> list[Workload]:
+    """The shape of each selected stage (per process), from the config."""
+    out = []
+    for name in cfg.stages:
+        sc = getattr(cfg, name)
+        micro = None if sc.micro_batch_size == "auto" else int(sc.micro_batch_size)
+        if name == "rl":
+            rl = cfg.rl
+            critic = getattr(rl, "critic_init", None) is not None or rl.algorithm in CRITIC_ALGORITHMS
+            out.append(
+                Workload(
+                    "rl",
+                    rl.prompts_per_step * rl.group_size // world,
+                    1,
+                    cfg.data.max_prompt_length + rl.max_new_tokens,
+                    rl.max_new_tokens,
+                    prompt_tokens=cfg.data.max_prompt_length,
+                    group_size=rl.group_size,
+                    reference=rl.beta > 0,
+                    reward_model=any(r.name == "reward_model" for r in rl.rewards),
+                    critic=critic,
+                    micro_fixed=micro,
+                    loop_reference=getattr(rl, "path", None) == "rlctl",
+                    chunkable=getattr(rl, "path", None) == "rlctl" or rl.ppo_epochs * rl.ppo_mini_batches == 1,
+                )
+            )
+        elif name == "rm":  # a sequence classifier on chosen + rejected: no vocabulary logits
+            out.append(Workload("rm", sc.batch_size // world, 2, sc.max_length, 0, head="score", micro_fixed=micro))
+        elif name == "sft":
+            out.append(Workload("sft", sc.batch_size // world, 1, sc.max_length, sc.max_length, micro_fixed=micro))
+        else:  # dpo: chosen + rejected in one forward; kto: completion + mismatched KL completion; both a reference
+            length = sc.max_length
+            out.append(Workload(name, sc.batch_size // world, 2, length, length, reference=True, micro_fixed=micro))
+    return out
+
+
+def environment(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precision: str) -> Env:
+    if hardware.is_cpu:
+        total = hardware.ram_gib * GiB / max(procs, 1)
+        budget = total * (1 - HOST_RESERVE)
+    else:
+        total = hardware.gpu_usable_gib * GiB
+        budget = total * (1 - GPU_RESERVE)
+    return Env(
+        is_cpu=hardware.is_cpu,
+        procs=procs,
+        nodes=hardware.nodes,
+        total=total,
+        budget=budget,
+        host_budget=hardware.ram_gib * GiB * (1 - HOST_RESERVE),
+        host_assumed=hardware.ram_assumed,
+        precision=precision,
+        engine=engine,
+        lora_r=cfg.model.lora_r,
+        lora_dropout=cfg.model.lora_dropout,
+    )
+
+
+def candidates(cfg: RunConfig, env: Env) -> list[Setup]:
+    """Setups in the planner's order of preference, restricted by what the user fixed: full replicated, full
+    FSDP2 (several GPUs), full with the optimizer offloaded between phases, FSDP2 with CPU offload, LoRA, QLoRA
+    (each adapter also with the offload between phases)."""
+    rep = "single" if env.world == 1 else "ddp"
+    rl = "rl" in cfg.stages
+    order = [Setup(rep, "full")]
+    if env.world > 1:
+        order.append(Setup("fsdp2", "full"))
+    if rl:
+        order.append(Setup(rep if env.world == 1 else "fsdp2", "full", phase_offload=True))
+    order.append(Setup("fsdp2", "full", cpu_offload=True))
+    for adapter in ("lora", "qlora"):
+        order.append(Setup(rep, adapter))
+        if rl:
+            order.append(Setup(rep, adapter, phase_offload=True))
+    if env.is_cpu:
+        order = [Setup(rep, "full"), Setup(rep, "lora"), Setup(rep, "qlora")]
+    adapter, strategy = cfg.model.adapter, cfg.hardware.strategy
+    if adapter == "full" and strategy in ("single", "ddp"):
+        order = [Setup(strategy, "full")] + ([Setup(strategy, "full", phase_offload=True)] if rl else [])
+    if adapter != "auto":
+        order = [s for s in order if s.adapter == adapter]
+    if strategy != "auto":
+        picked = [s for s in order if s.strategy == strategy or (strategy != "fsdp2" and s.strategy == rep)]
+        picked = [s._replace(strategy=strategy) for s in picked]
+        order = picked or [Setup(strategy, adapter if adapter != "auto" else "full")]
+    seen: list[Setup] = []
+    for s in order:
+        if s not in seen:
+            seen.append(s)
+    if env.is_cpu:
+        return seen[:1]  # on CPU the planner reports, it does not search
+    return seen
+
+
+def explicit_settings(cfg: RunConfig) -> list[str]:
+    """The planner-relevant settings the user fixed (anything but auto)."""
+    fixed = []
+    if cfg.model.adapter != "auto":
+        fixed.append(f"model.adapter={cfg.model.adapter}")
+    if cfg.model.gradient_checkpointing != "auto":
+        fixed.append(f"model.gradient_checkpointing={str(cfg.model.gradient_checkpointing).lower()}")
+    if cfg.hardware.strategy != "auto":
+        fixed.append(f"hardware.strategy={cfg.hardware.strategy}")
+    for name in cfg.stages:
+        micro = getattr(cfg, name).micro_batch_size
+        if micro != "auto":
+            fixed.append(f"{name}.micro_batch_size={micro}")
+    return fixed
+
+
+def search(cfg: RunConfig, env: Env, arch: Arch) -> tuple[Attempt | None, Attempt]:
+    """(first fitting attempt or None, the closest attempt) over the candidates."""
+    wls = workloads(cfg, env.world)
+    ckpt = None if cfg.model.gradient_checkpointing == "auto" else bool(cfg.model.gradient_checkpointing)
+    if env.is_cpu and ckpt is None:
+        ckpt = False
+    closest = None
+    for setup in candidates(cfg, env):
+        a = attempt(arch, env, setup, wls, ckpt)
+        if a.fits:
+            return a, a
+        if closest is None or a.headroom > closest.headroom:
+            closest = a
+    assert closest is not None
+    return None, closest
+
+
+def fitting_attempt(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precision: str) -> Attempt | None:
+    if cfg.model.arch is None:
+        return None
+    env = environment(cfg, hardware, procs, engine, precision)
+    world = env.world
+    for name in cfg.stages:
+        batch = cfg.rl.prompts_per_step * cfg.rl.group_size if name == "rl" else getattr(cfg, name).batch_size
+        if batch % world:
+            return None
+    return search(cfg, env, Arch.of(cfg.model.arch))[0]

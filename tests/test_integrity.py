@@ -1,0 +1,136 @@
+"""Checkpoints that prove themselves, checked directly: the completion marker's manifest (sizes and checksums),
+what each file format makes checkable, the resume fallback to the newest intact checkpoint, `rlctl verify`, and
+strict JSON. The end-to-end resume is in test_silent_failures.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+
+import pytest
+
+from rlctl import checkpoint, strictjson
+from rlctl.checkpoint import integrity, verify
+from rlctl.errors import UserError
+from tests.conftest import rlctl
+
+
+def _safetensors(path: Path, n: int) -> None:
+    header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\x01" * (4 * n))
+
+
+def _publish(folder: Path, step: int, n: int = 1000) -> Path:
+    ckpt = checkpoint.incoming(folder) / f"checkpoint-{step}"
+    ckpt.mkdir(parents=True)
+    _safetensors(ckpt / "model.safetensors", n)
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (ckpt / "nested").mkdir()
+    (ckpt / "nested" / "rng.pkl").write_bytes(b"rng" * 10)
+    return checkpoint.publish(folder, step, None, keep_last=5, keep_best=False)
+
+
+def _halve(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_the_marker_records_every_file_and_catches_truncation_changes_and_loss(tmp_path: Path):
+    ckpt = _publish(tmp_path, 2)
+    marker = json.loads((ckpt / checkpoint.COMPLETE).read_text())
+    assert set(marker["files"]) == {"model.safetensors", "trainer_state.json", "nested/rng.pkl"}
+    assert marker["files"]["nested/rng.pkl"]["size"] == 30 and checkpoint.mark(ckpt) == {"step": 2}
+    assert verify.checkpoint_problems(ckpt) == []
+    size = (ckpt / "model.safetensors").stat().st_size
+    _halve(ckpt / "model.safetensors")
+    assert verify.checkpoint_problems(ckpt) == [
+        f"model.safetensors is {size // 2:,} bytes, the marker recorded {size:,}"
+    ]
+    (ckpt / "nested" / "rng.pkl").write_bytes(b"RNG" * 10)  # same size, other bytes
+    (ckpt / "trainer_state.json").unlink()
+    problems = verify.checkpoint_problems(ckpt)
+    assert "nested/rng.pkl changed since it was written (checksum differs)" in problems
+    assert "trainer_state.json is missing" in problems
+
+
+def test_large_files_get_a_sampled_checksum_that_still_sees_their_blocks(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(integrity, "FULL_HASH_BYTES", 1 << 20)
+    path = tmp_path / "big.safetensors"
+    _safetensors(path, 3 << 20)  # 12 MiB
+    entry = integrity.file_entry(path)
+    assert entry["sampled"] and entry["size"] == path.stat().st_size
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF  # inside the last sampled block
+    path.write_bytes(bytes(data))
+    assert integrity.file_entry(path)["xxh3"] != entry["xxh3"]
+
+
+def test_formats_are_checked_without_a_manifest(tmp_path: Path):
+    _safetensors(tmp_path / "model.safetensors", 100)
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "optimizer.pt").write_bytes(b"not a zip archive")
+    assert integrity.folder_problems(tmp_path, None) == [
+        "optimizer.pt is not a complete torch.save archive (no zip central directory)"
+    ]
+    (tmp_path / "optimizer.pt").unlink()
+    _halve(tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text("{")
+    problems = integrity.folder_problems(tmp_path, None)
+    assert any(p.startswith("config.json: ") for p in problems)
+    assert any(p.startswith("model.safetensors is ") and "its header describes" in p for p in problems)
+
+
+def test_resume_sets_damaged_checkpoints_aside_and_refuses_when_none_is_intact(tmp_path: Path):
+    folder = tmp_path / "rl" / "checkpoints"
+    for step in (2, 4, 6):
+        _publish(folder, step)
+    _halve(folder / "checkpoint-6" / "model.safetensors")
+    (notes,) = verify.resume_check(tmp_path, ["sft", "rl"])
+    assert notes.startswith("stage rl: checkpoint-6 is damaged (checkpoint-6: model.safetensors is ")
+    assert "resuming from checkpoint-4, the newest intact checkpoint" in notes
+    assert [p.name for p in checkpoint.complete_checkpoints(folder)] == ["checkpoint-2", "checkpoint-4"]
+    assert (folder / "checkpoint-6.damaged" / "model.safetensors").is_file()
+    assert checkpoint.drop_partial(folder) == [], "a damaged checkpoint is kept for inspection"
+    assert verify.resume_check(tmp_path, ["rl"]) == []
+    for step in (2, 4):
+        _halve(folder / f"checkpoint-{step}" / "model.safetensors")
+    with pytest.raises(UserError) as info:
+        verify.resume_check(tmp_path, ["rl"])
+    assert "Every checkpoint of stage rl" in str(info.value) and "checkpoint-2: model.safetensors is" in str(info.value)
+    assert (folder / "checkpoint-4").is_dir(), "nothing is renamed when no checkpoint is intact"
+    (tmp_path / "summary.json").write_text(json.dumps({"completed": ["rl"]}))
+    assert verify.resume_check(tmp_path, ["rl"]) == [], "finished stages are not looked at"
+
+
+def test_rlctl_verify_lists_checkpoints_finals_and_exports(tmp_path: Path):
+    _publish(tmp_path / "sft" / "checkpoints", 2)
+    (tmp_path / "sft" / "final").mkdir()
+    _safetensors(tmp_path / "sft" / "final" / "model.safetensors", 10)
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "config.json").write_text("{}")
+    _safetensors(tmp_path / "export" / "model.safetensors", 10)
+    (tmp_path / "config.yaml").write_text("name: x\n")
+    ok = rlctl("verify", str(tmp_path))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "sft/checkpoints/checkpoint-2: intact" in ok.stdout and "export: intact" in ok.stdout
+    _halve(tmp_path / "export" / "model.safetensors")
+    bad = rlctl("verify", str(tmp_path), "--json")
+    assert bad.returncode == 1
+    checked = {c["path"]: c for c in json.loads(bad.stdout)["checked"]}
+    assert checked["sft/final"]["intact"] and not checked["export"]["intact"]
+    assert rlctl("verify", str(tmp_path / "nothing")).returncode == 2
+
+
+def test_strict_json_writes_null_with_the_reason():
+    text = strictjson.dumps({"loss": math.nan, "kl": -math.inf, "ok": 1.0, "inner": [{"x": math.inf}]})
+    assert strictjson.loads(text) == {
+        "loss": None,
+        "kl": None,
+        "ok": 1.0,
+        "inner": [{"x": None, "null_reasons": {"x": "inf"}}],
+        "null_reasons": {"loss": "nan", "kl": "-inf"},
+    }
+    with pytest.raises(ValueError, match="not strict JSON: NaN"):
+        strictjson.loads('{"loss": NaN}')

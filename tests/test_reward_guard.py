@@ -1,0 +1,145 @@
+"""Rewards that cannot fail silently, checked directly: deadlines that stop a hanging reward in its worker process
+(on_error raise / zero, the slow warning first), outputs that are not one finite number or None per completion,
+NaN/inf values per on_error, and a batch where every reward is NaN. End-to-end runs: test_silent_failures.py."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rlctl import rewards
+from rlctl.errors import RewardError, UserError, is_out_of_memory
+
+PLUGIN = '''
+import math, time
+import numpy
+
+def sleepy(prompts, completions, **_):
+    print("printed by the reward")  # goes to the log, not into the worker's answers
+    time.sleep(60)
+    return [1.0] * len(completions)
+
+def digits(prompts, completions, answer, **_):
+    return [float(c == a) for c, a in zip(completions, answer)]
+
+def words(prompts, completions, **_):
+    return ["high"] * len(completions)
+
+def nested(prompts, completions, **_):
+    return [[0.5] for _ in completions]
+
+def column(prompts, completions, **_):
+    return numpy.ones((len(completions), 1))
+
+def vector(prompts, completions, **_):
+    return numpy.ones(len(completions))
+
+def nan(prompts, completions, **_):
+    return [math.nan] * len(completions)
+
+def some_nan(prompts, completions, answer, **_):
+    return [1.0 if c == a else math.inf for c, a in zip(completions, answer)]
+'''
+ROWS = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": "4"}]
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("plugins") / "plug.py"
+    path.write_text(PLUGIN)
+    return path
+
+
+def _stage(plugin: Path, *specs: tuple[str, str, float], notify=None, errors=None) -> list:
+    entries = [SimpleNamespace(name=f"{plugin}:{fn}", on_error=on_error, timeout_s=t) for fn, on_error, t in specs]
+    return rewards.stage_rewards(entries, "answer", {} if errors is None else errors, notify)
+
+
+def test_a_hanging_reward_is_stopped_at_its_deadline_and_named(plugin: Path):
+    events: list = []
+    (fn,) = _stage(plugin, ("sleepy", "raise", 2), notify=lambda event, **f: events.append((event, f)))
+    start = time.monotonic()
+    with pytest.raises(RewardError) as info:
+        fn(prompts=["1+1=", "2+2=", "3+3="], completions=["2", "4", "6"], answer=["2", "4", "6"])
+    assert time.monotonic() - start < 10
+    text = str(info.value)
+    assert f"Reward '{plugin}:sleepy' did not return within its timeout_s=2 s on a batch of 3 completions" in text
+    assert "stopped after 2." in text and "on_error: zero" in text
+    assert events == [("reward_slow", {"reward": f"{plugin}:sleepy", "seconds": pytest.approx(1.0, abs=0.5),
+                                       "timeout_s": 2})]  # fmt: skip
+
+
+def test_on_error_zero_scores_a_timed_out_batch_zero_counts_it_and_the_next_call_works(plugin: Path):
+    errors: dict[str, int] = {}
+    sleepy, digits = _stage(plugin, ("sleepy", "zero", 1), ("digits", "raise", 5), errors=errors)
+    assert sleepy(prompts=["a", "b"], completions=["1", "2"], answer=["1", "3"]) == [0.0, 0.0]
+    assert errors == {f"{plugin}:sleepy": 2}
+    assert digits(prompts=["a", "b"], completions=["1", "2"], answer=["1", "3"]) == [1.0, 0.0]
+    assert sleepy(prompts=["a"], completions=["1"], answer=["1"]) == [0.0], "a fresh worker after the stop"
+    assert errors == {f"{plugin}:sleepy": 3}
+
+
+@pytest.mark.parametrize(
+    "fn, shown",
+    [
+        ("words", "it returned 'high' (a str) for completion 1"),
+        ("nested", "it returned '[0.5]' (a list) for completion 1"),
+        ("column", "it returned a ndarray of shape (2, 1), not (2,)"),
+        ("nan", "returned nan for the completion '2' (the ground truth of row 1)"),
+    ],
+)
+def test_the_dry_run_refuses_anything_but_one_finite_number_per_completion(plugin: Path, fn: str, shown: str):
+    with pytest.raises(UserError) as info:
+        rewards.dry_run([f"{plugin}:{fn}"], ROWS)
+    assert f"Reward '{plugin}:{fn}'" in str(info.value) and shown in str(info.value)
+
+
+def test_the_dry_run_accepts_a_tensor_of_the_right_shape_and_times_out_a_hang(plugin: Path):
+    rewards.dry_run([f"{plugin}:vector", f"{plugin}:digits"], ROWS)
+    with pytest.raises(UserError, match="did not return within its timeout_s on 2 completions of your data"):
+        rewards.dry_run([f"{plugin}:sleepy"], ROWS, timeouts=[1])
+
+
+def test_nan_and_inf_follow_on_error(plugin: Path):
+    errors: dict[str, int] = {}
+    (zero,) = _stage(plugin, ("some_nan", "zero", 5), errors=errors)
+    assert zero(prompts=["a", "b"], completions=["2", "5"], answer=["2", "4"]) == [1.0, 0.0]
+    assert errors == {f"{plugin}:some_nan": 1}
+    (strict,) = _stage(plugin, ("some_nan", "raise", 0))  # timeout_s 0: in this process
+    with pytest.raises(RewardError, match=r"some_nan' returned inf for the completion '5' of the prompt 'b'"):
+        strict(prompts=["a", "b"], completions=["2", "5"], answer=["2", "4"])
+
+
+def test_a_batch_where_every_reward_is_nan_stops_even_with_on_error_zero(plugin: Path):
+    nan, digits = _stage(plugin, ("nan", "zero", 5), ("digits", "zero", 5))
+    kwargs = {"prompts": ["a"], "completions": ["2"], "answer": ["2"]}
+    assert nan(**kwargs) == [0.0] and digits(**kwargs) == [1.0], "one NaN reward beside a finite one: counted"
+    nan, other_nan = _stage(plugin, ("nan", "zero", 5), ("nan", "zero", 0))
+    nan(**kwargs)
+    with pytest.raises(RewardError, match="Every reward returned NaN/inf for all 1 completions of a batch"):
+        other_nan(**kwargs)
+
+
+def test_wrong_outputs_during_training_follow_on_error(plugin: Path):
+    errors: dict[str, int] = {}
+    (words,) = _stage(plugin, ("words", "zero", 5), errors=errors)
+    assert words(prompts=["a", "b"], completions=["1", "2"]) == [0.0, 0.0] and errors == {f"{plugin}:words": 2}
+    (words,) = _stage(plugin, ("words", "raise", 5))
+    with pytest.raises(RewardError, match=r"words' returned 'high' \(a str\) for completion 1 on the completion '1'"):
+        words(prompts=["a", "b"], completions=["1", "2"])
+
+
+def test_out_of_memory_in_a_worker_still_reads_as_out_of_memory(tmp_path: Path):
+    (tmp_path / "oom.py").write_text(
+        "class OutOfMemoryError(RuntimeError):  # torch's, by name (importing torch here would take seconds)\n"
+        "    pass\n"
+        "def score(prompts, completions, **_):\n"
+        "    raise OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')\n"
+    )
+    (fn,) = _stage(tmp_path / "oom.py", ("score", "zero", 30))
+    with pytest.raises(Exception) as info:
+        fn(prompts=["a"], completions=["b"])
+    assert is_out_of_memory(info.value) and "Tried to allocate 2.00 GiB" in str(info.value)
