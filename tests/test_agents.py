@@ -360,3 +360,20 @@ def test_rows_offer_their_own_tools(tok, tmp_path):
     schemas = [t.schema for t in found.values()]
     assert tokens.length(only_echo, tok, "rl", schemas) == len(agent.prompt_ids("q", only_echo))
     assert tokens.length(only_echo, tok, "rl") == len(tok("q")["input_ids"]), "without rl.tools: the plain prompt"
+
+
+def test_planning_a_tool_run_stays_torch_free(tmp_path):
+    """`rlctl plan` of the real-model tool preset loads the tools and checks the rows without torch."""
+    import subprocess
+    import sys
+
+    (tmp_path / "rl.jsonl").write_text('{"prompt": "12*13=", "answer": "156"}\n')
+    code = (
+        "import sys\nfrom rlctl.cli import main\nsys.argv = ['rlctl', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "print('HEAVY', [m for m in ('torch', 'transformers', 'trl', 'vllm') if m in sys.modules], file=sys.stderr)\n"
+    )
+    argv = ["plan", "--preset", "qwen1.5b-tool-grpo", "--set", f"data.rl={tmp_path / 'rl.jsonl'}"]
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    assert "HEAVY []" in proc.stderr, proc.stderr
+    assert "Tools calculator, python (up to 4 turns per rollout)" in " ".join(proc.stdout.split())

@@ -197,7 +197,7 @@ def check_tools(cfg: RunConfig, report: Report) -> None:
 
 def check_row_tools(cfg: RunConfig, rows: list[dict[str, Any]], report: Report) -> None:
     """RL rows' own `tools` must name tools of rl.tools (those are the ones rlctl can run)."""
-    from rlctl.rollout import multiturn, tools
+    from rlctl.rollout import tools
 
     try:
         known = list(tools.resolve_all(cfg.rl.tools))
@@ -205,7 +205,7 @@ def check_row_tools(cfg: RunConfig, rows: list[dict[str, Any]], report: Report) 
         return
     for i, row in enumerate(rows):
         try:
-            names = multiturn.tool_names(tokens.row_tools(row) or [])
+            names = tools.tool_names(tokens.row_tools(row) or [])
         except (ValueError, AttributeError, TypeError) as e:
             report.errors.append(f"data.rl row {i + 1}: its tools column is not a list of OpenAI tool schemas ({e}).")
             return

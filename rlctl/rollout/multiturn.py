@@ -43,11 +43,6 @@ class Agent:
         return self.tokenizer.decode(ids[: self.max_tool_output_tokens]) + " [cut]"
 
 
-def tool_names(schemas: list[dict[str, Any]]) -> list[str]:
-    """The function names of OpenAI tool schemas (`{"type": "function", "function": {"name": ...}}` or flat)."""
-    return [(s.get("function") or s).get("name") for s in schemas]
-
-
 def agent_for(rl: Any, tokenizer: Any) -> Agent | None:
     """The multi-turn setup of a run's rl section (`rl.tools`, turn and token limits), or None without tools."""
     if not rl.tools:
@@ -107,7 +102,7 @@ def rollout(agent: Agent, generator: Any, samples: list[Sample], greedy: bool = 
             if not calls or turn == agent.max_turns:
                 continue
             shown = agent.schemas(s.row)
-            allowed = {name: agent.tools[name] for name in tool_names(shown) if name in agent.tools}
+            allowed = {name: agent.tools[name] for name in tools.tool_names(shown) if name in agent.tools}
             results = [answer(agent, allowed, s, call) for call in calls]
             end_text = agent.tokenizer.decode(ids[-1:], skip_special_tokens=False)
             text = toolcalls.result_text(agent.tokenizer, s.messages, results, shown, end_text)

@@ -238,6 +238,11 @@ def resolve_all(specs: list[str]) -> dict[str, Tool]:
     return out
 
 
+def tool_names(schemas: list[dict[str, Any]]) -> list[str]:
+    """The function names of OpenAI tool schemas (`{"type": "function", "function": {"name": ...}}` or flat)."""
+    return [(s.get("function") or s).get("name") for s in schemas]
+
+
 def call(tools: dict[str, Tool], name: Any, arguments: Any, timeout_s: float = TIMEOUT_S) -> ToolResult:
     """Run one tool call; every failure (unknown tool, bad arguments, an exception, a timeout) becomes an error
     message for the model."""
