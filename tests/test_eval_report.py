@@ -172,6 +172,9 @@ def test_report_writes_plots_markdown_and_events(demo_run: Path, tmp_path: Path)
         "| learning rate |",
         "- **rewards**: `exact_match` x1, `reward_model` x0.1",
         "tensorboard --logdir",
+        "## Layout: planned vs observed",
+        "| rl | reference | cpu | cpu | ok |",
+        "| sft | strategy | single | single | ok |",
     ):
         assert text in md, text
     scalars = read_scalars(next((demo_run / "tensorboard").glob("events.out.tfevents.*")))
@@ -182,6 +185,22 @@ def test_report_writes_plots_markdown_and_events(demo_run: Path, tmp_path: Path)
 
     quiet = rlctl("--quiet", "report", str(demo_run), "--out", str(tmp_path / "q"))
     assert quiet.returncode == 0 and quiet.stdout.strip().startswith("Wrote") and len(quiet.stdout.splitlines()) <= 2
+
+
+def test_report_shows_the_layout_comparison_and_flags_a_mismatch():
+    from rlctl.after.report import layout_section
+
+    record = {
+        "planned": {"strategy": "fsdp2", "adapter": "lora"},
+        "observed": {"strategy": "ddp", "adapter": "lora", "trainable_parameters": 10, "total_parameters": 100},
+        "mismatches": ["strategy: planned fsdp2, observed ddp"],
+        "processes_recorded": 2,
+    }
+    lines = layout_section({"sft": record})
+    assert "| sft | strategy | fsdp2 | ddp | **MISMATCH** |" in lines
+    assert "| sft | adapter | lora | lora | ok |" in lines
+    assert any(line.startswith("- **sft** (2 process(es) recorded): 10 of 100 parameters train") for line in lines)
+    assert layout_section({}) == []
 
 
 def test_report_needs_metrics(tmp_path):

@@ -119,6 +119,13 @@ def test_two_process_ddp_and_no_secret_leaks(tmp_path: Path):
     assert s["completed"] == ["sft", "rm", "rl"]
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["strategy"] == "ddp" and plan["accelerate"]["num_processes"] == 2
+    for stage, record in s["layout"].items():  # both processes ran DDP, as planned
+        live = record["observed"]
+        assert record["mismatches"] == [] and record["processes_recorded"] == 2, stage
+        assert live["strategy"] == "ddp" and live["world_size"] == 2, stage
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if r.get("stage") == "sft" and "loss" in r]
+    assert sum(losses[-5:]) < sum(losses[:5]), losses
 
     export = rlctl("export", str(run_dir), "--out", str(tmp_path / "model"), env=secrets)
     assert export.returncode == 0, export.stderr

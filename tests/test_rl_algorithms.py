@@ -198,6 +198,13 @@ def test_algorithm_learns_from_the_sft_checkpoint(algorithm, demo_run, tmp_path)
     sft = summary(demo_run)["stages"]["sft"]["eval_accuracy"]
     assert start == pytest.approx(sft), "the run starts from the shared SFT model"
     assert end > start + MARGIN, f"{algorithm}: held-out accuracy {start:.3f} -> {end:.3f} after {steps} steps"
+    record = s["layout"][stage]
+    assert record["mismatches"] == [], record
+    if stage == "rl":  # the critic and the frozen reference copy of the algorithms that have them
+        live = record["observed"]
+        assert live["critic"] == (algorithm in ("ppo", "pf-ppo")), live
+        beta = json.loads((tmp_path / "run" / "plan.json").read_text())["config"]["rl"]["beta"]
+        assert live["reference"] == ("cpu" if beta > 0 else "none"), live
     if stage == "rl":
         records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
         steps_logged = [r for r in records if r.get("stage") == "rl" and "step" in r]
@@ -305,6 +312,9 @@ def test_loop_runs_as_two_ddp_processes(demo_run, tmp_path):
     run_dir = tmp_path / "ddp"
     s = train_from_sft(demo_run, run_dir, "ppo", 3, "hardware.num_processes=2", "rl.prompts_per_step=8")
     assert s["world_size"] == 2 and s["completed"] == ["rl"]
+    record = s["layout"]["rl"]
+    assert record["mismatches"] == [] and record["processes_recorded"] == 2
+    assert record["observed"]["strategy"] == "ddp" and record["observed"]["critic"]
     assert (run_dir / "rl" / "checkpoints" / "checkpoint-3" / "rlctl_complete").exists()
     assert sorted(p.name for p in (run_dir / "rl" / "checkpoints" / "checkpoint-3").glob("random_states_*")) == [
         "random_states_0.pkl",

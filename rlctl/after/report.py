@@ -269,6 +269,7 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
         if "summary" in plots:
             lines += ["", f"![held-out metrics per stage]({plots['summary'].name})"]
     lines += memory_lines(summary, plots)
+    lines += layout_section(summary.get("layout", {}))
     lines += ["", "## Configuration", "", f"Resolved config: `{run_dir / 'config.yaml'}`.", ""]
     data = cfg.data
     sources = {r: getattr(data, r) for r in ("sft", "preference", "rl", "eval") if getattr(data, r)}
@@ -308,6 +309,34 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
             f"Event files: `{tb.parent}`. View them with `tensorboard --logdir {tb.parent}`.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def layout_section(layout: dict[str, dict]) -> list[str]:
+    """summary.json's layout records: each value the plan chose beside what the stage ran, and what was counted."""
+    if not layout:
+        return []
+    lines = ["", "## Layout: planned vs observed", "", "| stage | setting | planned | observed | |"]
+    lines.append("| --- | --- | --- | --- | --- |")
+    for stage, record in layout.items():
+        live, wrong = record.get("observed", {}), {m.split(":")[0] for m in record.get("mismatches", [])}
+        for key, want in record.get("planned", {}).items():
+            mark = "**MISMATCH**" if key in wrong else "ok"
+            lines.append(f"| {stage} | {key} | {_fmt(want)} | {_fmt(live.get(key, '-'))} | {mark} |")
+    lines.append("")
+    for stage, record in layout.items():
+        live = record.get("observed", {})
+        counted = [f"{live.get('trainable_parameters', 0):,} of {live.get('total_parameters', 0):,} parameters train"]
+        counted.append(f"LoRA modules {live.get('lora_modules', 0)}, Linear4bit {live.get('linear4bit_modules', 0)}")
+        counted.append(f"DTensor parameters {live.get('dtensor_parameters', 0)}")
+        state = live.get("optimizer_state")
+        if state:
+            where = "/".join(state["devices"]) or "none"
+            counted.append(f"optimizer state {state['bytes']:,} B ({'/'.join(state['dtypes'])}) on {where}")
+        if "optimizer_switches" in live:
+            counted.append(f"offload switches {json.dumps(live['optimizer_switches'])}")
+        processes = record.get("processes_recorded", 1)
+        lines.append(f"- **{stage}** ({processes} process(es) recorded): " + "; ".join(counted))
+    return lines
 
 
 def build(run_dir: Path, out: Path | None = None) -> Report:

@@ -96,6 +96,9 @@ def _wait_for_rank0(run_dir: Path, timeout: float) -> None:
 def _launch(the_plan: Plan, resuming: bool) -> int:
     """Run the plan; nodes other than 0 do not take the run directory's lock (node 0 holds it)."""
     from rlctl import launch
+    from rlctl.plan import packages
+
+    packages.require(the_plan)
 
     if the_plan.config.hardware.node_rank == 0:
         return launch.run(the_plan, console, resuming=resuming)

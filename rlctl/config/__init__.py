@@ -267,6 +267,7 @@ RESUMABLE = (
     "rl.rewards",
     "logging.console_every_s",
     "model.gradient_checkpointing",
+    "hardware.optimizer_offload",  # where the optimizer state waits between steps, not what it holds
     "checkpoint.keep_last",
     "checkpoint.keep_best",
     "logging.every",

@@ -167,6 +167,11 @@ class HardwareConfig(Section):
     strategy: Literal["auto", "single", "ddp", "fsdp2"] = Field(
         "auto", description="Distribution strategy; auto lets the planner pick."
     )
+    optimizer_offload: Literal["auto"] | bool = Field(
+        "auto",
+        description="RL: keep the policy's AdamW state in host RAM outside its optimizer step (moved to the GPU and "
+        "back around each step); auto lets the planner decide. On CPU it is a no-op (the state lives there).",
+    )
     nodes: int | None = Field(
         None, ge=1, description="Machines the run spans (default: the M of an MxNxGPU spec, else 1); see --nodes."
     )

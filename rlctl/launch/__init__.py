@@ -33,6 +33,7 @@ from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import preflight, tbevents
 from rlctl.launch import progress as progress_mod
+from rlctl.plan import packages
 from rlctl.plan import planner as plan_mod
 
 PR_SET_PDEATHSIG = 1
@@ -71,6 +72,7 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
     """Validate everything, then write config.yaml, accelerate.yaml and the data into a new run directory."""
     cfg = _absolute(cfg)
     the_plan = plan_mod.build(cfg, run_dir)
+    packages.require(the_plan)
     problem = preflight.run_dir_problem(run_dir)
     if problem:
         raise UserError(problem)

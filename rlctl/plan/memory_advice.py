@@ -55,6 +55,7 @@ def nearest(
         base.model.adapter = "auto"
         base.model.gradient_checkpointing = "auto"
         base.hardware.strategy = "auto"
+        base.hardware.optimizer_offload = "auto"
         for name in cfg.stages:
             getattr(base, name).micro_batch_size = "auto"
         a = fitting_attempt(base, hardware, procs, engine, precision)
@@ -64,6 +65,8 @@ def nearest(
                 changes.append(f"model.adapter={a.setup.adapter}")
             if cfg.hardware.strategy != "auto" and cfg.hardware.strategy != a.setup.strategy:
                 changes.append(f"hardware.strategy={a.setup.strategy}")
+            if cfg.hardware.optimizer_offload not in ("auto", a.setup.phase_offload):
+                changes.append(f"hardware.optimizer_offload={str(a.setup.phase_offload).lower()}")
             if cfg.model.gradient_checkpointing not in ("auto", a.setup.checkpointing):
                 changes.append(f"model.gradient_checkpointing={str(a.setup.checkpointing).lower()}")
             for s in a.stages:

@@ -97,14 +97,18 @@ def explain(cfg: RunConfig, plan: Any, hardware: Hardware) -> list[dict[str, str
             why = f"{w.label} would peak at {gib_str(w.peak)} GiB > {gib_str(w.budget)} GiB"
             if w.fits and kept.generation is not None and not kept.generation.fits:
                 why = "generation would have no room for the rollouts' KV cache"
+            elif w.fits:
+                why = "everything would fit too"
             add(
                 "optimizer offload",
                 "between phases",
                 f"{gib_str(optim)} GiB of AdamW states move to host RAM after each step and back for the next "
                 f"(with them on the GPU {why})",
+                cfg.hardware.optimizer_offload is True,
             )
         elif not s.cpu_offload:
-            add("optimizer offload", "none", "the optimizer states fit on the GPU next to generation")
+            why = "the optimizer states fit on the GPU next to generation"
+            add("optimizer offload", "none", why, cfg.hardware.optimizer_offload is False)
         gen = rl_fit.generation
         if gen is not None and gen.engine == "vllm":
             add(

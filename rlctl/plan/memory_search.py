@@ -204,6 +204,10 @@ def candidates(cfg: RunConfig, env: Env) -> list[Setup]:
         picked = [s for s in order if s.strategy == strategy or (strategy != "fsdp2" and s.strategy == rep)]
         picked = [s._replace(strategy=strategy) for s in picked]
         order = picked or [Setup(strategy, adapter if adapter != "auto" else "full")]
+    offload = cfg.hardware.optimizer_offload
+    if rl and offload != "auto" and not env.is_cpu:  # on CPU a no-op: the memory model keeps the state in RAM
+        kept = [s for s in order if s.phase_offload == offload]
+        order = kept or [s._replace(phase_offload=offload) for s in order if not s.cpu_offload]
     seen: list[Setup] = []
     for s in order:
         if s not in seen:
@@ -222,6 +226,8 @@ def explicit_settings(cfg: RunConfig) -> list[str]:
         fixed.append(f"model.gradient_checkpointing={str(cfg.model.gradient_checkpointing).lower()}")
     if cfg.hardware.strategy != "auto":
         fixed.append(f"hardware.strategy={cfg.hardware.strategy}")
+    if cfg.hardware.optimizer_offload != "auto":
+        fixed.append(f"hardware.optimizer_offload={str(cfg.hardware.optimizer_offload).lower()}")
     for name in cfg.stages:
         micro = getattr(cfg, name).micro_batch_size
         if micro != "auto":

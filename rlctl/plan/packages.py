@@ -1,21 +1,55 @@
-"""Optional packages a plan's layout needs, checked when the plan is made (without importing them).
+"""Optional packages a plan needs, checked when the plan is made and again before a run starts here (without
+importing them).
 
-A plan whose layout needs a package this machine lacks is refused (exit 2, with the install command) when the
-run is to happen here - a CPU plan, or a GPU plan made on a machine with GPUs - and carries a warning when it is
-made for another machine."""
+What a plan can need beyond the core install: bitsandbytes for QLoRA, vLLM when it generates the RL rollouts,
+and the experiment trackers of `logging.report_to`. A plan whose needs are missing is refused (exit 2, with the
+exact install command) when the run is to happen here - a CPU plan, or a GPU plan made on a machine with GPUs -
+and carries a warning when it is made for another machine; `require` refuses at `rlctl train` / `resume` time
+whatever is missing where the processes are about to start.
+"""
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
 
 from rlctl.errors import UserError
 
 # transformers 5.17 refuses 4-bit loading below this bitsandbytes ("requires bitsandbytes>=0.46.1");
-# 0.50 is the first with CPU 4-bit kernels. pyproject's qlora extra and doctor's matrix use the same floor.
+# pyproject's qlora extra and doctor's matrix use the same floor.
 BITSANDBYTES_MIN = "0.46.1"
 
+# logging.report_to -> (importable modules, any of which will do; the install command). transformers' callbacks
+# raise in the training process without them (TensorBoard takes tensorboard or tensorboardX).
+TRACKERS = {
+    "tensorboard": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
+    "wandb": (("wandb",), "pip install wandb"),
+    "mlflow": (("mlflow",), "pip install mlflow"),
+}
 
-def installed_version(package: str) -> str | None:
+
+@dataclass(frozen=True)
+class Need:
+    """A package the plan needs: what for, why it is unusable here, the install command and the way around it."""
+
+    what: str
+    problem: str
+    fix: str
+    instead: str
+
+    def message(self) -> str:
+        return f"the plan uses {self.what}, but {self.problem} here; {self.fix}, or {self.instead}"
+
+    def warning(self) -> str:
+        return f"the plan uses {self.what}: the machine that trains needs it ({self.problem} here): {self.fix}"
+
+
+def installed_version(package: str, module: str | None = None) -> str | None:
+    """The installed version of distribution `package`, or None when its module cannot be imported here."""
+    if importlib.util.find_spec(module or package) is None:
+        return None
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -34,17 +68,43 @@ def qlora_problem() -> str | None:
     return None
 
 
-def check_layout(adapter: str, here: bool, warnings: list[str]) -> None:
-    """Refuse (here) or warn (elsewhere) when the layout's packages are missing."""
-    if adapter != "qlora":
-        return
-    problem = qlora_problem()
-    if problem is None:
-        return
-    fix = f"pip install 'rlctl[qlora]' (bitsandbytes>={BITSANDBYTES_MIN})"
-    if here:
-        raise UserError(
-            f"Invalid setup: the plan trains QLoRA (4-bit base + LoRA) but {problem}; {fix}, or choose another "
-            "adapter with --set model.adapter=lora."
-        )
-    warnings.append(f"QLoRA needs bitsandbytes on the machine that trains ({problem} here): {fix}")
+def missing(adapter: str, vllm: bool, cpu: bool, trackers: list[str]) -> list[Need]:
+    """The packages a layout needs that cannot be used here."""
+    from rlctl.plan import engine
+
+    out = []
+    problem = qlora_problem() if adapter == "qlora" else None
+    if problem is not None:
+        fix = f"pip install 'rlctl[qlora]' (bitsandbytes>={BITSANDBYTES_MIN})"
+        out.append(Need("QLoRA (4-bit base + LoRA)", problem, fix, "--set model.adapter=lora"))
+    if vllm and not engine.installed():
+        fix = engine.install_hint(cpu)
+        out.append(Need("vLLM for the RL rollouts", "vllm is not installed", fix, "--set rl.use_vllm=false"))
+    for tracker in trackers:
+        modules, fix = TRACKERS[tracker]
+        if all(importlib.util.find_spec(m) is None for m in modules):
+            what = f"{tracker} (logging.report_to)"
+            out.append(Need(what, f"{modules[0]} is not installed", fix, f"drop {tracker} from logging.report_to"))
+    return out
+
+
+def check_layout(adapter: str, vllm: bool, cpu: bool, trackers: list[str], here: bool, warnings: list[str]) -> None:
+    """At plan time: refuse (here) or warn (a plan for another machine) when the layout's packages are missing.
+    `vllm`: the user asked for it (rl.use_vllm=true); vLLM assumed on rl.use_vllm=auto for named GPU hardware
+    is `rlctl.plan.engine.choose`'s warning here and `require`'s refusal where the run starts."""
+    needs = missing(adapter, vllm, cpu, trackers)
+    if here and needs:
+        raise UserError(f"Invalid setup: {needs[0].message()}.")
+    for need in needs:
+        if need.fix not in " ".join(warnings):
+            warnings.append(need.warning())
+
+
+def require(plan: Any) -> None:
+    """Before processes start here (train, resume, a joining node): every package `plan` (a planner.Plan, which
+    imports this module) needs, or exit 2."""
+    cfg = plan.config
+    vllm = plan.generation_engine == "vllm"
+    needs = missing(plan.adapter, vllm, plan.hardware.is_cpu, list(cfg.logging.report_to))
+    if needs:
+        raise UserError(f"Cannot start the run here: {needs[0].message()}.")

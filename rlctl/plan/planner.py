@@ -291,7 +291,7 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         checkpointing = cfg.model.gradient_checkpointing
         if checkpointing == "auto":
             checkpointing = not hardware.is_cpu
-        cpu_offload = phase_offload = False
+        cpu_offload, phase_offload = False, cfg.hardware.optimizer_offload is True and "rl" in cfg.stages
         reference, vllm, decisions, generation = "unknown", None, [], None
         memory_json: dict[str, Any] = {"estimated": False, "reason": "model.arch is not set: memory not estimated"}
         if not hardware.is_cpu:
@@ -301,6 +301,10 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         strategy, adapter, checkpointing = setup.strategy, setup.adapter, setup.checkpointing
         cpu_offload, phase_offload = setup.cpu_offload, setup.phase_offload and "rl" in cfg.stages
         reference, decisions = mem.reference, mem.decisions
+        if hardware.is_cpu and cfg.hardware.optimizer_offload is True and "rl" in cfg.stages:
+            phase_offload = True  # asked for: the RL step runs its offload calls, which have nothing to move
+            why = "no-op on CPU: the optimizer state already lives in host RAM (set by you)"
+            decisions.append({"setting": "optimizer offload", "value": "between phases", "why": why})
         gen, generation = mem.generation, None
         vllm = gen.to_json() if gen is not None and gen.engine == "vllm" else None
         if vllm is not None and not engine_mod.sleep_mode_for(hardware):
@@ -332,7 +336,9 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
             )
         memory_json = mem.to_json()
     per_stage = stage_strategies(cfg, hardware, strategy, decisions, warnings)
-    packages.check_layout(adapter, hardware.is_cpu or hw.has_local_gpu(), warnings)
+    here = hardware.is_cpu or hw.has_local_gpu()
+    vllm_forced = engine == "vllm" and cfg.rl.use_vllm is True
+    packages.check_layout(adapter, vllm_forced, hardware.is_cpu, list(cfg.logging.report_to), here, warnings)
     base = base_model(cfg, run_dir)
     stages: list[StagePlan] = []
     policy = base  # the latest policy: each of sft, dpo, kto, rl starts from the one before it

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlctl.errors import UserError
 from rlctl.plan import engine as choice
 
 if TYPE_CHECKING:
@@ -68,15 +67,6 @@ def _reload_on_cpu(generation: Any) -> None:
     if getattr(runner.model_config.hf_config, "tie_word_embeddings", False) and hasattr(model, "lm_head"):
         model.lm_head.quant_method.process_weights_after_loading(model.lm_head)
     generation.llm.reset_prefix_cache()
-
-
-def require(plan: Plan) -> None:
-    """Before a run starts here: the engine its plan chose must be importable (exit 2 with the install command)."""
-    if plan.generation_engine == "vllm" and not choice.installed():
-        raise UserError(
-            f"The plan generates RL rollouts with vLLM but vllm is not installed here; "
-            f"{choice.install_hint(plan.hardware.is_cpu)}, or plan with --set rl.use_vllm=false."
-        )
 
 
 def trl_kwargs(plan: Plan) -> dict[str, Any]:
@@ -211,13 +201,31 @@ class ColocatedVLLM:
 # --- Training state between phases --------------------------------------------------------------------------------
 
 _HOME = "_rlctl_state_devices"  # optimizer attribute: where each offloaded state tensor lived
+SWITCHES = "_rlctl_switches"  # optimizer attribute: {offload|reload: calls, moves, bytes, seconds} (layout records)
+
+
+def _tally(optimizer: Any, direction: str, moved: int, start: float) -> None:
+    """Count one offload or reload call; the bytes and seconds of those that moved something."""
+    import time
+
+    tally = getattr(optimizer, SWITCHES, {})
+    entry = tally.setdefault(direction, {"calls": 0, "moves": 0, "bytes": 0, "seconds": 0.0})
+    entry["calls"] += 1
+    if moved:
+        entry["moves"] += 1
+        entry["bytes"] += moved
+        entry["seconds"] += time.perf_counter() - start
+    setattr(optimizer, SWITCHES, tally)
 
 
 def offload_optimizer_state(optimizer: Any, device: Any = "cpu") -> int:
     """Move every non-scalar optimizer state tensor (AdamW's exp_avg, exp_avg_sq) to `device`, remembering
     where it lived; returns the bytes moved. Scalars (`step`) stay. Uses pinned host memory when CUDA is up."""
+    import time
+
     import torch
 
+    start = time.perf_counter()
     homes: dict[tuple[int, str], torch.device] = getattr(optimizer, _HOME, {})
     target = torch.device(device)
     pin = target.type == "cpu" and torch.cuda.is_available()
@@ -239,14 +247,18 @@ def offload_optimizer_state(optimizer: Any, device: Any = "cpu") -> int:
     setattr(optimizer, _HOME, homes)
     if pin:
         torch.cuda.synchronize()
+    _tally(optimizer, "offload", moved, start)
     return moved
 
 
 def reload_optimizer_state(optimizer: Any) -> int:
     """Bring offloaded optimizer state back to where it lived (the parameter's device when not recorded);
-    returns the bytes moved."""
+    returns the bytes moved (timed to the end of the copies)."""
+    import time
+
     import torch
 
+    start = time.perf_counter()
     homes: dict[tuple[int, Any], Any] = getattr(optimizer, _HOME, {})
     moved = 0
     for group in optimizer.param_groups:
@@ -259,6 +271,9 @@ def reload_optimizer_state(optimizer: Any) -> int:
                 if value.device != torch.device(home):
                     state[key] = value.to(home, non_blocking=True)
                     moved += value.numel() * value.element_size()
+    if moved and torch.cuda.is_available():
+        torch.cuda.synchronize()  # the optimizer step needs them anyway; the switch's seconds are then real
+    _tally(optimizer, "reload", moved, start)
     return moved
 
 

