@@ -105,6 +105,36 @@ CASES = [
         ["r.py"],
     ),
     (
+        "tools-outside-the-rlctl-loop",
+        {},
+        ["plan", "--preset", "tiny-demo", "--set", "rl.tools=[calculator]"],
+        ["rl.tools", "rl.algorithm=reinforce-pp-baseline"],
+    ),
+    (
+        "tool-typo",
+        {},
+        ["plan", "--preset", "tiny-demo", "--algorithm", "dapo", "--set", "rl.tools=[calculater]"],
+        ["calculater", "Did you mean: calculator"],
+    ),
+    (
+        "tool-plugin-import-error",
+        {"t.py": "import does_not_exist_anywhere\n"},
+        ["plan", "--preset", "tiny-demo", "--algorithm", "dapo", "--set", "rl.tools=['{tmp}/t.py:f']"],
+        ["t.py", "does_not_exist_anywhere"],
+    ),
+    (
+        "tool-without-docstring",
+        {"t.py": "def f(x: int) -> int:\n    return x\n"},
+        ["train", "--preset", "tiny-demo", "--algorithm", "dapo", "--set", "rl.tools=['{tmp}/t.py:f']"],
+        ["rl.tools", "t.py:f", "no docstring"],
+    ),
+    (
+        "row-offers-an-unknown-tool",
+        {"rl.jsonl": '{"prompt": "1+1=", "answer": "2", "tools": [{"function": {"name": "serch"}}]}\n'},
+        ["plan", "--preset", "qwen1.5b-tool-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["row 1", "serch", "rl.tools: calculator, python"],
+    ),
+    (
         "plugin-function-missing",
         {"rl.jsonl": GOOD_RL, "r.py": "def score(prompts, completions, **kw):\n    return [0.0]\n"},
         [

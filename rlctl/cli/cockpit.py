@@ -4,6 +4,7 @@ signatures live in rlctl.cli; their bodies live here, imported only when one of 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -17,6 +18,8 @@ from rich.table import Table
 
 from rlctl import strictjson
 from rlctl.errors import UserError
+
+TOOL_METRICS = ("turns", "tool_calls", "tool_errors", "tool_call_rate")  # what a run with rl.tools reports
 
 
 @dataclass
@@ -245,6 +248,14 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
             else:
                 specs = [s for s in specs if s[0] not in rewards.MODEL_REWARDS]
                 ui.console.print("[yellow]note:[/] reward_model left out: it needs a run with a finished rm stage")
+    agent = None
+    if cfg is not None and "rl" in cfg.stages and cfg.rl.tools:  # a tool run: evaluated as it was trained
+        from rlctl.rollout import multiturn
+
+        if opt.top_p != 1.0:
+            raise UserError("--top-p is not applied to multi-turn rollouts with tools (rl.tools); drop --top-p.")
+        agent = multiturn.agent_for(cfg.rl, policy.tokenizer)
+        agent = dataclasses.replace(agent, max_new_tokens=max_new)
     bar = [TextColumn("[bold]generate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
     with Progress(*bar, console=ui.console, transient=True) as progress:
         task = progress.add_task("generate", total=len(rows))
@@ -261,6 +272,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
             batch_size=opt.batch_size,
             reward_model=rm_scorer,
             on_batch=lambda k: progress.advance(task, k),
+            agent=agent,
         )
     metrics = {
         "model": policy.source,
@@ -287,7 +299,9 @@ def print_eval(ui: UI, metrics: dict, samples: list[dict]) -> None:
     for key in ("model", "data", "prompts", "samples_per_prompt", "decoding", "accuracy_reward"):
         table.add_row(key, fmt(metrics[key]))
     for key, value in metrics.items():
-        if key in ("accuracy", "mean_reward", "mean_response_tokens") or key.startswith(("pass@", "reward/")):
+        if key in ("accuracy", "mean_reward", "mean_response_tokens", *TOOL_METRICS) or key.startswith(
+            ("pass@", "reward/")
+        ):
             table.add_row(f"[bold]{key}[/]", fmt(value))
     ui.results().print(table)
     if ui.verbose:

@@ -185,6 +185,19 @@ class RLConfig(TrainConfig):
     rewards: list[RewardSpec] = Field(
         default_factory=lambda: [RewardSpec(name="exact_match")], description="Reward functions and weights."
     )
+    tools: list[str] = Field(
+        default_factory=list,
+        description="Tools the policy may call in multi-turn rollouts (rlctl loop only; see docs/agents.md): built-in "
+        "`calculator` (exact arithmetic) and `python` (sandboxed), a plugin `path/to/file.py:function` (its "
+        "signature and docstring describe it to the model), or an entry point of group `rlctl.tools`; empty = "
+        "single-turn.",
+    )
+    max_turns: int = Field(
+        4, ge=1, description="With rl.tools: most model turns per rollout (a tool call and its result between two)."
+    )
+    max_tool_output_tokens: int = Field(
+        256, ge=1, description="With rl.tools: a tool's output is cut to this many tokens before the model reads it."
+    )
     use_vllm: Literal["auto"] | bool = Field(
         "auto",
         description="Generate with vLLM colocated in sleep mode (auto: on GPUs; true: also with vLLM's CPU build), "
@@ -312,6 +325,15 @@ class RLConfig(TrainConfig):
                 f"rl.kl_target={self.kl_target} adapts beta, which is 0 (no KL); nearest valid: rl.kl_target=null, "
                 "or set rl.beta > 0 as the starting coefficient"
             )
+        if self.tools and self.path != "rlctl":
+            loop = ", ".join(a for a, p in RL_ALGORITHM_PATHS.items() if p == "rlctl")
+            raise ValueError(
+                f"rl.tools: multi-turn rollouts with tools run in the rlctl loop, but algorithm {self.algorithm} runs "
+                f"through {PATH_NAMES[self.path]}; nearest valid: rl.algorithm=reinforce-pp-baseline (or {loop}), "
+                "or rl.tools=[]"
+            )
+        if len(set(self.tools)) != len(self.tools):
+            raise ValueError(f"rl.tools lists a tool twice: {', '.join(self.tools)}")
         if self.overlong_buffer and round(self.overlong_buffer * self.max_new_tokens) < 1:
             raise ValueError(
                 f"rl.overlong_buffer={self.overlong_buffer} of rl.max_new_tokens={self.max_new_tokens} is under one "

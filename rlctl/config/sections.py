@@ -56,8 +56,10 @@ class DataConfig(Section):
     (`folder@split` for a DatasetDict), or a Hub dataset (`owner/name[:config][@split]`, or `hf://...`).
     Formats are recognised from the columns; see docs/datasets.md."""
 
-    generate: Literal["arithmetic"] | None = Field(
-        None, description="Generate a built-in synthetic task into the run directory instead of reading files."
+    generate: Literal["arithmetic", "products"] | None = Field(
+        None,
+        description="Generate a built-in synthetic task into the run directory instead of reading files: "
+        "arithmetic (tiny-demo) or products (tiny-agent-demo, solved with the calculator tool).",
     )
     sft: str | None = Field(
         None, description="SFT data: `prompt`+`completion`, chat `messages`, `text`, or KTO rows (desirable kept)."

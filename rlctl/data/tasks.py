@@ -53,7 +53,57 @@ def arithmetic(out_dir: Path, seed: int) -> dict[str, Path]:
     return paths
 
 
-GENERATORS = {"arithmetic": arithmetic}
+# `products` (tiny-agent-demo): multiply a three-digit number by a one-digit one ("347*6=" -> "2082"), which the
+# tiny model cannot learn to do itself, with a calculator tool it may call. The SFT demonstrations call the tool
+# in TOOL_RATE of the problems and answer directly (correctly) in the rest, so SFT learns to guess as often as to
+# call; RL, rewarded by exact match on the final answer, learns to call. RL rows carry the prompt only: the
+# trajectory (call, result, answer) is the policy's own, rendered by the built-in chatml-compact template.
+TOOL_RATE = 0.3
+CALCULATOR = {"type": "function", "function": {"name": "calculator"}}  # all chatml-compact shows of the tool
+
+
+def _tool_call(expression: str) -> str:
+    return "<tool_call>" + json.dumps({"name": "calculator", "arguments": {"expression": expression}}) + "</tool_call>"
+
+
+def agent_demonstration(prompt: str, expression: str, answer: str, use_tool: bool) -> dict[str, str]:
+    """One SFT row in prompt/completion form, rendered exactly as the RL rollout renders the conversation."""
+    from rlctl.data.tokens import CHATML_COMPACT, render
+
+    head = [{"role": "user", "content": prompt}]
+    turns = [{"role": "assistant", "content": answer}]
+    if use_tool:
+        turns = [{"role": "assistant", "content": _tool_call(expression)}, {"role": "tool", "content": answer}, *turns]
+    start = render(CHATML_COMPACT, head, add_generation_prompt=True, tools=[CALCULATOR])
+    full = render(CHATML_COMPACT, head + turns, tools=[CALCULATOR])
+    return {"prompt": start, "completion": full[len(start) :].removesuffix("\n")}
+
+
+def products(out_dir: Path, seed: int) -> dict[str, Path]:
+    """Write sft/preference/rl/eval jsonl files for the products task; returns their paths by role."""
+    rng = random.Random(seed + 2)
+    pairs = [(a, b) for a in range(100, 1000) for b in range(2, 10)]
+    random.Random(seed).shuffle(pairs)
+    n_eval = 200
+    rows: dict[str, list[dict]] = {"sft": [], "preference": [], "rl": [], "eval": []}
+    for a, b in pairs[n_eval:]:
+        prompt, expression, answer = f"{a}*{b}=", f"{a}*{b}", str(a * b)
+        shown = agent_demonstration(prompt, expression, answer, rng.random() < TOOL_RATE)
+        rows["sft"].append(shown)
+        wrong = agent_demonstration(prompt, expression, str(a * b + rng.choice([-10, -1, 1, 10])), False)
+        rows["preference"].append({"prompt": shown["prompt"], "chosen": shown["completion"],
+                                   "rejected": wrong["completion"]})  # fmt: skip
+        rows["rl"].append({"prompt": prompt, "answer": answer})
+    rows["eval"] = [{"prompt": f"{a}*{b}=", "answer": str(a * b)} for a, b in pairs[:n_eval]]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for role, items in rows.items():
+        paths[role] = out_dir / f"{role}.jsonl"
+        paths[role].write_text("".join(json.dumps(r) + "\n" for r in items))
+    return paths
+
+
+GENERATORS = {"arithmetic": arithmetic, "products": products}
 
 
 def corpus(paths: dict[str, Path]) -> list[str]:

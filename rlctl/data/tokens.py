@@ -7,6 +7,7 @@ rows with it without importing transformers or torch, and without loading any we
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime
 from pathlib import Path
@@ -14,11 +15,40 @@ from typing import Any
 
 from rlctl.errors import UserError
 
+# ChatML; with `tools` (OpenAI schemas) and `tool` messages rendered as Qwen2.5 does: the tools listed in the system
+# turn, calls as <tool_call>{json}</tool_call>, results as <tool_response> blocks in one user turn.
 CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% if tools %}{{ '<|im_start|>system\\n' }}{% if messages[0]['role'] == 'system' %}"
+    "{{ messages[0]['content'] + '\\n\\n' }}{% endif %}"
+    "{{ '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided "
+    "with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
+    "{{ '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}{% endif %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{ '<|im_start|>user' }}{% endif %}"
+    "{{ '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{ '<|im_end|>\\n' }}{% endif %}"
+    "{% elif not (tools and loop.first and message['role'] == 'system') %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') }}"
+    "{% for call in message.get('tool_calls') or [] %}{% set f = call['function'] if 'function' in call else call %}"
+    "{{ ('\\n' if (message['content'] or not loop.first) else '') + '<tool_call>\\n{\\\"name\\\": \\\"' + f['name'] "
+    "+ '\\\", \\\"arguments\\\": ' + (f['arguments'] if f['arguments'] is string else f['arguments'] | tojson) "
+    "+ '}\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-BUILTIN_TEMPLATES = {"chatml": CHATML}
+# ChatML for tiny models: tools listed by name only (the Qwen2.5 description would fill a tiny context), tool
+# results as <tool_response> blocks in a user turn; calls are written by the model as <tool_call>{json}</tool_call>.
+CHATML_COMPACT = (
+    "{% if tools %}{{ '<|im_start|>system\\ntools:' }}{% for tool in tools %}{{ ' ' + tool['function']['name'] }}"
+    "{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}{% for message in messages %}{% if message['role'] == 'tool' %}"
+    "{{ '<|im_start|>user\\n<tool_response>' + message['content'] + '</tool_response><|im_end|>\\n' }}{% else %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+BUILTIN_TEMPLATES = {"chatml": CHATML, "chatml-compact": CHATML_COMPACT}
 
 
 def template_text(setting: str) -> str:
@@ -52,6 +82,30 @@ def _special(value: Any) -> str | None:
     return value.get("content") if isinstance(value, dict) else value
 
 
+def render(
+    template: str, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
+    tools: list[dict[str, Any]] | None = None, **special: Any,
+) -> str:
+    """A conversation through a chat template as transformers renders it (sandboxed jinja2, the same globals)."""
+    return _compiled(template).render(
+        messages=messages, add_generation_prompt=add_generation_prompt, tools=tools, **special
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(template: str) -> Any:
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise UserError(f"The chat template refused a conversation: {message}")
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f))
+    return env.from_string(template)
+
+
 class FileTokenizer:
     """The part of a transformers tokenizer that length counting uses, from a tokenizer folder's files."""
 
@@ -73,28 +127,36 @@ class FileTokenizer:
         tokenize: bool = True,
         add_generation_prompt: bool = False,
         return_dict: bool = False,
+        tools: list[dict[str, Any]] | None = None,
     ) -> Any:
         """The conversation rendered as transformers renders it (sandboxed jinja2, the same globals)."""
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        def raise_exception(message: str) -> None:
-            raise UserError(f"The chat template refused a conversation: {message}")
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-        env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
-        env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f))
-        text = env.from_string(self.chat_template or "").render(
-            messages=messages, add_generation_prompt=add_generation_prompt, **self.special
-        )
+        text = render(self.chat_template or "", messages, add_generation_prompt, tools, **self.special)
         if not tokenize:
             return text
         ids = self(text)["input_ids"]
         return {"input_ids": ids} if return_dict else ids
 
 
-def prompt_text(prompt: Any, tokenizer) -> str:
-    """A prompt as text: plain strings as they are, message lists through the chat template."""
+def prompt_messages(prompt: Any) -> list[dict[str, Any]]:
+    """A prompt as a message list: plain text becomes one user message."""
+    return [dict(m) for m in prompt] if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+
+
+def row_tools(row: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """An RL row's own `tools` column: a list of OpenAI tool schemas, or the same as JSON text (parquet); None if
+    absent or empty."""
+    value = row.get("tools")
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else None
+    return list(value) if value else None
+
+
+def prompt_text(prompt: Any, tokenizer, tools: list[dict[str, Any]] | None = None) -> str:
+    """A prompt as text: plain strings as they are, message lists through the chat template; with `tools` (a
+    multi-turn run) always a conversation through the template, the tools listed."""
+    if tools:
+        messages = prompt_messages(prompt)
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, tools=tools)
     if isinstance(prompt, list):
         return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
     return prompt
@@ -113,11 +175,12 @@ def _text(value: Any, tok) -> str:
     return tok.apply_chat_template(value, tokenize=False) if isinstance(value, list) else value
 
 
-def length(row: dict[str, Any], tok, stage: str) -> int:
-    """Tokens of a row as the stage's trainer sees it: the prompt alone for rl; the whole sequence with EOS for sft;
-    prompt plus the longer response (tokenized apart, as TRL does) with EOS for rm, dpo and kto."""
+def length(row: dict[str, Any], tok, stage: str, tools: list[dict[str, Any]] | None = None) -> int:
+    """Tokens of a row as the stage's trainer sees it: the prompt alone for rl (with the tools listed: the row's
+    own, else `tools`, rl.tools' schemas); the whole sequence with EOS for sft; prompt plus the longer response
+    (tokenized apart, as TRL does) with EOS for rm, dpo and kto."""
     if stage == "rl":
-        return _tokens(prompt_text(row["prompt"], tok), tok)
+        return _tokens(prompt_text(row["prompt"], tok, (row_tools(row) or tools) if tools else None), tok)
     if stage == "sft":
         if "messages" in row or isinstance(row.get("prompt"), list):
             messages = row["messages"] if "messages" in row else row["prompt"] + row["completion"]

@@ -6,6 +6,7 @@ train` / `rlctl resume` run it again before they launch.
   refused naming the download command;
 - the chat template, when any stage's data holds message lists: the tokenizer's own, or `data.chat_template`;
 - the run directory can be created and written;
+- the tools of rl.tools load and can be described to the model;
 - every dataset is read and its format recognised (with the stage's column mapping), and rows over the stage's
   length limit are counted with the model's tokenizer files (`tokenizers` + jinja2), refused when more than
   `data.max_drop_fraction` would be dropped.
@@ -21,7 +22,7 @@ from typing import Any
 from rlctl import data
 from rlctl.config import RunConfig
 from rlctl.data import tokens
-from rlctl.errors import UserError
+from rlctl.errors import UserError, did_you_mean
 from rlctl.plan import arch as model_arch
 
 ROLE_OF_STAGE = {"sft": "sft", "dpo": "preference", "kto": "kto", "rm": "preference", "rl": "rl"}
@@ -135,7 +136,7 @@ def read_data(cfg: RunConfig, report: Report, full: bool, paths: dict[str, Path]
 
 def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict]], report: Report) -> str | None:
     """The chat template the run will use, checked to exist when any stage's data is conversational."""
-    needs = [stage for stage, r in rows.items() if data.conversational(r)]
+    needs = [stage for stage, r in rows.items() if data.conversational(r) or (stage == "rl" and cfg.rl.tools)]
     if cfg.data.chat_template:
         try:
             template = tokens.template_text(cfg.data.chat_template)
@@ -147,9 +148,9 @@ def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict
     template = tokens.folder_template(folder) if folder is not None else None
     if needs and folder is not None and template is None:
         report.errors.append(
-            f"The {', '.join(needs)} data holds chat messages, but the tokenizer in {folder} has no chat template "
-            "to render them. Set data.chat_template: chatml (--set data.chat_template=chatml), or a Jinja file "
-            "with the model's own template."
+            f"The {', '.join(needs)} data holds chat messages (or rl.tools makes RL prompts conversations), but the "
+            f"tokenizer in {folder} has no chat template to render them. Set data.chat_template: chatml (--set "
+            "data.chat_template=chatml), or a Jinja file with the model's own template."
         )
     report.checks["chat template"] = (
         "the tokenizer's own" if template else "none needed (no conversational data)" if not needs else "unknown yet"
@@ -159,12 +160,15 @@ def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict
 
 def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: bool, report: Report) -> None:
     """Rows over each training stage's limit, counted (and refused beyond data.max_drop_fraction)."""
+    from rlctl.rollout import tools
+
     for stage, stage_rows in rows.items():
         if stage == "eval" or not stage_rows:
             continue
         limit = cfg.data.max_prompt_length if stage == "rl" else getattr(cfg, stage).max_length
         try:
-            sizes = [tokens.length(r, tok, stage) for r in stage_rows]
+            schemas = [t.schema for t in tools.resolve_all(cfg.rl.tools).values()] if stage == "rl" else None
+            sizes = [tokens.length(r, tok, stage, schemas) for r in stage_rows]  # RL prompts with the tools listed
         except UserError as e:
             report.errors.append(str(e))
             continue
@@ -176,6 +180,43 @@ def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: b
             refused = tokens.too_many_dropped(stage, over, len(sizes), limit, cfg.data.max_drop_fraction, sizes)
             if refused:
                 report.errors.append(refused)
+
+
+# ------------------------------------------------------------------------------------------------ tools
+def check_tools(cfg: RunConfig, report: Report) -> None:
+    """rl.tools resolved as the RL stage will: plugin files imported, entry points loaded, schemas built."""
+    from rlctl.rollout import tools
+
+    try:
+        found = tools.resolve_all(cfg.rl.tools)
+    except UserError as e:
+        report.errors.append(str(e))
+        return
+    report.checks["tools"] = f"{', '.join(found)} (up to {cfg.rl.max_turns} turns per rollout)"
+
+
+def check_row_tools(cfg: RunConfig, rows: list[dict[str, Any]], report: Report) -> None:
+    """RL rows' own `tools` must name tools of rl.tools (those are the ones rlctl can run)."""
+    from rlctl.rollout import tools
+
+    try:
+        known = list(tools.resolve_all(cfg.rl.tools))
+    except UserError:  # reported by check_tools already
+        return
+    for i, row in enumerate(rows):
+        try:
+            names = tools.tool_names(tokens.row_tools(row) or [])
+        except (ValueError, AttributeError, TypeError) as e:
+            report.errors.append(f"data.rl row {i + 1}: its tools column is not a list of OpenAI tool schemas ({e}).")
+            return
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            report.errors.append(
+                f"data.rl row {i + 1} offers the tool '{unknown[0]}', which rl.tools does not provide "
+                f"(rl.tools: {', '.join(known) or 'none'}).{did_you_mean(str(unknown[0]), known)} A row's tools "
+                "choose among rl.tools; add the tool there (a plugin path.py:function or an entry point)."
+            )
+            return
 
 
 # -------------------------------------------------------------------------------------------------- run
@@ -193,10 +234,14 @@ def run(cfg: RunConfig, run_dir: Path, full: bool = False, paths: dict[str, Path
     report.checks["run directory"] = problem or f"{run_dir} can be written"
     if problem:
         report.errors.append(problem)
+    if "rl" in cfg.stages and cfg.rl.tools:
+        check_tools(cfg, report)
     if cfg.data.generate and paths is None:
         report.data = {role: {"source": f"generated ({cfg.data.generate})"} for role in ("sft", "preference", "rl")}
         return report
     rows = report.rows = read_data(cfg, report, full, paths)
+    if "rl" in cfg.stages:
+        check_row_tools(cfg, rows.get("rl") or [], report)
     template = chat_template(cfg, folder, rows, report)
     if folder is not None and (folder / "tokenizer.json").is_file():
         count_lengths(cfg, tokens.FileTokenizer(folder, template), rows, full, report)

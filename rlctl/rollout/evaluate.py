@@ -15,6 +15,8 @@ from rlctl import rewards as rewards_mod
 from rlctl.data.tokens import prompt_text
 from rlctl.errors import UserError
 from rlctl.rewards import RewardFn
+from rlctl.rollout import multiturn
+from rlctl.rollout.samples import Sample
 
 
 @torch.no_grad()
@@ -54,21 +56,44 @@ def score_policy(
     max_new_tokens: int,
     synced: bool = False,
     accuracy: str = "exact_match",
+    agent: multiturn.Agent | None = None,
 ) -> dict[str, float]:
     """eval_accuracy (the correctness reward `accuracy`, with its arguments, above 0.5) and eval_reward (the
-    weighted reward sum)."""
+    weighted reward sum). With an `agent` (rl.tools) each prompt is a greedy multi-turn rollout: the final answer
+    is scored, the trajectory is a column, and the turns and tool use are reported (eval_turns, ...)."""
     from rlctl.rewards import scoring
 
     prompts = [r["prompt"] for r in rows]
-    completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced)
     columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
+    extra: dict[str, float] = {}
+    if agent is None:
+        completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced)
+    else:
+        samples = agent_rollouts(model, agent, rows)
+        completions = [multiturn.final_answer(s) for s in samples]
+        columns["trajectory"] = [s.messages for s in samples]
+        extra = {f"eval_{k}": v for k, v in multiturn.metrics(samples).items()}
     correct = scoring.correct(accuracy, answer_field, prompts, completions, columns)
     total = [0.0] * len(rows)
     for fn, weight in rewards:
         for i, value in enumerate(fn(prompts=prompts, completions=completions, **columns)):
             total[i] += weight * float(value if value is not None else 0.0)
     n = len(rows)
-    return {"eval_accuracy": sum(correct) / n, "eval_reward": sum(total) / n}
+    return {"eval_accuracy": sum(correct) / n, "eval_reward": sum(total) / n, **extra}
+
+
+def agent_rollouts(
+    model, agent: multiturn.Agent, rows: list[dict[str, Any]], n: int = 1, temperature: float | None = None
+) -> list[Sample]:
+    """n multi-turn rollouts per row with the agent's tools (transformers generation; greedy when temperature is
+    None), row after row."""
+    from rlctl.rollout.generate import HFGenerator
+
+    engine = HFGenerator(agent.tokenizer, agent.max_new_tokens, temperature or 1.0, stop_ids=agent.stop_ids)
+    engine.sync(model)
+    samples = [Sample(i, row, agent.prompt_ids(row["prompt"], row)) for i, row in enumerate(rows) for _ in range(n)]
+    multiturn.rollout(agent, engine, samples, greedy=temperature is None)
+    return samples
 
 
 @torch.no_grad()
@@ -276,16 +301,29 @@ def evaluate_rows(
     batch_size: int = 16,
     reward_model: Callable[[list[str]], list[float]] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    agent: multiturn.Agent | None = None,
 ) -> EvalResult:
     """Accuracy (the `accuracy` reward above 0.5, over every sample), mean weighted reward, each reward's mean,
-    pass@k for n samples per prompt, and mean response length; plus every sample with its scores."""
+    pass@k for n samples per prompt, and mean response length; plus every sample with its scores. With an `agent`
+    (a run with rl.tools) each sample is a multi-turn rollout: its final answer is scored, its trajectory is a
+    reward column, and turns and tool use are reported."""
     prompts = [r["prompt"] for r in rows]
-    completions, lengths = sample(
-        policy.model, policy.tokenizer, prompts, max_new_tokens, n, temperature, top_p, batch_size, on_batch
-    )
+    columns = {k: [v for v in vs for _ in range(n)] for k, vs in rewards_mod.columns_of(rows).items()}
+    tool_use: dict[str, float] = {}
+    if agent is None:
+        completions, lengths = sample(
+            policy.model, policy.tokenizer, prompts, max_new_tokens, n, temperature, top_p, batch_size, on_batch
+        )
+    else:
+        runs = agent_rollouts(policy.model, agent, rows, n, temperature)
+        completions = [[multiturn.final_answer(s) for s in runs[i * n : (i + 1) * n]] for i in range(len(rows))]
+        lengths = [[len(s.completion_ids) for s in runs[i * n : (i + 1) * n]] for i in range(len(rows))]
+        columns["trajectory"] = [s.messages for s in runs]
+        tool_use = multiturn.metrics(runs)
+        if on_batch:
+            on_batch(len(rows))
     flat_prompts = [p for p in prompts for _ in range(n)]
     flat = [c for cs in completions for c in cs]
-    columns = {k: [v for v in vs for _ in range(n)] for k, vs in rewards_mod.columns_of(rows).items()}
     model_scores = {}
     if reward_model is not None and any(name in rewards_mod.MODEL_REWARDS for name, _ in reward_specs):
         texts = [prompt_text(p, policy.tokenizer) + c for p, c in zip(flat_prompts, flat, strict=True)]
@@ -313,6 +351,7 @@ def evaluate_rows(
                 sum(pass_at_k(n, sum(correct[i * n : (i + 1) * n]), k) for i in range(n_rows)) / n_rows
             )
     metrics["mean_response_tokens"] = sum(sum(ls) for ls in lengths) / (n_rows * n)
+    metrics.update(tool_use)
     samples = []
     for i, row in enumerate(rows):
         sl = slice(i * n, (i + 1) * n)

@@ -29,15 +29,24 @@ class HFGenerator:
 
     logprobs = None  # the policy itself samples: its log-probs are the trainer's
 
-    def __init__(self, tokenizer, max_new_tokens: int, temperature: float, batch_size: int = 64, synced: bool = False):
+    def __init__(
+        self,
+        tokenizer,
+        max_new_tokens: int,
+        temperature: float,
+        batch_size: int = 64,
+        synced: bool = False,
+        stop_ids: tuple = (),
+    ):
         from transformers import GenerationConfig
 
         self.tok, self.max_new_tokens, self.temperature = tokenizer, max_new_tokens, temperature
         self.batch_size, self.model = batch_size, None
+        self.stops = list(stop_ids) or [tokenizer.eos_token_id]  # tokens that end a completion (a turn)
         self.synced = synced  # a sharded policy: every process steps until all are done (each step gathers)
         # built once, as TRL does: generate() then validates no per-call keyword arguments
         common = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
-        common |= {"eos_token_id": tokenizer.eos_token_id, "disable_compile": True}
+        common |= {"eos_token_id": self.stops if stop_ids else tokenizer.eos_token_id, "disable_compile": True}
         self.configs = {
             False: GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, **common),
             True: GenerationConfig(do_sample=False, **common),
@@ -60,7 +69,7 @@ class HFGenerator:
             self.model.train(was_training)
 
     def _generate(self, prompts: list[list[int]], greedy: bool) -> list[list[int]]:
-        pad, eos, out = self.tok.pad_token_id, self.tok.eos_token_id, []
+        pad, out = self.tok.pad_token_id, []
         for i in range(0, len(prompts), self.batch_size):
             chunk = prompts[i : i + self.batch_size]
             width = max(map(len, chunk))
@@ -69,18 +78,22 @@ class HFGenerator:
             config, synced = self.configs[greedy], self.synced
             gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=config, synced_gpus=synced)
             for row in gen[:, width:].tolist():
-                out.append(row[: row.index(eos) + 1] if eos in row else row)
+                end = next((t for t, token in enumerate(row) if token in self.stops), None)
+                out.append(row if end is None else row[: end + 1])
         return out
 
 
-def for_plan(plan: Plan, tokenizer: Any, policy: Any, accelerator: Any, weights: Any = None) -> Generator:
+def for_plan(
+    plan: Plan, tokenizer: Any, policy: Any, accelerator: Any, weights: Any = None, stop_ids: tuple = ()
+) -> Generator:
     """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout). A
     sharded policy comes with `weights` (its gathered weights, one at a time: the vLLM push) and generates in step
-    on every process."""
+    on every process; `stop_ids` end a completion besides EOS (a multi-turn rollout's end-of-turn token)."""
     if plan.generation_engine == "vllm":
         from rlctl.rollout.vllm import ColocatedVLLM
 
-        return ColocatedVLLM(plan, policy, accelerator, tokenizer, weights)
+        return ColocatedVLLM(plan, policy, accelerator, tokenizer, weights, stop_ids)
     rl = plan.config.rl
     chunk = (plan.generation or {}).get("rollouts_per_generate") or 64  # the planner's, else 64 at a time
-    return HFGenerator(tokenizer, rl.max_new_tokens, rl.temperature, chunk, synced=weights is not None)
+    synced = weights is not None
+    return HFGenerator(tokenizer, rl.max_new_tokens, rl.temperature, chunk, synced=synced, stop_ids=stop_ids)

@@ -23,6 +23,12 @@ class Sample:
     score: float = 0.0
     baseline: float = 0.0
     rollout_logprobs: list[float | None] | None = None  # the engine's log-prob of each sampled token (vLLM)
+    # multi-turn rollouts (rlctl.rollout.multiturn): 1 for the model's tokens, 0 for tool results (None: all 1)
+    loss_mask: list[int] | None = None
+    messages: list[dict] | None = None  # the trajectory: prompt, assistant turns and tool results
+    turns: int = 1
+    tool_calls: int = 0
+    tool_errors: int = 0
 
 
 class PromptStream:
@@ -44,13 +50,15 @@ class PromptStream:
 
 @dataclass
 class Batch:
-    """Left-padded prompts followed by right-padded completions; `mask` marks the completion tokens."""
+    """Left-padded prompts followed by right-padded completions; `mask` marks the completion tokens, `loss_mask`
+    those of them the model wrote (tool results between turns excluded): the loss, KL and advantages use it."""
 
     input_ids: Tensor
     attention_mask: Tensor
     position_ids: Tensor
     completion_ids: Tensor
     mask: Tensor
+    loss_mask: Tensor
 
     def __getitem__(self, rows) -> Batch:
         return Batch(*(getattr(self, f)[rows] for f in self.__dataclass_fields__))
@@ -61,13 +69,16 @@ def collate(samples: list[Sample], pad_id: int, device) -> Batch:
     t = max(len(s.completion_ids) for s in samples)
     ids = torch.full((len(samples), p + t), pad_id, dtype=torch.long)
     attn = torch.zeros_like(ids)
+    trained = torch.zeros((len(samples), t))
     for i, s in enumerate(samples):
         ids[i, p - len(s.prompt_ids) : p] = torch.tensor(s.prompt_ids)
         ids[i, p : p + len(s.completion_ids)] = torch.tensor(s.completion_ids)
         attn[i, p - len(s.prompt_ids) : p + len(s.completion_ids)] = 1
+        own = s.loss_mask if s.loss_mask is not None else [1] * len(s.completion_ids)
+        trained[i, : len(own)] = torch.tensor(own, dtype=torch.float)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
     ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
-    return Batch(ids, attn, pos, ids[:, p:], attn[:, p:].float())
+    return Batch(ids, attn, pos, ids[:, p:], attn[:, p:].float(), trained.to(device))
 
 
 def pad_to(x: Tensor, length: int) -> Tensor:

@@ -153,20 +153,22 @@ def vllm_generation_kwargs(plan: Plan) -> dict[str, Any]:
 class ColocatedVLLM:
     """rlctl's RL loop generation boundary (`sync`, `generate`, as `rlctl.rollout.generate.HFGenerator`) on TRL's
     `VLLMGeneration`: vLLM inside each training process, asleep at level 2 (weights and KV cache released)
-    outside generation. Sampling stops at the tokenizer's EOS only, as the transformers path does. `weights`, when
-    given, yields the (name, full tensor) pairs each sync pushes (rlctl's sharded policy: `sharding.full_weights`)
-    in place of TRL's iteration, which knows only accelerate's FSDP."""
+    outside generation. Sampling stops at the tokenizer's EOS (and `stop_ids`), as the transformers path does.
+    `weights`, when given, yields the (name, full tensor) pairs each sync pushes (rlctl's sharded policy:
+    `sharding.full_weights`) in place of TRL's iteration, which knows only accelerate's FSDP."""
 
-    def __init__(self, plan: Plan, model: Any, accelerator: Any, tokenizer: Any, weights: Any = None):
+    def __init__(
+        self, plan: Plan, model: Any, accelerator: Any, tokenizer: Any, weights: Any = None, stop_ids: tuple = ()
+    ):
         from trl.generation.vllm_generation import VLLMGeneration
 
         process_environment(plan)
-        self.eos = tokenizer.eos_token_id
+        self.stops = list(stop_ids) or [tokenizer.eos_token_id]
         self.vllm = VLLMGeneration(
             model=model,
             accelerator=accelerator,
             processing_class=tokenizer,
-            generation_kwargs={"ignore_eos": True, "stop_token_ids": [self.eos]},
+            generation_kwargs={"ignore_eos": True, "stop_token_ids": self.stops},
             **vllm_generation_kwargs(plan),
         )
         if weights is not None:
@@ -187,7 +189,8 @@ class ColocatedVLLM:
         `logprobs` then holds vLLM's log-prob of each sampled token (None where vLLM gave none)."""
         self.vllm.temperature = 0.0 if greedy else self.temperature
         _, completions, logprobs, _ = self.vllm.generate(prompts, images=None, num_generations=1)
-        out = [ids[: ids.index(self.eos) + 1] if self.eos in ids else list(ids) for ids in completions]
+        ends = [next((t for t, token in enumerate(ids) if token in self.stops), None) for ids in completions]
+        out = [list(ids) if end is None else list(ids[: end + 1]) for ids, end in zip(completions, ends, strict=True)]
         self.logprobs = None
         if logprobs is not None and not greedy:
             pairs = zip(logprobs, out, strict=True)

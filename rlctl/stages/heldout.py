@@ -7,7 +7,7 @@ from typing import Any
 
 from rlctl import checkpoint, data, rewards
 from rlctl.rewards import scoring
-from rlctl.rollout import evaluate
+from rlctl.rollout import evaluate, multiturn
 from rlctl.stages import memory_probe, models
 from rlctl.stages.context import StageContext
 
@@ -39,8 +39,9 @@ def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -
         guarded = rewards.stage_rewards(cfg.rl.rewards, cfg.data.answer_field, {}, ctx.notify)
         fns = [(fn, r.weight) for fn, r in zip(guarded, cfg.rl.rewards, strict=True) if fn is not None]
         accuracy = scoring.accuracy_name(cfg.rl.rewards, data.RECOGNISED["eval"].format)
+        agent = multiturn.agent_for(cfg.rl, tokenizer) if "rl" in cfg.stages else None  # eval as RL will roll out
         return evaluate.score_policy(
-            model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy
+            model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy, agent
         )
     finally:
         model.train(was_training)

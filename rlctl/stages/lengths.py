@@ -9,6 +9,7 @@ from typing import Any
 from rlctl import data
 from rlctl.data.tokens import length, limit_key, too_many_dropped
 from rlctl.errors import UserError
+from rlctl.rollout import tools
 from rlctl.stages.context import StageContext
 from rlctl.stages.heldout import preference_split
 
@@ -32,7 +33,8 @@ def training_rows(ctx: StageContext, tok) -> list[dict[str, Any]]:
     name = ctx.stage.name
     rows = stage_rows(ctx)
     limit = ctx.cfg.data.max_prompt_length if name == "rl" else ctx.settings.max_length
-    sizes = [length(r, tok, name) for r in rows]
+    schemas = [t.schema for t in tools.resolve_all(ctx.cfg.rl.tools).values()] if name == "rl" else None
+    sizes = [length(r, tok, name, schemas) for r in rows]  # RL prompts with the tools listed, as rolled out
     over = [i for i, n in enumerate(sizes) if n > limit]
     if not over:
         return rows

@@ -11,7 +11,7 @@ from rlctl import rewards
 from rlctl.algorithms import overlong_penalty
 from rlctl.data.tokens import prompt_text
 from rlctl.plan import final_dir
-from rlctl.rollout import evaluate
+from rlctl.rollout import evaluate, multiturn
 from rlctl.rollout.samples import Sample
 from rlctl.stages import models
 from rlctl.stages.context import StageContext
@@ -54,8 +54,11 @@ class Scorer:
         prompts = [s.row["prompt"] for s in samples]
         texts = self.tok.batch_decode([s.completion_ids for s in samples], skip_special_tokens=True)
         chat = isinstance(prompts[0], list)
-        completions = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
         columns = {k: [s.row.get(k) for s in samples] for k in samples[0].row if k != "prompt"}
+        if samples[0].messages is not None:  # multi-turn: rules score the final answer, and see the trajectory
+            texts = [multiturn.final_answer(s) for s in samples]
+            columns["trajectory"] = [s.messages for s in samples]
+        completions = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
         total = torch.zeros(len(samples))
         for fn, rm_tok, weight in zip(self.funcs, self.tokenizers, self.weights, strict=True):
             if isinstance(fn, torch.nn.Module):

@@ -55,7 +55,7 @@ from rlctl.algorithms import (
 )
 from rlctl.algorithms.mismatch import correction_weights
 from rlctl.data.tokens import prompt_text
-from rlctl.rollout import generate, vllm
+from rlctl.rollout import generate, multiturn, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
 from rlctl.stages import layout, lengths, loop_checkpoint, memory_probe, models, sharding
@@ -99,6 +99,7 @@ class Loop:
     mini: int
     micro: int
     clock: PhaseClock
+    agent: multiturn.Agent | None  # multi-turn rollouts with rl.tools, else None (single-turn)
     shards: dict = field(default_factory=dict)  # sharded (model, optimizer) pairs DCP checkpoints, by name
 
     @property
@@ -110,6 +111,8 @@ class Loop:
         return self.acc.process_index
 
     def prompt_ids(self, row: dict) -> list[int]:
+        if self.agent is not None:
+            return self.agent.prompt_ids(row["prompt"], row)
         text = prompt_text(row["prompt"], self.tok)
         return self.tok(text, add_special_tokens=False)["input_ids"]  # fits: lengths.training_rows
 
@@ -164,7 +167,9 @@ def setup(ctx: StageContext) -> Loop:
     with sharding.full_loading():
         scorer = Scorer(ctx, tok, acc.device)
     weights = sharding.full_weights if sharded else None
-    generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc, weights)
+    agent = multiturn.agent_for(rl, tok)
+    stops = agent.stop_ids if agent else ()
+    generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc, weights, stops)
     loss_cfg = PolicyLossConfig(
         clip_low=rl.clip_low,
         clip_high=rl.clip_high if rl.policy_loss != "cispo" else 0.2,
@@ -177,7 +182,7 @@ def setup(ctx: StageContext) -> Loop:
     clock = PhaseClock(acc.device.type == "cuda", on_lap=memory_probe.lap)
     return Loop(
         ctx, acc, tok, policy, ref, critic, opt, sched, c_opt, c_sched, kl_ctl, stream, scorer, generator,
-        loss_cfg, adv_cfg, shard, mini, micro, clock, shards,
+        loss_cfg, adv_cfg, shard, mini, micro, clock, agent, shards,
     )  # fmt: skip
 
 
@@ -252,10 +257,13 @@ def rollout(loop: Loop) -> Rollout:
         prompts = [(g, row, loop.prompt_ids(row)) for g, row in loop.stream.take(rl.prompts_per_step)]
         round_samples = [Sample(g, row, list(ids)) for g, row, ids in prompts for _ in range(rl.group_size)]
         mine = round_samples[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
-        for s, ids in zip(mine, generator.generate([s.prompt_ids for s in mine]), strict=True):
-            s.completion_ids, s.truncated = ids, loop.tok.eos_token_id not in ids
-        for s, lps in zip(mine, generator.logprobs or [], strict=False):
-            s.rollout_logprobs = lps
+        if loop.agent is not None:
+            multiturn.rollout(loop.agent, generator, mine)
+        else:
+            for s, ids in zip(mine, generator.generate([s.prompt_ids for s in mine]), strict=True):
+                s.completion_ids, s.truncated = ids, loop.tok.eos_token_id not in ids
+            for s, lps in zip(mine, generator.logprobs or [], strict=False):
+                s.rollout_logprobs = lps
         clock.lap("generate")
         loop.scorer(mine)
         round_samples = gather_object(mine)
@@ -303,9 +311,9 @@ def prepare(loop: Loop, samples: list[Sample], step: int) -> Prepared:
     rollout_logp = rollout_logprobs(mine, old_logp)
     is_weights, mismatch = None, {}
     if rollout_logp is not None:
-        mismatch = sync_check(loop.ctx, acc, old_logp, rollout_logp, batch.mask, step)
+        mismatch = sync_check(loop.ctx, acc, old_logp, rollout_logp, batch.loss_mask, step)
         weights, corr = correction_weights(
-            old_logp, rollout_logp, batch.mask, rl.rollout_correction, rl.rollout_correction_cap
+            old_logp, rollout_logp, batch.loss_mask, rl.rollout_correction, rl.rollout_correction_cap
         )
         is_weights, mismatch = loop.gather_rows(weights), mismatch | corr
     return Prepared(batch, old_logp, ref_logp, values, baseline, is_weights, mismatch)
@@ -315,8 +323,11 @@ def remax_baseline(loop: Loop, mine: list[Sample]) -> None:
     """ReMax's baseline: the reward of the greedy completion of the same prompt, set on each sample."""
     firsts = {s.group: s for s in mine}
     greedy = [Sample(g, s.row, s.prompt_ids) for g, s in firsts.items()]
-    for s, ids in zip(greedy, loop.generator.generate([s.prompt_ids for s in greedy], greedy=True), strict=True):
-        s.completion_ids = ids
+    if loop.agent is not None:
+        multiturn.rollout(loop.agent, loop.generator, greedy, greedy=True)
+    else:
+        for s, ids in zip(greedy, loop.generator.generate([s.prompt_ids for s in greedy], greedy=True), strict=True):
+            s.completion_ids = ids
     loop.clock.lap("generate")
     loop.scorer(greedy)
     loop.clock.lap("score")
@@ -337,10 +348,10 @@ class TrainBatch:
 
 def advantages(loop: Loop, samples: list[Sample], p: Prepared, step: int) -> TrainBatch:
     acc, rl, cfg = loop.acc, loop.rl, loop.ctx.cfg
-    mask = loop.gather_rows(p.batch.mask)
+    mask = loop.gather_rows(p.batch.loss_mask)  # the model's own tokens (tool results between turns excluded)
     scores = torch.tensor([s.score for s in samples], device=acc.device)
     index = torch.tensor([s.group for s in samples], device=acc.device)
-    last_token = (mask.sum(-1).long() - 1).clamp(min=0)
+    last_token = (mask * torch.arange(1, mask.shape[1] + 1, device=acc.device)).argmax(-1)  # the last trained
     token_rewards = torch.zeros_like(mask).scatter(1, last_token[:, None], scores[:, None]) * mask
     g_old = loop.gather_rows(p.old_logp)
     g_ref = loop.gather_rows(p.ref_logp) if p.ref_logp is not None else None
@@ -462,6 +473,8 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
         record.update(kl=train.kl, beta=loop.kl_ctl.value)
     if rl.dynamic_sampling:
         record.update(generation_rounds=r.rounds, groups_short=r.shortfall)
+    if loop.agent is not None:
+        record.update(multiturn.metrics(r.generated))
     finite = {k: v for k, v in record.items() if math.isfinite(v)}
     ctx.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
     memory_probe.flush(step)

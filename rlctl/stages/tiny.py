@@ -47,6 +47,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     tokenizer = Qwen2Tokenizer(
         vocab=model["vocab"], merges=merges, unk_token=None, bos_token=None, eos_token=EOS, pad_token=EOS
     )
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:]})  # one token each, as in Qwen2
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 

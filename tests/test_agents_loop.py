@@ -1,0 +1,85 @@
+"""Multi-turn RL end to end on the tiny agent demo: a short SFT on the calculator demonstrations gives a policy
+that calls the tool; the rlctl loop then rolls out several turns, counts tool use and failures, and resumes in
+the middle of the stage to exactly the weights of the uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import rlctl, summary
+
+pytestmark = pytest.mark.slow
+ENV = {"OMP_NUM_THREADS": "1"}
+SMALL_RL = ["rl.prompts_per_step=4", "rl.group_size=4", "rl.eval_samples=16"]
+
+
+def _sets(*pairs: str) -> list[str]:
+    return [x for p in pairs for x in ("--set", p)]
+
+
+@pytest.fixture(scope="module")
+def agent_sft(tmp_path_factory) -> Path:
+    """The tiny agent demo's SFT stage, shortened: enough for well-formed tool calls at temperature 1."""
+    run_dir = tmp_path_factory.mktemp("agent") / "sft"
+    args = ["train", "--preset", "tiny-agent-demo", "--stages", "sft", "--run-dir", str(run_dir)]
+    sets = _sets("sft.max_steps=80", "sft.save_every=80", "sft.batch_size=16", "rl.eval_samples=16")
+    proc = rlctl(*args, *sets, env=ENV)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    return run_dir
+
+
+def _rl(sft_run: Path, run_dir: Path, *extra: str):
+    sets = [f"model.name_or_path={sft_run / 'sft' / 'final'}", "rl.max_steps=4", "rl.save_every=2", *SMALL_RL]
+    args = ["train", "--preset", "tiny-agent-demo", "--stages", "rl", "--run-dir", str(run_dir)]
+    return rlctl(*args, *_sets(*sets, *extra), env=ENV)
+
+
+def _steps(run_dir: Path) -> list[dict]:
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if r.get("stage") == "rl" and "step" in r and "event" not in r]
+
+
+def test_multiturn_stage_resumes_exactly_and_counts_tool_failures(agent_sft, tmp_path):
+    from safetensors.torch import load_file
+    from torch import equal
+
+    # a calculator that fails on every call: the failures reach the model and are counted, the run goes on
+    broken = tmp_path / "broken.py"
+    broken.write_text('def calculator(expression: str) -> str:\n    """Broken."""\n    raise OSError("down")\n')
+    straight = tmp_path / "straight"
+    proc = _rl(agent_sft, straight, f"rl.tools=['{broken}:calculator']")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    steps = _steps(straight)
+    assert any(s["turns"] > 1 for s in steps), steps
+    assert any(s["tool_calls"] > 0 for s in steps) and all(s["tool_errors"] == s["tool_calls"] for s in steps)
+    held = summary(straight)["stages"]["rl"]
+    assert {"eval_tool_call_rate", "eval_turns", "eval_tool_calls"} <= held.keys(), held
+
+    # a crash after checkpoint-2: the same run directory without what came after it
+    resumed = tmp_path / "resumed"
+    shutil.copytree(straight, resumed, ignore=shutil.ignore_patterns("checkpoint-4", "final", "run.lock"))
+    s = summary(resumed)
+    s["completed"].remove("rl")
+    s["stages"].pop("rl")
+    (resumed / "summary.json").write_text(json.dumps(s))
+    (resumed / "config.yaml").write_text((resumed / "config.yaml").read_text().replace(str(straight), str(resumed)))
+    proc = rlctl("resume", str(resumed), env=ENV)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert [r["step"] for r in _steps(resumed)] == [1, 2, 3, 4, 3, 4]
+    a = load_file(straight / "rl" / "final" / "model.safetensors")
+    b = load_file(resumed / "rl" / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+
+    # `rlctl eval` of a tool run rolls out with its tools, sampled here (2 per prompt), and reports tool use
+    out = tmp_path / "eval.json"
+    data = straight / "data" / "eval.jsonl"
+    proc = rlctl("eval", str(straight), "--data", str(data), "--limit", "6", "-k", "2", "--out", str(out), env=ENV)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    metrics = json.loads(out.read_text())
+    assert metrics["samples_per_prompt"] == 2 and {"tool_call_rate", "turns", "tool_errors"} <= metrics.keys()
+    assert metrics["tool_errors"] == metrics["tool_calls"]
+    assert "tool_call_rate" in proc.stdout
