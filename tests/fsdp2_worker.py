@@ -39,7 +39,7 @@ def batches() -> list[tuple[Batch, torch.Tensor]]:
         attn = torch.cat([torch.ones(ROWS, PROMPT, dtype=torch.long), mask.long()], 1)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         adv = torch.randn(ROWS, TOTAL - PROMPT, generator=gen)
-        out.append((Batch(ids, attn, pos, ids[:, PROMPT:], mask), adv))
+        out.append((Batch(ids, attn, pos, ids[:, PROMPT:], mask, mask), adv))
     return out
 
 

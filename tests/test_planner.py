@@ -370,11 +370,11 @@ def test_reference_placement(vllm_here):
     whole = build("qwen0.5b-grpo", "1xH100-80GB", "rl.beta=0.04")
     assert (whole.strategy, whole.reference) == ("single", "gpu")
     assert phase(whole, "rl/training")["components_gib"]["reference model"] == pytest.approx(1.840, abs=1e-3)
-    # rlctl's own RL loop (reinforce-pp) loads its reference frozen, in bf16, and moves it whole to each GPU even
-    # under FSDP2: 2 x 7,615,487,488 B = 14.185 GiB per GPU
+    # rlctl's own RL loop (reinforce-pp) loads its reference frozen, in bf16, and shards it with the policy under
+    # FSDP2: 2 x 7,615,487,488 / 8 = 1,903,871,872 B = 1.773 GiB per GPU
     loop = build("qwen7b-grpo", "8xH100-80GB", "rl.algorithm=reinforce-pp", "rl.beta=0.04")
-    assert (loop.strategy, loop.adapter, loop.reference) == ("fsdp2", "full", "gpu")
-    assert phase(loop, "rl/training")["components_gib"]["reference model"] == pytest.approx(14.185, abs=1e-3)
+    assert (loop.strategy, loop.adapter, loop.reference) == ("fsdp2", "full", "gpu-sharded")
+    assert phase(loop, "rl/training")["components_gib"]["reference model"] == pytest.approx(1.773, abs=1e-3)
     # FSDP2 + CPU offload (DPO, 7B on one H100): the fp32 reference waits in host RAM, 4 x 7,615,487,488 B
     # = 28.370 GiB, next to the offloaded fp32 state 16P = 113.480 GiB and 2 GiB for the process: 143.850 of
     # 160 x 0.9 = 144 GiB

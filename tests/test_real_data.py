@@ -165,7 +165,7 @@ def _chat_sft(tmp_path: Path, n: int = 20, long_every: int = 0) -> Path:
     path = tmp_path / "chat.jsonl"
     rows = []
     for i in range(n):
-        text = "Hello there, how are you today? " * (8 if long_every and i % long_every == 0 else 1)
+        text = "Hello there, how are you today? " * (16 if long_every and i % long_every == 0 else 1)
         rows.append({"messages": [{"role": "user", "content": f"{text}{i}"}, {"role": "assistant", "content": "2"}]})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

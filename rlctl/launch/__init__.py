@@ -72,7 +72,6 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
     """Validate everything, then write config.yaml, accelerate.yaml and the data into a new run directory."""
     cfg = _absolute(cfg)
     the_plan = plan_mod.build(cfg, run_dir)
-    packages.require(the_plan)
     problem = preflight.run_dir_problem(run_dir)
     if problem:
         raise UserError(problem)
@@ -80,6 +79,7 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
         gen_dir = run_dir / "data"
         tasks.GENERATORS[cfg.data.generate](gen_dir, cfg.seed)
     check_inputs(cfg, run_dir, plan_mod.data_paths(cfg, run_dir) if cfg.data.generate else None)
+    packages.require(the_plan)  # after the inputs: a data problem is named whether or not the extras are here
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
     (run_dir / "plan.json").write_text(json.dumps(the_plan.to_json(), indent=2))
@@ -309,9 +309,11 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
 
 
 def _plain_lines(console: Console, stages: dict[str, progress_mod.StageProgress], every_s: float) -> None:
-    """Off a terminal: one plain line per running stage every `every_s` seconds, flushed at once."""
+    """Off a terminal: one plain line per running stage every `every_s` seconds, flushed at once; a stage that
+    finished between two lines gets its last step's line too."""
     for stage in stages.values():
-        if stage.step < (stage.total or 0) and stage.due(every_s):
+        running, unseen = stage.step < (stage.total or 0), stage.step > stage.printed_step
+        if (running or unseen) and stage.due(every_s):
             console.print(stage.line(), markup=False)
             console.file.flush()
 

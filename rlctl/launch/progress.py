@@ -33,6 +33,7 @@ class StageProgress:
     first: tuple[float, int] | None = None  # (time, step) of the first step seen in this session
     last_step_at: float = 0.0
     printed_at: float = 0.0
+    printed_step: int = 0
 
     def update(self, rec: dict[str, Any], now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -73,7 +74,7 @@ class StageProgress:
         now = time.monotonic() if now is None else now
         if self.step == 0 or now - self.printed_at < every_s:
             return False
-        self.printed_at = now
+        self.printed_at, self.printed_step = now, self.step
         return True
 
 

@@ -60,10 +60,11 @@ class MemoryPlan:
             return "none"
         if self.setup.adapter != "full":
             return "adapters-disabled"
+        loop = any(w.loop_reference for w in wls)  # rlctl's RL loop: sharded with the policy, never offloaded
         if self.env.is_cpu:
-            return "cpu"
-        if any(w.loop_reference for w in wls):  # rlctl's RL loop moves its reference whole to each GPU
-            return "gpu"
+            return "cpu-sharded" if loop and self.setup.strategy == "fsdp2" else "cpu"
+        if loop:
+            return "gpu-sharded" if self.setup.strategy == "fsdp2" else "gpu"
         if self.setup.cpu_offload:
             return "cpu-offload"
         return "gpu-sharded" if self.setup.strategy == "fsdp2" else "gpu"

@@ -146,6 +146,7 @@ def explain(cfg: RunConfig, plan: Any, hardware: Hardware) -> list[dict[str, str
             "gpu-sharded": f"a frozen {kind} sharded by FSDP2 ({copy} GiB per GPU)",
             "cpu-offload": f"a frozen {kind} in host RAM, offloaded with the FSDP2 state",
             "cpu": f"a frozen copy in each process ({copy} GiB)",
+            "cpu-sharded": f"a frozen copy sharded by FSDP2 over the processes ({copy} GiB each)",
         }[ref]
         add("reference", ref, why)
     return out

@@ -330,11 +330,9 @@ def reference_bytes(arch: Arch, env: Env, setup: Setup, wl: Workload) -> float:
 
 def frozen_copy(arch: Arch, env: Env, setup: Setup, wl: Workload) -> float:
     """The frozen reference model per GPU (`reference_bytes`): TRL's is sharded by FSDP2 (prepare_fsdp) and in
-    host RAM with FSDP2 CPU offload; rlctl's RL loop moves its reference whole to each GPU."""
+    host RAM with FSDP2 CPU offload; rlctl's RL loop shards it with the policy under fsdp2 (never offloaded)."""
     full = reference_bytes(arch, env, setup, wl)
-    if wl.loop_reference:
-        return full
-    if setup.cpu_offload:
+    if setup.cpu_offload and not wl.loop_reference:
         return 0.0
     return full / env.world if setup.strategy == "fsdp2" else full
 

@@ -54,7 +54,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     cpu_offload: bool = False  # FSDP2 keeps parameters, gradients and optimizer states in host RAM
     phase_offload: bool = False  # RL: optimizer states live in host RAM outside the optimizer step
-    reference: str = "none"  # none | adapters-disabled | gpu | gpu-sharded | cpu
+    reference: str = "none"  # none | adapters-disabled | gpu | gpu-sharded | cpu-offload | cpu | cpu-sharded
     vllm: dict[str, Any] | None = None  # gpu_memory_utilization, tensor_parallel_size, max_model_length, ...
     decisions: list[dict[str, str]] = field(default_factory=list)  # {setting, value, why}, one line each
     memory: dict[str, Any] = field(default_factory=dict)  # per phase x component GiB, peak, budget, headroom

@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -122,6 +123,8 @@ def run(code: str, tests: str, limits: Limits = Limits()) -> Result:
         output = (proc.stdout + proc.stderr)[-2000:]
         if proc.returncode == 0 and "SANDBOX-PASSED" in proc.stdout:
             return Result(True, "passed", output)
+        if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not proc.stderr.strip():
+            return Result(False, f"timeout: over the {limits.cpu_s} s CPU time limit", output)
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
         return Result(False, last, output)
 

@@ -232,7 +232,8 @@ def observed_beside(ctx: StageContext, policy: Any, beside: Beside) -> dict[str,
             params = list(ref.parameters())
             sharded = any(isinstance(p, DTensor) for p in params)
             on_gpu = any(p.device.type == "cuda" for p in params)
-            out["reference"] = ("gpu-sharded" if on_gpu else "cpu-offload") if sharded else "gpu" if on_gpu else "cpu"
+            offload = "cpu-sharded" if ctx.plan.hardware.is_cpu else "cpu-offload"
+            out["reference"] = ("gpu-sharded" if on_gpu else offload) if sharded else "gpu" if on_gpu else "cpu"
             out["reference_dtype"] = _dtypes(ref)
     if ctx.stage.name == "rl":
         if beside.rewards:
