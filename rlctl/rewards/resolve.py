@@ -9,6 +9,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,22 +60,23 @@ def split_call(name: str) -> tuple[str, dict[str, Any]]:
     return prefix + node.func.id, kwargs
 
 
-def load_plugin(spec: str) -> RewardFn:
-    """The function named by `path/to/file.py:function`."""
+def load_plugin(spec: str, what: str = "Reward plugin", key: str = "rl.rewards name") -> Callable[..., Any]:
+    """The function named by `path/to/file.py:function`; `what` and `key` name it in the errors (reward plugins
+    here, `rl.tools` files in rlctl.rollout.tools)."""
     path_str, _, name = spec.rpartition(":")
-    path = Path(path_str)
+    path = Path(path_str).expanduser()
     if not path.is_file():
-        raise UserError(f"Reward plugin file not found: {path} (from rl.rewards name '{spec}').")
+        raise UserError(f"{what} file not found: {path} (from {key} '{spec}').")
     module_spec = importlib.util.spec_from_file_location(f"rlctl_plugin_{path.stem}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
     except Exception as e:
-        raise UserError(f"Reward plugin {path} failed to import: {type(e).__name__}: {e}.") from None
+        raise UserError(f"{what} {path} failed to import: {type(e).__name__}: {e}.") from None
     fn = getattr(module, name, None)
     if not callable(fn):
         funcs = [n for n, v in vars(module).items() if inspect.isfunction(v)]
-        raise UserError(f"Reward plugin {path} has no function '{name}'.{did_you_mean(name, funcs)}")
+        raise UserError(f"{what} {path} has no function '{name}'.{did_you_mean(name, funcs)}")
     return fn
 
 

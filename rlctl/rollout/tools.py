@@ -19,10 +19,10 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 from rlctl.errors import UserError, did_you_mean
+from rlctl.rewards.resolve import load_plugin
 
 ENTRY_POINT_GROUP = "rlctl.tools"
 TIMEOUT_S = 10.0  # wall time of one call of an in-process tool (`python` has the sandbox's own limits)
@@ -181,28 +181,10 @@ def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def _load_file(spec: str) -> tuple[str, Callable[..., Any]]:
-    path_str, _, name = spec.rpartition(":")
-    path = Path(path_str).expanduser()
-    if not path.is_file():
-        raise UserError(f"rl.tools: tool file not found: {path} (from '{spec}').")
-    module_spec = importlib.util.spec_from_file_location(f"rlctl_tool_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as e:
-        raise UserError(f"rl.tools: tool file {path} failed to import: {type(e).__name__}: {e}.") from None
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        funcs = [n for n, v in vars(module).items() if inspect.isfunction(v)]
-        raise UserError(f"rl.tools: tool file {path} has no function '{name}'.{did_you_mean(name, funcs)}")
-    return name, fn
-
-
 def resolve(spec: str) -> Tool:
     """The tool `spec` names: a built-in, `path/to/file.py:function`, or an entry point of group rlctl.tools."""
     if ".py:" in spec:
-        name, fn = _load_file(spec)
+        name, fn = spec.rpartition(":")[2], load_plugin(spec, "rl.tools: tool file", "rl.tools entry")
     elif spec in BUILTINS:
         name, fn = spec, BUILTINS[spec]
     elif spec in (eps := entry_points()):

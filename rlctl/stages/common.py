@@ -11,9 +11,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
-from rlctl.stages import sharding
+from rlctl.stages import layout, models, sharding
 from rlctl.stages.context import Interrupted, NonFiniteError, StageContext, Stopped
-from rlctl.stages.models import torch_dtype
 
 # Trainer log keys worth streaming, renamed to rlctl's metric names.
 _LOG_KEYS = {
@@ -254,7 +253,7 @@ def _merged(ctx: StageContext, peft_model):
         base = type(quantized).from_pretrained(
             ctx.stage.init_from,
             config=config,
-            dtype=torch_dtype(ctx, trainable=False),
+            dtype=models.torch_dtype(ctx, trainable=False),
             trust_remote_code=ctx.cfg.model.trust_remote_code,
         )
         return PeftModel.from_pretrained(base, adapters).merge_and_unload()
@@ -277,3 +276,21 @@ def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
         exclude_modules=["score", "classifier"] if task_type == "TOKEN_CLS" else None,
         task_type=task_type,
     )
+
+
+def train_causal_lm(ctx: StageContext, trainer_cls, args, rows: list[dict], tok) -> None:
+    """SFT, DPO and KTO: TRL's `trainer_cls` on `rows` from the stage's starting model (LoRA/QLoRA as planned),
+    checked against the plan, resumed from the last complete checkpoint, and saved."""
+    from datasets import Dataset
+
+    trainer = trainer_cls(
+        model=models.causal_lm(ctx, ctx.stage.init_from),
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tok,
+        peft_config=lora_config(ctx),
+        callbacks=[StreamMetrics(ctx)],
+    )
+    layout.follow_plan(ctx, trainer)
+    trainer.train(resume_from_checkpoint=resume_point(ctx))
+    save_final(ctx, trainer, tok)

@@ -8,12 +8,11 @@ rm and dpo stages.
 
 from __future__ import annotations
 
-from rlctl.stages import layout, lengths, models
-from rlctl.stages.common import StageContext, StreamMetrics, lora_config, resume_point, save_final, training_args
+from rlctl.stages import lengths, models
+from rlctl.stages.common import StageContext, train_causal_lm, training_args
 
 
 def run(ctx: StageContext) -> None:
-    from datasets import Dataset
     from trl import KTOConfig, KTOTrainer
 
     tok = models.tokenizer(ctx, ctx.stage.init_from)
@@ -28,14 +27,4 @@ def run(ctx: StageContext) -> None:
         desirable_weight=sc.desirable_weight,
         undesirable_weight=sc.undesirable_weight,
     )
-    trainer = KTOTrainer(
-        model=models.causal_lm(ctx, ctx.stage.init_from),
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tok,
-        peft_config=lora_config(ctx),
-        callbacks=[StreamMetrics(ctx)],
-    )
-    layout.follow_plan(ctx, trainer)
-    trainer.train(resume_from_checkpoint=resume_point(ctx))
-    save_final(ctx, trainer, tok)
+    train_causal_lm(ctx, KTOTrainer, args, rows, tok)
