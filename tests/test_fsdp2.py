@@ -24,8 +24,6 @@ LOOP_RUN = (
     "tiny-demo",
     "--stages",
     "rl",
-    "--algorithm",
-    "reinforce-pp",
     *SHARDED,
     "--set",
     "rl.rewards=[{name: exact_match}]",
@@ -44,10 +42,12 @@ def _plan(*args: str) -> tuple[int, str, dict | None]:
 
 
 def test_plan_shards_the_rlctl_loop_on_cpu_and_says_which_stages_run_ddp():
-    code, text, _ = _plan()  # the demo's GRPO trains through TRL: nothing would shard
-    assert code == 2 and "no stage of this run can shard there: sft, rm, rl" in text and "Traceback" not in text
-    code, text, plan = _plan("--algorithm", "reinforce-pp")
+    code, text, _ = _plan("--stages", "sft,rm")  # TRL and accelerate train both: nothing would shard
+    assert code == 2 and "no stage of this run can shard there: sft, rm" in text and "Traceback" not in text
+    code, text, plan = _plan()  # the demo's GRPO, which TRL trains elsewhere, moves to rlctl's loop, which shards
     assert code == 0, text
+    assert plan["config"]["rl"]["trainer"] == "rlctl"
+    assert any(d["setting"] == "rl.trainer" and "TRL GRPOTrainer cannot shard" in d["why"] for d in plan["decisions"])
     assert plan["strategy"] == "fsdp2"
     assert {s["name"]: s["strategy"] for s in plan["stages"]} == {"sft": "ddp", "rm": "ddp", "rl": "fsdp2"}
     assert any("stage(s) sft, rm run DDP" in w for w in plan["warnings"])
@@ -109,7 +109,7 @@ def test_one_process_resumes_the_two_process_checkpoint_resharded(parity):
 
 @pytest.fixture(scope="module")
 def loop_run(tmp_path_factory) -> Path:
-    """rlctl's RL loop (reinforce-pp) sharded over 2 processes, 4 steps, a checkpoint every 2."""
+    """The demo's GRPO in rlctl's RL loop sharded over 2 processes, 4 steps, a checkpoint every 2."""
     run_dir = tmp_path_factory.mktemp("fsdp2-loop") / "run"
     proc = rlctl("train", *LOOP_RUN, "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stdout + proc.stderr

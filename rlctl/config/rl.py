@@ -103,6 +103,13 @@ class RLConfig(TrainConfig):
     batches: each makes ppo_epochs x ppo_mini_batches optimizer updates."""
 
     algorithm: str = Field("grpo", description="RL algorithm (an algorithm preset name; see `rlctl presets list`).")
+    trainer: Literal["auto", "rlctl"] = Field(
+        "auto",
+        description="Which code trains rl. auto: TRL's GRPOTrainer for grpo, dr-grpo, gspo and cispo and its "
+        "RLOOTrainer for rloo, rlctl's own loop for the others - and for every algorithm where only the loop "
+        "can run the plan (hardware.strategy=fsdp2 on CPU: the plan says so). rlctl: rlctl's loop for every "
+        "algorithm (the same advantage, loss and KL keys; the loop also runs multi-turn tools).",
+    )
     prompts_per_step: int = Field(16, ge=1, description="Prompts sampled per step (rollout batch).")
     group_size: int = Field(8, ge=2, description="Completions sampled per prompt (the group).")
     max_new_tokens: int = Field(256, ge=1, description="Longest completion in tokens.")
@@ -265,7 +272,8 @@ class RLConfig(TrainConfig):
     @property
     def path(self) -> str | None:
         """The code path of `algorithm`: trl-grpo, trl-rloo or rlctl (None for an offline algorithm)."""
-        return RL_ALGORITHM_PATHS.get(self.algorithm)
+        path = RL_ALGORITHM_PATHS.get(self.algorithm)
+        return "rlctl" if path and self.trainer == "rlctl" else path
 
     def check(self, stages: list[str]) -> None:
         """Rules of the RL stage that span several keys; a ValueError naming the rule and the nearest valid setting."""
@@ -329,8 +337,8 @@ class RLConfig(TrainConfig):
             loop = ", ".join(a for a, p in RL_ALGORITHM_PATHS.items() if p == "rlctl")
             raise ValueError(
                 f"rl.tools: multi-turn rollouts with tools run in the rlctl loop, but algorithm {self.algorithm} runs "
-                f"through {PATH_NAMES[self.path]}; nearest valid: rl.algorithm=reinforce-pp-baseline (or {loop}), "
-                "or rl.tools=[]"
+                f"through {PATH_NAMES[self.path]}; nearest valid: rl.trainer=rlctl (the same algorithm in the loop), "
+                f"rl.algorithm=reinforce-pp-baseline (or {loop}), or rl.tools=[]"
             )
         if len(set(self.tools)) != len(self.tools):
             raise ValueError(f"rl.tools lists a tool twice: {', '.join(self.tools)}")

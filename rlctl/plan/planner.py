@@ -274,6 +274,7 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
     procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
     world = procs * hardware.nodes
     warnings = missing_data(cfg)
+    trainer = loop_for_sharding(cfg, hardware)
     cfg, arch_source = model_arch.resolve(cfg, warnings)
     precision = precision_for(cfg, hardware, warnings)
     engine = generation_engine(cfg, hardware, warnings)
@@ -335,6 +336,7 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
                 "where the run directory lives (lower checkpoint.keep_last or free disk)"
             )
         memory_json = mem.to_json()
+    decisions += trainer
     per_stage = stage_strategies(cfg, hardware, strategy, decisions, warnings)
     here = hardware.is_cpu or hw.has_local_gpu()
     vllm_forced = engine == "vllm" and cfg.rl.use_vllm is True
@@ -387,6 +389,21 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
     )
 
 
+def loop_for_sharding(cfg: RunConfig, hardware: hw.Hardware) -> list[dict[str, str]]:
+    """hardware.strategy=fsdp2 on CPU with rl.trainer=auto: an algorithm TRL trains runs in rlctl's loop instead,
+    the only trainer that shards there. Set in `cfg` itself, so the run's config.yaml holds it for every process and
+    every resume. The decision, or none."""
+    rl = cfg.rl
+    if not (hardware.is_cpu and cfg.hardware.strategy == "fsdp2" and "rl" in cfg.stages):
+        return []
+    if rl.trainer != "auto" or rl.path in ("rlctl", None):
+        return []
+    trl = config_mod.PATH_NAMES[rl.path]
+    rl.trainer = "rlctl"
+    why = f"{trl} cannot shard on CPU (accelerate engages FSDP only on GPUs); rlctl's loop shards itself"
+    return [{"setting": "rl.trainer", "value": f"rlctl ({rl.algorithm} in rlctl's loop)", "why": why}]
+
+
 def stage_strategies(
     cfg: RunConfig, hardware: hw.Hardware, strategy: str, decisions: list[dict[str, str]], warnings: list[str]
 ) -> dict[str, str]:
@@ -397,13 +414,12 @@ def stage_strategies(
         return dict.fromkeys(cfg.stages, strategy)
     out = {name: "fsdp2" if name == "rl" and cfg.rl.path == "rlctl" else "ddp" for name in cfg.stages}
     ddp = [name for name, how in out.items() if how == "ddp"]
-    loop = ", ".join(a for a, p in config_mod.RL_ALGORITHM_PATHS.items() if p == "rlctl")
     if len(ddp) == len(out):
         raise UserError(
             f"Invalid config: hardware.strategy=fsdp2 on CPU, but no stage of this run can shard there: "
             f"{', '.join(ddp)} train through TRL and accelerate, which engages FSDP only on GPUs (on CPU it would be "
-            "plain DDP under an FSDP2 label). On CPU rlctl's own RL loop shards itself: run rl with one of its "
-            f"algorithms (--algorithm {loop}; the plan then states which other stages run DDP), or use --set "
+            "plain DDP under an FSDP2 label). On CPU rlctl's own RL loop shards itself: run the rl stage (with "
+            "rl.trainer=auto or rlctl; the plan then states which other stages run DDP), or use --set "
             "hardware.strategy=ddp (or auto)."
         )
     if ddp:
