@@ -227,6 +227,8 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     errors: list[dict] = []
     alarmed: list[dict] = []
     previous = signal.signal(signal.SIGTERM, _raise_signal)
+    # Ctrl-C or kill -INT stops at a checkpoint even where SIGINT came in ignored (a background job of a script)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with log_path.open("ab") as log:
             # Its own session: a terminal Ctrl-C reaches only this CLI, which asks the trainers to stop at a step
@@ -282,6 +284,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                             )
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     proc.wait()
     if stopped:
         console.print(f"[yellow]Interrupted.[/] Continue with: rlctl resume {run_dir}")
@@ -313,7 +316,7 @@ def _plain_lines(console: Console, stages: dict[str, progress_mod.StageProgress]
     finished between two lines gets its last step's line too."""
     for stage in stages.values():
         running, unseen = stage.step < (stage.total or 0), stage.step > stage.printed_step
-        if (running or unseen) and stage.due(every_s):
+        if (running and stage.due(every_s)) or (not running and unseen and stage.due(0.0)):
             console.print(stage.line(), markup=False)
             console.file.flush()
 
