@@ -242,13 +242,27 @@ def _pair_kto(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     return pairs, len(rows) - 2 * len(pairs)
 
 
+def _shared_start(chosen: Any, rejected: Any) -> tuple[Any, Any, Any]:
+    """(prompt, chosen reply, rejected reply) of an implicit-prompt pair: the prompt is the longest shared start
+    (whole messages of message lists; text up to the first difference, a space before it left to the replies)."""
+    n = 0
+    while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
+        n += 1
+    if isinstance(chosen, str) and n and chosen[n - 1] == " ":
+        n -= 1
+    return chosen[:n], chosen[n:], rejected[n:]
+
+
 def _unpair(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """KTO rows from preference pairs: chosen desirable, rejected undesirable."""
+    """KTO rows from preference pairs: chosen desirable, rejected undesirable (implicit prompts split off)."""
     out = []
     for row in rows:
-        prompt = row.get("prompt", "")
-        out.append({"prompt": prompt, "completion": row["chosen"], "label": True})
-        out.append({"prompt": prompt, "completion": row["rejected"], "label": False})
+        if "prompt" in row:
+            prompt, chosen, rejected = row["prompt"], row["chosen"], row["rejected"]
+        else:
+            prompt, chosen, rejected = _shared_start(row["chosen"], row["rejected"])
+        out.append({"prompt": prompt, "completion": chosen, "label": True})
+        out.append({"prompt": prompt, "completion": rejected, "label": False})
     return out
 
 

@@ -12,7 +12,6 @@ May import: base, config, data, rewards, plan, algorithms, checkpoint, rollout, 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -20,21 +19,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
 from rlctl import config as config_mod
-from rlctl import data, rewards
+from rlctl import data
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import preflight, tbevents
 from rlctl.launch import progress as progress_mod
 from rlctl.plan import packages
 from rlctl.plan import planner as plan_mod
+
+if TYPE_CHECKING:  # rich's progress and tables load only when a run starts or a summary is shown
+    from rich.progress import Progress
+    from rich.table import Table
 
 PR_SET_PDEATHSIG = 1
 
@@ -57,6 +59,8 @@ def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
 def check_inputs(cfg: config_mod.RunConfig, run_dir: Path, paths: dict[str, Path] | None) -> None:
     """The pre-flight over every row (model, chat template, run directory, datasets, lengths), then the rewards
     called on the first RL rows; raises UserError."""
+    from rlctl import rewards
+
     missing = plan_mod.missing_data(cfg)
     if missing:
         raise UserError("Missing data: " + "; ".join(missing) + ".")
@@ -119,6 +123,8 @@ def _cell(value: object) -> str:
 
 def summary_table(summary: dict) -> Table:
     """The per-stage held-out metrics of summary.json as a table."""
+    from rich.table import Table
+
     table = Table(title="Summary (held-out)", title_justify="left")
     table.add_column("stage")
     keys = sorted({k for m in summary.get("stages", {}).values() for k in m} - {"null_reasons"})
@@ -166,6 +172,8 @@ def run(the_plan: plan_mod.Plan, console: Console, resuming: bool = False) -> in
 
 def die_with_parent() -> None:
     """Pre-exec step (Linux): the child is killed when the process that started it dies, even by kill -9."""
+    import ctypes
+
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -241,6 +249,8 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                 start_new_session=True,
                 preexec_fn=die_with_parent,
             )
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
             tasks_by_stage: dict[str, int] = {}
             stages: dict[str, progress_mod.StageProgress] = {}
             every_s = the_plan.config.logging.console_every_s
