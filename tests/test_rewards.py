@@ -179,6 +179,19 @@ def test_dry_run_stops_bad_plugins(tmp_path):
     rewards.dry_run(["exact_match", f"{plugin}:fine", "length_penalty(unit='tokens')"], rows)
 
 
+def test_dry_run_samples_one_of_a_list_of_accepted_answers(tmp_path):
+    """A ground truth listing several accepted answers: the dry run's sample completion is one of them, never the
+    list's string form."""
+    rows = [{"prompt": "Capital of France?", "answer": ["Paris", "paris"]}]
+    plugin = tmp_path / "strict.py"
+    plugin.write_text(
+        "def one_of(prompts, completions, answer, **c):\n"
+        "    assert all(c in a for c, a in zip(completions, answer)), (completions, answer)\n"
+        "    return [1.0] * len(completions)\n"
+    )
+    rewards.dry_run([f"{plugin}:one_of", "exact_match"], rows)
+
+
 def test_train_refuses_a_raising_plugin_before_starting(tmp_path):
     (tmp_path / "rl.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
     (tmp_path / "r.py").write_text("def score(prompts, completions, **c):\n    return 1 / 0\n")

@@ -269,7 +269,8 @@ def dry_run(
     if not fns or not rows:
         return
     prompts = [r["prompt"] for r in rows]
-    texts = [str(r.get(answer_field, "")) for r in rows]
+    truths = [r.get(answer_field, "") for r in rows]  # a list of accepted answers: its first stands for them
+    texts = [str(t[0] if isinstance(t, list) and t else t) for t in truths]
     completions = [
         [{"role": "assistant", "content": t}] if isinstance(p, list) else t for p, t in zip(prompts, texts, strict=True)
     ]
