@@ -5,6 +5,7 @@ the pre-flight that finds all of it before launch."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from rlctl.errors import UserError
 from rlctl.launch import preflight
 from rlctl.rewards import scoring
 from rlctl.stages import tiny
-from tests.conftest import rlctl
+from tests.conftest import rlctl, summary
 
 QWEN2_CONFIG = {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
 QWEN2_CONFIG |= {"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 400}
@@ -302,3 +303,39 @@ def test_gsm8k_file_sft_then_grpo_with_conversational_rm_pairs_piped(tmp_path: P
     assert "eval_accuracy" in summary["stages"]["rl"] and "eval_accuracy" in summary["stages"]["rm"]
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("sft step", "rm step", "rl step"))]
     assert any(line.startswith("sft step") and "/6" in line and "ETA" in line for line in lines), proc.stdout
+
+
+@pytest.mark.slow
+def test_gpt2_style_tokenizer_trains_chat_rows_and_eval_keeps_the_reward_arguments(tmp_path: Path, gpt2_style: Path):
+    """A model whose tokenizer has no chat template (GPT-2's case) trains SFT and RL on message-list rows with
+    data.chat_template=chatml, and `rlctl eval RUN` scores with the run's correctness reward and its arguments."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model = tmp_path / "model"
+    shutil.copytree(gpt2_style, model)
+    Qwen2ForCausalLM(Qwen2Config(**{k: v for k, v in QWEN2_CONFIG.items() if k != "model_type"})).save_pretrained(model)
+    sft = _chat_sft(tmp_path, n=16)
+    rl = tmp_path / "rl.jsonl"
+    rl.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"{i}+1="}], "answer": str(i + 1)}) + "\n"
+                          for i in range(12)))  # fmt: skip
+    judge = tmp_path / "judge.py"  # scores `bonus` whatever the completion: 0 unless the argument reaches it
+    judge.write_text("def judge(prompts, completions, answer, bonus=0.0, **_):\n    return [bonus] * len(prompts)\n")
+    run_dir = tmp_path / "run"
+    proc = rlctl(
+        "train", "--preset", "tiny-demo", "--stages", "sft,rl", "--algorithm", "reinforce-pp",
+        "--run-dir", str(run_dir), "--set", "data.generate=null", "--set", f"model.name_or_path={model}",
+        "--set", "data.chat_template=chatml", "--set", f"data.sft={sft}", "--set", f"data.rl={rl}",
+        "--set", f"data.eval={rl}", "--set", f"rl.rewards=[{{name: '{judge}:judge(bonus=1.0)', correctness: true}}]",
+        "--set", "sft.max_steps=3", "--set", "sft.save_every=3", "--set", "sft.max_length=100",
+        "--set", "sft.batch_size=4", "--set", "rl.max_steps=2", "--set", "rl.save_every=2",
+        "--set", "rl.prompts_per_step=2", "--set", "rl.group_size=2", "--set", "rl.eval_samples=4",
+        "--set", "rl.max_new_tokens=4", "--set", "data.max_prompt_length=48",
+    )  # fmt: skip
+    assert proc.returncode == 0, _out(proc)
+    assert summary(run_dir)["completed"] == ["sft", "rl"]
+    assert summary(run_dir)["stages"]["rl"]["eval_accuracy"] == 1.0, "the run's own evaluation used bonus=1.0"
+    out = tmp_path / "eval.json"
+    proc = rlctl("eval", str(run_dir), "--data", str(rl), "--limit", "4", "--out", str(out))
+    assert proc.returncode == 0, _out(proc)
+    metrics = json.loads(out.read_text())
+    assert metrics["accuracy_reward"] == f"{judge}:judge(bonus=1.0)" and metrics["accuracy"] == 1.0, metrics
