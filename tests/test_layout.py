@@ -126,10 +126,3 @@ def test_a_stage_that_ignores_its_plan_stops_at_its_first_step(tmp_path: Path):
     assert "Stage sft does not run the layout its plan chose (adapter: planned lora, observed full" in text
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not (run_dir / "sft" / "checkpoints" / "checkpoint-3").exists()
-
-
-def test_fsdp2_on_cpu_with_no_stage_that_can_shard_is_refused_not_run_as_ddp():
-    sets = ("--set", "hardware.num_processes=2", "--set", "hardware.strategy=fsdp2")
-    proc = rlctl("plan", "--preset", "tiny-demo", *sets)
-    text = " ".join((proc.stdout + proc.stderr).split())
-    assert proc.returncode == 2 and "plain DDP under an FSDP2 label" in text and "Traceback" not in text

@@ -13,7 +13,7 @@ import pytest
 from rlctl import rewards
 from rlctl.errors import RewardError, UserError, is_out_of_memory
 
-PLUGIN = '''
+PLUGIN = """
 import math, time
 import numpy
 
@@ -42,7 +42,7 @@ def nan(prompts, completions, **_):
 
 def some_nan(prompts, completions, answer, **_):
     return [1.0 if c == a else math.inf for c, a in zip(completions, answer)]
-'''
+"""
 ROWS = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": "4"}]
 
 

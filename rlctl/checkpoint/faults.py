@@ -48,9 +48,7 @@ def _last_good(folder: Path) -> str:
     return f"the last complete checkpoint, {last.name}, is intact" if last else "no earlier checkpoint exists"
 
 
-def explain(
-    error: BaseException, plan, stage: str, checkpoints: Path, is_main: bool, measured: str = ""
-) -> str | None:
+def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: bool, measured: str = "") -> str | None:
     """The user-facing explanation of `error` raised in `stage`, or None when it is not a known fault. `measured`:
     the memory peaks measured so far (`rlctl.stages.memory_probe.so_far`), for an out-of-memory error."""
     run_dir = plan.run_dir
@@ -87,11 +85,13 @@ def explain(
 def _zero_on_error(plan) -> str:
     """The `--set rl.rewards=...` that resume accepts to score failing completions 0 (on_error: zero)."""
     specs = [
-        "{" + f"name: '{r.name}', weight: {r.weight:g}, on_error: zero"
-        + ("" if r.correctness is None else f", correctness: {str(r.correctness).lower()}") + "}"
+        "{"
+        + f"name: '{r.name}', weight: {r.weight:g}, on_error: zero"
+        + ("" if r.correctness is None else f", correctness: {str(r.correctness).lower()}")
+        + "}"
         for r in plan.config.rl.rewards
     ]
-    return f" --set \"rl.rewards=[{', '.join(specs)}]\""
+    return f' --set "rl.rewards=[{", ".join(specs)}]"'
 
 
 def out_of_memory(error: BaseException, plan, stage: str, measured: str = "") -> str:

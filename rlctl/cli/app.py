@@ -106,5 +106,3 @@ def _ui():
     from rlctl.cli.cockpit import UI
 
     return UI(console, VERBOSE["on"])
-
-

@@ -89,6 +89,7 @@ def reward_setup(
 ) -> tuple[list[tuple[str, float]], str, dict[str, str], Path | None]:
     """(reward specs, answer field, column mapping, reward-model folder) from --reward, a run or a config."""
     from rlctl import data
+
     if cfg is None and not reward:
         raise UserError("No rewards to use: pass --reward NAME (repeatable), --run RUN_DIR, --preset or --config.")
     specs = [(r, 1.0) for r in reward] if reward else [(r.name, r.weight) for r in cfg.rl.rewards]

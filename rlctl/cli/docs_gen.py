@@ -245,6 +245,8 @@ def matrix_block() -> str:
 
 
 BLOCKS: dict[str, Callable[[], str]] = {"formats": formats_block, "rewards": rewards_block, "matrix": matrix_block}
+
+
 def code_map_md() -> str:
     from rlctl.cli import codemap
 

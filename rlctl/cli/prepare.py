@@ -135,5 +135,3 @@ def rewards_test(
     columns.update(cockpit.columns_opt(column))
     encoding = cfg.data.encoding if cfg else "utf-8"
     cockpit.rewards_test(_ui(), data_file, specs, answer_field, columns, rm_dir, limit, as_json, encoding)
-
-

@@ -373,9 +373,6 @@ def _finish(code: int, the_plan: Plan) -> int:
             _ui().results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})")
         else:
             err_console.print(
-                f"[red]Training stopped (exit {code}).[/] Log: {log}. "
-                f"After fixing the cause: rlctl resume {run_dir}",
+                f"[red]Training stopped (exit {code}).[/] Log: {log}. After fixing the cause: rlctl resume {run_dir}",
             )
     return code
-
-

@@ -9,7 +9,6 @@ YAML layers (`presets`).
 May import: base.
 """
 
-
 from pathlib import Path
 from typing import Any
 

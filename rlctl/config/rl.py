@@ -347,5 +347,3 @@ class RLConfig(TrainConfig):
                 f"rl.overlong_buffer={self.overlong_buffer} of rl.max_new_tokens={self.max_new_tokens} is under one "
                 f"token; nearest valid: rl.overlong_buffer={min(0.99, 1 / self.max_new_tokens):.2g}, or 0 (off)"
             )
-
-

@@ -215,5 +215,3 @@ class LoggingConfig(Section):
     alarm_steps: int = Field(
         10, ge=1, description="Consecutive logged steps a no-learning condition must last before its alarm fires."
     )
-
-

@@ -24,7 +24,7 @@ CHATML = (
     "with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
     "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
     "{{ '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": "
+    '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": '
     "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}{% endif %}"
     "{% for message in messages %}"
     "{% if message['role'] == 'tool' %}"
@@ -83,8 +83,11 @@ def _special(value: Any) -> str | None:
 
 
 def render(
-    template: str, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
-    tools: list[dict[str, Any]] | None = None, **special: Any,
+    template: str,
+    messages: list[dict[str, Any]],
+    add_generation_prompt: bool = False,
+    tools: list[dict[str, Any]] | None = None,
+    **special: Any,
 ) -> str:
     """A conversation through a chat template as transformers renders it (sandboxed jinja2, the same globals)."""
     return _compiled(template).render(

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from rlctl.config import RunConfig
     from rlctl.plan.hardware import Hardware
 
+
 def _count(n: float) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 

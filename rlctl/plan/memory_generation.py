@@ -26,6 +26,7 @@ from rlctl.plan.memory_model import (
 if TYPE_CHECKING:
     from rlctl.plan.memory_arch import Arch
 
+
 def vllm_weights(arch: Arch, env: Env, setup: Setup) -> float:
     """vLLM's own copy of the policy (bf16; NF4 via bitsandbytes when the policy is QLoRA)."""
     return quantized_bytes(arch, env) if setup.adapter == "qlora" else arch.params() * 2.0

@@ -162,4 +162,3 @@ def math_equal(prediction: str, truth: str) -> bool:
         pa, pb = a.strip("()[]{}").split(","), b.strip("()[]{}").split(",")
         return len(pa) == len(pb) and all(math_equal(x, y) for x, y in zip(pa, pb, strict=True))
     return _sympy_equal(a, b)
-

@@ -173,4 +173,3 @@ def describe_builtins() -> list[tuple[str, str, str]]:
         out.append((name, ", ".join(params), doc))
     out.append(("reward_model", "", "The reward model trained in the rm stage (needs the rm stage in the run)."))
     return out
-

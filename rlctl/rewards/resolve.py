@@ -142,4 +142,3 @@ def resolve(name: str, answer_field: str = "answer") -> RewardFn:
         f"Unknown reward '{base}'.{did_you_mean(base, known)} Built-ins: {', '.join(known)}; "
         f"or give a plugin as path/to/file.py:function, or install a package with a '{ENTRY_POINT_GROUP}' entry point."
     )
-

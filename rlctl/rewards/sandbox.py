@@ -25,7 +25,7 @@ from pathlib import Path
 CLONE_NEWNET = 0x40000000
 
 # Runs first in the child: installs the audit hook, then executes the solution and the tests.
-_BOOTSTRAP = r'''
+_BOOTSTRAP = r"""
 import os, sys
 ROOT = os.path.realpath(os.getcwd())
 DENY = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.forkpty",
@@ -71,7 +71,7 @@ scope = {"__name__": "__main__"}
 exec(compile(code, "solution.py", "exec"), scope)
 exec(compile(tests, "tests.py", "exec"), scope)
 print("SANDBOX-PASSED")
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,14 @@ def run(code: str, tests: str, limits: Limits = Limits()) -> Result:
         env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "HOME": tmp, "TMPDIR": tmp}
         try:
             proc = subprocess.run(
-                [sys.executable, "-I", "-c", _BOOTSTRAP], cwd=tmp, env=env, capture_output=True, text=True,
-                timeout=limits.wall_s, preexec_fn=_confine(limits), stdin=subprocess.DEVNULL,
+                [sys.executable, "-I", "-c", _BOOTSTRAP],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=limits.wall_s,
+                preexec_fn=_confine(limits),
+                stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:  # the child is killed; it could not fork, so nothing is left
             return Result(False, f"timeout after {limits.wall_s:g} s", "")
@@ -127,4 +133,3 @@ def run(code: str, tests: str, limits: Limits = Limits()) -> Result:
             return Result(False, f"timeout: over the {limits.cpu_s} s CPU time limit", output)
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
         return Result(False, last, output)
-

@@ -55,8 +55,9 @@ def stop_ids(tokenizer: Any) -> tuple[int, ...]:
     """The tokens that end a model turn: EOS, and the chat template's end-of-turn token when it has one
     (ChatML's <|im_end|>), found by rendering a one-word assistant turn."""
     marker = "rlctl-turn-marker"
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "x"}, {"role": "assistant", "content": marker}],
-                                         tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "x"}, {"role": "assistant", "content": marker}], tokenize=False
+    )
     tail = text.split(marker, 1)[1]
     added = tokenizer.get_added_vocab()
     ends = [tokenizer.eos_token_id]

@@ -50,8 +50,9 @@ def render_kwargs(tools: list[dict[str, Any]] | None) -> dict[str, Any]:
     return {"tools": tools} if tools else {}
 
 
-def result_text(tokenizer: Any, messages: list[dict[str, Any]], results: list[str], tools: list[dict] | None,
-                end_text: str) -> str:
+def result_text(
+    tokenizer: Any, messages: list[dict[str, Any]], results: list[str], tools: list[dict] | None, end_text: str
+) -> str:
     """The text that follows the model's turn (`messages[-1]`, which ended with `end_text`): the results as
     `tool` messages and the opening of the next assistant turn, exactly as the chat template renders them."""
     kwargs = render_kwargs(tools)

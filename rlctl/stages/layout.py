@@ -283,9 +283,7 @@ def mismatches(plan_side: dict[str, Any], live: dict[str, Any]) -> list[str]:
     return out
 
 
-def check(
-    ctx: StageContext, model: Any, optimizer: Any, engine: str | None, beside: Beside
-) -> dict[str, Any]:
+def check(ctx: StageContext, model: Any, optimizer: Any, engine: str | None, beside: Beside) -> dict[str, Any]:
     """Record this process's layout and stop the stage when it contradicts the plan."""
     live = observed(model, optimizer, engine) | observed_beside(ctx, model, beside)
     if ctx.stage.name != "rl":

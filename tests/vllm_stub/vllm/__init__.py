@@ -96,7 +96,9 @@ class LLM:
         self.asleep: set[str] = set()
         self.pushed: set[str] = set()
         self.llm_engine = SimpleNamespace(
-            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=_Worker(self))))
+            model_executor=SimpleNamespace(
+                driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=_Worker(self)))
+            )
         )
         CALLS.append(("init", dict(self.kwargs)))
 
