@@ -18,7 +18,26 @@ def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
 
 
 class RewardError(RuntimeError):
-    """A reward function raised during training with `on_error: raise`; the message names it and the sample."""
+    """A reward function raised during training with `on_error: raise`; the message names it and the sample
+    (`index`: the sample's place in the batch, when one sample failed)."""
+
+    def __init__(self, message: str, index: int | None = None):
+        super().__init__(message)
+        self.index = index
+
+
+class RowFailure(Exception):
+    """Row `index` of a list of rows failed (`cause`); the caller that knows where the rows were read from turns
+    it into a DataRowError (or a RewardError) naming the file and line."""
+
+    def __init__(self, index: int, cause: BaseException):
+        super().__init__(f"row {index}: {type(cause).__name__}: {cause}")
+        self.index, self.cause = index, cause
+
+
+class DataRowError(RuntimeError):
+    """A row of the user's data failed a stage at runtime (a chat template refused it, say); the message names
+    the file and line."""
 
 
 def is_out_of_memory(error: BaseException) -> bool:

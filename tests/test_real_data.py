@@ -191,6 +191,36 @@ def test_tokenizer_without_chat_template_on_chat_rows_needs_data_chat_template(t
     assert not (tmp_path / "run-train" / "config.yaml").exists()
 
 
+PICKY_TEMPLATE = (  # ChatML that refuses any message holding BOOM, as real templates refuse role orders
+    "{% for m in messages %}{% if 'BOOM' in m['content'] %}{{ raise_exception('no BOOM here') }}{% endif %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _chat_rows(path: Path, n: int, boom_line: int, answers: bool = False) -> Path:
+    rows = []
+    for i in range(1, n + 1):
+        text = f"What is {i}+1?" + (" BOOM" if i == boom_line else "")
+        row = {"prompt": [{"role": "user", "content": text}], "answer": str(i + 1)}
+        rows.append(row if answers else {"messages": [*row["prompt"], {"role": "assistant", "content": row["answer"]}]})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_row_the_chat_template_refuses_is_named_by_file_and_line(tmp_path: Path, gpt2_style: Path):
+    """The pre-flight renders every row (held-out prompts too) and names the one a template refuses."""
+    template = tmp_path / "picky.jinja"
+    template.write_text(PICKY_TEMPLATE)
+    sets = ("--set", f"data.chat_template={template}", "--set", "sft.max_length=100")
+    sft = _chat_rows(tmp_path / "chat.jsonl", 12, boom_line=5)
+    _refused(_plan(gpt2_style, sft, *sets), f"{sft}:5: The chat template refused a conversation: no BOOM here")
+    clean = _chat_rows(tmp_path / "clean.jsonl", 12, boom_line=0)
+    held = _chat_rows(tmp_path / "eval.jsonl", 8, boom_line=3, answers=True)
+    _refused(_plan(gpt2_style, clean, *sets, "--set", f"data.eval={held}"), f"{held}:3: The chat template refused")
+    assert _plan(gpt2_style, clean, *sets).returncode == 0
+
+
 def test_file_tokenizer_counts_as_transformers_does(gpt2_style: Path):
     from transformers import AutoTokenizer
 
@@ -339,3 +369,38 @@ def test_gpt2_style_tokenizer_trains_chat_rows_and_eval_keeps_the_reward_argumen
     assert proc.returncode == 0, _out(proc)
     metrics = json.loads(out.read_text())
     assert metrics["accuracy_reward"] == f"{judge}:judge(bonus=1.0)" and metrics["accuracy"] == 1.0, metrics
+
+
+@pytest.mark.slow
+def test_a_reward_failing_on_a_held_out_row_at_a_checkpoint_names_its_file_and_line(tmp_path: Path, gpt2_style: Path):
+    """Scoring at a checkpoint stops on a row a reward cannot score: the message names the file and line."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model = tmp_path / "model"
+    shutil.copytree(gpt2_style, model)
+    Qwen2ForCausalLM(Qwen2Config(**{k: v for k, v in QWEN2_CONFIG.items() if k != "model_type"})).save_pretrained(model)
+    run_dir = tmp_path / "run"
+    picky = tmp_path / "picky.py"  # fails on row 7's answer, once a checkpoint is being written (not at the base)
+    picky.write_text(
+        "from pathlib import Path\n"
+        f"INCOMING = Path({str(run_dir / 'sft' / 'checkpoints' / '.incoming')!r})\n"
+        "def picky(prompts, completions, answer, **_):\n"
+        "    if INCOMING.exists() and '8' in answer:\n"
+        "        raise ValueError('no 8')\n"
+        "    return [0.0] * len(prompts)\n"
+    )
+    held = tmp_path / "eval.jsonl"
+    held.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(1, 9)))
+    proc = rlctl(
+        "train", "--preset", "tiny-demo", "--stages", "sft", "--run-dir", str(run_dir), "--set", "data.generate=null",
+        "--set", f"model.name_or_path={model}", "--set", "data.chat_template=chatml",
+        "--set", f"data.sft={_chat_sft(tmp_path, n=16)}", "--set", f"data.eval={held}",
+        "--set", f"rl.rewards=[{{name: '{picky}:picky', correctness: true}}]", "--set", "sft.max_steps=2",
+        "--set", "sft.save_every=2", "--set", "sft.max_length=100", "--set", "sft.batch_size=4",
+        "--set", "rl.max_new_tokens=4",
+    )  # fmt: skip
+    out = _out(proc)
+    assert proc.returncode == 1, out
+    assert "raised ValueError: no 8" in out and f"The held-out row is {held}:7." in out, out
+    assert f"rlctl resume {run_dir}" in out and "Traceback" not in proc.stderr.split("rlctl:")[-1], out
+    assert summary(run_dir)["stages"]["base"]["eval_accuracy"] == 0.0  # the base model was scored before

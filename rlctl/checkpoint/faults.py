@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlctl import checkpoint
 from rlctl.config import RESUMABLE
-from rlctl.errors import RewardError, is_out_of_memory
+from rlctl.errors import DataRowError, RewardError, is_out_of_memory
 from rlctl.plan import hardware
 
 
@@ -62,6 +62,11 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
         free = hardware.free_disk_gib(checkpoints)
         if is_main:
             checkpoint.drop_partial(checkpoints)
+        if isinstance(error, DataRowError):
+            return (
+                f"Stage {stage} failed at checkpoint {written[-1].name}: {error} The partial checkpoint was removed "
+                f"and {_last_good(checkpoints)}. {_fix_row(run_dir)}"
+            )
         if not disk_full:  # saving or scoring the checkpoint failed for a reason of its own: name it
             return (
                 f"Stage {stage} failed at checkpoint {written[-1].name} ({type(error).__name__}: {error}, at "
@@ -74,12 +79,18 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
             f"{_last_good(checkpoints)}. Free disk space (or lower checkpoint.keep_last), then "
             f"`rlctl resume {run_dir}`."
         )
+    if isinstance(error, DataRowError):
+        return f"{error} {_fix_row(run_dir)}"
     if disk_full:
         return (
             f"The disk is full: stage {stage} could not write ({error}). {_last_good(checkpoints)}. Free disk space "
             f"where {run_dir} lives, then `rlctl resume {run_dir}`."
         )
     return None
+
+
+def _fix_row(run_dir: Path) -> str:
+    return f"Fix or remove that row, then `rlctl resume {run_dir}`."
 
 
 def _zero_on_error(plan) -> str:

@@ -15,6 +15,7 @@ May import: base, config.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,11 @@ class DataInfo:
     format: str
     rows: int
     notes: list[str] = field(default_factory=list)
+    where: Callable[[int], str] | None = field(default=None, repr=False)  # file and line of row i, rows 1:1
+
+    def row(self, i: int) -> str:
+        """Where row i of the recognised rows was read: file and line, when rows map one to one to the file's."""
+        return self.where(i) if self.where else f"row {i + 1} of {self.source} as read for {self.role}"
 
     def describe(self) -> str:
         text = f"{self.format} ({FORMATS[self.format][0]})" if self.format in FORMATS else self.format
@@ -280,7 +286,7 @@ def normalise(table: Table, role: str, answer_field: str | None = None) -> tuple
             f"or point data.{role} at another file."
         )
     _validate(table, role, fmt, answer_field)
-    rows, notes = table.rows, []
+    rows, notes, where = table.rows, [], table.where
     if fmt == "bigbench":
         rows = [_from_bigbench(r, role, answer_field or "answer") for r in rows]
         notes.append("BIG-bench input -> prompt, target -> " + ("completion" if role == "sft" else "ground truth"))
@@ -303,16 +309,17 @@ def normalise(table: Table, role: str, answer_field: str | None = None) -> tuple
                     "so no preference pairs can be formed for the reward model / DPO; use the kto stage."
                 )
             notes.append(f"paired into {len(rows)} chosen/rejected pairs ({unpaired} rows without a partner)")
+            where = None
         elif role == "sft":
             kept = [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows if r["label"]]
             if not kept:
                 raise UserError(f"{table.source}: KTO data has no desirable (label true) rows to fine-tune on.")
             notes.append(f"{len(kept)} desirable rows kept for SFT")
-            rows = kept
+            rows, where = kept, None
     elif role == "kto" and fmt in ("preference", "preference_implicit"):
-        rows = _unpair(rows)
+        rows, where = _unpair(rows), None
         notes.append(f"unpaired into {len(rows)} rows")
-    return rows, DataInfo(role, table.source, fmt, len(rows), notes)
+    return rows, DataInfo(role, table.source, fmt, len(rows), notes, where)
 
 
 def load(
@@ -385,13 +392,17 @@ def sample(
 
 def holdout(rows: list[dict[str, Any]], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
     """(train, held-out) split of `rows`, the same for the same seed; at least one row on each side."""
+    held = set(held_out(len(rows), fraction, seed))
+    return [r for i, r in enumerate(rows) if i not in held], [r for i, r in enumerate(rows) if i in held]
+
+
+def held_out(n: int, fraction: float, seed: int) -> list[int]:
+    """The places, in order, of the rows `holdout` holds out of n."""
     import random
 
-    order = list(range(len(rows)))
+    order = list(range(n))
     random.Random(seed).shuffle(order)
-    n_held = min(max(1, int(len(rows) * fraction)), len(rows) - 1)
-    held = set(order[:n_held])
-    return [r for i, r in enumerate(rows) if i not in held], [r for i, r in enumerate(rows) if i in held]
+    return sorted(order[: min(max(1, int(n * fraction)), n - 1)])
 
 
 def texts(rows: list[dict[str, Any]]) -> list[str]:

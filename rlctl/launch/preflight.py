@@ -14,6 +14,7 @@ train` / `rlctl resume` run it again before they launch.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ class Report:
     lengths: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # {stage: rows}, not reported
+    infos: dict[str, data.DataInfo] = field(default_factory=dict)  # {stage: what was read}, not reported
 
     def to_json(self) -> dict[str, Any]:
         return {"checks": self.checks, "lengths": self.lengths, "errors": self.errors}
@@ -128,7 +130,7 @@ def read_data(cfg: RunConfig, report: Report, full: bool, paths: dict[str, Path]
             report.data[key] = {"source": spec, "error": str(e)}
             report.errors.append(str(e))
             continue
-        out[stage] = rows
+        out[stage], report.infos[stage] = rows, info
         report.data.setdefault(key, {"source": info.source, "format": info.format, "rows": info.rows, "notes": []})
         report.data[key]["notes"] = sorted({*report.data[key]["notes"], *info.notes})
     return out
@@ -163,14 +165,20 @@ def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: b
     from rlctl.rollout import tools
 
     for stage, stage_rows in rows.items():
-        if stage == "eval" or not stage_rows:
+        if not stage_rows:
+            continue
+        if stage == "eval":  # no length limit: rendered only, as held-out scoring will
+            _each_row(stage_rows, lambda r: tokens.prompt_text(r["prompt"], tok), report.infos[stage], report)
             continue
         limit = cfg.data.max_prompt_length if stage == "rl" else getattr(cfg, stage).max_length
         try:
             schemas = [t.schema for t in tools.resolve_all(cfg.rl.tools).values()] if stage == "rl" else None
-            sizes = [tokens.length(r, tok, stage, schemas) for r in stage_rows]  # RL prompts with the tools listed
         except UserError as e:
             report.errors.append(str(e))
+            continue
+        count = functools.partial(tokens.length, tok=tok, stage=stage, tools=schemas)  # RL prompts list the tools
+        sizes = _each_row(stage_rows, count, report.infos[stage], report)
+        if sizes is None:
             continue
         over = sum(n > limit for n in sizes)
         entry = {"rows": len(sizes), "over_limit": over, "share": round(over / len(sizes), 4), "limit": limit}
@@ -180,6 +188,19 @@ def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: b
             refused = tokens.too_many_dropped(stage, over, len(sizes), limit, cfg.data.max_drop_fraction, sizes)
             if refused:
                 report.errors.append(refused)
+
+
+def _each_row(rows: list[dict], fn: Any, info: data.DataInfo, report: Report) -> list[Any] | None:
+    """fn of every row; the first row it fails on goes to `report.errors` by file and line (None returned)."""
+    out = []
+    for i, row in enumerate(rows):
+        try:
+            out.append(fn(row))
+        except Exception as e:  # a chat template refusing the row, or failing on it
+            what = str(e) if isinstance(e, UserError) else f"the chat template failed on it ({type(e).__name__}: {e})"
+            report.errors.append(f"{info.row(i)}: {what}")
+            return None
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ tools

@@ -119,7 +119,8 @@ def guarded(
                     what = f"returned {e}" if isinstance(e, BadOutput) else f"raised {type(e).__name__}: {e}"
                     raise RewardError(
                         f"Reward '{label}' {what} on the completion {completion_text(completions[i])[:200]!r} of the "
-                        f"prompt {str(prompts[i])[:200]!r}. {FIX_HINT}"
+                        f"prompt {str(prompts[i])[:200]!r}. {FIX_HINT}",
+                        index=i,
                     ) from e
                 values.append(0.0)
                 count(1)
@@ -152,7 +153,8 @@ def guarded(
                     raise RewardError(
                         f"Reward '{label}' returned {v} for the completion {completion_text(completions[i])[:200]!r} "
                         f"of the prompt {str(prompts[i])[:200]!r}; rewards must be finite numbers or None. "
-                        f"{FIX_HINT}"
+                        f"{FIX_HINT}",
+                        index=i,
                     )
                 values[i] = 0.0
                 count(1)

@@ -13,10 +13,23 @@ import torch
 
 from rlctl import rewards as rewards_mod
 from rlctl.data.tokens import prompt_text
-from rlctl.errors import UserError
+from rlctl.errors import RewardError, RowFailure, UserError, is_out_of_memory
 from rlctl.rewards import RewardFn
 from rlctl.rollout import multiturn
 from rlctl.rollout.samples import Sample
+
+
+def each_row(fn: Callable[[Any], Any], items: Sequence[Any], start: int = 0) -> list[Any]:
+    """fn of every item; a failure becomes a RowFailure naming the item's place (`start` + its index)."""
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(fn(item))
+        except Exception as e:
+            if is_out_of_memory(e):
+                raise
+            raise RowFailure(start + i, e) from e
+    return out
 
 
 @torch.no_grad()
@@ -31,7 +44,7 @@ def generate(
     out: list[str] = []
     try:
         for i in range(0, len(prompts), batch_size):
-            texts = [prompt_text(p, tokenizer) for p in prompts[i : i + batch_size]]
+            texts = each_row(lambda p: prompt_text(p, tokenizer), prompts[i : i + batch_size], start=i)
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             ids = model.generate(
                 **enc,
@@ -73,11 +86,17 @@ def score_policy(
         completions = [multiturn.final_answer(s) for s in samples]
         columns["trajectory"] = [s.messages for s in samples]
         extra = {f"eval_{k}": v for k, v in multiturn.metrics(samples).items()}
-    correct = scoring.correct(accuracy, answer_field, prompts, completions, columns)
     total = [0.0] * len(rows)
-    for fn, weight in rewards:
-        for i, value in enumerate(fn(prompts=prompts, completions=completions, **columns)):
+    for fn, weight in rewards:  # guarded: a reward failing on one row names it (before correctness, unguarded)
+        try:
+            values = fn(prompts=prompts, completions=completions, **columns)
+        except RewardError as e:
+            if e.index is None:
+                raise
+            raise RowFailure(e.index, e) from e
+        for i, value in enumerate(values):
             total[i] += weight * float(value if value is not None else 0.0)
+    correct = scoring.correct(accuracy, answer_field, prompts, completions, columns)
     n = len(rows)
     return {"eval_accuracy": sum(correct) / n, "eval_reward": sum(total) / n, **extra}
 
@@ -120,9 +139,11 @@ def pair_text(prompt: Any, reply: Any, tokenizer) -> str:
 
 def score_reward_model(model, tokenizer, pairs: list[dict[str, Any]]) -> dict[str, float]:
     """eval_accuracy: the fraction of held-out pairs where chosen outscores rejected."""
-    chosen = reward_scores(model, tokenizer, [pair_text(p.get("prompt", ""), p["chosen"], tokenizer) for p in pairs])
+    chosen = reward_scores(
+        model, tokenizer, each_row(lambda p: pair_text(p.get("prompt", ""), p["chosen"], tokenizer), pairs)
+    )
     rejected = reward_scores(
-        model, tokenizer, [pair_text(p.get("prompt", ""), p["rejected"], tokenizer) for p in pairs]
+        model, tokenizer, each_row(lambda p: pair_text(p.get("prompt", ""), p["rejected"], tokenizer), pairs)
     )
     wins = [c > r for c, r in zip(chosen, rejected, strict=True)]
     margin = sum(c - r for c, r in zip(chosen, rejected, strict=True)) / len(pairs)

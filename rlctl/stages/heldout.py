@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlctl import checkpoint, data, rewards
+from rlctl.errors import DataRowError, RewardError, RowFailure
 from rlctl.rewards import scoring
 from rlctl.rollout import evaluate, multiturn
 from rlctl.stages import memory_probe, models
@@ -17,16 +18,49 @@ HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward model
 def preference_split(ctx: StageContext, role: str = "preference") -> tuple[list[dict], list[dict]]:
     """(train, held-out) rows of data.preference, read as `role` (preference pairs, or kto rows); the held-out
     tenth measures the reward model's accuracy."""
-    stage = ctx.stage.name if ctx.stage.name in ("rm", "dpo", "kto") else "rm"
-    rows = data.check(
-        ctx.data["preference"], role, columns=data.stage_columns(ctx.cfg, stage), encoding=ctx.cfg.data.encoding
-    )
+    rows, _ = _preference(ctx, role)
     return data.holdout(rows, HOLDOUT, ctx.cfg.seed)
+
+
+def _preference(ctx: StageContext, role: str = "preference") -> tuple[list[dict], data.DataInfo]:
+    stage = ctx.stage.name if ctx.stage.name in ("rm", "dpo", "kto") else "rm"
+    columns = data.stage_columns(ctx.cfg, stage)
+    return data.load(ctx.data["preference"], role, columns=columns, encoding=ctx.cfg.data.encoding)
+
+
+def _row_failed(ctx: StageContext, failure: RowFailure) -> Exception:
+    """A held-out row's failure, named by its file and line: a RewardError stays one (its resume advice holds)."""
+    if ctx.stage.name == "rm":
+        rows, info = _preference(ctx)
+        place = info.row(data.held_out(len(rows), HOLDOUT, ctx.cfg.seed)[failure.index])
+    else:
+        info = data.load(
+            ctx.data["eval"],
+            "eval",
+            ctx.cfg.data.answer_field,
+            data.stage_columns(ctx.cfg, "eval"),
+            ctx.cfg.data.encoding,
+        )[1]
+        place = info.row(failure.index)
+    cause = failure.cause
+    if isinstance(cause, RewardError):
+        return RewardError(f"{cause} The held-out row is {place}.")
+    return DataRowError(
+        f"Scoring stage {ctx.stage.name} on held-out data failed on the row at {place} "
+        f"({type(cause).__name__}: {cause})."
+    )
 
 
 def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -> dict[str, float]:
     """eval_accuracy (and eval_reward or eval_margin) of a live model: a policy on the run's held-out prompts, a
     reward model on the held-out preference pairs. `synced` keeps sharded (FSDP) ranks generating in step."""
+    try:
+        return _score(ctx, model, tokenizer, synced)
+    except RowFailure as e:
+        raise _row_failed(ctx, e) from e.cause
+
+
+def _score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool) -> dict[str, float]:
     was_training = model.training
     try:
         if ctx.stage.name == "rm":
