@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import tempfile
 from pathlib import Path
 
 from _common import RLCTL, report
+
+
+# glibc hands tensors over 1 MiB back to the OS when they are freed (no dynamic threshold, no kept heap top), so the
+# resident set follows the live training state, not the high-water mark of model loading before sharding
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(2**20), "MALLOC_TRIM_THRESHOLD_": str(2**20)}
 
 
 def run(strategy: str, run_dir: Path, args: argparse.Namespace) -> dict:
@@ -40,14 +46,14 @@ def run(strategy: str, run_dir: Path, args: argparse.Namespace) -> dict:
         "rl.rewards": "[{name: exact_match}]",
     }
     cmd = [RLCTL, "train", "--preset", "tiny-demo", "--stages", "rl", "--algorithm", "reinforce-pp"]
-    cmd += [a for k, v in sets.items() for a in ("--set", f"{k}={v}")] + ["--run-dir", str(run_dir), "--quiet"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    cmd += [a for k, v in sets.items() for a in ("--set", f"{k}={v}")] + ["--run-dir", str(run_dir)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **MALLOC})
     if proc.returncode != 0:
         raise SystemExit(f"{strategy} run failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
     plan = json.loads((run_dir / "plan.json").read_text())
     training = next(p for p in plan["memory"]["phases"] if p["stage"] == "rl" and p["phase"] == "training")
     ranks = sorted((run_dir / "rl" / "memory").glob("rank*.json"))
-    measured = [json.loads(f.read_text())["phases"]["training"]["rss"] for f in ranks]
+    measured = [json.loads(f.read_text())["phases"]["training"]["rss_gib"] for f in ranks]
     params = plan["model"].get("params")
     return {"planned": training["peak_gib"], "components": training["components_gib"], "measured": measured,
             "params": params}  # fmt: skip
