@@ -62,7 +62,7 @@ def test_check_package_cases():
     bad = doctor.check_package(torch_req, "2.12.1")
     assert bad.status == "fail" and bad.fix.endswith("-m pip install --force-reinstall 'torch==2.13.*'")
     missing = doctor.check_package(next(r for r in doctor.MATRIX if r.package == "peft"), None)
-    assert missing.status == "fail" and missing.fix.endswith("pip install 'peft>=0.15'")
+    assert missing.status == "fail" and missing.fix.endswith("pip install 'peft>=0.18'")
     optional = doctor.check_package(next(r for r in doctor.MATRIX if r.package == "vllm"), None)
     assert optional.status == "info" and not optional.fix
     assert doctor.check_package(next(r for r in doctor.MATRIX if r.package == "vllm"), "0.32.0").status == "fail"

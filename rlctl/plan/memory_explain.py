@@ -60,9 +60,10 @@ def explain(cfg: RunConfig, plan: Any, hardware: Hardware) -> list[dict[str, str
         if master_weights(env, s):
             why += ", and autocast's bf16 copy (2 B/param) during each forward"
     else:
-        pl = arch.lora_params(env.lora_r)
+        pl = arch.adapter_params(env.lora_r, env.lora_embeddings)
         base = "bf16" if s.adapter == "lora" else "4-bit NF4"
-        why = f"{_count(pl)} LoRA parameters (r={env.lora_r}, fp32) on a frozen {base} base"
+        trained = "LoRA parameters and the token embeddings" if env.lora_embeddings else "LoRA parameters"
+        why = f"{_count(pl)} {trained} (r={env.lora_r}, fp32) on a frozen {base} base"
         if not fixed_adapter:
             why = "full fine-tuning does not fit; " + why
     add("adapter", s.adapter, why, fixed_adapter)

@@ -63,8 +63,8 @@ def gib_str(x: float) -> str:
 class Env(
     namedtuple(
         "Env",
-        "is_cpu procs nodes total budget host_budget host_assumed precision engine lora_r lora_dropout",
-        defaults=(16, 0.05),
+        "is_cpu procs nodes total budget host_budget host_assumed precision engine lora_r lora_dropout lora_embeddings",
+        defaults=(16, 0.05, False),
     )
 ):
     """The hardware side of the model: one GPU's budget (or one CPU process's share of RAM).
@@ -284,7 +284,7 @@ def model_state(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> dict[st
         trainable, frozen = p, 0.0
         tb = 4.0  # bytes per trainable weight: fp32 master weights
     else:
-        trainable = arch.lora_params(env.lora_r)
+        trainable = arch.adapter_params(env.lora_r, env.lora_embeddings)
         tb = 4.0
         frozen = p * env.wb if setup.adapter == "lora" else quantized_bytes(arch, env, head)
     weights = (frozen + trainable * tb) / n

@@ -174,6 +174,7 @@ def environment(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, pre
         engine=engine,
         lora_r=cfg.model.lora_r,
         lora_dropout=cfg.model.lora_dropout,
+        lora_embeddings=cfg.model.train_embeddings is True,
     )
 
 

@@ -20,6 +20,8 @@ from rlctl.errors import UserError
 # transformers 5.17 refuses 4-bit loading below this bitsandbytes ("requires bitsandbytes>=0.46.1");
 # pyproject's qlora extra and doctor's matrix use the same floor.
 BITSANDBYTES_MIN = "0.46.1"
+# 4-bit layers on CPU: bitsandbytes' CPU kernels; rlctl's CPU QLoRA path is tested from this release (0.50.2)
+BITSANDBYTES_CPU_MIN = "0.50"
 
 # logging.report_to -> (importable modules, any of which will do; the install command). transformers' callbacks
 # raise in the training process without them (TensorBoard takes tensorboard or tensorboardX).
@@ -56,8 +58,8 @@ def installed_version(package: str, module: str | None = None) -> str | None:
         return None
 
 
-def qlora_problem() -> str | None:
-    """Why 4-bit QLoRA cannot load here, or None."""
+def qlora_problem(cpu: bool) -> str | None:
+    """Why 4-bit QLoRA cannot load here (on CPU when `cpu`), or None."""
     from packaging.version import Version
 
     version = installed_version("bitsandbytes")
@@ -65,6 +67,8 @@ def qlora_problem() -> str | None:
         return "bitsandbytes is not installed"
     if Version(version) < Version(BITSANDBYTES_MIN):
         return f"bitsandbytes {version} is installed, transformers needs >= {BITSANDBYTES_MIN}"
+    if cpu and Version(version) < Version(BITSANDBYTES_CPU_MIN):
+        return f"bitsandbytes {version} is installed, 4-bit layers on CPU need >= {BITSANDBYTES_CPU_MIN}"
     return None
 
 
@@ -73,9 +77,9 @@ def missing(adapter: str, vllm: bool, cpu: bool, trackers: list[str]) -> list[Ne
     from rlctl.plan import engine
 
     out = []
-    problem = qlora_problem() if adapter == "qlora" else None
+    problem = qlora_problem(cpu) if adapter == "qlora" else None
     if problem is not None:
-        fix = f"pip install 'rlctl[qlora]' (bitsandbytes>={BITSANDBYTES_MIN})"
+        fix = f"pip install 'rlctl[qlora]' (bitsandbytes>={BITSANDBYTES_CPU_MIN if cpu else BITSANDBYTES_MIN})"
         out.append(Need("QLoRA (4-bit base + LoRA)", problem, fix, "--set model.adapter=lora"))
     if vllm and not engine.installed():
         fix = engine.install_hint(cpu)

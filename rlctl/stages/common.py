@@ -266,6 +266,9 @@ def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
     from peft import LoraConfig
 
     m = ctx.cfg.model
+    # model.train_embeddings: the embeddings train whole beside the adapters, and a causal LM's output head with
+    # them (kept tied to them when the model ties the two)
+    embeddings = (["embed_tokens"] + (["lm_head"] if task_type == "CAUSAL_LM" else [])) if m.train_embeddings else None
     return LoraConfig(
         r=m.lora_r,
         lora_alpha=m.lora_alpha,
@@ -274,6 +277,8 @@ def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
         # a value head (the critic's) trains whole: PEFT leaves it out of all-linear for SEQ_CLS only, and a head
         # with LoRA in it cannot also be one of the task's modules_to_save
         exclude_modules=["score", "classifier"] if task_type == "TOKEN_CLS" else None,
+        modules_to_save=embeddings,
+        ensure_weight_tying=bool(embeddings),
         task_type=task_type,
     )
 

@@ -137,6 +137,14 @@ def full_weights(model: Any) -> Iterator[tuple[str, Any]]:
     collective)."""
     seen: set[int] = set()
     for prefix, module in model.named_modules():
+        if hasattr(module, "original_module") and hasattr(module, "modules_to_save"):  # PEFT's trained copy
+            on = module.active_adapters and not module.disable_adapters
+            used = module.modules_to_save[module.active_adapters[0]] if on else module.original_module
+            for name, param in used.named_parameters():
+                if id(param) not in seen:  # a tied copy (the output head's) once
+                    yield _hf_name(f"{prefix}.{name}"), _full(param.detach())
+            seen.update(id(p) for p in module.parameters())
+            continue
         lora = hasattr(module, "lora_A") and hasattr(module, "base_layer")
         if lora:
             seen.update(id(p) for p in module.parameters())
