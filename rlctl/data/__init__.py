@@ -15,14 +15,14 @@ May import: base, config.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlctl.data.files import DEFAULT_ENCODING, FILE_TYPES, Table, read_jsonl
 from rlctl.data.sources import HUB_PREFIX, PEEK_ROWS, Source, absolute, is_hub, parse_source, peek, read
-from rlctl.errors import UserError
+from rlctl.errors import RowFailure, UserError, is_out_of_memory
 
 __all__ = [  # re-exported: where callers have always found them
     "FILE_TYPES",
@@ -388,6 +388,19 @@ def sample(
     info.rows = total
     info.notes.append(f"first {len(table.rows)} rows checked; all of them when training starts")
     return rows, info
+
+
+def each_row(fn: Callable[[Any], Any], items: Sequence[Any], start: int = 0) -> list[Any]:
+    """fn of every item (a row); a failure becomes a RowFailure naming the item's place (`start` + its index)."""
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(fn(item))
+        except Exception as e:
+            if is_out_of_memory(e):
+                raise
+            raise RowFailure(start + i, e) from e
+    return out
 
 
 def holdout(rows: list[dict[str, Any]], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:

@@ -23,7 +23,7 @@ from typing import Any
 from rlctl import data
 from rlctl.config import RunConfig
 from rlctl.data import tokens
-from rlctl.errors import UserError, did_you_mean
+from rlctl.errors import RowFailure, UserError, did_you_mean
 from rlctl.plan import arch as model_arch
 
 ROLE_OF_STAGE = {"sft": "sft", "dpo": "preference", "kto": "kto", "rm": "preference", "rl": "rl"}
@@ -192,15 +192,17 @@ def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: b
 
 def _each_row(rows: list[dict], fn: Any, info: data.DataInfo, report: Report) -> list[Any] | None:
     """fn of every row; the first row it fails on goes to `report.errors` by file and line (None returned)."""
-    out = []
-    for i, row in enumerate(rows):
-        try:
-            out.append(fn(row))
-        except Exception as e:  # a chat template refusing the row, or failing on it
-            what = str(e) if isinstance(e, UserError) else f"the chat template failed on it ({type(e).__name__}: {e})"
-            report.errors.append(f"{info.row(i)}: {what}")
-            return None
-    return out
+    try:
+        return data.each_row(fn, rows)
+    except RowFailure as e:  # a chat template refusing the row, or failing on it
+        cause = e.cause
+        what = (
+            str(cause)
+            if isinstance(cause, UserError)
+            else f"the chat template failed on it ({type(cause).__name__}: {cause})"
+        )
+        report.errors.append(f"{info.row(e.index)}: {what}")
+        return None
 
 
 # ------------------------------------------------------------------------------------------------ tools

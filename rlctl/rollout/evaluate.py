@@ -12,24 +12,12 @@ from typing import Any
 import torch
 
 from rlctl import rewards as rewards_mod
+from rlctl.data import each_row
 from rlctl.data.tokens import prompt_text
-from rlctl.errors import RewardError, RowFailure, UserError, is_out_of_memory
+from rlctl.errors import RewardError, RowFailure, UserError
 from rlctl.rewards import RewardFn
 from rlctl.rollout import multiturn
 from rlctl.rollout.samples import Sample
-
-
-def each_row(fn: Callable[[Any], Any], items: Sequence[Any], start: int = 0) -> list[Any]:
-    """fn of every item; a failure becomes a RowFailure naming the item's place (`start` + its index)."""
-    out = []
-    for i, item in enumerate(items):
-        try:
-            out.append(fn(item))
-        except Exception as e:
-            if is_out_of_memory(e):
-                raise
-            raise RowFailure(start + i, e) from e
-    return out
 
 
 @torch.no_grad()
