@@ -28,20 +28,19 @@ def _preference(ctx: StageContext, role: str = "preference") -> tuple[list[dict]
     return data.load(ctx.data["preference"], role, columns=columns, encoding=ctx.cfg.data.encoding)
 
 
+def _eval(ctx: StageContext) -> tuple[list[dict], data.DataInfo]:
+    cfg = ctx.cfg
+    columns = data.stage_columns(cfg, "eval")
+    return data.load(ctx.data["eval"], "eval", cfg.data.answer_field, columns, cfg.data.encoding)
+
+
 def _row_failed(ctx: StageContext, failure: RowFailure) -> Exception:
     """A held-out row's failure, named by its file and line: a RewardError stays one (its resume advice holds)."""
     if ctx.stage.name == "rm":
         rows, info = _preference(ctx)
         place = info.row(data.held_out(len(rows), HOLDOUT, ctx.cfg.seed)[failure.index])
     else:
-        info = data.load(
-            ctx.data["eval"],
-            "eval",
-            ctx.cfg.data.answer_field,
-            data.stage_columns(ctx.cfg, "eval"),
-            ctx.cfg.data.encoding,
-        )[1]
-        place = info.row(failure.index)
+        place = _eval(ctx)[1].row(failure.index)
     cause = failure.cause
     if isinstance(cause, RewardError):
         return RewardError(f"{cause} The held-out row is {place}.")
@@ -67,12 +66,11 @@ def _score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool) -> dict[
             _, held = preference_split(ctx)
             return evaluate.score_reward_model(model, tokenizer, held[: ctx.settings.eval_samples])
         cfg = ctx.cfg
-        columns = data.stage_columns(cfg, "eval")
-        rows = data.check(ctx.data["eval"], "eval", cfg.data.answer_field, columns, cfg.data.encoding)
+        rows, info = _eval(ctx)
         rows = rows[: cfg.rl.eval_samples]
         guarded = rewards.stage_rewards(cfg.rl.rewards, cfg.data.answer_field, {}, ctx.notify)
         fns = [(fn, r.weight) for fn, r in zip(guarded, cfg.rl.rewards, strict=True) if fn is not None]
-        accuracy = scoring.accuracy_name(cfg.rl.rewards, data.RECOGNISED["eval"].format)
+        accuracy = scoring.accuracy_name(cfg.rl.rewards, info.format)
         agent = multiturn.agent_for(cfg.rl, tokenizer) if "rl" in cfg.stages else None  # eval as RL will roll out
         return evaluate.score_policy(
             model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy, agent
