@@ -362,6 +362,55 @@ def test_rows_offer_their_own_tools(tok, tmp_path):
     assert tokens.length(only_echo, tok, "rl") == len(tok("q")["input_ids"]), "without rl.tools: the plain prompt"
 
 
+def test_verl_agent_loop_rows_name_their_tools_and_bind_arguments(tok, tmp_path):
+    """verl's agent-loop parquet: `extra_info.tools_kwargs` names the tools a row offers; their create kwargs are
+    passed on every call of that row and hidden from the schema the model reads."""
+    import pandas as pd
+
+    from rlctl import data
+    from rlctl.rollout.samples import Sample
+
+    path = _tool_file(
+        tmp_path,
+        '''
+        def grade(answer: str, ground_truth: str) -> str:
+            """Says whether an answer is right.
+
+            Args:
+                answer: the answer to check.
+            """
+            return "right" if answer == ground_truth else "wrong"
+
+        def lookup(key: str, table: str) -> str:
+            """Looks a key up."""
+            return f"{table}[{key}]"
+        ''',
+    )
+    found = tools.resolve_all(["calculator", f"{path}:grade", f"{path}:lookup"])
+    agent = multiturn.Agent(tok, found, 3, 2000, 64, multiturn.stop_ids(tok))
+    verl_row = {"data_source": "toy", "agent_name": "tool_agent", "ability": "math"}
+    rows = [
+        {**verl_row, "prompt": [{"role": "user", "content": "6*7?"}], "reward_model": {"ground_truth": "42"},
+         "extra_info": {"index": 0, "tools_kwargs": {"grade": {"create_kwargs": {"ground_truth": "42"}}}}},
+        {**verl_row, "prompt": [{"role": "user", "content": "2*3?"}], "reward_model": {"ground_truth": "6"},
+         "extra_info": {"index": 1, "tools_kwargs": {"lookup": {"create_kwargs": {"table": "t1"}}}}},
+    ]  # fmt: skip
+    pd.DataFrame(rows).to_parquet(tmp_path / "rl.parquet")  # parquet fills each row's missing tool with null
+    read, info = data.load(tmp_path / "rl.parquet", "rl")
+    assert info.format == "verl" and read[1]["extra_info"]["tools_kwargs"]["grade"] is None
+    first, second = read
+
+    shown = agent.schemas(first)
+    assert tools.tool_names(shown) == ["grade"]
+    assert list(shown[0]["function"]["parameters"]["properties"]) == ["answer"], "the row supplies ground_truth"
+    assert tools.tool_names(agent.schemas(second)) == ["lookup"]
+    call = '<tool_call>{"name": "grade", "arguments": {"answer": "42"}}</tool_call>'
+    samples = [Sample(i, r, agent.prompt_ids(r["prompt"], r)) for i, r in enumerate(read)]
+    multiturn.rollout(agent, Scripted(tok, [[call, "42"], [call, "6"]]), samples)
+    assert samples[0].messages[2]["content"] == "right" and samples[0].tool_errors == 0
+    assert "unknown tool 'grade'" in samples[1].messages[2]["content"], "not offered to the second row"
+
+
 def test_planning_a_tool_run_stays_torch_free(tmp_path):
     """`rlctl plan` of the real-model tool preset loads the tools and checks the rows without torch."""
     import subprocess

@@ -1,6 +1,7 @@
-"""Multi-turn RL end to end on the tiny agent demo: a short SFT on the calculator demonstrations gives a policy
-that calls the tool; the rlctl loop then rolls out several turns, counts tool use and failures, and resumes in
-the middle of the stage to exactly the weights of the uninterrupted run."""
+"""Multi-turn RL end to end on the tiny agent demo: the preset itself learns to call the calculator (held-out
+accuracy after RL at least 0.10 above SFT's, tool use in summary.json); from its SFT model the rlctl loop rolls
+out several turns, counts tool use and failures, resumes in the middle of the stage to exactly the weights of the
+uninterrupted run, and runs its turns in step when the policy is sharded over two processes (FSDP2)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,22 @@ def _sets(*pairs: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def agent_sft(tmp_path_factory) -> Path:
-    """The tiny agent demo's SFT stage, shortened: enough for well-formed tool calls at temperature 1."""
-    run_dir = tmp_path_factory.mktemp("agent") / "sft"
-    args = ["train", "--preset", "tiny-agent-demo", "--stages", "sft", "--run-dir", str(run_dir)]
-    sets = _sets("sft.max_steps=80", "sft.save_every=80", "sft.batch_size=16", "rl.eval_samples=16")
-    proc = rlctl(*args, *sets, env=ENV)
+def agent_demo(tmp_path_factory) -> Path:
+    """`rlctl train --preset tiny-agent-demo` as a user runs it: SFT, then multi-turn RL with the calculator."""
+    run_dir = tmp_path_factory.mktemp("agent") / "demo"
+    proc = rlctl("train", "--preset", "tiny-agent-demo", "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     return run_dir
+
+
+def test_the_agent_demo_learns_to_call_the_calculator(agent_demo):
+    held = summary(agent_demo)["stages"]
+    sft, rl = held["sft"], held["rl"]
+    assert rl["eval_accuracy"] >= sft["eval_accuracy"] + 0.10, held
+    assert rl["eval_tool_call_rate"] > sft["eval_tool_call_rate"] and rl["eval_turns"] > sft["eval_turns"], held
+    assert rl["eval_tool_errors"] == 0, held
+    steps = _steps(agent_demo)
+    assert steps[-1]["tool_call_rate"] > steps[0]["tool_call_rate"], steps
 
 
 def _rl(sft_run: Path, run_dir: Path, *extra: str):
@@ -43,7 +52,7 @@ def _steps(run_dir: Path) -> list[dict]:
     return [r for r in records if r.get("stage") == "rl" and "step" in r and "event" not in r]
 
 
-def test_multiturn_stage_resumes_exactly_and_counts_tool_failures(agent_sft, tmp_path):
+def test_multiturn_stage_resumes_exactly_and_counts_tool_failures(agent_demo, tmp_path):
     from safetensors.torch import load_file
     from torch import equal
 
@@ -51,7 +60,8 @@ def test_multiturn_stage_resumes_exactly_and_counts_tool_failures(agent_sft, tmp
     broken = tmp_path / "broken.py"
     broken.write_text('def calculator(expression: str) -> str:\n    """Broken."""\n    raise OSError("down")\n')
     straight = tmp_path / "straight"
-    proc = _rl(agent_sft, straight, f"rl.tools=['{broken}:calculator']")
+    room = ["rl.max_new_tokens=80", "rl.max_tool_output_tokens=8"]  # a call, the error and a second turn fit
+    proc = _rl(agent_demo, straight, f"rl.tools=['{broken}:calculator']", *room)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     steps = _steps(straight)
     assert any(s["turns"] > 1 for s in steps), steps
@@ -83,3 +93,18 @@ def test_multiturn_stage_resumes_exactly_and_counts_tool_failures(agent_sft, tmp
     assert metrics["samples_per_prompt"] == 2 and {"tool_call_rate", "turns", "tool_errors"} <= metrics.keys()
     assert metrics["tool_errors"] == metrics["tool_calls"]
     assert "tool_call_rate" in proc.stdout
+
+
+def test_a_sharded_policy_runs_every_turn_in_step(agent_demo, tmp_path):
+    """FSDP2 over two processes: each generate call gathers the shards on both, so a process whose rollouts have
+    all answered still takes part in the other's later turns (without it the run would hang)."""
+    run_dir = tmp_path / "sharded"
+    sharded = ["hardware.num_processes=2", "hardware.strategy=fsdp2", "rl.max_steps=2", "rl.save_every=2"]
+    args = ["train", "--preset", "tiny-agent-demo", "--stages", "rl", "--run-dir", str(run_dir)]
+    sets = _sets(f"model.name_or_path={agent_demo / 'sft' / 'final'}", *sharded, *SMALL_RL)
+    proc = rlctl(*args, *sets, env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    record = summary(run_dir)
+    assert record["layout"]["rl"]["observed"]["strategy"] == "fsdp2", record["layout"]
+    assert all(0 < s["tool_call_rate"] < 1 for s in _steps(run_dir))  # some rollouts took two turns, some one
+    assert record["stages"]["rl"]["eval_tool_call_rate"] > 0

@@ -136,6 +136,15 @@ CASES = [
         ["row 1", "serch", "rl.tools: calculator, python"],
     ),
     (
+        "row-binds-an-argument-its-tool-lacks",
+        {
+            "rl.jsonl": '{"prompt": "1+1=", "answer": "2", "extra_info": {"tools_kwargs": '
+            '{"calculator": {"create_kwargs": {"expresion": "1+1"}}}}}\n'
+        },
+        ["plan", "--preset", "qwen1.5b-tool-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["row 1", "tools_kwargs", "expresion", "Did you mean: expression"],
+    ),
+    (
         "plugin-function-missing",
         {"rl.jsonl": GOOD_RL, "r.py": "def score(prompts, completions, **kw):\n    return [0.0]\n"},
         [

@@ -3,6 +3,12 @@ GPU plans set it) while it generates; that must not change what it generates."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -42,3 +48,24 @@ def test_generation_with_checkpointing_in_training_mode_sees_the_whole_sequence(
     sampled = gen.generate(prompts)
     torch.manual_seed(1)
     assert gen.generate(prompts) == sampled  # sampling is reproducible from the RNG state (exact resume)
+
+
+def test_sharded_generation_keeps_every_process_in_step(tmp_path):
+    """Under FSDP2 every forward pass gathers the shards on all processes: a process with fewer prompts (none, in
+    a multi-turn rollout whose conversations have all ended) takes part in the others' calls, and every process
+    gets the completions the unsharded model gives (a process left out would hang the other)."""
+    model, tok = _policy()
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    prompts = [tok(f"{i} + 7 =")["input_ids"] for i in range(6)]
+    gen = HFGenerator(tok, max_new_tokens=12, temperature=1.0, batch_size=4)
+    gen.sync(model.eval())
+    expected = [[gen.generate(prompts, greedy=True), []], [[], gen.generate(prompts[:1], greedy=True)]]
+
+    worker = Path(__file__).resolve().parent / "synced_generate_worker.py"
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29651"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([*run, str(worker), str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)
+    lines = sorted(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
+    assert proc.returncode == 0 and len(lines) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [json.loads(line.split(" ", 1)[1]) for line in lines] == expected

@@ -253,8 +253,6 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
     if cfg is not None and "rl" in cfg.stages and cfg.rl.tools:  # a tool run: evaluated as it was trained
         from rlctl.rollout import multiturn
 
-        if opt.top_p != 1.0:
-            raise UserError("--top-p is not applied to multi-turn rollouts with tools (rl.tools); drop --top-p.")
         agent = multiturn.agent_for(cfg.rl, policy.tokenizer)
         agent = dataclasses.replace(agent, max_new_tokens=max_new)
     bar = [TextColumn("[bold]generate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]

@@ -154,6 +154,28 @@ def row_tools(row: dict[str, Any]) -> list[dict[str, Any]] | None:
     return list(value) if value else None
 
 
+def row_tool_kwargs(row: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """verl's agent-loop layout: `extra_info.tools_kwargs` (`{tool: {"create_kwargs": {...}, "execute_kwargs":
+    {...}}}`, a dict or JSON text) names the tools a row offers and the keyword arguments each of its calls gets
+    (verl's create and execute arguments together; null entries, as parquet fills another row's keys, left out).
+    None if absent or empty."""
+    extra = row.get("extra_info")
+    if isinstance(extra, str):
+        extra = json.loads(extra) if extra.strip() else None
+    value = extra.get("tools_kwargs") if isinstance(extra, dict) else None
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else None
+    if not value:
+        return None
+    bound: dict[str, dict[str, Any]] = {}
+    for name, kwargs in value.items():
+        if kwargs is None:
+            continue
+        parts = [kwargs.get("create_kwargs") or {}, kwargs.get("execute_kwargs") or {}]
+        bound[name] = {k: v for part in parts for k, v in part.items() if v is not None}
+    return bound or None
+
+
 def prompt_text(prompt: Any, tokenizer, tools: list[dict[str, Any]] | None = None) -> str:
     """A prompt as text: plain strings as they are, message lists through the chat template; with `tools` (a
     multi-turn run) always a conversation through the template, the tools listed."""

@@ -219,19 +219,37 @@ def check_tools(cfg: RunConfig, report: Report) -> None:
 
 
 def check_row_tools(cfg: RunConfig, rows: list[dict[str, Any]], report: Report) -> None:
-    """RL rows' own `tools` must name tools of rl.tools (those are the ones rlctl can run)."""
+    """RL rows' own `tools` (or verl's `extra_info.tools_kwargs`) must name tools of rl.tools (those are the ones
+    rlctl can run), and the arguments a row binds must be parameters of its tool."""
+    import inspect
+
     from rlctl.rollout import tools
 
     try:
-        known = list(tools.resolve_all(cfg.rl.tools))
+        known = tools.resolve_all(cfg.rl.tools)
     except UserError:  # reported by check_tools already
         return
     for i, row in enumerate(rows):
         try:
             names = tools.tool_names(tokens.row_tools(row) or [])
+            bound = tokens.row_tool_kwargs(row) or {}
         except (ValueError, AttributeError, TypeError) as e:
-            report.errors.append(f"data.rl row {i + 1}: its tools column is not a list of OpenAI tool schemas ({e}).")
+            report.errors.append(
+                f"data.rl row {i + 1}: its tools column is not a list of OpenAI tool schemas, or its "
+                f"extra_info.tools_kwargs not verl's {{tool: {{create_kwargs: {{...}}}}}} ({e})."
+            )
             return
+        names += [n for n in bound if n not in names]
+        for name, kwargs in bound.items():
+            params = inspect.signature(known[name].fn).parameters if name in known else {}
+            extra = [k for k in kwargs if k not in params]
+            if params and extra and all(p.kind != p.VAR_KEYWORD for p in params.values()):
+                hint = did_you_mean(extra[0], list(params))
+                report.errors.append(
+                    f"data.rl row {i + 1}: extra_info.tools_kwargs gives the tool '{name}' the argument '{extra[0]}', "
+                    f"which it does not take (its parameters: {', '.join(params)}).{hint}"
+                )
+                return
         unknown = [n for n in names if n not in known]
         if unknown:
             report.errors.append(

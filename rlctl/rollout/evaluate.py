@@ -70,7 +70,7 @@ def score_policy(
     if agent is None:
         completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced)
     else:
-        samples = agent_rollouts(model, agent, rows)
+        samples = agent_rollouts(model, agent, rows, synced=synced)
         completions = [multiturn.final_answer(s) for s in samples]
         columns["trajectory"] = [s.messages for s in samples]
         extra = {f"eval_{k}": v for k, v in multiturn.metrics(samples).items()}
@@ -90,13 +90,20 @@ def score_policy(
 
 
 def agent_rollouts(
-    model, agent: multiturn.Agent, rows: list[dict[str, Any]], n: int = 1, temperature: float | None = None
+    model,
+    agent: multiturn.Agent,
+    rows: list[dict[str, Any]],
+    n: int = 1,
+    temperature: float | None = None,
+    top_p: float = 1.0,
+    synced: bool = False,
 ) -> list[Sample]:
     """n multi-turn rollouts per row with the agent's tools (transformers generation; greedy when temperature is
-    None), row after row."""
+    None), row after row. `synced`: a sharded policy, every process generating in step."""
     from rlctl.rollout.generate import HFGenerator
 
-    engine = HFGenerator(agent.tokenizer, agent.max_new_tokens, temperature or 1.0, stop_ids=agent.stop_ids)
+    tok, stops = agent.tokenizer, agent.stop_ids
+    engine = HFGenerator(tok, agent.max_new_tokens, temperature or 1.0, synced=synced, stop_ids=stops, top_p=top_p)
     engine.sync(model)
     samples = [Sample(i, row, agent.prompt_ids(row["prompt"], row)) for i, row in enumerate(rows) for _ in range(n)]
     multiturn.rollout(agent, engine, samples, greedy=temperature is None)
@@ -324,7 +331,7 @@ def evaluate_rows(
             policy.model, policy.tokenizer, prompts, max_new_tokens, n, temperature, top_p, batch_size, on_batch
         )
     else:
-        runs = agent_rollouts(policy.model, agent, rows, n, temperature)
+        runs = agent_rollouts(policy.model, agent, rows, n, temperature, top_p)
         completions = [[multiturn.final_answer(s) for s in runs[i * n : (i + 1) * n]] for i in range(len(rows))]
         lengths = [[len(s.completion_ids) for s in runs[i * n : (i + 1) * n]] for i in range(len(rows))]
         columns["trajectory"] = [s.messages for s in runs]

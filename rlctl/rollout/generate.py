@@ -37,6 +37,7 @@ class HFGenerator:
         batch_size: int = 64,
         synced: bool = False,
         stop_ids: tuple = (),
+        top_p: float = 1.0,
     ):
         from transformers import GenerationConfig
 
@@ -48,7 +49,7 @@ class HFGenerator:
         common = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
         common |= {"eos_token_id": self.stops if stop_ids else tokenizer.eos_token_id, "disable_compile": True}
         self.configs = {
-            False: GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, **common),
+            False: GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=top_p, **common),
             True: GenerationConfig(do_sample=False, **common),
         }
 
@@ -70,17 +71,30 @@ class HFGenerator:
 
     def _generate(self, prompts: list[list[int]], greedy: bool) -> list[list[int]]:
         pad, out = self.tok.pad_token_id, []
-        for i in range(0, len(prompts), self.batch_size):
-            chunk = prompts[i : i + self.batch_size]
+        calls = -(-len(prompts) // self.batch_size)
+        if self.synced:  # as many generate calls as the busiest process (multi-turn: live rollouts differ)
+            calls = _most_over_processes(calls, self.model.device)
+        for i in range(0, calls * self.batch_size, self.batch_size):
+            chunk = prompts[i : i + self.batch_size] or [[pad]]  # nothing left here: a stand-in keeps step
             width = max(map(len, chunk))
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=self.model.device)
             attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=self.model.device)
             config, synced = self.configs[greedy], self.synced
             gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=config, synced_gpus=synced)
-            for row in gen[:, width:].tolist():
+            for row in gen[: len(prompts[i : i + self.batch_size]), width:].tolist():
                 end = next((t for t, token in enumerate(row) if token in self.stops), None)
                 out.append(row if end is None else row[: end + 1])
         return out
+
+
+def _most_over_processes(value: int, device: Any) -> int:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    t = torch.tensor([value], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def for_plan(

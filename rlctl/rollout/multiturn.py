@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlctl.data.tokens import prompt_messages, prompt_text, row_tools
+from rlctl.data.tokens import prompt_messages, prompt_text, row_tool_kwargs, row_tools
 from rlctl.rollout import toolcalls, tools
 from rlctl.rollout.samples import Sample
 
@@ -26,9 +26,15 @@ class Agent:
     stop_ids: tuple[int, ...]
 
     def schemas(self, row: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """The tools shown to the model: the row's own `tools` (OpenAI schemas of rl.tools' tools), else all."""
+        """The tools shown to the model: the row's own `tools` (OpenAI schemas of rl.tools' tools), else those its
+        verl `extra_info.tools_kwargs` names (without the parameters the row supplies), else all."""
         own = row_tools(row or {})
-        return own if own is not None else [t.schema for t in self.tools.values()]
+        if own is not None:
+            return own
+        bound = row_tool_kwargs(row or {})
+        if bound is not None:
+            return [tools.without(self.tools[n].schema, bound[n]) for n in bound if n in self.tools]
+        return [t.schema for t in self.tools.values()]
 
     def prompt_ids(self, prompt: Any, row: dict[str, Any] | None = None) -> list[int]:
         """The prompt rendered with the tools listed, ready for the first assistant turn."""
@@ -80,8 +86,9 @@ def rollout(agent: Agent, generator: Any, samples: list[Sample], greedy: bool = 
         start(agent, s)
     logprobs: dict[int, list[float | None]] = {}
     live = list(samples)
+    in_step = getattr(generator, "synced", False)  # a sharded policy: every process runs every turn's call
     for turn in range(1, agent.max_turns + 1):
-        if not live:
+        if not live and not in_step:
             break
         outputs = generator.generate([s.prompt_ids + s.completion_ids for s in live], greedy=greedy)
         engine_lps = generator.logprobs or [None] * len(live)
@@ -130,7 +137,10 @@ def answer(agent: Agent, allowed: dict[str, tools.Tool], sample: Sample, call: t
     if call.error:
         sample.tool_errors += 1
         return agent.clip(f"Error: {call.error}.")
-    result = tools.call(allowed, call.name, call.arguments)
+    arguments, bound = call.arguments, (row_tool_kwargs(sample.row) or {}).get(call.name)
+    if bound and isinstance(arguments, dict):  # verl's tools_kwargs: the row's own arguments, on every call
+        arguments = {**arguments, **bound}
+    result = tools.call(allowed, call.name, arguments)
     sample.tool_errors += result.error
     return agent.clip(result.text)
 

@@ -220,6 +220,17 @@ def resolve_all(specs: list[str]) -> dict[str, Tool]:
     return out
 
 
+def without(schema_: dict[str, Any], names: Any) -> dict[str, Any]:
+    """A tool schema with the parameters in `names` left out: the row supplies them, the model does not."""
+    if not names:
+        return schema_
+    fn = schema_["function"]
+    params = fn.get("parameters") or {}
+    kept = {k: v for k, v in (params.get("properties") or {}).items() if k not in names}
+    required = [k for k in params.get("required") or [] if k not in names]
+    return {**schema_, "function": {**fn, "parameters": {**params, "properties": kept, "required": required}}}
+
+
 def tool_names(schemas: list[dict[str, Any]]) -> list[str]:
     """The function names of OpenAI tool schemas (`{"type": "function", "function": {"name": ...}}` or flat)."""
     return [(s.get("function") or s).get("name") for s in schemas]
