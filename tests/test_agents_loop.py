@@ -84,13 +84,15 @@ def test_multiturn_stage_resumes_exactly_and_counts_tool_failures(agent_demo, tm
     b = load_file(resumed / "rl" / "final" / "model.safetensors")
     assert a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
 
-    # `rlctl eval` of a tool run rolls out with its tools, sampled here (2 per prompt), and reports tool use
+    # `rlctl eval` of a tool run rolls out with its tools, sampled here (2 per prompt, top-p), and reports tool use
     out = tmp_path / "eval.json"
     data = straight / "data" / "eval.jsonl"
-    proc = rlctl("eval", str(straight), "--data", str(data), "--limit", "6", "-k", "2", "--out", str(out), env=ENV)
+    sampled = ["--limit", "6", "-k", "2", "--top-p", "0.9", "--out", str(out)]
+    proc = rlctl("eval", str(straight), "--data", str(data), *sampled, env=ENV)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     metrics = json.loads(out.read_text())
     assert metrics["samples_per_prompt"] == 2 and {"tool_call_rate", "turns", "tool_errors"} <= metrics.keys()
+    assert "top_p 0.9" in metrics["decoding"], metrics["decoding"]
     assert metrics["tool_errors"] == metrics["tool_calls"]
     assert "tool_call_rate" in proc.stdout
 
