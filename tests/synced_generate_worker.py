@@ -1,10 +1,11 @@
 """Worker of tests/test_generation.py::test_sharded_generation_keeps_every_process_in_step (torchrun, 2 processes):
 a policy sharded by rlctl.stages.sharding generates greedily while the processes have different numbers of
 prompts (rank 0: six, two calls of four; rank 1: none, then one), as multi-turn rollouts do once some have
-answered. Prints RESULT<rank> [first call, second call]."""
+answered. Writes OUT/rank<rank>.json: [first call, second call]."""
 
 import json
 import sys
+from pathlib import Path
 
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -12,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rlctl.rollout.generate import HFGenerator
 from rlctl.stages import sharding
 
-model_dir = sys.argv[1]
+model_dir, out = sys.argv[1], Path(sys.argv[2])
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 tok = AutoTokenizer.from_pretrained(model_dir)
@@ -23,5 +24,5 @@ gen.sync(policy)
 prompts = [tok(f"{i} + 7 =")["input_ids"] for i in range(6)]
 first = gen.generate(prompts if rank == 0 else [], greedy=True)
 second = gen.generate([] if rank == 0 else prompts[:1], greedy=True)
-print(f"RESULT{rank} " + json.dumps([first, second]), flush=True)
+(out / f"rank{rank}.json").write_text(json.dumps([first, second]))
 dist.destroy_process_group()

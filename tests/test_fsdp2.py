@@ -70,6 +70,11 @@ def parity(tmp_path_factory) -> tuple[Path, Path]:
     run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port())]
     for cmd in ([*run, worker, str(two)], [sys.executable, worker, str(one), str(two)]):
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        aborted = "terminate called without an active exception" in proc.stderr
+        if proc.returncode != 0 and aborted and 'fsdp2_worker.py", line' not in proc.stderr:
+            # once in about 10 CI runs a rank died in C++ with no Python error (likely gloo at exit; not reproduced in 9
+            # local runs): that run is repeated once; a Python failure in the worker is not
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return two, one
 

@@ -14,6 +14,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rlctl.rollout.generate import HFGenerator
 from rlctl.stages.tiny import train_tokenizer
+from tests.test_fsdp2 import _free_port
 
 
 def _policy():
@@ -63,9 +64,10 @@ def test_sharded_generation_keeps_every_process_in_step(tmp_path):
     expected = [[gen.generate(prompts, greedy=True), []], [[], gen.generate(prompts[:1], greedy=True)]]
 
     worker = Path(__file__).resolve().parent / "synced_generate_worker.py"
-    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29651"]
+    port = str(_free_port())
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([*run, str(worker), str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)
-    lines = sorted(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
-    assert proc.returncode == 0 and len(lines) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert [json.loads(line.split(" ", 1)[1]) for line in lines] == expected
+    args = [*run, str(worker), str(tmp_path), str(tmp_path)]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)] == expected

@@ -88,6 +88,7 @@ class HFGenerator:
 
 
 def _most_over_processes(value: int, device: Any) -> int:
+    """The largest `value` of any process (the value itself outside a process group)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
