@@ -75,13 +75,14 @@ class HFGenerator:
         if self.synced:  # as many generate calls as the busiest process (multi-turn: live rollouts differ)
             calls = _most_over_processes(calls, self.model.device)
         for i in range(0, calls * self.batch_size, self.batch_size):
-            chunk = prompts[i : i + self.batch_size] or [[pad]]  # nothing left here: a stand-in keeps step
+            real = prompts[i : i + self.batch_size]
+            chunk = real or [[pad]]  # nothing left on this process: a stand-in keeps it in step
             width = max(map(len, chunk))
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=self.model.device)
             attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=self.model.device)
             config, synced = self.configs[greedy], self.synced
             gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=config, synced_gpus=synced)
-            for row in gen[: len(prompts[i : i + self.batch_size]), width:].tolist():
+            for row in gen[: len(real), width:].tolist():
                 end = next((t for t, token in enumerate(row) if token in self.stops), None)
                 out.append(row if end is None else row[: end + 1])
         return out
