@@ -15,6 +15,7 @@ from rlctl.rollout import tools
 
 LIMITS = sandbox.Limits(wall_s=3.0, cpu_s=2, memory_mb=256)
 TESTS = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\nassert add(10, 20) == 30\n"
+BUILTIN = "assert abs(add(2, 3) - 5) < 1e-9\nassert len(str(add(-1, 1))) == 1 and isinstance(add(1, 1), int)\n"
 UNITTEST = "import unittest\nt = unittest.TestCase()\nt.assertEqual(add(2, 3), 5)\nt.assertEqual(add(-1, 1), 0)\n"
 SECRETS = {"HF_TOKEN": "hf_secret_w27", "WANDB_API_KEY": "wandb_secret_w27", "OPENAI_API_KEY": "sk-secret_w27"}
 
@@ -53,6 +54,8 @@ HACKS = {
     "def add(a, b):\n    return 0",
     "harness answers forged as handles": "import sys\nmain = sys.modules['__main__']\nreal = main.answer\n"
     "main.answer = lambda r, h: real(r, h) if r['op'] == 'names' else {'ok': {'H': 10**9}}\n"
+    "def add(a, b):\n    return 0",
+    "shadowed built-ins the tests call": "abs = lambda x: 0\nlen = lambda x: 1\nisinstance = lambda *a: True\n"
     "def add(a, b):\n    return 0",
     "fork bomb": "import os\nwhile True:\n    os.fork()",
     "thread bomb": "import threading, time\nwhile True:\n"
@@ -103,7 +106,7 @@ def test_reward_hack_scores_zero_and_leaves_nothing(hack: str, secrets_in_env: N
     before = _leftovers()
     completion = f"```python\n{HACKS[hack]}\n```"
     fn = rewards.resolve("code_tests(timeout_s=3, memory_mb=256)")
-    assert fn(prompts=["p"] * 2, completions=[completion] * 2, tests=[TESTS, UNITTEST]) == [0.0, 0.0]
+    assert fn(prompts=["p"] * 3, completions=[completion] * 3, tests=[TESTS, UNITTEST, BUILTIN]) == [0.0] * 3
     assert _descendants() == set()
     assert _leftovers() == before
 
@@ -113,7 +116,7 @@ def test_honest_solution_still_scores_one():
 
     fn = rewards.resolve("code_tests(timeout_s=3, memory_mb=256)")
     honest = "```python\nimport unittest\ndef add(a, b):\n    return a + b\n```"
-    assert fn(prompts=["p"] * 2, completions=[honest] * 2, tests=[TESTS, UNITTEST]) == [1.0, 1.0]
+    assert fn(prompts=["p"] * 3, completions=[honest] * 3, tests=[TESTS, UNITTEST, BUILTIN]) == [1.0] * 3
 
 
 def test_python_tool_gives_away_no_secret_and_no_host_file(tmp_path: Path, secrets_in_env: None):

@@ -72,6 +72,8 @@ def answer(request, handles):
             return {"ok": encode(iter(target), handles)}
         if op == "next":
             return {"ok": encode(next(target), handles)}
+        if op == "bool":
+            return {"ok": bool(target)}
         if op == "len":
             return {"ok": len(target)}
         if op == "getitem":
@@ -102,4 +104,5 @@ def main():
         replies.flush()
 
 
-main()
+if __name__ == "__main__":  # `python -c` runs it as __main__; an import runs nothing
+    main()

@@ -43,6 +43,9 @@ class Remote:
             except StopIteration:
                 return
 
+    def __bool__(self):
+        return self._link.ask({"op": "bool", "h": self._handle}) is True
+
     def __len__(self):
         return self._link.ask({"op": "len", "h": self._handle})
 
@@ -138,10 +141,15 @@ def main():
     verdict = os.fdopen(int(sys.argv[3]), "w")
     link = Link(replies, requests)
     scope = {"__name__": "__main__", "__builtins__": builtins}
-    scope.update(link.ask({"op": "names"}))
+    # the solution's names, except those shadowing a built-in the tests may call (`abs = lambda x: 0`)
+    names = link.ask({"op": "names"})
+    if type(names) is not dict:
+        raise ValueError("malformed reply from the solution")
+    scope.update({k: v for k, v in names.items() if type(k) is str and k.isidentifier() and k not in vars(builtins)})
     exec(compile(tests, "tests.py", "exec"), scope)
     verdict.write("passed")
     verdict.close()
 
 
-main()
+if __name__ == "__main__":  # `python -c` runs it as __main__; an import runs nothing
+    main()
