@@ -5,9 +5,9 @@ uts, cgroup and network namespaces with every capability dropped: a read-only vi
 install, a fresh /proc that shows only its own processes, a size-limited tmpfs scratch directory as cwd, and an
 environment of five variables. A seccomp filter (below) refuses new processes; threads stay allowed. Limits set
 from outside before exec: rlimits for CPU seconds, address space and file size (not RLIMIT_NPROC: it counts
-every process of the user, and root ignores it); the wall time and the
-output bytes are watched by the parent, which kills the jail (bwrap's process group; --die-with-parent and the pid
-namespace take everything inside with it).
+every process of the user, and root ignores it); the wall time and the output bytes are watched by the parent,
+which kills the jail (bwrap's process group; --die-with-parent and the pid namespace take everything inside with
+it).
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class SandboxUnavailable(RuntimeError):
 # ------------------------------------------------------------------------------------------------ seccomp
 # A classic-BPF seccomp program (what `bwrap --seccomp FD` loads): fork, vfork and clone without CLONE_THREAD fail
 # with EPERM, clone3 with ENOSYS (its flags sit in memory a filter cannot read; libc then falls back to clone),
-# other ABIs on the same kernel (i386, x32) kill the process. Written out here because the filter is nine
-# instructions and libseccomp's Python binding is not on PyPI.
+# other ABIs on the same kernel (i386, x32) kill the process. Written out here because the filter is 17
+# instructions and libseccomp's Python binding is not on PyPI (bwrap takes the compiled program, not rules).
 _ARCH = {"x86_64": (0xC000003E, {"clone": 56, "fork": 57, "vfork": 58}), "aarch64": (0xC00000B7, {"clone": 220})}
 _CLONE3, _CLONE_THREAD = 435, 0x00010000
 _LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -106,7 +106,9 @@ def _system_binds() -> list[str]:
     prefix = os.path.realpath(sys.base_prefix)
     exe_dir = os.path.dirname(os.path.dirname(interpreter()))
     for path in dict.fromkeys((prefix, exe_dir)):
-        if not path.startswith("/usr/") and path != "/usr":
+        if path == "/":  # never the whole filesystem: the interpreter alone (its library is under /lib or /usr)
+            args += ["--ro-bind", interpreter(), interpreter()]
+        elif not path.startswith("/usr/") and path != "/usr":
             args += ["--ro-bind", path, path]
     return args
 
