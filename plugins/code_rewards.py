@@ -6,8 +6,9 @@ same idea as the built-in `code_tests`; this file shows how such a reward is wri
       rewards:
         - {name: "plugins/code_rewards.py:unit_tests(wall_s=5)", weight: 1.0}
 
-The code runs in rlctl's sandbox (a separate interpreter with CPU, memory and wall-time limits, no network and
-no writes outside its temporary folder); any failure, timeout or refused operation scores 0.0.
+The code runs in rlctl's kernel sandbox (`rlctl.sandbox`: bubblewrap, no network, no view of the host, CPU,
+memory, wall-time and output limits; the tests in a second sandboxed process that decides the verdict); any
+failure, timeout or refused operation scores 0.0.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 
 from rlctl.rewards import completion_text
-from rlctl.rewards.sandbox import Limits, run
+from rlctl.sandbox import Limits, run
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 

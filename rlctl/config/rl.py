@@ -199,6 +199,12 @@ class RLConfig(TrainConfig):
         "signature and docstring describe it to the model), or an entry point of group `rlctl.tools`; empty = "
         "single-turn.",
     )
+    allow_unconfined_code: bool = Field(
+        False,
+        description="Run model-written code (the code_tests reward, the python tool) even where no kernel sandbox "
+        "(bubblewrap) works, with rlimits and a wall time only: no filesystem, network, process or environment "
+        "isolation. Off: such runs are refused before launch (docs/rewards.md, code_tests).",
+    )
     max_turns: int = Field(
         4, ge=1, description="With rl.tools: most model turns per rollout (a tool call and its result between two)."
     )

@@ -96,6 +96,8 @@ def _env(the_plan: plan_mod.Plan) -> dict[str, str]:
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    if the_plan.config.rl.allow_unconfined_code:
+        env["RLCTL_ALLOW_UNCONFINED_CODE"] = "1"  # read by rlctl.sandbox.jail
     if the_plan.hardware.is_cpu:
         env["ACCELERATE_USE_CPU"] = "1"
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(the_plan.num_processes, 1))))

@@ -7,6 +7,8 @@ train` / `rlctl resume` run it again before they launch.
 - the chat template, when any stage's data holds message lists: the tokenizer's own, or `data.chat_template`;
 - the run directory can be created and written;
 - the tools of rl.tools load and can be described to the model;
+- model-written code (the code_tests reward, the python tool) can be run in the kernel sandbox, unless
+  rl.allow_unconfined_code opts out;
 - every dataset is read and its format recognised (with the stage's column mapping), and rows over the stage's
   length limit are counted with the model's tokenizer files (`tokenizers` + jinja2), refused when more than
   `data.max_drop_fraction` would be dropped.
@@ -260,6 +262,26 @@ def check_row_tools(cfg: RunConfig, rows: list[dict[str, Any]], report: Report) 
             return
 
 
+def runs_model_code(cfg: RunConfig) -> bool:
+    """The RL stage executes code the policy writes: the code_tests reward or the python tool."""
+    rewards = [r.name.split("(")[0].strip() for r in cfg.rl.rewards]
+    return "rl" in cfg.stages and ("code_tests" in rewards or "python" in cfg.rl.tools)
+
+
+def check_code_sandbox(cfg: RunConfig, report: Report) -> None:
+    """Model-written code runs only in the bubblewrap sandbox: refused here when that cannot start, unless the
+    user opted out with rl.allow_unconfined_code."""
+    from rlctl import sandbox
+
+    why = sandbox.problem()
+    if why is None:
+        report.checks["code sandbox"] = "bubblewrap: model-written code runs confined"
+    elif cfg.rl.allow_unconfined_code:
+        report.checks["code sandbox"] = "UNCONFINED (rl.allow_unconfined_code=true): no kernel sandbox here"
+    else:
+        report.errors.append(why)
+
+
 # -------------------------------------------------------------------------------------------------- run
 def run(cfg: RunConfig, run_dir: Path, full: bool = False, paths: dict[str, Path] | None = None) -> Report:
     """Every check, collected (nothing raised): `full` reads every row (train), else large files are sampled
@@ -277,6 +299,8 @@ def run(cfg: RunConfig, run_dir: Path, full: bool = False, paths: dict[str, Path
         report.errors.append(problem)
     if "rl" in cfg.stages and cfg.rl.tools:
         check_tools(cfg, report)
+    if runs_model_code(cfg):
+        check_code_sandbox(cfg, report)
     if cfg.data.generate and paths is None:
         report.data = {role: {"source": f"generated ({cfg.data.generate})"} for role in ("sft", "preference", "rl")}
         return report

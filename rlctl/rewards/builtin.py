@@ -124,11 +124,12 @@ def code_tests(
     prompts: list, completions: list, tests: list[str], timeout_s: float = 5.0, memory_mb: int = 512, **_: Any
 ) -> list[float]:
     """1.0 when the model's code (the last ```python block, else the whole completion) passes the row's `tests`
-    (plain asserts), run in rlctl's sandbox: separate process, wall-time/CPU/memory limits, temporary working
-    directory, no network, no writes outside it; anything else (failure, timeout, escape attempt) scores 0.0."""
+    (plain asserts), run in rlctl's kernel sandbox (bubblewrap: no network, no view of the host's files, processes
+    or environment; wall-time, CPU, memory and output limits), the tests in a separate sandboxed process that
+    decides the verdict; anything else (failure, timeout, early exit, escape attempt) scores 0.0."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from rlctl.rewards import sandbox
+    from rlctl import sandbox
 
     limits = sandbox.Limits(wall_s=timeout_s, cpu_s=max(1, int(timeout_s)), memory_mb=memory_mb)
 

@@ -113,18 +113,18 @@ def calculator(expression: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- python
 def python(code: str) -> str:
-    """Run Python code in a sandbox (no network, 5 s, 512 MB) and return what it prints.
+    """Run Python code in a sandbox (no network, no files but a scratch folder, 5 s, 512 MB) and return what it
+    prints.
 
     Args:
         code: a Python program; print the values you need.
     """
-    from rlctl.rewards import sandbox
+    from rlctl import sandbox
 
-    result = sandbox.run(code, "")
-    output = result.output.replace("SANDBOX-PASSED\n", "")
+    result = sandbox.run_program(code)
     if not result.passed:
-        raise RuntimeError(f"{result.reason}\n{output}".strip())
-    return output
+        raise RuntimeError(f"{result.reason}\n{result.output[-2000:]}".strip())
+    return result.output
 
 
 BUILTINS: dict[str, Callable[..., Any]] = {"calculator": calculator, "python": python}
