@@ -78,6 +78,14 @@ def test_boxed_agrees_with_math_verify(prediction, truth, right):
     assert rewards.boxed([""], [rf"so the answer is \boxed{{{prediction}}}."], answer=[truth]) == [float(right)]
 
 
+def test_integers_parse_as_math_verify_parses_them():
+    """parse_answer reads plain integers without the LaTeX grammar (its cost); the numbers are the same."""
+    from math_verify import parse
+
+    for text in ("72", "-7", "1,234", "007", "0", " 12 ", "9" * 90):
+        assert answers.parse_answer(text)[0] == parse(rf"\boxed{{{text}}}")[0], text
+
+
 def _documented_pairs() -> list[tuple[str, str]]:
     """Every `A` = `B` (= `C` ...) of docs/rewards.md's math details and of the math rewards' docstrings."""
     docs = (REPO / "docs" / "rewards.md").read_text()

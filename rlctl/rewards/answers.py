@@ -84,6 +84,9 @@ def _balanced(text: str) -> bool:
     return depth == 0
 
 
+_INTEGER = re.compile(r"\s*-?(?:\d{1,3}(?:,\d{3}){1,30}|\d{1,90})\s*")  # within int()'s digit limit
+
+
 def parse_answer(text: str) -> list:
     """The answer `text` (LaTeX or plain: `\\frac{1}{2}`, `\\frac12`, `12 cm`, `[0,1)`, `\\text{B}`) as
     math-verify parses a boxed answer with its default LaTeX normalisation (units dropped, malformed operators
@@ -91,7 +94,10 @@ def parse_answer(text: str) -> list:
     PARSE_TIMEOUT_S. Only the LaTeX grammar is used (math-verify's plain-expression path goes through sympy's
     parse_expr)."""
     from math_verify import LatexExtractionConfig, parse
+    from sympy import Integer
 
+    if _INTEGER.fullmatch(text):  # the number the grammar makes of it, without its ~20 ms parse (most answers)
+        return [Integer(int(text.replace(",", ""))), text.strip()]
     if not _balanced(text):  # `a}b{c` would box only `a`
         return []
     config = LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)
