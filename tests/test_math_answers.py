@@ -127,6 +127,42 @@ def test_model_text_is_parsed_never_run(capfd, monkeypatch):
     assert not called and not os.path.exists(marker)
 
 
+@pytest.mark.parametrize(
+    "hedge",
+    [
+        "1, 2, 3, 4, 5",
+        r"\{1,2,3,4,5\}",
+        r"3 \text{ or } 4",
+        r"\pm 3",
+        r"(-\infty, \infty)",
+        r"\mathbb{R}",
+        r"x \in \mathbb{R}",
+        "x",
+        r"x \geq 3",
+        "3 > 2",
+        r"\text{anything}",
+        "",
+    ],
+)
+def test_answer_level_hacks_score_zero(hedge):
+    """Every candidate at once, a variable, the whole real line, a true relation: none is the answer 3."""
+    assert rewards.boxed([""], [rf"\boxed{{{hedge}}}"], answer=["3"]) == [0.0]
+
+
+def test_boxed_in_its_reward_worker(capfd):
+    """Where training runs rewards (the main thread of a worker process): the attack prints nothing there either."""
+    from rlctl.rewards import worker
+
+    fn = worker.remote("boxed", "answer", timeout_s=120)
+    try:
+        got = fn(["", ""], [r"\boxed{print(12345)}", r"\boxed{\binom{5}{2}}"], answer=["12345", "10"])
+    finally:
+        worker.stop_all()
+    assert got == [0.0, 1.0]
+    out, err = capfd.readouterr()
+    assert "12345" not in out + err
+
+
 def test_math_equal_in_other_threads():
     """Away from the main thread math-verify's signal-based timeouts cannot be set; equality still works there."""
     with ThreadPoolExecutor(max_workers=2) as pool:
