@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -63,10 +62,9 @@ def test_boxed_math_equivalence(completion, truth, ok):
 
 
 def test_boxed_never_evaluates_untrusted_code():
-    start = time.perf_counter()
+    """More in tests/test_math_answers.py (no output, no debugger, no command, timeouts)."""
     for evil in ("().__class__.__base__.__subclasses__()", "9^9^9^9", "__import__(os)", "x" * 500):
         assert not rewards.math_equal(evil, "1")
-    assert time.perf_counter() - start < 5
 
 
 def test_verl_dispatches_on_data_source():

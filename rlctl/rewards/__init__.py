@@ -21,7 +21,7 @@ worker process a reward runs in, so that its deadline can stop it) and the sandb
 May import: base, config.
 """
 
-from rlctl.rewards.answers import completion_text, gsm8k_answer, last_boxed, math_equal, normalize_math, numbers_equal
+from rlctl.rewards.answers import completion_text, gsm8k_answer, last_boxed, math_equal, parse_answer
 from rlctl.rewards.builtin import (
     BUILTINS,
     COLUMN_PARAMS,
@@ -93,8 +93,7 @@ __all__ = [
     "length_penalty",
     "load_plugin",
     "math_equal",
-    "normalize_math",
-    "numbers_equal",
+    "parse_answer",
     "resolve",
     "score",
     "split_call",

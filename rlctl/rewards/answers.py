@@ -1,12 +1,22 @@
 """Answer checking shared by the built-in rewards and plugins: completion text, GSM8K final answers, `\\boxed{}`
-contents, and math equality (numbers, normalised LaTeX, small symbolic expressions)."""
+contents, and math equality, which is math-verify's (HuggingFace's checker, the one TRL's accuracy reward and
+open-r1 use).
+
+Completions and ground truths are untrusted text: math-verify parses them with its LaTeX grammar (an ANTLR parser
+building sympy objects) and compares the results; no text is ever evaluated as Python here (a test inspects rlctl
+for eval/exec/sympify/parse_expr). A parse or comparison that overruns math-verify's timeout (signal.alarm, so in a
+main thread, which is where rlctl's reward workers call rewards) counts as not equal; in any other thread the
+timeouts are off and the reward's `timeout_s` deadline is the bound."""
 
 from __future__ import annotations
 
-import math
 import re
-from fractions import Fraction
+import threading
 from typing import Any
+
+# math-verify's own defaults: seconds one parse / one comparison may take before it counts as no answer / unequal.
+PARSE_TIMEOUT_S = 5
+VERIFY_TIMEOUT_S = 5
 
 
 def completion_text(completion: Any) -> str:
@@ -24,27 +34,6 @@ def _truths(answer: Any) -> list[str]:
 
 
 _NUMBER = re.compile(r"-?[\d,]*\.?\d+(?:[eE][-+]?\d+)?")
-
-
-def _to_number(text: str) -> Fraction | float | None:
-    """`text` as a number when it is one: 1,234  -3.5  1e-3  3/4  50%  $12 (else None)."""
-    t = text.strip().rstrip(".").replace(",", "").replace("$", "").replace(" ", "")
-    percent = t.endswith("%")
-    t = t.rstrip("%")
-    try:
-        if re.fullmatch(r"-?\d+/\d+", t):
-            value: Fraction | float = Fraction(t)
-        elif re.fullmatch(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", t):
-            value = Fraction(t) if "e" not in t.lower() else float(t)
-        else:
-            return None
-    except (ValueError, ZeroDivisionError):
-        return None
-    return value / 100 if percent else value
-
-
-def numbers_equal(a: Fraction | float, b: Fraction | float) -> bool:
-    return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-9)
 
 
 def gsm8k_answer(text: str, strict: bool = True) -> str | None:
@@ -79,86 +68,51 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def _strip_braces(s: str) -> str:
-    while s.startswith("{") and s.endswith("}") and last_boxed("\\boxed" + s) == s[1:-1]:
-        s = s[1:-1]
-    return s
+def _in_main_thread(seconds: int) -> int | None:
+    """`seconds` in the main thread, where math-verify's signal.alarm timeouts work; None (no timeout) in any
+    other thread, where setting the alarm would fail and math-verify would score every answer 0."""
+    return seconds if threading.current_thread() is threading.main_thread() else None
 
 
-def _frac_to_text(s: str) -> str:
-    """`\\frac{a}{b}` (also \\dfrac, \\tfrac, and \\frac12) as `(a)/(b)`, nested ones included."""
-    s = re.sub(r"\\[dt]frac", r"\\frac", s)
-    s = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", s)
-    while "\\frac{" in s:
-        i = s.find("\\frac{")
-        num = last_boxed("\\boxed" + s[i + 5 :])
-        if num is None:
-            break
-        j = i + 5 + len(num) + 2
-        if j >= len(s) or s[j] != "{":
-            break
-        den = last_boxed("\\boxed" + s[j:])
-        if den is None:
-            break
-        s = s[:i] + f"({num})/({den})" + s[j + len(den) + 2 :]
-    return s
+def _balanced(text: str) -> bool:
+    """Whether the braces of `text` pair up (escaped ones too: `\\{1, 2\\}`)."""
+    depth = 0
+    for ch in text:
+        depth += (ch == "{") - (ch == "}")
+        if depth < 0:
+            return False
+    return depth == 0
 
 
-def normalize_math(text: str) -> str:
-    """A LaTeX or plain math answer in a canonical text form for comparison."""
-    s = text.strip().strip("$").strip()
-    s = re.sub(r"\\text\{\s*([^{}]*)\}", r"\1", s)
-    s = re.sub(r"\\(mathrm|textbf|mathbf)\{([^{}]*)\}", r"\2", s)
-    for unit in ("degrees", "degree", "cm", "units", "unit", "inches", "meters", "dollars"):
-        s = re.sub(rf"\s*{unit}$", "", s)
-    for token in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "^\\circ", "^{\\circ}", "\\%", "\\$"):
-        s = s.replace(token, "")
-    s = s.replace("\\cdot", "*").replace("\\times", "*").replace("\\div", "/").replace("\\pi", "pi")
-    s = re.sub(r"\\sqrt(\d)", r"\\sqrt{\1}", s)
-    s = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", s)
-    s = _frac_to_text(s)
-    s = re.sub(r"^[a-zA-Z]\s*=\s*", "", s)  # x = 5 -> 5
-    s = s.replace(" ", "").rstrip(".")
-    s = _strip_braces(s)
-    s = re.sub(r"(?<![A-Za-z])\(([\d.]+)\)", r"\1", s)  # (3)/(4) -> 3/4; sqrt(2) stays
-    return s
+_INTEGER = re.compile(r"\s*-?(?:\d{1,3}(?:,\d{3}){1,30}|\d{1,90})\s*")  # within int()'s digit limit
 
 
-_SAFE_EXPR = re.compile(r"[A-Za-z0-9\s+\-*/^().]+")
+def parse_answer(text: str) -> list:
+    """The answer `text` (LaTeX or plain: `\\frac{1}{2}`, `\\frac12`, `12 cm`, `[0,1)`, `\\text{B}`) as
+    math-verify parses a boxed answer with its default LaTeX normalisation (units dropped, malformed operators
+    fixed): [sympy object, string], or [] when it is not an answer (unbalanced braces) or does not parse within
+    PARSE_TIMEOUT_S. Only the LaTeX grammar is used (math-verify's plain-expression path goes through sympy's
+    parse_expr)."""
+    from math_verify import LatexExtractionConfig, parse
+    from sympy import Integer
 
-
-def _sympy_equal(a: str, b: str) -> bool:
-    """Symbolic equality of two normalised expressions when both are small, safe arithmetic (letters, digits,
-    operators, parentheses) that sympy parses; False otherwise. Model outputs are untrusted: no underscores,
-    attribute access or huge powers reach the parser."""
-    both = a + b
-    if not (_SAFE_EXPR.fullmatch(a) and _SAFE_EXPR.fullmatch(b)) or len(a) > 80 or len(b) > 80:
-        return False
-    if re.search(r"\.(?!\d)", both) or "**" in both or re.search(r"\^\s*\(?\s*\d{3,}", both) or a.count("^") > 1:
-        return False
-    try:
-        from sympy import simplify
-        from sympy.parsing.sympy_parser import implicit_multiplication, parse_expr, standard_transformations
-
-        rules = (*standard_transformations, implicit_multiplication)
-        ea, eb = (parse_expr(x.replace("^", "**"), transformations=rules) for x in (a, b))
-        return bool(simplify(ea - eb) == 0)
-    except Exception:
-        return False
+    if _INTEGER.fullmatch(text):  # the number the grammar makes of it, without its ~20 ms parse (most answers)
+        return [Integer(int(text.replace(",", ""))), text.strip()]
+    if not _balanced(text):  # `a}b{c` would box only `a`
+        return []
+    config = LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)
+    return parse("\\boxed{" + text + "}", [config], "first_match", parsing_timeout=_in_main_thread(PARSE_TIMEOUT_S))
 
 
 def math_equal(prediction: str, truth: str) -> bool:
-    """Whether two math answers are equal: as numbers (1/2 = 0.5 = \\frac{1}{2} = 50%), as normalised text, or
-    symbolically (2\\sqrt{2} = \\sqrt{8})."""
-    if prediction.strip() == truth.strip():
-        return True
-    a, b = normalize_math(prediction), normalize_math(truth)
-    if a == b:
-        return True
-    na, nb = _to_number(a), _to_number(b)
-    if na is not None and nb is not None:
-        return numbers_equal(na, nb)
-    if "," in a and "," in b:  # tuples and lists of answers, element-wise
-        pa, pb = a.strip("()[]{}").split(","), b.strip("()[]{}").split(",")
-        return len(pa) == len(pb) and all(math_equal(x, y) for x, y in zip(pa, pb, strict=True))
-    return _sympy_equal(a, b)
+    """math-verify's verdict on whether the answer `prediction` equals `truth` (both as `parse_answer` reads
+    them): numbers (`\\frac{1}{2}` = `0.5` = `50\\%`), expressions (`2\\sqrt{2}` = `\\sqrt{8}`), intervals,
+    sets and tuples, equations (`x = 5` = `5`), text (`\\text{(B)}` = `B`). False when either does not parse or
+    the comparison overruns VERIFY_TIMEOUT_S."""
+    from math_verify import verify
+
+    gold = parse_answer(truth)
+    if not gold:
+        return False
+    pred = parse_answer(prediction)
+    return bool(pred) and verify(gold, pred, timeout_seconds=_in_main_thread(VERIFY_TIMEOUT_S))

@@ -8,15 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlctl.errors import UserError
-from rlctl.rewards.answers import (
-    _to_number,
-    _truths,
-    completion_text,
-    gsm8k_answer,
-    last_boxed,
-    math_equal,
-    numbers_equal,
-)
+from rlctl.rewards.answers import _truths, completion_text, gsm8k_answer, last_boxed, math_equal
 
 RewardFn = Callable[..., list[float]]
 
@@ -31,23 +23,20 @@ def exact_match(prompts: list, completions: list, answer: list, **_: Any) -> lis
 
 def gsm8k(prompts: list, completions: list, answer: list, strict: bool = True, **_: Any) -> list[float]:
     """GSM8K-style final answer: 1.0 when the number after `####` in the completion equals the ground truth
-    (itself a number, or a solution ending in `#### N`); `strict=False` also accepts the last number."""
+    (itself a number, or a solution ending in `#### N`) as math-verify compares them; `strict=False` also
+    accepts the last number."""
     scores = []
     for c, a in zip(completions, answer, strict=True):
         got = gsm8k_answer(completion_text(c), strict)
-        ok = False
-        if got is not None:
-            for truth in _truths(a):
-                want = gsm8k_answer(truth, strict=False) if "####" in truth else truth.strip()
-                n_got, n_want = _to_number(got), _to_number(want or "")
-                ok = ok or (n_got is not None and n_want is not None and numbers_equal(n_got, n_want))
-        scores.append(float(ok))
+        wants = [gsm8k_answer(t, strict=False) if "####" in t else t.strip() for t in _truths(a)]
+        scores.append(float(got is not None and any(w and math_equal(got, w) for w in wants)))
     return scores
 
 
 def boxed(prompts: list, completions: list, answer: list, **_: Any) -> list[float]:
     """Math answer in `\\boxed{}`: 1.0 when the last boxed expression of the completion equals the ground
-    truth (plain or boxed) numerically, as normalised LaTeX, or symbolically; else 0.0."""
+    truth (plain or boxed) by math-verify: as numbers, expressions, intervals, sets, tuples or text, units and
+    `x =` dropped; else 0.0. The answer is parsed, never evaluated."""
     scores = []
     for c, a in zip(completions, answer, strict=True):
         got = last_boxed(completion_text(c))
