@@ -6,12 +6,11 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlctl import checkpoint
+from rlctl import checkpoint, strictjson
 from rlctl.checkpoint.integrity import folder_problems
 from rlctl.errors import UserError
 
@@ -21,9 +20,9 @@ DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
 def checkpoint_problems(ckpt: Path) -> list[str]:
     """Problems of a complete checkpoint against the manifest in its completion marker."""
     try:
-        marker = json.loads((ckpt / checkpoint.COMPLETE).read_text())
-    except (OSError, ValueError) as e:
-        return [f"its completion marker cannot be read ({e})"]
+        marker = strictjson.read(ckpt / checkpoint.COMPLETE)
+    except strictjson.DamagedFile as e:
+        return [f"its completion marker {checkpoint.COMPLETE} is damaged ({e.damage})"]
     return folder_problems(ckpt, marker.get("files"))
 
 
@@ -59,7 +58,8 @@ def resume_check(run_dir: Path, stages: list[str]) -> list[str]:
     checkpoints are all damaged raises a UserError naming the files (nothing is renamed then). Stages that
     summary.json lists as completed are not looked at."""
     summary = run_dir / "summary.json"
-    completed = json.loads(summary.read_text()).get("completed", []) if summary.is_file() else []
+    works = f"`rlctl resume {run_dir}` rebuilds it from metrics.jsonl."
+    completed = strictjson.read(summary, works, missing={}).get("completed", [])
     notes = []
     for stage in (s for s in stages if s not in completed):
         choice = choose(stage, run_dir / stage / "checkpoints")

@@ -314,11 +314,13 @@ def print_eval(ui: UI, metrics: dict, samples: list[dict]) -> None:
 
 
 # -------------------------------------------------------------------------------------------- report
-def report_command(ui: UI, run_dir: Path, out: Path | None) -> None:
+def report_command(ui: UI, run_dir: Path, out: Path | None, force: bool = False) -> None:
     from rlctl.after import report as report_mod
 
     with ui.console.status("Plotting metrics..."):
-        rep = report_mod.build(run_dir, out)
+        rep = report_mod.build(run_dir, out, force)
+    for note in rep.notes:
+        ui.console.print(f"[yellow]warning:[/] {escape(note)}")
     for name, path in rep.plots.items():
         ui.console.print(f"  {name}: {path}")
     if rep.tensorboard:

@@ -272,7 +272,10 @@ def resume(
     e.g. after an out-of-memory error; the change is saved in the run's config.yaml.
     A multi-node run resumes with the same command on every node: each gives its own --node-rank (the run's
     config.yaml is shared, so the rank is never read from it) and, when the nodes changed, the new --main-address."""
+    from rich.markup import escape
+
     from rlctl import config as config_mod
+    from rlctl import strictjson
     from rlctl.plan import planner as plan_mod
 
     cfg_path = run_dir / "config.yaml"
@@ -281,6 +284,11 @@ def resume(
     from rlctl.launch import preflight, resume_check
 
     cfg = config_mod.load_run_config(cfg_path)
+    try:
+        resume_check.read_summary(run_dir, cfg)
+    except strictjson.DamagedFile as e:
+        _, how = resume_check.rebuild_summary(run_dir, cfg)
+        console.print(f"[yellow]warning:[/] {escape(str(e.path))} is damaged ({escape(e.damage)}); {escape(how)}.")
     if resume_check.finished(run_dir, cfg):
         console.print(f"{run_dir} is finished: every stage ({', '.join(cfg.stages)}) completed. Nothing to resume.")
         raise typer.Exit(0)

@@ -9,7 +9,6 @@ complete checkpoint.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import traceback
 from pathlib import Path
@@ -19,15 +18,9 @@ from rlctl.checkpoint import faults
 from rlctl.config import RunConfig, load_run_config
 from rlctl.data import tasks
 from rlctl.errors import UserError
+from rlctl.launch import resume_check
 from rlctl.plan import planner as plan_mod
 from rlctl.stages import alarms, common, context
-
-
-def read_summary(run_dir: Path, cfg: RunConfig) -> dict:
-    path = run_dir / "summary.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    return {"run": cfg.name, "model": cfg.model.name_or_path, "stages": {}, "completed": []}
 
 
 def build_base(cfg: RunConfig, run_dir: Path) -> None:
@@ -57,7 +50,7 @@ def main(run_dir: Path) -> None:
     watch = alarms.Watch(cfg.logging.alarm_steps, cfg.logging.alarms)
     log = context.MetricsLog(run_dir, state.is_main_process, watch)
     paths = plan_mod.data_paths(cfg, run_dir)
-    summary = read_summary(run_dir, cfg)
+    summary = resume_check.read_summary(run_dir, cfg)
     summary["world_size"] = state.num_processes
     stage_fns = {"sft": sft.run, "dpo": dpo.run, "kto": kto.run, "rm": rm.run, "rl": rl.run}
 
