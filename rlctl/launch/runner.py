@@ -35,13 +35,28 @@ def build_base(cfg: RunConfig, run_dir: Path) -> None:
 
 
 def main(run_dir: Path) -> None:
-    from accelerate import PartialState
-
-    from rlctl.launch import die_with_parent
+    """Run the stages; a fault outside any stage (a damaged run file, a failing base model build) ends the run
+    with one paragraph on stderr too, never a bare traceback."""
+    from rlctl.launch import die_with_parent, node_log
 
     die_with_parent()  # no trainer outlives its launcher
     common.install_stop_handlers()
+    try:
+        _main(run_dir)
+    except Exception as e:
+        if isinstance(e, UserError):
+            message, code = str(e), 2
+        else:
+            traceback.print_exc()  # the full story in the log
+            message, code = faults.unexpected(e, run_dir, "setup", node_log(run_dir, 0)), 1
+        print(f"rlctl: {message}", file=sys.stderr)
+        sys.exit(code)
 
+
+def _main(run_dir: Path) -> None:
+    from accelerate import PartialState
+
+    from rlctl.launch import node_log
     from rlctl.stages import dpo, heldout, kto, layout, memory_probe, rl, rm, sft
 
     cfg = load_run_config(run_dir / "config.yaml")
@@ -83,7 +98,7 @@ def main(run_dir: Path) -> None:
                 measured = memory_probe.so_far(the_plan.memory, ctx.stage.name)
                 message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process, measured)
             if message is None:
-                raise
+                message = faults.unexpected(e, run_dir, ctx.stage.name, node_log(run_dir, cfg.hardware.node_rank))
             if not isinstance(e, UserError | common.Stopped):
                 traceback.print_exc()  # the full story in logs/train.log; the user sees the message
             code = 2 if isinstance(e, UserError) else 1
