@@ -14,7 +14,7 @@ import fcntl
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rlctl import strictjson
@@ -150,3 +150,27 @@ def publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
     os.replace(staged / MANIFEST, target / MANIFEST)  # last: the manifest names only files already in place
     shutil.rmtree(staged, ignore_errors=True)
     return target
+
+
+def check_file(path: Path, ours: Callable[[Path], bool], force: bool, what: str) -> None:
+    """Refuse (UserError) to replace a file that `ours` does not recognise as an earlier rlctl `what`, unless
+    `force`."""
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; give a file name for the {what}.")
+    if path.exists() and not force and not ours(path):
+        raise UserError(
+            f"{path} already exists and is not an earlier rlctl {what}; nothing was written. Pick another file, or "
+            "add --force to replace it."
+        )
+
+
+def write_file(path: Path, text: str) -> None:
+    """Write `text` through a unique temporary file next to `path` and a rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".rlctl-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

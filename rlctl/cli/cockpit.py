@@ -190,6 +190,25 @@ class EvalOptions:
     answer_field: str | None = None
     batch_size: int = 16
     out: Path | None = None
+    force: bool = False  # replace an --out file that is not an earlier eval result
+
+
+def _is_eval_result(path: Path) -> bool:
+    """Whether `path` holds an earlier `rlctl eval` result (the JSON object it writes)."""
+    try:
+        found = strictjson.read(path)
+    except strictjson.DamagedFile:
+        return False
+    return {"model", "data", "rewards", "max_new_tokens"} <= set(found)
+
+
+def _check_eval_out(out: Path, force: bool) -> None:
+    """Refuse to replace a file that is not an earlier eval result (the JSON or its samples), unless `force`."""
+    from rlctl.checkpoint import safewrite
+
+    safewrite.check_file(out, _is_eval_result, force, "eval result")
+    samples = out.with_suffix(".samples.jsonl")
+    safewrite.check_file(samples, lambda _: out.is_file() and _is_eval_result(out), force, "eval samples file")
 
 
 def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> dict[str, Any]:
@@ -198,6 +217,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
 
     from rlctl import config as config_mod
     from rlctl import data, rewards
+    from rlctl.checkpoint import safewrite
     from rlctl.rewards import scoring
 
     if opt.greedy and (opt.samples > 1 or opt.temperature is not None):
@@ -234,6 +254,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         stem = re.sub(r"[^\w.-]+", "_", Path(info.source.split("://")[-1]).stem or "data")
         out = target / "eval" / f"{stem}.json" if is_run else Path(f"eval-{stem}.json")
 
+    _check_eval_out(out, opt.force)
     from rlctl.rollout import evaluate  # torch: only once the inputs are known to be good
 
     ui.console.print(
@@ -282,10 +303,11 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         "max_new_tokens": max_new,
         **result.metrics,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(strictjson.dumps(metrics, indent=2) + "\n")
     samples_path = out.with_suffix(".samples.jsonl")
-    samples_path.write_text("".join(strictjson.dumps(s, default=str) + "\n" for s in result.samples))
+    with safewrite.lock(out, "eval"):
+        _check_eval_out(out, opt.force)  # again: another eval may have written it meanwhile
+        safewrite.write_file(samples_path, "".join(strictjson.dumps(s, default=str) + "\n" for s in result.samples))
+        safewrite.write_file(out, strictjson.dumps(metrics, indent=2) + "\n")
     print_eval(ui, metrics, result.samples)
     ui.console.print(f"[green]Wrote[/] {out} and {samples_path}")
     return metrics

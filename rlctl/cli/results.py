@@ -84,6 +84,9 @@ def eval_(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="JSON file (default RUN_DIR/eval/<data>.json).")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an --out file that is not an earlier rlctl eval result.")
+    ] = False,
 ) -> None:
     """Accuracy, mean reward and pass@k of a model on held-out data; a table, a JSON file and every sample.
 
@@ -106,6 +109,7 @@ def eval_(
         answer_field=answer_field,
         batch_size=batch_size,
         out=out,
+        force=force,
     )
     cockpit.evaluate_command(_ui(), target, data_file, options)
 

@@ -210,6 +210,20 @@ def plan(
     preflight.require(report)
 
 
+def _refuse_foreign(run_dir: Path) -> None:
+    """A new run goes into a missing or empty folder (its `logs/` from `rlctl slurm` aside): a run writes data/,
+    logs/, base/ and a folder per stage, which must never land among the user's files."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"--run-dir {run_dir} is a file; pick a new folder for the run.")
+    found = sorted(p.name for p in run_dir.iterdir() if p.name != "logs") if run_dir.is_dir() else []
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise UserError(
+            f"--run-dir {run_dir} already holds files that are not an rlctl run ({shown}); a run writes its own "
+            "folders there, so it needs a new or empty folder. Nothing was written; pick another --run-dir."
+        )
+
+
 @app.command()
 def train(
     preset: PresetOpt = None,
@@ -251,6 +265,7 @@ def train(
         raise UserError(
             f"{run_dir} already holds a run; continue it with `rlctl resume {run_dir}` or pick another --run-dir."
         )
+    _refuse_foreign(run_dir)
     the_plan = launch.prepare(cfg, run_dir)
     if VERBOSE["on"]:
         _print_plan(the_plan)
