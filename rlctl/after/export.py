@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlctl import strictjson
-from rlctl.checkpoint import safewrite
-from rlctl.config import RunConfig, load_run_config
+from rlctl.checkpoint import safewrite, verify
+from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import final_policy
 
@@ -123,10 +123,7 @@ def _intact_finals(run_dir: Path, cfg: RunConfig) -> list[str]:
 
 
 def _run(run_dir: Path) -> Source:
-    cfg_path = run_dir / "config.yaml"
-    if not cfg_path.is_file():
-        raise UserError(f"{run_dir} is not a run directory (no config.yaml).")
-    cfg = load_run_config(cfg_path)
+    cfg = verify.run_config(run_dir)
     empty = {"stages": {}, "completed": []}
     try:
         return Source(cfg, strictjson.read(run_dir / "summary.json", missing=empty))

@@ -354,8 +354,7 @@ def build(run_dir: Path, out: Path | None = None, force: bool = False) -> Report
     """Write the plots, report.md and TensorBoard events of `run_dir` (the folder through `safewrite`: a folder
     holding the user's files is refused unless `force`); returns what was written. A damaged summary.json or
     metrics.jsonl line is named in the report's notes and left out."""
-    from rlctl.checkpoint import safewrite
-    from rlctl.config import load_run_config
+    from rlctl.checkpoint import safewrite, verify
 
     if not (run_dir / "config.yaml").is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml).")
@@ -364,7 +363,7 @@ def build(run_dir: Path, out: Path | None = None, force: bool = False) -> Report
         raise UserError(
             f"{run_dir} has no metrics.jsonl yet: nothing was trained. Start it with `rlctl resume {run_dir}`."
         )
-    cfg = load_run_config(run_dir / "config.yaml")
+    cfg = verify.run_config(run_dir)
     damaged: list[int] = []
     records = read_records(metrics_path, damaged)
     notes = [f"{metrics_path}: line(s) {', '.join(map(str, damaged[:5]))} are damaged and left out"] if damaged else []

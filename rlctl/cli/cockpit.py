@@ -215,9 +215,8 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
     """Generate, score, print the table, write the JSON and the samples; returns the metrics."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from rlctl import config as config_mod
     from rlctl import data, rewards
-    from rlctl.checkpoint import safewrite
+    from rlctl.checkpoint import safewrite, verify
     from rlctl.rewards import scoring
 
     if opt.greedy and (opt.samples > 1 or opt.temperature is not None):
@@ -228,7 +227,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         raise UserError(
             f"Cannot load a model from '{target}': no such folder, and not a Hub model id (namespace/name)."
         )
-    cfg = config_mod.load_run_config(target / "config.yaml") if is_run else None
+    cfg = verify.run_config(target) if is_run else None
     specs = (
         [(r, 1.0) for r in opt.reward] if opt.reward else [(r.name, r.weight) for r in cfg.rl.rewards] if cfg else []
     )

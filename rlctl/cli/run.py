@@ -296,9 +296,10 @@ def resume(
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
+    from rlctl.checkpoint import verify
     from rlctl.launch import preflight, resume_check
 
-    cfg = config_mod.load_run_config(cfg_path)
+    cfg = verify.run_config(run_dir)
     try:
         resume_check.read_summary(run_dir, cfg)
     except strictjson.DamagedFile as e:
@@ -320,8 +321,6 @@ def resume(
     if set_:
         cfg_path.write_text(shared)
     if cfg.hardware.node_rank == 0:  # node 0 verifies the checkpoints before any trainer reads them
-        from rlctl.checkpoint import verify
-
         for note in verify.resume_check(run_dir, cfg.stages):
             console.print(f"[yellow]Damaged checkpoint:[/] {note}", markup=True)
     raise typer.Exit(_finish(_launch(the_plan, resuming=True), the_plan))

@@ -14,8 +14,8 @@ import traceback
 from pathlib import Path
 
 from rlctl import checkpoint
-from rlctl.checkpoint import faults
-from rlctl.config import RunConfig, load_run_config
+from rlctl.checkpoint import faults, verify
+from rlctl.config import RunConfig
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import resume_check
@@ -59,7 +59,7 @@ def _main(run_dir: Path) -> None:
     from rlctl.launch import node_log
     from rlctl.stages import dpo, heldout, kto, layout, memory_probe, rl, rm, sft
 
-    cfg = load_run_config(run_dir / "config.yaml")
+    cfg = verify.run_config(run_dir)
     the_plan = plan_mod.build(cfg, run_dir)
     state = PartialState(cpu=the_plan.hardware.is_cpu)
     watch = alarms.Watch(cfg.logging.alarm_steps, cfg.logging.alarms)
