@@ -121,7 +121,14 @@ def check_target(target: Path, kind: str, force: bool, option: str = "--force") 
 
 def publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
     """Put the folder built in `staged` in place as `target` (see the module doc); `staged` is gone afterwards.
-    Call under `lock(target)`."""
+    Call under `lock(target)`; on a refusal `staged` is removed too."""
+    try:
+        return _publish(staged, target, kind, force)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def _publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
     check_target(target, kind, force)
     write_manifest(staged, kind)
     new = set(_files(staged))
@@ -131,7 +138,6 @@ def publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
     strangers, owned = foreign(target, kind)
     clash = sorted(new & set(strangers))
     if clash:
-        shutil.rmtree(staged, ignore_errors=True)
         raise UserError(
             f"{target} holds files of yours that the {kind} would have to replace ({_listed(clash)}); nothing was "
             "changed. Move them away or pick another folder."
@@ -148,7 +154,6 @@ def publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
         (target / rel).parent.mkdir(parents=True, exist_ok=True)
         os.replace(staged / rel, target / rel)
     os.replace(staged / MANIFEST, target / MANIFEST)  # last: the manifest names only files already in place
-    shutil.rmtree(staged, ignore_errors=True)
     return target
 
 
