@@ -111,7 +111,11 @@ def _read_new(path: Path, offset: int) -> tuple[list[dict], int]:
         f.seek(offset)
         chunk = f.read()
     end = chunk.rfind(b"\n") + 1
-    records = [json.loads(line) for line in chunk[:end].splitlines() if line.strip()]
+    records = []
+    for line in chunk[:end].splitlines():
+        with contextlib.suppress(ValueError):  # a damaged line (a disk that filled up) is not a record
+            record = json.loads(line) if line.strip() else None
+            records += [record] if isinstance(record, dict) else []
     return records, offset + end
 
 
