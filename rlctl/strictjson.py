@@ -1,12 +1,18 @@
 """JSON that strict readers accept: NaN and ±inf, which Python's json writes as bare `NaN`/`Infinity`, are written
 as `null`, with what they were under the key `null_reasons` ({key: "nan" | "inf" | "-inf"}) of the same object.
-metrics.jsonl, summary.json, checkpoint markers and `rlctl eval` results are written through `dumps`."""
+metrics.jsonl, summary.json, checkpoint markers and `rlctl eval` results are written through `dumps`.
+
+Every file of a run rlctl reads back (summary.json, plan.json, checkpoint markers, ...) is read through `read`: a
+damaged one is a `DamagedFile` naming the file, the damage and what still works, never a traceback."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
+
+from rlctl.errors import UserError
 
 REASONS = "null_reasons"
 
@@ -42,3 +48,52 @@ def _refuse(name: str) -> Any:
 def loads(text: str) -> Any:
     """json.loads that refuses NaN, Infinity and -Infinity, as strict JSON readers do."""
     return json.loads(text, parse_constant=_refuse)
+
+
+class DamagedFile(UserError):
+    """A run file that cannot be read (cut short, not JSON, not the shape rlctl wrote); exit 2 with one paragraph
+    naming the file, the damage and what still works."""
+
+    def __init__(self, path: Path, damage: str, works: str = ""):
+        super().__init__(f"{path} is damaged: {damage}. {works}".strip())
+        self.path, self.damage = path, damage
+
+
+_MISSING: Any = object()
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a JSON object", list: "a JSON array", str: "a string"}.get(type(value), type(value).__name__)
+
+
+def damage(text: str, error: json.JSONDecodeError) -> str:
+    """What is wrong with JSON `text` that failed to parse, in words."""
+    if not text.strip():
+        return "it is empty"
+    where = f"line {error.lineno}, column {error.colno}"
+    if error.pos >= len(text.rstrip()) - 1:
+        return f"it ends early, at {where} ({len(text.encode())} bytes): a copy or a write was cut short"
+    return f"it is not valid JSON at {where} ({error.msg})"
+
+
+def read(path: Path, works: str = "", missing: Any = _MISSING, shape: type = dict) -> Any:
+    """The JSON value in `path` (NaN and Infinity of older runs accepted), which must be a `shape`; `missing` when
+    the file does not exist and a default is given. Raises DamagedFile (a UserError) naming the file and the
+    damage, followed by `works`: what still works without it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if missing is not _MISSING:
+            return missing
+        raise DamagedFile(path, "it is missing", works) from None
+    except UnicodeDecodeError as e:
+        raise DamagedFile(path, f"it is not text (byte {e.start} is not UTF-8)", works) from None
+    except OSError as e:
+        raise DamagedFile(path, f"it cannot be read ({e.strerror or e})", works) from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DamagedFile(path, damage(text, e), works) from None
+    if not isinstance(value, shape):
+        raise DamagedFile(path, f"it holds {_kind(value)} where rlctl wrote {_kind(shape())}", works)
+    return value

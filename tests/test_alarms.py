@@ -62,8 +62,15 @@ def test_a_resume_that_trains_nothing_and_stop_mode():
     assert "The resume from step 12 trained 0 steps" in alarm["message"] and watch.stop == alarm["message"]
 
 
+def _run_config() -> str:
+    """config.yaml as a run directory holds it: every section and key written out."""
+    from rlctl import config
+
+    return config.dump(config.validate({"name": "t", "stages": ["rl"]}))
+
+
 def test_report_lists_the_alarms(tmp_path: Path):
-    (tmp_path / "config.yaml").write_text("name: t\nstages: [rl]\n")
+    (tmp_path / "config.yaml").write_text(_run_config())
     watch, records = Watch(2), []
     for step in (1, 2, 3):
         rec = {"stage": "rl", "step": step, "reward": 0.5, "frac_reward_zero_std": 1.0}
@@ -74,7 +81,7 @@ def test_report_lists_the_alarms(tmp_path: Path):
 
 
 def test_report_shows_null_metrics_as_their_reason(tmp_path: Path):
-    (tmp_path / "config.yaml").write_text("name: t\nstages: [rl]\n")
+    (tmp_path / "config.yaml").write_text(_run_config())
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"stage": "rl", "step": 1, "reward": 0.5}) + "\n")
     summary = {"stages": {"rl": {"eval_accuracy": 0.5, "eval_reward": None, "null_reasons": {"eval_reward": "nan"}}}}
     (tmp_path / "summary.json").write_text(json.dumps(summary))

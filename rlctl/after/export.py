@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
-from rlctl.config import RunConfig, load_run_config
+from rlctl import strictjson
+from rlctl.checkpoint import safewrite, verify
+from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import final_policy
 
@@ -100,14 +103,43 @@ def model_card(cfg: RunConfig, summary: dict, stage: str, repo_id: str | None = 
     return "\n".join(lines)
 
 
-def _run(run_dir: Path) -> tuple[RunConfig, dict]:
-    cfg_path = run_dir / "config.yaml"
-    if not cfg_path.is_file():
-        raise UserError(f"{run_dir} is not a run directory (no config.yaml).")
-    cfg = load_run_config(cfg_path)
-    summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"stages": {}, "completed": []}
-    return cfg, summary
+@dataclass
+class Source:
+    """What an export reads from a run: its config, its summary (empty when damaged), and a note saying what was
+    done instead when summary.json is damaged."""
+
+    config: RunConfig
+    summary: dict
+    note: str = ""
+
+
+def _intact_finals(run_dir: Path, cfg: RunConfig) -> list[str]:
+    """The stages whose final folder is in place and intact: what finished, when summary.json cannot say."""
+    from rlctl.checkpoint.integrity import folder_problems
+    from rlctl.plan import final_dir
+
+    finals = {s: final_dir(run_dir, s) for s in cfg.stages}
+    return [s for s, f in finals.items() if f.is_dir() and not folder_problems(f, None)]
+
+
+def _run(run_dir: Path) -> Source:
+    cfg = verify.run_config(run_dir)
+    empty = {"stages": {}, "completed": []}
+    try:
+        return Source(cfg, strictjson.read(run_dir / "summary.json", missing=empty))
+    except strictjson.DamagedFile as e:
+        finished = _intact_finals(run_dir, cfg)
+        if not finished:
+            raise strictjson.DamagedFile(
+                e.path,
+                e.damage,
+                f"No stage has an intact final folder to export instead; `rlctl verify {run_dir}` lists what is left.",
+            ) from None
+        note = (
+            f"{e.path} is damaged ({e.damage}); exporting from the stages' final folders, which are intact "
+            f"({', '.join(finished)}); the model card has no held-out metrics."
+        )
+        return Source(cfg, {"stages": {}, "completed": finished}, note)
 
 
 def adapter_source(run_dir: Path, cfg: RunConfig, stage: str) -> Path:
@@ -129,13 +161,14 @@ def adapter_source(run_dir: Path, cfg: RunConfig, stage: str) -> Path:
     ckpt = ckpts[-1]
     state_path = ckpt / "trainer_state.json"
     if state_path.is_file():
-        state = json.loads(state_path.read_text())
+        state = strictjson.read(state_path, "Export without --adapter to merge the final weights.")
         if state.get("global_step", 0) < state.get("max_steps", 0):
             raise UserError(
                 f"The last {stage} adapter checkpoint ({ckpt.name}) is older than the stage's end (step "
                 f"{state['max_steps']}); export without --adapter to get the final weights merged."
             )
-    base = json.loads((ckpt / "adapter_config.json").read_text()).get("base_model_name_or_path", "")
+    works = "Export without --adapter to merge the final weights."
+    base = strictjson.read(ckpt / "adapter_config.json", works).get("base_model_name_or_path", "")
     starts_from_base = base in (cfg.model.name_or_path, str(run_dir / "base")) or Path(base) == run_dir / "base"
     if not starts_from_base and Path(base).resolve().is_relative_to(run_dir.resolve()):
         raise UserError(
@@ -145,46 +178,60 @@ def adapter_source(run_dir: Path, cfg: RunConfig, stage: str) -> Path:
     return ckpt
 
 
-def export(run_dir: Path, out: Path, adapter: bool = False, repo_id: str | None = None) -> Path:
+def kind(adapter: bool) -> str:
+    """What an export folder holds, as its manifest records it."""
+    return "adapter export" if adapter else "export"
+
+
+def export(
+    run_dir: Path, out: Path, adapter: bool = False, repo_id: str | None = None, force: bool = False
+) -> tuple[Path, str]:
     """Write the final policy (LoRA merged, or with `adapter` the LoRA adapter alone), tokenizer, generation
-    config and model card to `out`."""
-    cfg, summary = _run(run_dir)
+    config and model card to `out`, through `safewrite` (the user's files in `out` are never touched; `force`
+    writes next to them). Returns the folder and a note when summary.json was damaged (see `Source`)."""
+    source = _run(run_dir)
+    cfg, summary = source.config, source.summary
     stage, src = final_policy(run_dir, cfg, summary.get("completed", []))
     ckpt = adapter_source(run_dir, cfg, stage) if adapter else None  # refuse before loading anything
+    safewrite.check_target(out, kind(adapter), force)
+    with safewrite.lock(out, "export"):
+        tmp = safewrite.staging(out)
+        try:
+            _write(tmp, cfg, src, ckpt)
+            (tmp / "README.md").write_text(model_card(cfg, summary, stage, repo_id=repo_id, adapter=adapter))
+            safewrite.publish(tmp, out, kind(adapter), force)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out, source.note
 
+
+def _write(tmp: Path, cfg: RunConfig, src: Path, ckpt: Path | None) -> None:
+    """The weights (the adapter of `ckpt`, or the merged model of `src`) and the tokenizer into `tmp`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-
     remote = cfg.model.trust_remote_code
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     if ckpt is not None:
-        tmp.mkdir(parents=True)
-        config = json.loads((ckpt / "adapter_config.json").read_text())
+        config = strictjson.read(ckpt / "adapter_config.json", "Export without --adapter to merge the final weights.")
         if _on_hub(cfg.model.name_or_path):
             config["base_model_name_or_path"] = cfg.model.name_or_path
         (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2))
         for weights in ckpt.glob("adapter_model.*"):
             shutil.copy2(weights, tmp / weights.name)
         AutoTokenizer.from_pretrained(src, trust_remote_code=remote).save_pretrained(tmp)
-    else:
-        if (src / "adapter_config.json").exists():
-            from peft import AutoPeftModelForCausalLM
+        return
+    if (src / "adapter_config.json").exists():
+        from peft import AutoPeftModelForCausalLM
 
-            model = AutoPeftModelForCausalLM.from_pretrained(src, trust_remote_code=remote).merge_and_unload()
-        else:
-            model = AutoModelForCausalLM.from_pretrained(src, trust_remote_code=remote)
-        tokenizer = AutoTokenizer.from_pretrained(src, trust_remote_code=remote)
-        if model.generation_config is None:
-            model.generation_config = GenerationConfig.from_model_config(model.config)
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-    (tmp / "README.md").write_text(model_card(cfg, summary, stage, repo_id=repo_id, adapter=adapter))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
+        model = AutoPeftModelForCausalLM.from_pretrained(src, trust_remote_code=remote).merge_and_unload()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(src, trust_remote_code=remote)
+    tokenizer = AutoTokenizer.from_pretrained(src, trust_remote_code=remote)
+    if model.generation_config is None:
+        model.generation_config = GenerationConfig.from_model_config(model.config)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
 
 
 def _hub_error(e: Exception, repo_id: str) -> UserError:

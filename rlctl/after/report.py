@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlctl import strictjson
 from rlctl.errors import UserError
 from rlctl.stages.alarms import alarms_of
+
+if TYPE_CHECKING:
+    from rlctl.config import RunConfig
 
 # Plotted first, in this order; any other numeric metric a stage logs follows alphabetically.
 PLOT_ORDER = (
@@ -55,18 +59,25 @@ class Report:
     markdown: Path
     plots: dict[str, Path] = field(default_factory=dict)
     tensorboard: Path | None = None
+    notes: list[str] = field(default_factory=list)  # damaged run files and what the report did without them
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl records (a half-written last line, from a run still going or killed, is left out)."""
+def read_records(path: Path, damaged: list[int] | None = None) -> list[dict[str, Any]]:
+    """metrics.jsonl records (a half-written last line, from a run still going or killed, is left out); the line
+    numbers of other lines that are not JSON records are appended to `damaged`."""
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
-            continue
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        elif damaged is not None and number < len(lines):
+            damaged.append(number)
     return records
 
 
@@ -339,10 +350,11 @@ def layout_section(layout: dict[str, dict]) -> list[str]:
     return lines
 
 
-def build(run_dir: Path, out: Path | None = None) -> Report:
-    """Write the plots, report.md and TensorBoard events of `run_dir`; returns what was written."""
-    from rlctl.config import load_run_config
-    from rlctl.launch import tbevents
+def build(run_dir: Path, out: Path | None = None, force: bool = False) -> Report:
+    """Write the plots, report.md and TensorBoard events of `run_dir` (the folder through `safewrite`: a folder
+    holding the user's files is refused unless `force`); returns what was written. A damaged summary.json or
+    metrics.jsonl line is named in the report's notes and left out."""
+    from rlctl.checkpoint import safewrite, verify
 
     if not (run_dir / "config.yaml").is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml).")
@@ -351,12 +363,36 @@ def build(run_dir: Path, out: Path | None = None) -> Report:
         raise UserError(
             f"{run_dir} has no metrics.jsonl yet: nothing was trained. Start it with `rlctl resume {run_dir}`."
         )
-    cfg = load_run_config(run_dir / "config.yaml")
-    records = read_records(metrics_path)
-    summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"stages": {}, "completed": []}
-    out = out or run_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    cfg = verify.run_config(run_dir)
+    damaged: list[int] = []
+    records = read_records(metrics_path, damaged)
+    notes = [f"{metrics_path}: line(s) {', '.join(map(str, damaged[:5]))} are damaged and left out"] if damaged else []
+    empty: dict[str, Any] = {"stages": {}, "completed": []}
+    try:
+        summary = strictjson.read(run_dir / "summary.json", missing=empty)
+    except strictjson.DamagedFile as e:
+        summary = empty
+        notes.append(
+            f"{e.path} is damaged ({e.damage}); the report is built from metrics.jsonl alone (no held-out summary "
+            "table or chart)"
+        )
+    final = out or run_dir / "report"
+    safewrite.check_target(final, "report", force)
+    with safewrite.lock(final, "report"):
+        tmp = safewrite.staging(final)
+        try:
+            rep = _write(cfg, summary, records, run_dir, tmp)
+            safewrite.publish(tmp, final, "report", force)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    plots = {k: final / p.relative_to(tmp) for k, p in rep.plots.items()}
+    return Report(final, final / rep.markdown.name, plots, rep.tensorboard, notes)
+
+
+def _write(cfg: RunConfig, summary: dict, records: list[dict[str, Any]], run_dir: Path, out: Path) -> Report:
+    """The plots and report.md into `out`, the TensorBoard events into the run."""
+    from rlctl.launch import tbevents
+
     plots: dict[str, Path] = {}
     for stage, metrics in curves(records).items():
         plots[stage] = plot_stage(stage, metrics, out / f"{stage}.png", f"{cfg.name}: {stage}")

@@ -12,7 +12,6 @@ May import: base, config, data, rewards, plan, algorithms.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -62,7 +61,8 @@ def publish(folder: Path, step: int, metric: dict[str, float] | None, keep_last:
 def mark(ckpt: Path) -> dict[str, Any]:
     """What a complete checkpoint's marker records: its step and, when measured, metric and value (the files'
     manifest left out)."""
-    marker = json.loads((ckpt / COMPLETE).read_text())
+    works = "The other checkpoints still work; `rlctl verify` checks them all."
+    marker = strictjson.read(ckpt / COMPLETE, works)
     return {k: v for k, v in marker.items() if k not in ("checksums", "files")}
 
 

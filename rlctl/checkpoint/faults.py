@@ -89,6 +89,17 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
     return None
 
 
+def unexpected(error: BaseException, run_dir: Path, stage: str, log: Path) -> str:
+    """One paragraph for a fault rlctl has no explanation of: the stage, the exception and its message, where it
+    was raised, and where the full traceback is."""
+    text = " ".join(str(error).split())
+    text = text if len(text) <= 400 else text[:400] + " ..."
+    return (
+        f"Stage {stage} failed: {type(error).__name__}{': ' + text if text else ''} (raised at {where(error)}). "
+        f"The full traceback is in {log}. After fixing the cause: `rlctl resume {run_dir}`."
+    )
+
+
 def _fix_row(run_dir: Path) -> str:
     return f"Fix or remove that row, then `rlctl resume {run_dir}`."
 

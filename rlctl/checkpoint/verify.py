@@ -6,24 +6,62 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlctl import checkpoint
+import yaml
+
+from rlctl import checkpoint, strictjson
 from rlctl.checkpoint.integrity import folder_problems
+from rlctl.config import RunConfig, dump, presets, validate
 from rlctl.errors import UserError
 
 DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
 
 
+def restore_hint(run_dir: Path) -> str:
+    """What to do about a damaged config.yaml."""
+    return (
+        f"Restore it from a copy; the config the run started with (before any `rlctl resume --set`) is under "
+        f'"config" in {run_dir}/plan.json.'
+    )
+
+
+def run_config(run_dir: Path, works: str = "") -> RunConfig:
+    """The config.yaml a run was started with. Raises DamagedFile when it does not parse or is not complete:
+    rlctl writes every section and key there, so a file that lacks some was cut short (it would otherwise be read
+    with defaults in their place); `works` says what still works without it."""
+    path = run_dir / "config.yaml"
+    works = works or restore_hint(run_dir)
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
+    try:
+        raw = presets.read_yaml(path)
+        cfg = validate(raw, source=str(path))
+    except UserError as e:
+        raise strictjson.DamagedFile(path, str(e).rstrip("."), works) from None
+    expected = yaml.safe_load(dump(cfg))
+    missing = [s for s in expected if s not in raw]
+    missing += [
+        f"{s}.{k}"
+        for s, keys in expected.items()
+        if isinstance(keys, dict) and isinstance(raw.get(s), dict)
+        for k in keys
+        if k not in raw[s]
+    ]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise strictjson.DamagedFile(path, f"{shown} missing: it was cut short or edited", works)
+    return cfg
+
+
 def checkpoint_problems(ckpt: Path) -> list[str]:
     """Problems of a complete checkpoint against the manifest in its completion marker."""
     try:
-        marker = json.loads((ckpt / checkpoint.COMPLETE).read_text())
-    except (OSError, ValueError) as e:
-        return [f"its completion marker cannot be read ({e})"]
+        marker = strictjson.read(ckpt / checkpoint.COMPLETE)
+    except strictjson.DamagedFile as e:
+        return [f"its completion marker {checkpoint.COMPLETE} is damaged ({e.damage})"]
     return folder_problems(ckpt, marker.get("files"))
 
 
@@ -59,7 +97,8 @@ def resume_check(run_dir: Path, stages: list[str]) -> list[str]:
     checkpoints are all damaged raises a UserError naming the files (nothing is renamed then). Stages that
     summary.json lists as completed are not looked at."""
     summary = run_dir / "summary.json"
-    completed = json.loads(summary.read_text()).get("completed", []) if summary.is_file() else []
+    works = f"`rlctl resume {run_dir}` rebuilds it from metrics.jsonl."
+    completed = strictjson.read(summary, works, missing={}).get("completed", [])
     notes = []
     for stage in (s for s in stages if s not in completed):
         choice = choose(stage, run_dir / stage / "checkpoints")

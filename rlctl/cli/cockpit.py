@@ -190,14 +190,33 @@ class EvalOptions:
     answer_field: str | None = None
     batch_size: int = 16
     out: Path | None = None
+    force: bool = False  # replace an --out file that is not an earlier eval result
+
+
+def _is_eval_result(path: Path) -> bool:
+    """Whether `path` holds an earlier `rlctl eval` result (the JSON object it writes)."""
+    try:
+        found = strictjson.read(path)
+    except strictjson.DamagedFile:
+        return False
+    return {"model", "data", "rewards", "max_new_tokens"} <= set(found)
+
+
+def _check_eval_out(out: Path, force: bool) -> None:
+    """Refuse to replace a file that is not an earlier eval result (the JSON or its samples), unless `force`."""
+    from rlctl.checkpoint import safewrite
+
+    safewrite.check_file(out, _is_eval_result, force, "eval result")
+    samples = out.with_suffix(".samples.jsonl")
+    safewrite.check_file(samples, lambda _: out.is_file() and _is_eval_result(out), force, "eval samples file")
 
 
 def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> dict[str, Any]:
     """Generate, score, print the table, write the JSON and the samples; returns the metrics."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from rlctl import config as config_mod
     from rlctl import data, rewards
+    from rlctl.checkpoint import safewrite, verify
     from rlctl.rewards import scoring
 
     if opt.greedy and (opt.samples > 1 or opt.temperature is not None):
@@ -208,7 +227,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         raise UserError(
             f"Cannot load a model from '{target}': no such folder, and not a Hub model id (namespace/name)."
         )
-    cfg = config_mod.load_run_config(target / "config.yaml") if is_run else None
+    cfg = verify.run_config(target) if is_run else None
     specs = (
         [(r, 1.0) for r in opt.reward] if opt.reward else [(r.name, r.weight) for r in cfg.rl.rewards] if cfg else []
     )
@@ -234,6 +253,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         stem = re.sub(r"[^\w.-]+", "_", Path(info.source.split("://")[-1]).stem or "data")
         out = target / "eval" / f"{stem}.json" if is_run else Path(f"eval-{stem}.json")
 
+    _check_eval_out(out, opt.force)
     from rlctl.rollout import evaluate  # torch: only once the inputs are known to be good
 
     ui.console.print(
@@ -282,10 +302,11 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         "max_new_tokens": max_new,
         **result.metrics,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(strictjson.dumps(metrics, indent=2) + "\n")
     samples_path = out.with_suffix(".samples.jsonl")
-    samples_path.write_text("".join(strictjson.dumps(s, default=str) + "\n" for s in result.samples))
+    with safewrite.lock(out, "eval"):
+        _check_eval_out(out, opt.force)  # again: another eval may have written it meanwhile
+        safewrite.write_file(samples_path, "".join(strictjson.dumps(s, default=str) + "\n" for s in result.samples))
+        safewrite.write_file(out, strictjson.dumps(metrics, indent=2) + "\n")
     print_eval(ui, metrics, result.samples)
     ui.console.print(f"[green]Wrote[/] {out} and {samples_path}")
     return metrics
@@ -314,11 +335,13 @@ def print_eval(ui: UI, metrics: dict, samples: list[dict]) -> None:
 
 
 # -------------------------------------------------------------------------------------------- report
-def report_command(ui: UI, run_dir: Path, out: Path | None) -> None:
+def report_command(ui: UI, run_dir: Path, out: Path | None, force: bool = False) -> None:
     from rlctl.after import report as report_mod
 
     with ui.console.status("Plotting metrics..."):
-        rep = report_mod.build(run_dir, out)
+        rep = report_mod.build(run_dir, out, force)
+    for note in rep.notes:
+        ui.console.print(f"[yellow]warning:[/] {escape(note)}")
     for name, path in rep.plots.items():
         ui.console.print(f"  {name}: {path}")
     if rep.tensorboard:

@@ -32,16 +32,26 @@ from rlctl.cli.app import (
 def init(
     directory: Annotated[Path, typer.Argument(help="Project folder to create.")] = Path("."),
     preset: Annotated[str, typer.Option("--preset", "-p", help="Preset the project starts from.")] = "tiny-demo",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files of the scaffold that already exist.")] = False,
 ) -> None:
-    """Scaffold a project: a commented rlctl.yaml, sample datasets and a reward plugin template."""
+    """Scaffold a project: a commented rlctl.yaml, sample datasets and a reward plugin template. Files already in
+    DIRECTORY are never overwritten without --force."""
     from rlctl.config import presets
     from rlctl.resources import data_dir
 
     presets.get(preset)
-    target = directory / "rlctl.yaml"
-    if target.exists():
-        raise UserError(f"{target} already exists; refusing to overwrite it.")
     template = data_dir("templates") / "project"
+    files = sorted(p.relative_to(template) for p in template.rglob("*") if p.is_file())
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"{directory} is a file, not a folder; pick another project folder.")
+    taken = [str(f) for f in files if (directory / f).exists()]
+    if taken and not force:
+        shown = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
+        raise UserError(
+            f"{shown} already exists in {directory}; nothing was written (rlctl never overwrites your files). Pick "
+            "an empty folder, or add --force to overwrite them with the scaffold's."
+        )
+    target = directory / "rlctl.yaml"
     shutil.copytree(template, directory, dirs_exist_ok=True)
     text = (template / "rlctl.yaml").read_text().replace("{preset}", preset)
     target.write_text(text)

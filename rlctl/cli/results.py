@@ -32,14 +32,26 @@ def export(
     adapter: Annotated[
         bool, typer.Option("--adapter", help="Export the LoRA adapter alone instead of merged full weights.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Write into a folder that holds other files (only files rlctl wrote are replaced)."
+        ),
+    ] = False,
 ) -> None:
     """Write the final policy as a Hugging Face folder (safetensors, tokenizer, model card), LoRA merged or as an
-    adapter; with --push, create the Hub repo and upload it (token from HF_TOKEN or `hf auth login`)."""
+    adapter; with --push, create the Hub repo and upload it (token from HF_TOKEN or `hf auth login`).
+
+    A folder holding files rlctl did not write is refused unless --force; an earlier export there is replaced."""
+    from rich.markup import escape
+
     from rlctl.after import export as export_mod
 
     out = out or run_dir / "export"
     with console.status("Exporting the model..."):
-        folder = export_mod.export(run_dir, out, adapter=adapter, repo_id=push)
+        folder, note = export_mod.export(run_dir, out, adapter=adapter, repo_id=push, force=force)
+    if note:
+        console.print(f"[yellow]warning:[/] {escape(note)}")
     _ui().results().print(f"[green]Exported[/] {folder}")
     if push:
         console.print(f"Pushing to {push}{' (private)' if private else ''}...")
@@ -72,6 +84,9 @@ def eval_(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="JSON file (default RUN_DIR/eval/<data>.json).")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an --out file that is not an earlier rlctl eval result.")
+    ] = False,
 ) -> None:
     """Accuracy, mean reward and pass@k of a model on held-out data; a table, a JSON file and every sample.
 
@@ -94,6 +109,7 @@ def eval_(
         answer_field=answer_field,
         batch_size=batch_size,
         out=out,
+        force=force,
     )
     cockpit.evaluate_command(_ui(), target, data_file, options)
 
@@ -104,12 +120,18 @@ def report(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Folder for the report (default RUN_DIR/report).")
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Write into a folder that holds other files (only files rlctl wrote are replaced)."
+        ),
+    ] = False,
 ) -> None:
     """PNG plots of every stage's curves against steps, a report.md with the config and final metrics, and
     TensorBoard event files (RUN_DIR/tensorboard)."""
     from rlctl.cli import cockpit
 
-    cockpit.report_command(_ui(), run_dir, out)
+    cockpit.report_command(_ui(), run_dir, out, force)
 
 
 @app.command()

@@ -210,6 +210,20 @@ def plan(
     preflight.require(report)
 
 
+def _refuse_foreign(run_dir: Path) -> None:
+    """A new run goes into a missing or empty folder (its `logs/` from `rlctl slurm` aside): a run writes data/,
+    logs/, base/ and a folder per stage, which must never land among the user's files."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"--run-dir {run_dir} is a file; pick a new folder for the run.")
+    found = sorted(p.name for p in run_dir.iterdir() if p.name != "logs") if run_dir.is_dir() else []
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise UserError(
+            f"--run-dir {run_dir} already holds files that are not an rlctl run ({shown}); a run writes its own "
+            "folders there, so it needs a new or empty folder. Nothing was written; pick another --run-dir."
+        )
+
+
 @app.command()
 def train(
     preset: PresetOpt = None,
@@ -251,6 +265,7 @@ def train(
         raise UserError(
             f"{run_dir} already holds a run; continue it with `rlctl resume {run_dir}` or pick another --run-dir."
         )
+    _refuse_foreign(run_dir)
     the_plan = launch.prepare(cfg, run_dir)
     if VERBOSE["on"]:
         _print_plan(the_plan)
@@ -272,15 +287,24 @@ def resume(
     e.g. after an out-of-memory error; the change is saved in the run's config.yaml.
     A multi-node run resumes with the same command on every node: each gives its own --node-rank (the run's
     config.yaml is shared, so the rank is never read from it) and, when the nodes changed, the new --main-address."""
+    from rich.markup import escape
+
     from rlctl import config as config_mod
+    from rlctl import strictjson
     from rlctl.plan import planner as plan_mod
 
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
+    from rlctl.checkpoint import verify
     from rlctl.launch import preflight, resume_check
 
-    cfg = config_mod.load_run_config(cfg_path)
+    cfg = verify.run_config(run_dir)
+    try:
+        resume_check.read_summary(run_dir, cfg)
+    except strictjson.DamagedFile as e:
+        _, how = resume_check.rebuild_summary(run_dir, cfg)
+        console.print(f"[yellow]warning:[/] {escape(str(e.path))} is damaged ({escape(e.damage)}); {escape(how)}.")
     if resume_check.finished(run_dir, cfg):
         console.print(f"{run_dir} is finished: every stage ({', '.join(cfg.stages)}) completed. Nothing to resume.")
         raise typer.Exit(0)
@@ -297,8 +321,6 @@ def resume(
     if set_:
         cfg_path.write_text(shared)
     if cfg.hardware.node_rank == 0:  # node 0 verifies the checkpoints before any trainer reads them
-        from rlctl.checkpoint import verify
-
         for note in verify.resume_check(run_dir, cfg.stages):
             console.print(f"[yellow]Damaged checkpoint:[/] {note}", markup=True)
     raise typer.Exit(_finish(_launch(the_plan, resuming=True), the_plan))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -112,7 +113,11 @@ def _read_new(path: Path, offset: int) -> tuple[list[dict], int]:
         f.seek(offset)
         chunk = f.read()
     end = chunk.rfind(b"\n") + 1
-    records = [json.loads(line) for line in chunk[:end].splitlines() if line.strip()]
+    records = []
+    for line in chunk[:end].splitlines():
+        with contextlib.suppress(ValueError):  # a damaged line (a disk that filled up) is not a record
+            record = json.loads(line) if line.strip() else None
+            records += [record] if isinstance(record, dict) else []
     return records, offset + end
 
 
@@ -230,6 +235,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     log_path = node_log(run_dir, the_plan.config.hardware.node_rank)
     metrics_path = run_dir / "metrics.jsonl"
     offset = metrics_path.stat().st_size if metrics_path.exists() else 0
+    log_start = log_path.stat().st_size if log_path.exists() else 0  # this launch's part of an appended log
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]
     console.print(f"[bold]{'Resuming' if resuming else 'Starting'}[/] {the_plan.config.name} in {run_dir}")
     console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]")
@@ -315,12 +321,32 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         shown = Console(stderr=True, highlight=False, emoji=False) if console.quiet else console
         shown.print(f"[red]Training stopped:[/] {errors[-1]['message']}")
         return errors[-1].get("exit_code", 1)  # 2: the runner found bad input (data) before training on it
-    tail = log_path.read_text(errors="replace").splitlines()[-25:] if log_path.exists() else []
-    console.print("\n".join(tail), markup=False)
+    with log_path.open("rb") as f:
+        f.seek(log_start)
+        cause = failure(f.read().decode(errors="replace"))
     console.print(
-        f"[red]Training failed (exit {code}).[/] Full log: {log_path}. After fixing the cause: rlctl resume {run_dir}"
+        f"[red]Training failed (exit {code}).[/] {escape(cause)} Full log: {log_path}. After fixing the cause: "
+        f"rlctl resume {run_dir}"
     )
-    return 1
+    return 2 if code == 2 else 1
+
+
+def failure(log: str) -> str:
+    """The cause of a launch that ended without an `error` event, from its log: the paragraph a rank printed
+    (`rlctl: ...`), else the last exception line of a traceback, else that none was found."""
+    lines = [line.strip() for line in log.splitlines()]
+    said = [line for line in lines if line.startswith("rlctl: ")]
+    if said:
+        return said[-1].removeprefix("rlctl: ")
+    raised = []  # the exception line ending each traceback; the launcher's own (CalledProcessError) left out
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last)"):
+            ends = [x for x in lines[i + 1 :] if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", x)]
+            if ends and "CalledProcessError" not in ends[0]:
+                raised.append(ends[0])
+    if raised:
+        return f"The training process raised {raised[-1]}."
+    return "The training process ended without saying why (killed by the system, out of memory?)."
 
 
 def _plain_lines(console: Console, stages: dict[str, progress_mod.StageProgress], every_s: float) -> None:

@@ -4,21 +4,52 @@ the RESUMABLE keys whose safety depends on the run are checked against it (confi
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+from rlctl import strictjson
+from rlctl.checkpoint import write_json_atomic
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 
 
+def read_summary(run_dir: Path, cfg: RunConfig) -> dict:
+    """The run's summary.json (a new one when there is none); DamagedFile when it cannot be read."""
+    new = {"run": cfg.name, "model": cfg.model.name_or_path, "stages": {}, "completed": []}
+    return strictjson.read(run_dir / "summary.json", REPAIR.format(run_dir=run_dir), missing=new)
+
+
+REPAIR = "`rlctl resume {run_dir}` rebuilds it from metrics.jsonl; `rlctl report` and `rlctl export` work without it."
+
+
+def rebuild_summary(run_dir: Path, cfg: RunConfig) -> tuple[dict, str]:
+    """summary.json rebuilt from metrics.jsonl (each stage's held-out `eval` record, `end` marking it completed),
+    the damaged file kept as summary.json.damaged; returns it and a line saying so."""
+    summary = {"run": cfg.name, "model": cfg.model.name_or_path, "stages": {}, "completed": []}
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(rec, dict) or rec.get("stage") not in ("base", *cfg.stages):
+            continue
+        stage = rec["stage"]
+        if rec.get("event") == "eval":
+            summary["stages"][stage] = {k: v for k, v in rec.items() if k not in ("stage", "event", "time")}
+        elif rec.get("event") == "end" and stage not in summary["completed"]:
+            summary["completed"].append(stage)
+    damaged = run_dir / "summary.json"
+    os.replace(damaged, damaged.with_name("summary.json.damaged"))
+    write_json_atomic(damaged, summary)
+    done = ", ".join(summary["completed"]) or "none"
+    return summary, f"rebuilt from metrics.jsonl (completed: {done}); the damaged copy is kept as summary.json.damaged"
+
+
 def finished(run_dir: Path, cfg: RunConfig) -> bool:
     """Whether every stage of the run is recorded as completed in its summary.json."""
-    path = run_dir / "summary.json"
-    if not path.is_file():
-        return False
-    try:
-        completed = json.loads(path.read_text()).get("completed", [])
-    except ValueError:
-        return False
+    completed = read_summary(run_dir, cfg).get("completed", [])
     return all(stage in completed for stage in cfg.stages)
 
 
@@ -65,7 +96,8 @@ def _same_weights(old: RunConfig, new: RunConfig, run_dir: Path) -> None:
     before = _arch_of(old.model.name_or_path)
     plan_json = run_dir / "plan.json"
     if before is None and plan_json.is_file():
-        before = json.loads(plan_json.read_text()).get("model", {}).get("arch")
+        works = "Resume without --set model.name_or_path, or restore plan.json from a copy."
+        before = strictjson.read(plan_json, works).get("model", {}).get("arch")
     if before is not None and before != after:
         differ = ", ".join(f"{k} {before.get(k)} -> {v}" for k, v in after.items() if before.get(k) != v)
         raise UserError(

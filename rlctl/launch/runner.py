@@ -9,25 +9,18 @@ complete checkpoint.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import traceback
 from pathlib import Path
 
 from rlctl import checkpoint
-from rlctl.checkpoint import faults
-from rlctl.config import RunConfig, load_run_config
+from rlctl.checkpoint import faults, verify
+from rlctl.config import RunConfig
 from rlctl.data import tasks
 from rlctl.errors import UserError
+from rlctl.launch import resume_check
 from rlctl.plan import planner as plan_mod
 from rlctl.stages import alarms, common, context
-
-
-def read_summary(run_dir: Path, cfg: RunConfig) -> dict:
-    path = run_dir / "summary.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    return {"run": cfg.name, "model": cfg.model.name_or_path, "stages": {}, "completed": []}
 
 
 def build_base(cfg: RunConfig, run_dir: Path) -> None:
@@ -42,22 +35,37 @@ def build_base(cfg: RunConfig, run_dir: Path) -> None:
 
 
 def main(run_dir: Path) -> None:
-    from accelerate import PartialState
-
-    from rlctl.launch import die_with_parent
+    """Run the stages; a fault outside any stage (a damaged run file, a failing base model build) ends the run
+    with one paragraph on stderr too, never a bare traceback."""
+    from rlctl.launch import die_with_parent, node_log
 
     die_with_parent()  # no trainer outlives its launcher
     common.install_stop_handlers()
+    try:
+        _main(run_dir)
+    except Exception as e:
+        if isinstance(e, UserError):
+            message, code = str(e), 2
+        else:
+            traceback.print_exc()  # the full story in the log
+            message, code = faults.unexpected(e, run_dir, "setup", node_log(run_dir, 0)), 1
+        print(f"rlctl: {message}", file=sys.stderr)
+        sys.exit(code)
 
+
+def _main(run_dir: Path) -> None:
+    from accelerate import PartialState
+
+    from rlctl.launch import node_log
     from rlctl.stages import dpo, heldout, kto, layout, memory_probe, rl, rm, sft
 
-    cfg = load_run_config(run_dir / "config.yaml")
+    cfg = verify.run_config(run_dir)
     the_plan = plan_mod.build(cfg, run_dir)
     state = PartialState(cpu=the_plan.hardware.is_cpu)
     watch = alarms.Watch(cfg.logging.alarm_steps, cfg.logging.alarms)
     log = context.MetricsLog(run_dir, state.is_main_process, watch)
     paths = plan_mod.data_paths(cfg, run_dir)
-    summary = read_summary(run_dir, cfg)
+    summary = resume_check.read_summary(run_dir, cfg)
     summary["world_size"] = state.num_processes
     stage_fns = {"sft": sft.run, "dpo": dpo.run, "kto": kto.run, "rm": rm.run, "rl": rl.run}
 
@@ -90,7 +98,7 @@ def main(run_dir: Path) -> None:
                 measured = memory_probe.so_far(the_plan.memory, ctx.stage.name)
                 message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process, measured)
             if message is None:
-                raise
+                message = faults.unexpected(e, run_dir, ctx.stage.name, node_log(run_dir, cfg.hardware.node_rank))
             if not isinstance(e, UserError | common.Stopped):
                 traceback.print_exc()  # the full story in logs/train.log; the user sees the message
             code = 2 if isinstance(e, UserError) else 1

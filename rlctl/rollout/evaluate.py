@@ -224,10 +224,11 @@ def load_policy(target: Path, stage: str | None = None, device: str | None = Non
 
     device = device or default_device()
     if (target / "config.yaml").is_file():
-        import json
+        from rlctl import strictjson
 
         cfg = load_run_config(target / "config.yaml")
-        summary = json.loads((target / "summary.json").read_text()) if (target / "summary.json").exists() else {}
+        works = f"Evaluate a stage's final folder instead (rlctl eval {target}/STAGE/final ...), or an export."
+        summary = strictjson.read(target / "summary.json", works, missing={})
         completed = summary.get("completed", [])
         if stage:
             folder = final_dir(target, stage)

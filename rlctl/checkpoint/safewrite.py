@@ -1,0 +1,181 @@
+"""Writing where the user's files may be, without ever losing one.
+
+A folder rlctl writes as a whole (an export, a report) is built in its own temporary folder next to the target
+(`staging`) and put in place by `publish`: a missing or empty target, or one that holds only what an earlier
+rlctl write of the same kind recorded in its manifest, is replaced by a rename; a target holding anything else is
+refused (a UserError naming it) unless `force`, and even then only the files rlctl wrote are replaced. `lock` keeps
+two rlctl processes from writing one target at once: the second is refused, naming the first one's pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from rlctl import strictjson
+from rlctl.checkpoint import integrity
+from rlctl.errors import UserError
+
+MANIFEST = "rlctl_files.json"  # {"kind": ..., "files": {relative path: {size, xxh3}}} of what rlctl wrote
+
+
+def _listed(names: list[str], n: int = 5) -> str:
+    shown = ", ".join(names[:n])
+    return shown + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def _take(path: Path, target: Path, what: str) -> int:
+    """An open descriptor of the lock file at `path`, flock'ed by this process (see `lock`)."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise UserError(
+                f"{target} is being written by another rlctl {what} (pid {holder}); wait for it to finish, or write "
+                "to another folder."
+            ) from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:  # not a file its last holder removed meanwhile
+                return fd
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def lock(target: Path, what: str) -> Iterator[None]:
+    """Hold `.NAME.rlctl-lock` next to `target` while writing it (removed afterwards); a UserError naming the pid
+    of the process that holds it. fcntl.flock, not the `filelock` package: the holder's pid must stay readable in
+    the lock file, and filelock 3.x opens the lock file with O_TRUNC on every attempt to take it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    path = target.parent / f".{target.name}.rlctl-lock"
+    fd = _take(path, target, what)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # while still held: a process that opened it before sees it gone and retries
+        os.close(fd)
+
+
+def staging(target: Path) -> Path:
+    """A new, unique temporary folder next to `target` (same filesystem, so `publish` can rename it)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".rlctl-tmp", dir=target.parent))
+
+
+def recorded(folder: Path) -> tuple[str | None, set[str]]:
+    """(kind, files) of the manifest an earlier rlctl write left in `folder`; (None, empty) without a readable one."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None, set()
+    try:
+        data = strictjson.loads(path.read_text(encoding="utf-8"))
+        return str(data["kind"]), set(data["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, set()
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if not p.is_dir())
+
+
+def write_manifest(folder: Path, kind: str) -> None:
+    """Record every file now in `folder` as written by rlctl (`kind`: export, adapter export, report, ...)."""
+    files = integrity.manifest(folder, skip=(MANIFEST,))
+    (folder / MANIFEST).write_text(strictjson.dumps({"kind": kind, "files": files}, indent=2) + "\n")
+
+
+def foreign(target: Path, kind: str) -> tuple[list[str], set[str]]:
+    """(files in `target` that no earlier rlctl write of `kind` recorded, the files rlctl recorded there)."""
+    old_kind, owned = recorded(target)
+    present = [f for f in _files(target) if f != MANIFEST]
+    if old_kind is None:
+        return present, set()
+    strangers = [f for f in present if f not in owned]
+    return (present if old_kind != kind else strangers), owned
+
+
+def check_target(target: Path, kind: str, force: bool, option: str = "--force") -> None:
+    """Refuse (UserError) a target that is a file, or that holds files no earlier rlctl write of `kind` made,
+    unless `force`."""
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{target} is a file, not a folder; pick another output folder.")
+    if not target.is_dir() or force:
+        return
+    strangers, _ = foreign(target, kind)
+    if strangers:
+        raise UserError(
+            f"{target} already holds files rlctl did not write as its {kind} ({_listed(strangers)}); nothing was "
+            f"changed. Pick an empty or new folder, or add {option} to write there anyway (only files rlctl wrote "
+            "are replaced; yours are kept)."
+        )
+
+
+def publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
+    """Put the folder built in `staged` in place as `target` (see the module doc); `staged` is gone afterwards.
+    Call under `lock(target)`; on a refusal `staged` is removed too."""
+    try:
+        return _publish(staged, target, kind, force)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def _publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
+    check_target(target, kind, force)
+    write_manifest(staged, kind)
+    new = set(_files(staged))
+    if not target.is_dir():
+        os.replace(staged, target)
+        return target
+    strangers, owned = foreign(target, kind)
+    clash = sorted(new & set(strangers))
+    if clash:
+        raise UserError(
+            f"{target} holds files of yours that the {kind} would have to replace ({_listed(clash)}); nothing was "
+            "changed. Move them away or pick another folder."
+        )
+    if not strangers:  # only rlctl's files there: swap the folders
+        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".rlctl-old", dir=target.parent))
+        os.replace(target, aside / "old")
+        os.replace(staged, target)
+        shutil.rmtree(aside, ignore_errors=True)
+        return target
+    for rel in sorted(owned - new):  # rlctl's old files the new write does not have
+        (target / rel).unlink(missing_ok=True)
+    for rel in sorted(new - {MANIFEST}):
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged / rel, target / rel)
+    os.replace(staged / MANIFEST, target / MANIFEST)  # last: the manifest names only files already in place
+    return target
+
+
+def check_file(path: Path, ours: Callable[[Path], bool], force: bool, what: str) -> None:
+    """Refuse (UserError) to replace a file that `ours` does not recognise as an earlier rlctl `what`, unless
+    `force`."""
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; give a file name for the {what}.")
+    if path.exists() and not force and not ours(path):
+        raise UserError(
+            f"{path} already exists and is not an earlier rlctl {what}; nothing was written. Pick another file, or "
+            "add --force to replace it."
+        )
+
+
+def write_file(path: Path, text: str) -> None:
+    """Write `text` through a unique temporary file next to `path` and a rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".rlctl-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

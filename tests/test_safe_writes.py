@@ -1,0 +1,186 @@
+"""Nothing of the user's is lost: exports, reports, eval results, init and run directories never overwrite a file
+rlctl did not write; damaged run files are named (never a traceback); a crash after launch is one paragraph."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import rlctl
+
+from rlctl.checkpoint import safewrite
+from rlctl.errors import UserError
+
+
+def _folder(path: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    return path
+
+
+def _staged(target: Path, files: dict[str, str]) -> Path:
+    return _folder(safewrite.staging(target), files)
+
+
+def test_publish_keeps_the_users_files(tmp_path: Path):
+    target = _folder(tmp_path / "mine", {"notes.txt": "mine"})
+    staged = _staged(target, {"config.json": "{}", "sub/w.bin": "1"})
+    with pytest.raises(UserError, match=r"notes\.txt.*--force"):
+        safewrite.publish(staged, target, "export", force=False)
+    assert sorted(os.listdir(target)) == ["notes.txt"], "a refusal changes nothing"
+    safewrite.publish(_staged(target, {"config.json": "{}", "old.bin": "1"}), target, "export", force=True)
+    safewrite.publish(_staged(target, {"config.json": "{2}"}), target, "export", force=True)
+    assert (target / "notes.txt").read_text() == "mine"
+    assert (target / "config.json").read_text() == "{2}"
+    assert not (target / "old.bin").exists(), "rlctl's own file of the earlier export is replaced"
+    assert safewrite.recorded(target) == ("export", {"config.json"})
+    with pytest.raises(UserError, match=r"notes\.txt"):  # a file of the user's would be replaced: never
+        safewrite.publish(_staged(target, {"notes.txt": "x"}), target, "export", force=True)
+    assert (target / "notes.txt").read_text() == "mine"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folder or lock left"
+
+
+def test_an_earlier_export_is_replaced_but_not_one_of_another_kind(tmp_path: Path):
+    target = tmp_path / "out"
+    safewrite.publish(_staged(target, {"a": "1", "b": "1"}), target, "export", force=False)
+    safewrite.publish(_staged(target, {"a": "2"}), target, "export", force=False)
+    assert sorted(os.listdir(target)) == ["a", safewrite.MANIFEST]
+    with pytest.raises(UserError, match="did not write as its adapter export"):
+        safewrite.check_target(target, "adapter export", force=False)
+
+
+def _publish_after(barrier, target: Path, value: str, results) -> None:
+    staged = _staged(target, {"config.json": value, "model.safetensors": value})
+    barrier.wait()
+    try:
+        with safewrite.lock(target, "export"):
+            barrier.wait()  # both hold or tried the lock at once: the forced interleaving
+            safewrite.publish(staged, target, "export", force=False)
+        results.put(("ok", value))
+    except UserError as e:
+        results.put(("refused", str(e)))
+        shutil.rmtree(staged, ignore_errors=True)
+        barrier.wait()
+
+
+def test_concurrent_exports_to_one_folder(tmp_path: Path):
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    target = tmp_path / "out"
+    procs = [ctx.Process(target=_publish_after, args=(barrier, target, v, results)) for v in ("A", "B")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    outcomes = sorted(results.get(timeout=5) for _ in procs)
+    (refused, why), (ok, value) = outcomes[1], outcomes[0]
+    assert (ok, refused) == ("ok", "refused"), outcomes
+    pids = {str(p.pid) for p in procs}
+    assert "being written by another rlctl export (pid " in why and any(f"pid {pid})" in why for pid in pids)
+    assert (target / "config.json").read_text() == value == (target / "model.safetensors").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.fixture
+def run_copy(demo_run: Path, tmp_path: Path) -> Path:
+    """A copy of the demo run to damage (without its exports and report)."""
+    run = tmp_path / "run"
+    shutil.copytree(demo_run, run, ignore=shutil.ignore_patterns("export*", "report", "eval"))
+    return run
+
+
+def test_export_into_the_users_folder(run_copy: Path, tmp_path: Path):
+    mine = _folder(tmp_path / "mine", {"notes.txt": "keep me"})
+    proc = rlctl("export", str(run_copy), "--out", str(mine))
+    assert proc.returncode == 2 and "notes.txt" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert os.listdir(mine) == ["notes.txt"]
+    with safewrite.lock(mine, "export"):  # another export holds the folder
+        proc = rlctl("export", str(run_copy), "--out", str(mine), "--force")
+        assert proc.returncode == 2 and f"(pid {os.getpid()})" in " ".join(proc.stderr.split()), proc.stderr
+    proc = rlctl("export", str(run_copy), "--out", str(mine), "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert (mine / "notes.txt").read_text() == "keep me"
+    assert {"config.json", "model.safetensors", "README.md"} <= set(os.listdir(mine))
+    # damaged summary.json: export goes on from the intact final folders, report from metrics.jsonl alone
+    (run_copy / "summary.json").write_text((run_copy / "summary.json").read_text()[:150])
+    proc = rlctl("export", str(run_copy), "--out", str(tmp_path / "fresh"))
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0 and "summary.json is damaged (it ends early" in said, said
+    assert (tmp_path / "fresh" / "model.safetensors").is_file()
+    proc = rlctl("report", str(run_copy))
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0 and "built from metrics.jsonl alone" in said, said
+    assert (run_copy / "report" / "rl.png").is_file()
+
+
+def test_damaged_run_files_for_resume(run_copy: Path):
+    summary = json.loads((run_copy / "summary.json").read_text())
+    (run_copy / "summary.json").write_text(json.dumps(summary)[:120])
+    proc = rlctl("resume", str(run_copy))
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0 and "rebuilt from metrics.jsonl (completed: sft, rm, rl)" in said, said
+    assert json.loads((run_copy / "summary.json").read_text())["completed"] == summary["completed"]
+    assert (run_copy / "summary.json.damaged").is_file()
+    text = (run_copy / "config.yaml").read_text()
+    for cut in (text[:100], text[: len(text) // 2]):  # parses, with sections missing; does not parse
+        (run_copy / "config.yaml").write_text(cut)
+        for command in (["resume"], ["export"], ["report"]):
+            proc = rlctl(*command, str(run_copy))
+            said = " ".join(proc.stderr.split())
+            assert proc.returncode == 2 and "config.yaml is damaged" in said and "plan.json" in said, said
+            assert "Traceback" not in proc.stderr
+
+
+def test_a_crash_after_launch_is_one_paragraph(run_copy: Path):
+    summary = json.loads((run_copy / "summary.json").read_text())
+    summary["completed"].remove("rl")
+    (run_copy / "summary.json").write_text(json.dumps(summary))
+    shutil.rmtree(run_copy / "rl")
+    weights = run_copy / "rm" / "final" / "model.safetensors"  # the reward model the RL stage loads
+    weights.write_bytes(weights.read_bytes()[:1000])
+    proc = rlctl("resume", str(run_copy))
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 1, said
+    assert "Stage rl failed: SafetensorError" in said and f"{run_copy}/logs/train.log" in said, said
+    assert "Traceback" not in said and 'File "' not in said
+
+
+def test_the_cause_of_a_launch_failure_is_read_from_its_log():
+    from rlctl.launch import failure
+
+    log = (
+        'Traceback (most recent call last):\n  File "x.py", line 3, in f\n    g()\n'
+        "pyarrow.lib.ArrowTypeError: Expected bytes, got a 'list' object\n"
+        'Traceback (most recent call last):\n  File "launch.py", line 9\n'
+        "subprocess.CalledProcessError: Command '['python', '-m', 'rlctl.launch.runner']' returned 1.\n"
+    )
+    assert (
+        failure(log) == "The training process raised pyarrow.lib.ArrowTypeError: Expected bytes, got a 'list' object."
+    )
+    assert failure("rlctl: Stage sft failed: boom.\n" + log) == "Stage sft failed: boom."
+    assert "without saying why" in failure("Killed\n")
+
+
+def test_init_and_train_never_write_over_the_users_files(tmp_path: Path):
+    proj = _folder(tmp_path / "proj", {"data/rl.jsonl": "mine\n"})
+    proc = rlctl("init", str(proj))
+    assert proc.returncode == 2 and "data/rl.jsonl already exists" in " ".join(proc.stderr.split())
+    assert sorted(os.listdir(proj)) == ["data"] and (proj / "data" / "rl.jsonl").read_text() == "mine\n"
+    assert rlctl("init", str(proj), "--force").returncode == 0 and (proj / "rlctl.yaml").is_file()
+    run_dir = _folder(tmp_path / "run", {"notes.txt": "mine"})
+    proc = rlctl("train", "--preset", "tiny-demo", "--run-dir", str(run_dir))
+    assert proc.returncode == 2 and "notes.txt" in proc.stderr, proc.stderr
+    assert os.listdir(run_dir) == ["notes.txt"]
+
+
+def test_eval_never_replaces_a_file_it_did_not_write(run_copy: Path, tmp_path: Path):
+    mine = tmp_path / "results.json"
+    mine.write_text('{"mine": 1}')
+    proc = rlctl("eval", str(run_copy), "--data", str(run_copy / "data" / "eval.jsonl"), "--out", str(mine))
+    assert proc.returncode == 2 and "not an earlier rlctl eval result" in " ".join(proc.stderr.split())
+    assert mine.read_text() == '{"mine": 1}' and not mine.with_suffix(".samples.jsonl").exists()
