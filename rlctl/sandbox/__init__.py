@@ -6,6 +6,8 @@ requests) and the tests' (the row's tests, which never share a process with the 
 use resolve to proxies of the solution's functions and objects; results cross as plain data only. The verdict is
 the tests process writing `passed` on a pipe only the parent reads, after the last statement of the tests ran:
 whatever the model's code prints, patches, raises or exits with happens in a process that has no say in it.
+
+May import: base.
 """
 
 from __future__ import annotations
