@@ -20,7 +20,7 @@ from rlctl.cli import run  # noqa: F401
 from rlctl.cli import results  # noqa: F401
 
 # isort: on
-from rlctl.cli.app import app, err_console
+from rlctl.cli.app import app, cli_command, err_console
 from rlctl.errors import UserError
 
 __all__ = ["app", "main"]
@@ -43,7 +43,7 @@ def main() -> None:
     """Entry point: bad input exits 2 with one paragraph and no traceback (usage errors too, via Typer)."""
     _only_invoked_command(sys.argv[1:])
     try:
-        app()
+        cli_command()()
     except UserError as e:
         from rich.markup import escape
 
