@@ -134,7 +134,7 @@ def test_presets_list_and_show():
         "1xH100-80GB",
     ):
         assert name in proc.stdout
-    proc = rlctl("presets", "show", "qwen7b-grpo")
+    proc = rlctl("presets", "show", "qwen7b-grpo", "--resolved")
     assert proc.returncode == 0 and "name_or_path: Qwen/Qwen2.5-7B-Instruct" in proc.stdout
     assert_bad_input(rlctl("presets", "show", "tiny-dem"), "tiny-demo")
 

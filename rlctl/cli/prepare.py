@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,6 +25,7 @@ from rlctl.cli.app import (
     _ui,
     app,
     console,
+    err_console,
     presets_app,
     rewards_app,
 )
@@ -51,50 +54,87 @@ def init(
     console.print(f"Next: [bold]cd {directory} && rlctl plan && rlctl train[/]")
 
 
-@presets_app.command("list")
-def presets_list() -> None:
-    """Every preset: recipes (name, model, algorithm, stages, minimum hardware), then the building blocks."""
-    from rich.table import Table
-
+def _recipe_rows() -> list[dict[str, str | list[str]]]:
+    """One record per recipe: what `presets list` shows and `presets list --json` prints."""
     from rlctl import config as config_mod
     from rlctl.config import presets
 
-    table = Table(title="Recipes", title_justify="left")
-    for col in ("name", "model", "algorithm", "stages", "min hardware", "description"):
-        table.add_column(col, overflow="fold")
-    by_kind: dict[str, list[str]] = {}
+    rows: list[dict[str, str | list[str]]] = []
     for name, p in presets.all_presets().items():
-        by_kind.setdefault(p.kind, []).append(name)
-    for name in by_kind.get("recipes", []):
+        if p.kind != "recipes":
+            continue
         cfg = config_mod.validate(presets.load(name), source=f"preset {name}")
-        algo = cfg.rl.algorithm if "rl" in cfg.stages else "-"
-        table.add_row(name, cfg.model.name_or_path, algo, ",".join(cfg.stages), cfg.hardware.spec, cfg.description)
+        rows.append(
+            {
+                "name": name,
+                "model": cfg.model.name_or_path,
+                "algorithm": cfg.rl.algorithm if "rl" in cfg.stages else "-",
+                "stages": list(cfg.stages),
+                "hardware": cfg.hardware.spec,
+                "description": cfg.description,
+            }
+        )
+    return rows
+
+
+@presets_app.command("list")
+def presets_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the presets as JSON.")] = False,
+) -> None:
+    """Every preset: recipes (name, model, algorithm, stages, minimum hardware), then the building blocks."""
+    from rich.table import Table
+
+    from rlctl.config import presets
+
+    recipes = _recipe_rows()
+    blocks: dict[str, list[str]] = {"algorithms": [], "models": [], "hardware": []}
+    for name, p in presets.all_presets().items():
+        if p.kind in blocks:
+            blocks[p.kind].append(name)
+    if as_json:
+        sys.stdout.write(json.dumps({"recipes": recipes, **blocks}, indent=2) + "\n")
+        return
+    # Two columns whatever the width: names never wrap; the model, algorithm, stages and hardware share a line and
+    # the description wraps at spaces under them (six columns broke names mid-word at 80 columns).
+    table = Table(title="Recipes (rlctl presets show NAME)", title_justify="left", box=None, pad_edge=False)
+    table.add_column("name", no_wrap=True, style="bold")
+    table.add_column("model, algorithm, stages, min hardware")
+    for r in recipes:
+        stages = ",".join(r["stages"])
+        table.add_row(r["name"], f"{r['model']}  {r['algorithm']}  {stages}  {r['hardware']}\n{r['description']}")
+        table.add_row("", "")
     console.print(table)
-    blocks = Table(
-        title="Building blocks (use with --algorithm, --hardware, or defaults: in a config)", title_justify="left"
-    )
-    blocks.add_column("kind")
-    blocks.add_column("names", overflow="fold")
-    for kind in ("algorithms", "models", "hardware"):
-        blocks.add_row(kind, ", ".join(by_kind.get(kind, [])))
-    console.print(blocks)
+    console.print("[bold]Building blocks[/] (use with --algorithm, --hardware, or defaults: in a config)")
+    grid = Table(box=None, pad_edge=False, show_header=False)
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for kind, names in blocks.items():
+        grid.add_row(kind, ", ".join(names))
+    console.print(grid)
 
 
 @presets_app.command("show")
-def presets_show(name: Annotated[str, typer.Argument(help="Preset name.")]) -> None:
-    """A preset's file and the config it resolves to."""
+def presets_show(
+    name: Annotated[str, typer.Argument(help="Preset name.")],
+    resolved: Annotated[
+        bool, typer.Option("--resolved", help="Print the full config the recipe resolves to instead.")
+    ] = False,
+) -> None:
+    """A preset's YAML file exactly as shipped (copy it with `rlctl presets show NAME > my.yaml`); with --resolved,
+    the full config a recipe resolves to (valid YAML as well). Where the file lives goes to stderr."""
     from rlctl import config as config_mod
     from rlctl.config import presets
 
     preset = presets.get(name)
-    console.print(
-        f"[bold]{preset.name}[/] ({preset.kind[:-1] if preset.kind != 'hardware' else 'hardware'}) from {preset.path}\n"
-    )
-    console.print(preset.path.read_text(), markup=False)
-    if preset.kind == "recipes":
-        console.print("[bold]Resolved config:[/]")
-        cfg = config_mod.validate(presets.load(name), source=f"preset {name}")
-        console.print(config_mod.dump(cfg), markup=False)
+    kind = preset.kind[:-1] if preset.kind != "hardware" else "hardware"
+    if resolved and preset.kind != "recipes":
+        raise UserError(f"{name} is not a recipe ({kind}); only recipes resolve to a full config (rlctl presets list).")
+    err_console.print(f"# {preset.name} ({kind}{', resolved' if resolved else ''}) from {preset.path}", soft_wrap=True)
+    if resolved:
+        sys.stdout.write(config_mod.dump(config_mod.validate(presets.load(name), source=f"preset {name}")))
+    else:
+        sys.stdout.write(preset.path.read_text())
+    sys.stdout.flush()
 
 
 @rewards_app.command("list")
