@@ -171,7 +171,8 @@ def cli_command() -> click.Command:
     return for_terminal(typer.main.get_command(app))
 
 
-def _ui():
+def _ui(stderr: bool = False):
+    """The console commands print to; `stderr=True` when stdout carries JSON (`--json`)."""
     from rlctl.cli.cockpit import UI
 
-    return UI(console, VERBOSE["on"])
+    return UI(err_console if stderr else console, VERBOSE["on"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -72,6 +73,9 @@ def eval_(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="JSON file (default RUN_DIR/eval/<data>.json).")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the metrics as JSON on stdout (the table goes to stderr).")
+    ] = False,
 ) -> None:
     """Accuracy, mean reward and pass@k of a model on held-out data; a table, a JSON file and every sample.
 
@@ -95,7 +99,11 @@ def eval_(
         batch_size=batch_size,
         out=out,
     )
-    cockpit.evaluate_command(_ui(), target, data_file, options)
+    metrics = cockpit.evaluate_command(_ui(stderr=as_json), target, data_file, options)
+    if as_json:
+        from rlctl import strictjson
+
+        sys.stdout.write(strictjson.dumps(metrics, indent=2) + "\n")
 
 
 @app.command()
