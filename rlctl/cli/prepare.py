@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-
-from rlctl.errors import UserError
-
-if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
-    pass
+from rich.markup import escape
 
 from rlctl.cli.app import (
     ColumnOpt,
@@ -29,29 +26,89 @@ from rlctl.cli.app import (
     presets_app,
     rewards_app,
 )
+from rlctl.errors import UserError
+
+if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
+    from rlctl.config import RunConfig
+
+
+# The data key each stage reads (rm, dpo and kto read preference pairs); RL recipes also get held-out prompts.
+DATA_KEY_OF_STAGE = {"sft": "sft", "rm": "preference", "dpo": "preference", "kto": "preference", "rl": "rl"}
+
+
+def project_data(cfg: RunConfig, data: Path) -> dict[str, Path]:
+    """Write the datasets a recipe's stages read into `data` ({key: file}): the preset's own generated task
+    where it has one (the same rows a run would generate), else the shipped samples for the keys it needs."""
+    from rlctl.data import tasks
+    from rlctl.resources import data_dir
+
+    keys = list(dict.fromkeys(DATA_KEY_OF_STAGE[s] for s in cfg.stages))
+    if "rl" in cfg.stages:
+        keys.append("eval")
+    if cfg.data.generate:
+        written = tasks.GENERATORS[cfg.data.generate](data, cfg.seed)
+        for key in set(written) - set(keys):
+            written.pop(key).unlink()
+        return {key: written[key] for key in keys}
+    data.mkdir(parents=True, exist_ok=True)
+    samples = data_dir("templates") / "samples"
+    return {key: Path(shutil.copy(samples / f"{key}.jsonl", data / f"{key}.jsonl")) for key in keys}
+
+
+def data_block(cfg: RunConfig, files: dict[str, Path], directory: Path) -> str:
+    """The `data:` section of the project's rlctl.yaml: every file wired in."""
+    lines = ["data:"]
+    if cfg.data.generate:
+        lines.append(f"  generate: null  # the preset generates '{cfg.data.generate}' data; these files are that data")
+    lines += [f"  {key}: {path.relative_to(directory).as_posix()}" for key, path in files.items()]
+    return "\n".join(lines) + "\n"
 
 
 @app.command()
 def init(
     directory: Annotated[Path, typer.Argument(help="Project folder to create.")] = Path("."),
-    preset: Annotated[str, typer.Option("--preset", "-p", help="Preset the project starts from.")] = "tiny-demo",
+    preset: Annotated[
+        str, typer.Option("--preset", "-p", metavar="NAME", help="Recipe the project starts from.")
+    ] = "tiny-demo",
 ) -> None:
-    """Scaffold a project: a commented rlctl.yaml, sample datasets and a reward plugin template."""
+    """Scaffold a project that plans and trains as it is: an rlctl.yaml on the recipe with its datasets wired in
+    (the recipe's generated task, or samples in the format each stage reads: replace them with yours) and a
+    reward plugin template."""
+    from rlctl import config as config_mod
     from rlctl.config import presets
     from rlctl.resources import data_dir
 
-    presets.get(preset)
+    if presets.get(preset).kind != "recipes":
+        raise UserError(f"{preset} is not a recipe; rlctl init starts from one of: {', '.join(_recipe_names())}.")
     target = directory / "rlctl.yaml"
     if target.exists():
         raise UserError(f"{target} already exists; refusing to overwrite it.")
+    if (directory / "data").exists():
+        raise UserError(f"{directory / 'data'} already exists; refusing to overwrite your data.")
+    cfg = config_mod.validate(presets.load(preset), source=f"preset {preset}")
     template = data_dir("templates") / "project"
-    shutil.copytree(template, directory, dirs_exist_ok=True)
-    text = (template / "rlctl.yaml").read_text().replace("{preset}", preset)
-    target.write_text(text)
-    console.print(f"[green]Created[/] {directory}/ from preset [bold]{preset}[/]:")
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.relative_to(directory).parts[0] != "runs"):
-        console.print(f"  {path.relative_to(directory)}")
-    console.print(f"Next: [bold]cd {directory} && rlctl plan && rlctl train[/]")
+    directory.mkdir(parents=True, exist_ok=True)
+    files = project_data(cfg, directory / "data")
+    text = (template / "rlctl.yaml").read_text()
+    target.write_text(text.replace("{preset}", preset).replace("{data}", data_block(cfg, files, directory)))
+    if not (directory / "rewards.py").exists():
+        shutil.copy(template / "rewards.py", directory / "rewards.py")
+    console.print(f"[green]Created[/] {escape(str(directory))}/ from recipe [bold]{preset}[/]:", soft_wrap=True)
+    for key, path in files.items():
+        console.print(f"  {path.relative_to(directory).as_posix()}  (data.{key})", soft_wrap=True)
+    console.print("  rewards.py  (reward plugin template)\n  rlctl.yaml")
+    if not cfg.data.generate:
+        console.print("Sample data: replace the files above with yours (same formats; see the comments in rlctl.yaml).")
+    if cfg.hardware.spec != "cpu":
+        console.print(f"rlctl plan sizes the run for the recipe's {cfg.hardware.spec}; --hardware SPEC for yours.")
+    cd = "" if directory.resolve() == Path.cwd().resolve() else f"cd {shlex.quote(str(directory))} && "
+    console.print(f"Next: [bold]{escape(cd)}rlctl plan && rlctl train[/]", soft_wrap=True)
+
+
+def _recipe_names() -> list[str]:
+    from rlctl.config import presets
+
+    return [name for name, p in presets.all_presets().items() if p.kind == "recipes"]
 
 
 def _recipe_rows() -> list[dict[str, str | list[str]]]:
