@@ -160,6 +160,9 @@ def for_terminal(command: click.Command) -> click.Command:
     for param in [*command.params, *([help_option] if help_option else [])]:
         if param.metavar is None:
             param.metavar = _metavar(param)
+        if param.param_type_name == "argument":  # Typer's usage line writes a required one as {NAME}
+            shown = param.metavar if param.required else f"[{param.metavar}]"
+            param.get_usage_pieces = lambda ctx, shown=shown: [shown]
     for child in getattr(command, "commands", {}).values():
         for_terminal(child)
     return command
