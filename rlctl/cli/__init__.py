@@ -23,7 +23,7 @@ from rlctl.cli import results  # noqa: F401
 from rlctl.cli.app import app, cli_command, err_console
 from rlctl.errors import UserError
 
-__all__ = ["app", "main"]
+__all__ = ["app", "cli_command", "main"]
 
 
 def _only_invoked_command(args: list[str]) -> None:
