@@ -36,23 +36,27 @@ if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlct
 DATA_KEY_OF_STAGE = {"sft": "sft", "rm": "preference", "dpo": "preference", "kto": "preference", "rl": "rl"}
 
 
+def data_keys(cfg: RunConfig) -> list[str]:
+    """The data keys a recipe's stages read, held-out prompts included for RL."""
+    keys = list(dict.fromkeys(DATA_KEY_OF_STAGE[s] for s in cfg.stages))
+    return [*keys, "eval"] if "rl" in cfg.stages else keys
+
+
 def project_data(cfg: RunConfig, data: Path) -> dict[str, Path]:
     """Write the datasets a recipe's stages read into `data` ({key: file}): the preset's own generated task
     where it has one (the same rows a run would generate), else the shipped samples for the keys it needs."""
+    import tempfile
+
     from rlctl.data import tasks
     from rlctl.resources import data_dir
 
-    keys = list(dict.fromkeys(DATA_KEY_OF_STAGE[s] for s in cfg.stages))
-    if "rl" in cfg.stages:
-        keys.append("eval")
-    if cfg.data.generate:
-        written = tasks.GENERATORS[cfg.data.generate](data, cfg.seed)
-        for key in set(written) - set(keys):
-            written.pop(key).unlink()
-        return {key: written[key] for key in keys}
     data.mkdir(parents=True, exist_ok=True)
-    samples = data_dir("templates") / "samples"
-    return {key: Path(shutil.copy(samples / f"{key}.jsonl", data / f"{key}.jsonl")) for key in keys}
+    if not cfg.data.generate:
+        samples = data_dir("templates") / "samples"
+        return {k: Path(shutil.copy(samples / f"{k}.jsonl", data / f"{k}.jsonl")) for k in data_keys(cfg)}
+    with tempfile.TemporaryDirectory() as tmp:  # the generator writes every role; keep those the stages read
+        written = tasks.GENERATORS[cfg.data.generate](Path(tmp), cfg.seed)
+        return {k: Path(shutil.move(written[k], data / written[k].name)) for k in data_keys(cfg)}
 
 
 def data_block(cfg: RunConfig, files: dict[str, Path], directory: Path) -> str:
@@ -83,9 +87,10 @@ def init(
     target = directory / "rlctl.yaml"
     if target.exists():
         raise UserError(f"{target} already exists; refusing to overwrite it.")
-    if (directory / "data").exists():
-        raise UserError(f"{directory / 'data'} already exists; refusing to overwrite your data.")
     cfg = config_mod.validate(presets.load(preset), source=f"preset {preset}")
+    clash = [str(f) for k in data_keys(cfg) if (f := directory / "data" / f"{k}.jsonl").exists()]
+    if clash:
+        raise UserError(f"{', '.join(clash)} already exist(s); refusing to overwrite your data.")
     template = data_dir("templates") / "project"
     directory.mkdir(parents=True, exist_ok=True)
     files = project_data(cfg, directory / "data")
