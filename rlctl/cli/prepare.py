@@ -6,6 +6,7 @@ import json
 import shlex
 import shutil
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -116,25 +117,29 @@ def _recipe_names() -> list[str]:
     return [name for name, p in presets.all_presets().items() if p.kind == "recipes"]
 
 
-def _recipe_rows() -> list[dict[str, str | list[str]]]:
-    """One record per recipe: what `presets list` shows and `presets list --json` prints."""
+@dataclass(frozen=True)
+class RecipeRow:
+    """A recipe as `presets list` shows it (and `presets list --json` prints it)."""
+
+    name: str
+    model: str
+    algorithm: str
+    stages: list[str]
+    hardware: str
+    description: str
+
+
+def recipe_rows() -> list[RecipeRow]:
+    """Every shipped recipe, resolved."""
     from rlctl import config as config_mod
     from rlctl.config import presets
 
-    rows: list[dict[str, str | list[str]]] = []
-    for name, p in presets.all_presets().items():
-        if p.kind != "recipes":
-            continue
+    rows = []
+    for name in _recipe_names():
         cfg = config_mod.validate(presets.load(name), source=f"preset {name}")
+        algorithm = cfg.rl.algorithm if "rl" in cfg.stages else "-"
         rows.append(
-            {
-                "name": name,
-                "model": cfg.model.name_or_path,
-                "algorithm": cfg.rl.algorithm if "rl" in cfg.stages else "-",
-                "stages": list(cfg.stages),
-                "hardware": cfg.hardware.spec,
-                "description": cfg.description,
-            }
+            RecipeRow(name, cfg.model.name_or_path, algorithm, list(cfg.stages), cfg.hardware.spec, cfg.description)
         )
     return rows
 
@@ -148,13 +153,13 @@ def presets_list(
 
     from rlctl.config import presets
 
-    recipes = _recipe_rows()
+    recipes = recipe_rows()
     blocks: dict[str, list[str]] = {"algorithms": [], "models": [], "hardware": []}
     for name, p in presets.all_presets().items():
         if p.kind in blocks:
             blocks[p.kind].append(name)
     if as_json:
-        sys.stdout.write(json.dumps({"recipes": recipes, **blocks}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"recipes": [asdict(r) for r in recipes], **blocks}, indent=2) + "\n")
         return
     # Two columns whatever the width: names never wrap; the model, algorithm, stages and hardware share a line and
     # the description wraps at spaces under them (six columns broke names mid-word at 80 columns).
@@ -162,8 +167,7 @@ def presets_list(
     table.add_column("name", no_wrap=True, style="bold")
     table.add_column("model, algorithm, stages, min hardware")
     for r in recipes:
-        stages = ",".join(r["stages"])
-        table.add_row(r["name"], f"{r['model']}  {r['algorithm']}  {stages}  {r['hardware']}\n{r['description']}")
+        table.add_row(r.name, f"{r.model}  {r.algorithm}  {','.join(r.stages)}  {r.hardware}\n{r.description}")
         table.add_row("", "")
     console.print(table)
     console.print("[bold]Building blocks[/] (use with --algorithm, --hardware, or defaults: in a config)")
