@@ -134,7 +134,7 @@ def test_presets_list_and_show():
         "1xH100-80GB",
     ):
         assert name in proc.stdout
-    proc = rlctl("presets", "show", "qwen7b-grpo")
+    proc = rlctl("presets", "show", "qwen7b-grpo", "--resolved")
     assert proc.returncode == 0 and "name_or_path: Qwen/Qwen2.5-7B-Instruct" in proc.stdout
     assert_bad_input(rlctl("presets", "show", "tiny-dem"), "tiny-demo")
 
@@ -145,23 +145,16 @@ def test_init_scaffolds_a_project_that_plans(tmp_path):
     assert proc.returncode == 0, proc.stderr
     cfg = yaml.safe_load((proj / "rlctl.yaml").read_text())
     assert cfg["defaults"] == ["tiny-demo"]
-    for f in ("data/sft.jsonl", "data/preference.jsonl", "data/rl.jsonl", "data/eval.jsonl", "rewards.py"):
-        assert (proj / f).is_file(), f
-    plan = rlctl(
-        "plan",
-        "--json",
-        "--set",
-        "data.generate=null",
-        "--set",
-        "data.sft=data/sft.jsonl",
-        "--set",
-        "data.preference=data/preference.jsonl",
-        "--set",
-        "data.rl=data/rl.jsonl",
-        cwd=proj,
-    )
+    assert cfg["data"] == {
+        "generate": None,
+        **{key: f"data/{key}.jsonl" for key in ("sft", "preference", "rl", "eval")},
+    }, "the data is wired in, not commented out"
+    assert (proj / "rewards.py").is_file()
+    plan = rlctl("plan", "--json", cwd=proj)
     assert plan.returncode == 0, plan.stderr
-    assert json.loads(plan.stdout)["config"]["name"] == "my-run", "rlctl.yaml in the folder is picked up"
+    out = json.loads(plan.stdout)
+    assert out["config"]["name"] == "my-run", "rlctl.yaml in the folder is picked up"
+    assert out["config"]["data"]["rl"] == "data/rl.jsonl"
     assert_bad_input(rlctl("init", str(proj)), "already exists")
 
 

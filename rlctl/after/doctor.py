@@ -238,13 +238,18 @@ def nvidia_smi() -> list[str]:
 
 def check_torch() -> list[Check]:
     """torch's CUDA build, whether it sees the GPUs, and what each GPU supports."""
-    if installed_version("torch") is None:
+    version = installed_version("torch")
+    if version is None:
         return []
+    driver_gpus = nvidia_smi()
+    if version.endswith("+cpu") and not driver_gpus:
+        # Importing torch was most of doctor's time (3-10 s of ~4-12 s); a CPU build with no NVIDIA driver has no
+        # CUDA or GPU to ask it about.
+        return [Check("CUDA", INFO, f"CPU-only torch {version}; no NVIDIA driver found: CPU runs")]
     try:
         import torch
     except Exception as e:  # a broken install is exactly what doctor is for
         return [Check("torch import", FAIL, f"{type(e).__name__}: {e}", pip("torch==2.13.*", "--force-reinstall "))]
-    driver_gpus = nvidia_smi()
     cuda_build = torch.version.cuda
     checks = []
     if not cuda_build:
@@ -353,7 +358,8 @@ def run(online: bool = True) -> list[Check]:
     """Every check, in the order shown."""
     from rlctl import __version__
 
-    checks = [Check("rlctl", INFO, f"{__version__} on {platform.platform()}, {os.cpu_count()} CPU core(s)")]
+    system = f"{platform.system()} {platform.release()} {platform.machine()}"  # platform.platform(): one 44-char token
+    checks = [Check("rlctl", INFO, f"{__version__} on {system}, {os.cpu_count()} CPU core(s)")]
     checks.append(check_python())
     checks += [check_package(req, installed_version(req.package)) for req in MATRIX]
     checks += vllm_checks()

@@ -20,10 +20,10 @@ from rlctl.cli import run  # noqa: F401
 from rlctl.cli import results  # noqa: F401
 
 # isort: on
-from rlctl.cli.app import app, err_console
+from rlctl.cli.app import app, cli_command, err_console
 from rlctl.errors import UserError
 
-__all__ = ["app", "main"]
+__all__ = ["app", "cli_command", "main"]
 
 
 def _only_invoked_command(args: list[str]) -> None:
@@ -43,7 +43,7 @@ def main() -> None:
     """Entry point: bad input exits 2 with one paragraph and no traceback (usage errors too, via Typer)."""
     _only_invoked_command(sys.argv[1:])
     try:
-        app()
+        cli_command()()
     except UserError as e:
         from rich.markup import escape
 

@@ -7,12 +7,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+import typer.main
 from rich.console import Console
 
 from rlctl import __version__
 from rlctl.errors import UserError
 
 if TYPE_CHECKING:  # the config schema loads on demand, keeping `rlctl --help` fast
+    import click
+
     from rlctl.config import RunConfig
 
 app = typer.Typer(
@@ -27,23 +30,46 @@ rewards_app = typer.Typer(help="Reward functions: the built-ins, and a dry run o
 app.add_typer(rewards_app, name="rewards")
 console = Console(highlight=False, emoji=False)
 err_console = Console(stderr=True, highlight=False, emoji=False)
+# Off a terminal (a pipe, a file, CI logs) a printed line stays one line: nothing is wrapped at COLUMNS, so paths,
+# commands and YAML come out whole. On a terminal prose wraps at spaces; print commands with soft_wrap=True.
+console.soft_wrap = not console.is_terminal
+err_console.soft_wrap = not err_console.is_terminal
 
-PresetOpt = Annotated[str | None, typer.Option("--preset", "-p", help="Preset to start from (rlctl presets list).")]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config layered on the preset.")]
-AlgoOpt = Annotated[str | None, typer.Option("--algorithm", "-a", help="Algorithm preset (grpo, ppo, dapo, ...).")]
-HwOpt = Annotated[str | None, typer.Option("--hardware", help="Plan for: cpu, 1xH100-80GB, 2x8xH100-80GB, ...")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", "-s", help="Override one key: --set rl.beta=0.04")]
-RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="Run directory (default runs/<name>-<time>).")]
-StagesOpt = Annotated[str | None, typer.Option("--stages", help="Run a subset: sft,rm,rl.")]
+PresetOpt = Annotated[
+    str | None, typer.Option("--preset", "-p", metavar="NAME", help="Preset to start from (rlctl presets list).")
+]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", metavar="FILE", help="YAML config layered on the preset.")
+]
+AlgoOpt = Annotated[
+    str | None, typer.Option("--algorithm", "-a", metavar="NAME", help="Algorithm preset (grpo, ppo, dapo, ...).")
+]
+HwOpt = Annotated[
+    str | None, typer.Option("--hardware", metavar="SPEC", help="Plan for: cpu, 1xH100-80GB, 2x8xH100-80GB, ...")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override one key (repeatable): --set rl.beta=0.04"),
+]
+RunDirOpt = Annotated[
+    Path | None, typer.Option("--run-dir", metavar="RUN_DIR", help="Run directory (default runs/NAME-TIME).")
+]
+StagesOpt = Annotated[str | None, typer.Option("--stages", metavar="LIST", help="Run a subset: sft,rm,rl.")]
 NodesOpt = Annotated[
-    int | None, typer.Option("--nodes", min=1, help="Machines the run spans; run rlctl once on each (see rlctl slurm).")
+    int | None,
+    typer.Option("--nodes", min=1, metavar="N", help="Machines the run spans; run rlctl once on each (rlctl slurm)."),
 ]
 NodeRankOpt = Annotated[
-    int | None, typer.Option("--node-rank", min=0, help="This machine's rank, 0 to nodes-1 (0 at --main-address).")
+    int | None,
+    typer.Option("--node-rank", min=0, metavar="RANK", help="This machine's rank, 0 to N-1 (0 at --main-address)."),
 ]
 MainOpt = Annotated[
     str | None,
-    typer.Option("--main-address", help="HOST[:PORT] of the rank-0 node for a multi-node run (port 29500 default)."),
+    typer.Option(
+        "--main-address",
+        metavar="HOST[:PORT]",
+        help="The rank-0 node of a multi-node run (port 29500 by default).",
+    ),
 ]
 
 
@@ -95,14 +121,61 @@ def _resolve(
 
 RewardOpt = Annotated[
     list[str] | None,
-    typer.Option("--reward", "-r", help="Reward to use (repeatable); default: the config's rl.rewards."),
+    typer.Option("--reward", "-r", metavar="NAME", help="Reward to use (repeatable; default: rl.rewards)."),
 ]
 ColumnOpt = Annotated[
-    list[str] | None, typer.Option("--column", help="Map a column: prompt=question (repeatable; adds to data.columns).")
+    list[str] | None,
+    typer.Option(
+        "--column", metavar="ROLE=COLUMN", help="Map a column: prompt=question (repeatable; adds to data.columns)."
+    ),
 ]
 
 
-def _ui():
+def _metavar(param: click.Parameter) -> str:
+    """What to type for a parameter that names no metavar: nothing for a flag, else its name or its kind
+    (Typer would show the Python type: `<bool>`, `<list[str]>`, `<path>`)."""
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        return ""
+    kind = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if param.param_type_name == "option" and kind is int:
+        return "N"
+    if param.param_type_name == "option" and kind is float:
+        return "X"
+    if param.param_type_name == "option" and kind is Path:
+        return "PATH"
+    return (param.name or "value").strip("_").upper()
+
+
+def _reflow(text: str) -> str:
+    """Docstring paragraphs as single lines, so that help wraps them to the terminal (Typer keeps line breaks)."""
+    return "\n\n".join(" ".join(p.split()) for p in text.strip().split("\n\n"))
+
+
+def for_terminal(command: click.Command) -> click.Command:
+    """The command tree with a metavar on every parameter (--help included) and help paragraphs that reflow;
+    what `rlctl --help` and docs/cli.md show."""
+    if command.help:
+        command.help = _reflow(command.help)
+    help_option = command.get_help_option(typer.Context(command))
+    for param in [*command.params, *([help_option] if help_option else [])]:
+        if param.metavar is None:
+            param.metavar = _metavar(param)
+        if param.param_type_name == "argument":  # Typer's usage line writes a required one as {NAME}
+            shown = param.metavar if param.required else f"[{param.metavar}]"
+            param.get_usage_pieces = lambda ctx, shown=shown: [shown]
+    for child in getattr(command, "commands", {}).values():
+        for_terminal(child)
+    return command
+
+
+def cli_command() -> click.Command:
+    """The Click command tree `rlctl` runs: the Typer app with metavars that say what to type (`KEY=VALUE`,
+    `RUN_DIR`) and reflowing help."""
+    return for_terminal(typer.main.get_command(app))
+
+
+def _ui(stderr: bool = False):
+    """The console commands print to; `stderr=True` when stdout carries JSON (`--json`)."""
     from rlctl.cli.cockpit import UI
 
-    return UI(console, VERBOSE["on"])
+    return UI(err_console if stderr else console, VERBOSE["on"])

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -363,12 +364,18 @@ def doctor_command(ui: UI, online: bool, as_json: bool) -> int:
     if as_json:
         sys.stdout.write(json.dumps({"ok": not failed, "checks": doctor.as_json(checks)}, indent=2) + "\n")
         return 1 if failed else 0
-    table = Table(title="rlctl doctor", title_justify="left")
-    for col in ("check", "status", "detail", "fix"):
-        table.add_column(col, overflow="fold")
+    # Status and name never wrap, the detail wraps at spaces; each fix command is printed whole on its own line
+    # below the table (four columns broke paths and commands mid-word at 80 columns).
+    table = Table(title="rlctl doctor", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("status", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("detail")
     for c in checks:
-        table.add_row(escape(c.name), STATUS_STYLE[c.status], escape(c.detail), escape(c.fix))
+        table.add_row(STATUS_STYLE[c.status], escape(c.name), escape(c.detail))
     ui.results().print(table)
+    for c in checks:
+        if c.fix:
+            ui.results().print(f"[bold]fix {escape(c.name)}:[/] {escape(c.fix)}", soft_wrap=True)
     if failed:
         ui.results().print(
             f"[bold red]{len(failed)} problem(s).[/] Run the fix command(s) above, then rlctl doctor again."

@@ -183,9 +183,9 @@ def _command_md(cmd, path: str, out: list[str]) -> None:
         if p.hidden or p.name == "help":
             continue
         names = (
-            ", ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
+            ", ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts]) + (f" `{p.metavar}`" if p.metavar else "")
             if p.param_type_name == "option"
-            else f"`{p.name.upper()}`"
+            else f"`{p.metavar or p.name.upper()}`"
         )
         default = "" if p.required or p.default in (None, False, (), []) else f"`{p.default}`"
         rows.append(f"| {names} | {'yes' if p.required else ''} | {default} | {_cell(p.help or '')} |")
@@ -195,11 +195,9 @@ def _command_md(cmd, path: str, out: list[str]) -> None:
 
 def cli_md() -> str:
     """Every command and option, from the Typer app."""
-    import typer.main
+    from rlctl.cli import cli_command
 
-    from rlctl.cli import app
-
-    root = typer.main.get_command(app)
+    root = cli_command()
     out = [
         HEADER,
         "# CLI reference",

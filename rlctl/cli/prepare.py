@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
+import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-
-from rlctl.errors import UserError
-
-if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
-    pass
+from rich.markup import escape
 
 from rlctl.cli.app import (
     ColumnOpt,
@@ -23,88 +23,190 @@ from rlctl.cli.app import (
     _ui,
     app,
     console,
+    err_console,
     presets_app,
     rewards_app,
 )
+from rlctl.errors import UserError
+
+if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
+    from rlctl.config import RunConfig
+
+
+# The data key each stage reads (rm, dpo and kto read preference pairs); RL recipes also get held-out prompts.
+DATA_KEY_OF_STAGE = {"sft": "sft", "rm": "preference", "dpo": "preference", "kto": "preference", "rl": "rl"}
+
+
+def data_keys(cfg: RunConfig) -> list[str]:
+    """The data keys a recipe's stages read, held-out prompts included for RL."""
+    keys = list(dict.fromkeys(DATA_KEY_OF_STAGE[s] for s in cfg.stages))
+    return [*keys, "eval"] if "rl" in cfg.stages else keys
+
+
+def project_data(cfg: RunConfig, data: Path) -> dict[str, Path]:
+    """Write the datasets a recipe's stages read into `data` ({key: file}): the preset's own generated task
+    where it has one (the same rows a run would generate), else the shipped samples for the keys it needs."""
+    import tempfile
+
+    from rlctl.data import tasks
+    from rlctl.resources import data_dir
+
+    data.mkdir(parents=True, exist_ok=True)
+    if not cfg.data.generate:
+        samples = data_dir("templates") / "samples"
+        return {k: Path(shutil.copy(samples / f"{k}.jsonl", data / f"{k}.jsonl")) for k in data_keys(cfg)}
+    with tempfile.TemporaryDirectory() as tmp:  # the generator writes every role; keep those the stages read
+        written = tasks.GENERATORS[cfg.data.generate](Path(tmp), cfg.seed)
+        return {k: Path(shutil.move(written[k], data / written[k].name)) for k in data_keys(cfg)}
+
+
+def data_block(cfg: RunConfig, files: dict[str, Path], directory: Path) -> str:
+    """The `data:` section of the project's rlctl.yaml: every file wired in."""
+    lines = ["data:"]
+    if cfg.data.generate:
+        lines.append(f"  generate: null  # the preset generates '{cfg.data.generate}' data; these files are that data")
+    lines += [f"  {key}: {path.relative_to(directory).as_posix()}" for key, path in files.items()]
+    return "\n".join(lines) + "\n"
 
 
 @app.command()
 def init(
     directory: Annotated[Path, typer.Argument(help="Project folder to create.")] = Path("."),
-    preset: Annotated[str, typer.Option("--preset", "-p", help="Preset the project starts from.")] = "tiny-demo",
+    preset: Annotated[
+        str, typer.Option("--preset", "-p", metavar="NAME", help="Recipe the project starts from.")
+    ] = "tiny-demo",
     force: Annotated[bool, typer.Option("--force", help="Overwrite files of the scaffold that already exist.")] = False,
 ) -> None:
-    """Scaffold a project: a commented rlctl.yaml, sample datasets and a reward plugin template. Files already in
-    DIRECTORY are never overwritten without --force."""
+    """Scaffold a project that plans and trains as it is: an rlctl.yaml on the recipe with its datasets wired in
+    (the recipe's generated task, or samples in the format each stage reads: replace them with yours) and a
+    reward plugin template. Files already in DIRECTORY are never overwritten without --force."""
+    from rlctl import config as config_mod
     from rlctl.config import presets
     from rlctl.resources import data_dir
 
-    presets.get(preset)
-    template = data_dir("templates") / "project"
-    files = sorted(p.relative_to(template) for p in template.rglob("*") if p.is_file())
+    if presets.get(preset).kind != "recipes":
+        raise UserError(f"{preset} is not a recipe; rlctl init starts from one of: {', '.join(_recipe_names())}.")
     if directory.exists() and not directory.is_dir():
         raise UserError(f"{directory} is a file, not a folder; pick another project folder.")
-    taken = [str(f) for f in files if (directory / f).exists()]
+    target = directory / "rlctl.yaml"
+    cfg = config_mod.validate(presets.load(preset), source=f"preset {preset}")
+    ours = [Path("rlctl.yaml"), *(Path("data") / f"{k}.jsonl" for k in data_keys(cfg))]
+    taken = [f.as_posix() for f in ours if (directory / f).exists()]
     if taken and not force:
         shown = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
         raise UserError(
             f"{shown} already exists in {directory}; nothing was written (rlctl never overwrites your files). Pick "
             "an empty folder, or add --force to overwrite them with the scaffold's."
         )
-    target = directory / "rlctl.yaml"
-    shutil.copytree(template, directory, dirs_exist_ok=True)
-    text = (template / "rlctl.yaml").read_text().replace("{preset}", preset)
-    target.write_text(text)
-    console.print(f"[green]Created[/] {directory}/ from preset [bold]{preset}[/]:")
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.relative_to(directory).parts[0] != "runs"):
-        console.print(f"  {path.relative_to(directory)}")
-    console.print(f"Next: [bold]cd {directory} && rlctl plan && rlctl train[/]")
+    template = data_dir("templates") / "project"
+    directory.mkdir(parents=True, exist_ok=True)
+    files = project_data(cfg, directory / "data")
+    text = (template / "rlctl.yaml").read_text()
+    target.write_text(text.replace("{preset}", preset).replace("{data}", data_block(cfg, files, directory)))
+    if not (directory / "rewards.py").exists():
+        shutil.copy(template / "rewards.py", directory / "rewards.py")
+    console.print(f"[green]Created[/] {escape(str(directory))}/ from recipe [bold]{preset}[/]:", soft_wrap=True)
+    for key, path in files.items():
+        console.print(f"  {path.relative_to(directory).as_posix()}  (data.{key})", soft_wrap=True)
+    console.print("  rewards.py  (reward plugin template)\n  rlctl.yaml")
+    if not cfg.data.generate:
+        console.print("Sample data: replace the files above with yours (same formats; see the comments in rlctl.yaml).")
+    if cfg.hardware.spec != "cpu":
+        console.print(f"rlctl plan sizes the run for the recipe's {cfg.hardware.spec}; --hardware SPEC for yours.")
+    cd = "" if directory.resolve() == Path.cwd().resolve() else f"cd {shlex.quote(str(directory))} && "
+    console.print(f"Next: [bold]{escape(cd)}rlctl plan && rlctl train[/]", soft_wrap=True)
 
 
-@presets_app.command("list")
-def presets_list() -> None:
-    """Every preset: recipes (name, model, algorithm, stages, minimum hardware), then the building blocks."""
-    from rich.table import Table
+def _recipe_names() -> list[str]:
+    from rlctl.config import presets
 
+    return [name for name, p in presets.all_presets().items() if p.kind == "recipes"]
+
+
+@dataclass(frozen=True)
+class RecipeRow:
+    """A recipe as `presets list` shows it (and `presets list --json` prints it)."""
+
+    name: str
+    model: str
+    algorithm: str
+    stages: list[str]
+    hardware: str
+    description: str
+
+
+def recipe_rows() -> list[RecipeRow]:
+    """Every shipped recipe, resolved."""
     from rlctl import config as config_mod
     from rlctl.config import presets
 
-    table = Table(title="Recipes", title_justify="left")
-    for col in ("name", "model", "algorithm", "stages", "min hardware", "description"):
-        table.add_column(col, overflow="fold")
-    by_kind: dict[str, list[str]] = {}
-    for name, p in presets.all_presets().items():
-        by_kind.setdefault(p.kind, []).append(name)
-    for name in by_kind.get("recipes", []):
+    rows = []
+    for name in _recipe_names():
         cfg = config_mod.validate(presets.load(name), source=f"preset {name}")
-        algo = cfg.rl.algorithm if "rl" in cfg.stages else "-"
-        table.add_row(name, cfg.model.name_or_path, algo, ",".join(cfg.stages), cfg.hardware.spec, cfg.description)
+        algorithm = cfg.rl.algorithm if "rl" in cfg.stages else "-"
+        rows.append(
+            RecipeRow(name, cfg.model.name_or_path, algorithm, list(cfg.stages), cfg.hardware.spec, cfg.description)
+        )
+    return rows
+
+
+@presets_app.command("list")
+def presets_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the presets as JSON.")] = False,
+) -> None:
+    """Every preset: recipes (name, model, algorithm, stages, minimum hardware), then the building blocks."""
+    from rich.table import Table
+
+    from rlctl.config import presets
+
+    recipes = recipe_rows()
+    blocks: dict[str, list[str]] = {"algorithms": [], "models": [], "hardware": []}
+    for name, p in presets.all_presets().items():
+        if p.kind in blocks:
+            blocks[p.kind].append(name)
+    if as_json:
+        sys.stdout.write(json.dumps({"recipes": [asdict(r) for r in recipes], **blocks}, indent=2) + "\n")
+        return
+    # Two columns whatever the width: names never wrap; the model, algorithm, stages and hardware share a line and
+    # the description wraps at spaces under them (six columns broke names mid-word at 80 columns).
+    table = Table(title="Recipes (rlctl presets show NAME)", title_justify="left", box=None, pad_edge=False)
+    table.add_column("name", no_wrap=True, style="bold")
+    table.add_column("model, algorithm, stages, min hardware")
+    for r in recipes:
+        table.add_row(r.name, f"{r.model}  {r.algorithm}  {','.join(r.stages)}  {r.hardware}\n{r.description}")
+        table.add_row("", "")
     console.print(table)
-    blocks = Table(
-        title="Building blocks (use with --algorithm, --hardware, or defaults: in a config)", title_justify="left"
-    )
-    blocks.add_column("kind")
-    blocks.add_column("names", overflow="fold")
-    for kind in ("algorithms", "models", "hardware"):
-        blocks.add_row(kind, ", ".join(by_kind.get(kind, [])))
-    console.print(blocks)
+    console.print("[bold]Building blocks[/] (use with --algorithm, --hardware, or defaults: in a config)")
+    grid = Table(box=None, pad_edge=False, show_header=False)
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for kind, names in blocks.items():
+        grid.add_row(kind, ", ".join(names))
+    console.print(grid)
 
 
 @presets_app.command("show")
-def presets_show(name: Annotated[str, typer.Argument(help="Preset name.")]) -> None:
-    """A preset's file and the config it resolves to."""
+def presets_show(
+    name: Annotated[str, typer.Argument(help="Preset name.")],
+    resolved: Annotated[
+        bool, typer.Option("--resolved", help="Print the full config the recipe resolves to instead.")
+    ] = False,
+) -> None:
+    """A preset's YAML file exactly as shipped (copy it with `rlctl presets show NAME > my.yaml`); with --resolved,
+    the full config a recipe resolves to (valid YAML as well). Where the file lives goes to stderr."""
     from rlctl import config as config_mod
     from rlctl.config import presets
 
     preset = presets.get(name)
-    console.print(
-        f"[bold]{preset.name}[/] ({preset.kind[:-1] if preset.kind != 'hardware' else 'hardware'}) from {preset.path}\n"
-    )
-    console.print(preset.path.read_text(), markup=False)
-    if preset.kind == "recipes":
-        console.print("[bold]Resolved config:[/]")
-        cfg = config_mod.validate(presets.load(name), source=f"preset {name}")
-        console.print(config_mod.dump(cfg), markup=False)
+    kind = preset.kind[:-1] if preset.kind != "hardware" else "hardware"
+    if resolved and preset.kind != "recipes":
+        raise UserError(f"{name} is not a recipe ({kind}); only recipes resolve to a full config (rlctl presets list).")
+    err_console.print(f"# {preset.name} ({kind}{', resolved' if resolved else ''}) from {preset.path}", soft_wrap=True)
+    if resolved:
+        sys.stdout.write(config_mod.dump(config_mod.validate(presets.load(name), source=f"preset {name}")))
+    else:
+        sys.stdout.write(preset.path.read_text())
+    sys.stdout.flush()
 
 
 @rewards_app.command("list")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -87,6 +88,9 @@ def eval_(
     force: Annotated[
         bool, typer.Option("--force", help="Replace an --out file that is not an earlier rlctl eval result.")
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the metrics as JSON on stdout (the table goes to stderr).")
+    ] = False,
 ) -> None:
     """Accuracy, mean reward and pass@k of a model on held-out data; a table, a JSON file and every sample.
 
@@ -111,7 +115,11 @@ def eval_(
         out=out,
         force=force,
     )
-    cockpit.evaluate_command(_ui(), target, data_file, options)
+    metrics = cockpit.evaluate_command(_ui(stderr=as_json), target, data_file, options)
+    if as_json:
+        from rlctl import strictjson
+
+        sys.stdout.write(strictjson.dumps(metrics, indent=2) + "\n")
 
 
 @app.command()

@@ -121,6 +121,7 @@ def _print_recognised() -> None:
 
 
 def _print_plan(plan: Plan) -> None:
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
@@ -137,20 +138,27 @@ def _print_plan(plan: Plan) -> None:
         f"[bold]Strategy[/] {plan.strategy}, {plan.num_processes} process(es) per node, "
         f"mixed precision {plan.mixed_precision}"
     )
-    table = Table(title="Stages", title_justify="left")
+    # Paths relative to the run directory, the Hub model as "model" (named above), no cell wrapped: fits 80 columns.
+    table = Table(title=f"Stages (paths in {plan.run_dir})", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("stage", "starts from", "steps", "batch", "micro x accum", "lr", "writes"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, no_wrap=True)
+
+    def short(path: str) -> str:
+        if path == cfg.model.name_or_path:
+            return "model"
+        return path[len(f"{plan.run_dir}/") :] if path.startswith(f"{plan.run_dir}/") else path
+
     for s in plan.stages:
         sc = getattr(cfg, s.name)
         label = f"rl ({cfg.rl.algorithm})" if s.name == "rl" else s.name
         table.add_row(
             label,
-            s.init_from,
+            short(s.init_from),
             str(s.max_steps),
             str(s.batch_size),
             f"{s.micro_batch_size} x {s.grad_accum}",
             f"{sc.learning_rate:g}",
-            s.output,
+            short(s.output),
         )
     console.print(table)
     lay = plan.layout
@@ -170,7 +178,7 @@ def _print_plan(plan: Plan) -> None:
                 f"({plan.memory.get('peak_phase')}) of "
                 f"{plan.memory.get('budget_gib'):g} GiB budget; per stage micro batch x accumulation above",
             )
-    console.print("[bold]Launch[/]", plan.command, markup=True)
+    console.print(f"[bold]Launch[/] {escape(plan.command)}", soft_wrap=True)  # one line: it must paste as is
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
 
