@@ -81,7 +81,8 @@ class DataConfig(Section):
     generate: Literal["arithmetic", "products"] | None = Field(
         None,
         description="Generate a built-in synthetic task into the run directory instead of reading files: "
-        "arithmetic (tiny-demo) or products (tiny-agent-demo, solved with the calculator tool).",
+        "arithmetic (tiny-demo) or products (tiny-agent-demo, solved with the calculator tool). Data files set "
+        "in a layer above (your config, --set) replace it; both in one layer are refused.",
     )
     sft: str | None = Field(
         None, description="SFT data: `prompt`+`completion`, chat `messages`, `text`, or KTO rows (desirable kept)."
