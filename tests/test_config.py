@@ -170,6 +170,7 @@ def test_boolean_keys_still_take_booleans():
         ("[{hardware: cpu}]", ["defaults: [cpu]", "--hardware cpu"]),
         ("5", ["list of preset names", "int 5"]),
         ("[tiny-demo, null]", ["entry null is not a preset name"]),
+        ("[tiny-demo, _self_]", ["_self_ is Hydra's", "defaults: [tiny-demo]"]),
     ],
 )
 def test_defaults_must_list_preset_names(tmp_path, defaults, needles):

@@ -111,6 +111,11 @@ def default_names(defaults: Any, source: str) -> list[str]:
             f"{source}: defaults entry {{{group}: {name}}} is Hydra's `- group: name` form; rlctl's defaults list "
             f"preset names, layered in order: write defaults: [{', '.join(names)}]{_flag(str(name))}."
         )
+    if "_self_" in defaults:
+        raise UserError(
+            f"{source}: defaults entry _self_ is Hydra's; rlctl always layers a file's own keys over its defaults, "
+            f"so remove it: defaults: [{', '.join(str(e) for e in defaults if e != '_self_')}]."
+        )
     bad = [e for e in defaults if not isinstance(e, str) or not e]
     if bad:
         shown = "null" if bad[0] is None else repr(bad[0])
