@@ -267,7 +267,10 @@ def tokenizer(
 
 def _read_whole(spec: str, full: bool) -> bool:
     """Whether the pre-flight reads every row of `spec` (a local dataset, and not too large to sample)."""
-    source = data.parse_source(spec, "rl")
+    try:
+        source = data.parse_source(spec, "rl")
+    except UserError:  # a file no stage reads, missing: the corpus reports it
+        return True
     if source.kind == "hub":
         return False
     small = source.path is not None and source.path.stat().st_size < data.PEEK_ABOVE_BYTES
