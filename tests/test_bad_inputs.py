@@ -59,6 +59,33 @@ CASES = [
         ["plan", "--config", "{tmp}/c.yaml"],
         ["rl.grup_size", "group_size"],
     ),
+    (
+        "config-hydra-defaults",
+        {"c.yaml": "defaults: [tiny-demo, {rl: grpo}]\n"},
+        ["plan", "--config", "{tmp}/c.yaml"],
+        ["c.yaml", "defaults: [tiny-demo, grpo]", "--algorithm grpo"],
+    ),
+    ("config-defaults-number", {"c.yaml": "defaults: 5\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["defaults"]),
+    (
+        "config-defaults-null-entry",
+        {"c.yaml": "defaults: [tiny-demo, null]\n"},
+        ["plan", "--config", "{tmp}/c.yaml"],
+        ["c.yaml", "null"],
+    ),
+    (
+        "reward-weight-nan",
+        {"c.yaml": "defaults: [tiny-demo]\nrl:\n  rewards: [{name: exact_match, weight: .nan}]\n"},
+        ["plan", "--config", "{tmp}/c.yaml"],
+        ["rl.rewards.0.weight", "finite"],
+    ),
+    ("temperature-inf", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.temperature=.inf"], ["rl.temperature"]),
+    ("max-steps-true", {}, ["plan", "--preset", "tiny-demo", "--set", "sft.max_steps=true"], ["sft.max_steps"]),
+    (
+        "generate-and-files-in-one-layer",
+        {"c.yaml": "defaults: [tiny-demo]\ndata: {generate: arithmetic, rl: rl.jsonl}\n", "rl.jsonl": GOOD_RL},
+        ["train", "--config", "{tmp}/c.yaml"],
+        ["--set data.generate=null"],
+    ),
     ("set-without-equals", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.beta"], ["key=value"]),
     ("set-empty-key", {}, ["plan", "--preset", "tiny-demo", "--set", "=3"], ["empty key"]),
     ("rm-reward-without-rm", {}, ["plan", "--preset", "tiny-demo", "--stages", "sft,rl"], ["reward_model"]),
@@ -226,6 +253,54 @@ CASES = [
         ["train", "--preset", "qwen7b-dpo", "--set", "data.preference={tmp}/p.jsonl"],
         ["p.jsonl", "rejected"],
     ),
+    (
+        "rl-prompts-text-and-messages",
+        {"rl.jsonl": GOOD_RL + '{"prompt": [{"role": "user", "content": "3+3="}], "answer": "6"}\n'},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["rl.jsonl:3", "prompt", "list of messages"],
+    ),
+    (
+        "rl-message-without-content",
+        {"rl.jsonl": '{"prompt": [{"role": "user"}], "answer": "6"}\n'},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["rl.jsonl:1", "no content"],
+    ),
+    (
+        "prompt-over-length-refused-on-builtin-tiny",
+        {"rl.jsonl": GOOD_RL + '{"prompt": "' + "one two three " * 300 + '", "answer": "6"}\n'},
+        [
+            "train",
+            "--preset",
+            "tiny-demo",
+            "--stages",
+            "rl",
+            "--set",
+            "data.generate=null",
+            "--set",
+            "data.rl={tmp}/rl.jsonl",
+            "--set",
+            "rl.rewards=[{name: exact_match}]",
+            "--set",
+            "data.over_length=refuse",
+        ],
+        ["rl.jsonl:3", "data.max_prompt_length=16", "over_length=refuse"],
+    ),
+    (
+        "sft-rows-over-max-length-at-plan",
+        {"sft.jsonl": '{"prompt": "' + "one two three " * 30 + '", "completion": "x"}\n'},
+        [
+            "plan",
+            "--preset",
+            "tiny-demo",
+            "--stages",
+            "sft",
+            "--set",
+            "data.generate=null",
+            "--set",
+            "data.sft={tmp}/sft.jsonl",
+        ],
+        ["sft.max_length=16", "nothing would be left"],
+    ),
     ("no-data-for-stage", {}, ["train", "--preset", "qwen7b-grpo"], ["data.rl"]),
     (
         "json-not-array",
@@ -257,7 +332,7 @@ def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, files, argv, nee
     assert out.count("error:") == 1, "one paragraph"
     for needle in needles:
         assert needle.replace("{tmp}", str(tmp_path)) in out, (needle, out)
-    assert not (run_dir / "config.yaml").exists(), "nothing was started"
+    assert not run_dir.exists(), "nothing was written"
 
 
 def test_corpus_is_large_enough():

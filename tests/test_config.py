@@ -132,3 +132,68 @@ def test_every_key_is_documented():
                     walk(sub)
 
     walk(config.RunConfig)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "rl.temperature=.inf",
+        "rl.rewards=[{name: exact_match, weight: .nan}]",
+        "sft.learning_rate=nan",
+        "rl.dual_clip=.inf",
+        "kto.desirable_weight=-.inf",
+        "logging.console_every_s=.inf",
+    ],
+)
+def test_float_keys_refuse_nan_and_inf(item):
+    with pytest.raises(UserError, match=r"finite number"):
+        config.resolve(preset="tiny-demo", sets=[item])
+
+
+@pytest.mark.parametrize(
+    "item", ["sft.max_steps=true", "hardware.num_processes=true", "sft.micro_batch_size=false", "rl.beta=true"]
+)
+def test_booleans_are_not_numbers(item):
+    with pytest.raises(UserError, match=rf"{item.split('=')[0]}: a number is needed, not a boolean"):
+        config.resolve(preset="tiny-demo", sets=[item])
+
+
+def test_boolean_keys_still_take_booleans():
+    cfg = config.resolve(preset="tiny-demo", sets=["model.train_embeddings=true", "rl.use_vllm=false"])
+    assert cfg.model.train_embeddings is True and cfg.rl.use_vllm is False
+
+
+@pytest.mark.parametrize(
+    ("defaults", "needles"),
+    [
+        ("[tiny-demo, {rl: grpo}]", ["Hydra", "defaults: [tiny-demo, grpo]", "--algorithm grpo"]),
+        ("[{hardware: cpu}]", ["defaults: [cpu]", "--hardware cpu"]),
+        ("5", ["list of preset names", "int 5"]),
+        ("[tiny-demo, null]", ["entry null is not a preset name"]),
+        ("[tiny-demo, _self_]", ["_self_ is Hydra's", "defaults: [tiny-demo]"]),
+    ],
+)
+def test_defaults_must_list_preset_names(tmp_path, defaults, needles):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"defaults: {defaults}\n")
+    with pytest.raises(UserError) as e:
+        config.resolve(config_file=path)
+    assert str(path) in str(e.value)
+    for needle in needles:
+        assert needle in str(e.value)
+
+
+def test_user_files_beat_a_generated_task_below(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("defaults: [tiny-demo]\ndata: {sft: s.jsonl, rl: r.jsonl, eval: e.jsonl}\n")
+    cfg = config.resolve(config_file=path)
+    assert cfg.data.generate is None and (cfg.data.sft, cfg.data.rl, cfg.data.eval) == ("s.jsonl", "r.jsonl", "e.jsonl")
+    cfg = config.resolve(config_file=path, sets=["data.generate=arithmetic"])  # the upper layer's choice again
+    assert cfg.data.generate == "arithmetic" and cfg.data.sft is None and cfg.data.eval is None
+
+
+def test_generate_and_files_in_one_layer_are_refused(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("defaults: [tiny-demo]\ndata: {generate: arithmetic, rl: r.jsonl}\n")
+    with pytest.raises(UserError, match=r"data\.generate=arithmetic and data\.rl=r\.jsonl.*data\.generate: null"):
+        config.resolve(config_file=path)

@@ -261,3 +261,102 @@ def test_plan_samples_large_files(tmp_path, monkeypatch):
         assert "first 50 rows checked" in info.notes[-1]
     with pytest.raises(UserError, match=r"big.jsonl:501: column\(s\) answer must be non-empty"):
         data.check(tmp_path / "big.jsonl", "rl", "answer")  # training still checks every row
+
+
+# ------------------------------------------------------------------------------ one kind per column
+def test_answers_become_text_as_the_rewards_read_them_and_build_a_dataset(tmp_path):
+    from datasets import Dataset
+
+    rows = [{"prompt": "a", "answer": 12}, {"prompt": "b", "answer": 12.0}, {"prompt": "c", "answer": "12"}]
+    rows.append({"prompt": "d", "answer": [3, "3.0"]})  # several acceptable answers
+    path = write_jsonl(tmp_path / "rl.jsonl", rows[:3])
+    got = data.check(path, "rl", "answer")
+    assert [r["answer"] for r in got] == ["12", "12.0", "12"], "str() of what the file holds, as exact_match reads it"
+    Dataset.from_list(got)  # what the stages build: it failed with ArrowInvalid on the raw rows
+    with pytest.raises(Exception, match="convert"):
+        Dataset.from_list(rows[:3])
+    listed = data.check(write_jsonl(tmp_path / "l.jsonl", rows[3:]), "rl", "answer")
+    assert listed[0]["answer"] == ["3", "3.0"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "match"),
+    [
+        (
+            [{"prompt": "1+1=", "answer": "2"}, {"prompt": [{"role": "user", "content": "2+2="}], "answer": "4"}],
+            r"rl.jsonl:2: prompt is a list of messages here but text in .*rl.jsonl:1",
+        ),
+        (
+            [
+                {"prompt": [{"role": "user", "content": "x"}], "answer": "2"},
+                {"prompt": [{"role": "user"}], "answer": "4"},
+            ],
+            r"rl.jsonl:2: column prompt has a user message with no content",
+        ),
+        ([{"prompt": [{"role": "user", "content": ""}], "answer": "2"}], r"rl.jsonl:1: .*user message with empty"),
+        ([{"prompt": [{"role": "user", "content": None}], "answer": "2"}], r"rl.jsonl:1: .*with null content"),
+        ([{"prompt": ["hi"], "answer": "2"}], r"rl.jsonl:1: column prompt holds text where a message"),
+        (
+            [{"prompt": "a", "answer": "2", "meta": {"k": 1}}, {"prompt": "b", "answer": "3", "meta": {"k": "x"}}],
+            r"rl.jsonl:2: meta.k is text here but a number in .*rl.jsonl:1",
+        ),
+    ],
+)
+def test_rows_of_another_kind_are_refused_by_file_and_line(tmp_path, rows, match):
+    with pytest.raises(UserError, match=match):
+        data.check(write_jsonl(tmp_path / "rl.jsonl", rows), "rl", "answer")
+
+
+def test_messages_may_be_empty_only_where_chat_data_has_them(tmp_path):
+    messages = [
+        {"role": "system", "content": ""},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "calc", "arguments": "{}"}}]},
+        {"role": "tool", "content": "4"},
+        {"role": "assistant", "content": "4"},
+    ]
+    assert data.check(write_jsonl(tmp_path / "sft.jsonl", [{"messages": messages}]), "sft")[0]["messages"] == messages
+
+
+def test_far_over_rows_are_bounded_not_encoded():
+    from rlctl.data import tokens
+
+    tok = tokens.FileTokenizer.builtin(["hello world", "1+1=2"], 300, None)
+    per_token = tokens.max_token_bytes(tok)
+    row = {"prompt": "hello " * 20_000}
+    bound = tokens.far_over(row, "rl", 16, per_token)
+    assert bound is not None and 16 < bound <= tokens.length(row, tok, "rl")
+    assert tokens.bounded_length(row, tok, "rl", 16, per_token) == bound
+    short = {"prompt": "hello world"}
+    assert tokens.bounded_length(short, tok, "rl", 16, per_token) == tokens.length(short, tok, "rl")
+
+
+def test_builtin_tokenizer_counts_as_the_one_training_builds():
+    from rlctl.data import tokens
+    from rlctl.stages import tiny
+
+    texts = ["12+3=15", "What's the answer?", "hello there, how are you", "日本語 café"]
+    light, real = tokens.FileTokenizer.builtin(texts, 300, None), tiny.train_tokenizer(texts, 300)
+    messages = [{"role": "user", "content": "12+3="}, {"role": "assistant", "content": "15"}]
+    for stage, row in [("rl", {"prompt": "What's 12+3?"}), ("sft", {"messages": messages}), ("sft", {"text": "café"})]:
+        assert tokens.length(row, light, stage) == tokens.length(row, real, stage)
+
+
+# ------------------------------------------------------------------------------------ explicit data
+def test_user_files_beat_the_presets_generated_task_and_the_plan_says_who_reads_what(tmp_path):
+    write_jsonl(tmp_path / "sft.jsonl", [{"prompt": "1+1=", "completion": "2"}])
+    write_jsonl(tmp_path / "rl.jsonl", RL_ROWS)
+    (tmp_path / "c.yaml").write_text(
+        "defaults: [tiny-demo]\nstages: [sft, rl]\nrl: {rewards: [{name: exact_match}]}\n"
+        "data: {sft: sft.jsonl, rl: rl.jsonl, eval: rl.jsonl}\n"
+    )
+    proc = rlctl("plan", "--config", "c.yaml", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)["data"]
+    assert {role: (r["source"], r["stages"]) for role, r in report.items()} == {
+        "sft": ("sft.jsonl", ["sft"]),
+        "rl": ("rl.jsonl", ["rl"]),
+        "eval": ("rl.jsonl", ["eval"]),
+    }
+    console = rlctl("plan", "--config", "c.yaml", cwd=tmp_path)
+    assert "held-out eval" in console.stdout and "generated" not in console.stdout

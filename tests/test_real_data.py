@@ -226,7 +226,7 @@ def test_file_tokenizer_counts_as_transformers_does(gpt2_style: Path):
 
     real = AutoTokenizer.from_pretrained(gpt2_style)
     real.chat_template = tokens.CHATML
-    light = tokens.FileTokenizer(gpt2_style, tokens.CHATML)
+    light = tokens.FileTokenizer.from_folder(gpt2_style, tokens.CHATML)
     chat = [{"role": "user", "content": "What is 1+1?"}, {"role": "assistant", "content": "It is 2."}]
     rows = [
         ("sft", {"messages": chat}),

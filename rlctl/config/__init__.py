@@ -131,6 +131,14 @@ class RunConfig(Section):
     @model_validator(mode="after")
     def _cross_field(self) -> "RunConfig":
         """Rules that span several keys."""
+        files = [role for role in presets.DATA_FILES if getattr(self.data, role)]
+        if self.data.generate and files:
+            raise ValueError(
+                f"data.generate={self.data.generate} and data.{files[0]}={getattr(self.data, files[0])} are set in "
+                "one layer: generated data replaces every data file, so yours would not be read. To read your "
+                "files set data.generate: null (--set data.generate=null); to generate, drop "
+                + ", ".join(f"data.{role}" for role in files)
+            )
         uses_rm = any(r.name == "reward_model" for r in self.rl.rewards)
         if "rl" in self.stages and uses_rm and "rm" not in self.stages:
             raise ValueError(
@@ -206,13 +214,14 @@ def layered(
     """The raw merged mapping, in override order, before validation."""
     data: dict[str, Any] = presets.load(preset) if preset else {}
     if config_file:
-        data = presets.deep_merge(data, presets.resolve_layers(presets.read_yaml(Path(config_file))))
+        layer = presets.resolve_layers(presets.read_yaml(Path(config_file)), source=str(config_file))
+        data = presets.merge_layer(data, layer)
     if algorithm:
-        data = presets.deep_merge(data, presets.load(algorithm, kind="algorithms"))
+        data = presets.merge_layer(data, presets.load(algorithm, kind="algorithms"))
     if hardware:
-        data = presets.deep_merge(data, hardware_layer(hardware))
+        data = presets.merge_layer(data, hardware_layer(hardware))
     for item in sets:
-        data = presets.deep_merge(data, parse_set(item))
+        data = presets.merge_layer(data, parse_set(item))
     return data
 
 

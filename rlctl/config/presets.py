@@ -84,22 +84,79 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def resolve_layers(data: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
+def _flag(name: str) -> str:
+    """The command-line flag that layers preset `name` alone, when there is one (`--algorithm grpo`)."""
+    preset = all_presets().get(name)
+    flags = {"algorithms": "--algorithm", "hardware": "--hardware", "recipes": "--preset"}
+    return f" (or pass {flags[preset.kind]} {name})" if preset and preset.kind in flags else ""
+
+
+def default_names(defaults: Any, source: str) -> list[str]:
+    """The preset names of a layer's `defaults:` (a list of names, or one name); a UserError naming the file for
+    any other shape, with rlctl's spelling of Hydra's `- group: name` entries."""
+    if defaults is None:
+        return []
+    if isinstance(defaults, str):
+        return [defaults]
+    if not isinstance(defaults, list):
+        raise UserError(
+            f"{source}: defaults must be a list of preset names, layered in order (defaults: [tiny-demo, grpo]), "
+            f"not {type(defaults).__name__} {defaults!r}. See `rlctl presets list`."
+        )
+    hydra = [e for e in defaults if isinstance(e, dict)]
+    if hydra:
+        names = [str(v) for e in defaults for v in (e.values() if isinstance(e, dict) else [e])]
+        group, name = next(iter(hydra[0].items()), ("group", "name"))
+        raise UserError(
+            f"{source}: defaults entry {{{group}: {name}}} is Hydra's `- group: name` form; rlctl's defaults list "
+            f"preset names, layered in order: write defaults: [{', '.join(names)}]{_flag(str(name))}."
+        )
+    if "_self_" in defaults:
+        raise UserError(
+            f"{source}: defaults entry _self_ is Hydra's; rlctl always layers a file's own keys over its defaults, "
+            f"so remove it: defaults: [{', '.join(str(e) for e in defaults if e != '_self_')}]."
+        )
+    bad = [e for e in defaults if not isinstance(e, str) or not e]
+    if bad:
+        shown = "null" if bad[0] is None else repr(bad[0])
+        raise UserError(
+            f"{source}: defaults entry {shown} is not a preset name; defaults must be a list of preset names, "
+            "layered in order (defaults: [tiny-demo, grpo]). See `rlctl presets list`."
+        )
+    return defaults
+
+
+DATA_FILES = ("sft", "preference", "rl", "eval")
+
+
+def merge_layer(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` layered on `base` (`deep_merge`), where the upper layer's choice of data wins whole: data files it
+    sets (data.sft, preference, rl, eval) drop a data.generate set below, and a data.generate it sets drops the
+    data files set below. Explicit beats implicit: a preset's generated task never hides the user's files."""
+    data, below = over.get("data"), base.get("data")
+    if isinstance(data, dict) and isinstance(below, dict):
+        if data.get("generate"):
+            below = {k: v for k, v in below.items() if k not in DATA_FILES}
+        elif "generate" not in data and any(data.get(role) for role in DATA_FILES):
+            below = {k: v for k, v in below.items() if k != "generate"}
+        base = {**base, "data": below}
+    return deep_merge(base, over)
+
+
+def resolve_layers(data: dict[str, Any], seen: tuple[str, ...] = (), source: str = "config") -> dict[str, Any]:
     """`data` with its `defaults:` presets merged underneath it, recursively."""
     data = dict(data)
-    defaults = data.pop("defaults", []) or []
-    if isinstance(defaults, str):
-        defaults = [defaults]
     merged: dict[str, Any] = {}
-    for name in defaults:
+    for name in default_names(data.pop("defaults", None), source):
         preset = get(name)
         if preset.name in seen:
             raise UserError(f"Preset inheritance loops: {' -> '.join((*seen, preset.name))}.")
-        merged = deep_merge(merged, resolve_layers(read_yaml(preset.path), (*seen, preset.name)))
-    return deep_merge(merged, data)
+        layer = resolve_layers(read_yaml(preset.path), (*seen, preset.name), str(preset.path))
+        merged = merge_layer(merged, layer)
+    return merge_layer(merged, data)
 
 
 def load(name: str, kind: str | None = None) -> dict[str, Any]:
     """The fully merged config mapping of preset `name`."""
     preset = get(name, kind)
-    return resolve_layers(read_yaml(preset.path), (preset.name,))
+    return resolve_layers(read_yaml(preset.path), (preset.name,), str(preset.path))

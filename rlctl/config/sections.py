@@ -2,18 +2,34 @@
 checkpoint and logging. The rl section lives in `rlctl.config.rl`; the whole run (`RunConfig`) and the layering in
 `rlctl.config`."""
 
-from typing import Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 StageName = Literal["sft", "dpo", "kto", "rm", "rl"]
 STAGE_ORDER: tuple[str, ...] = ("sft", "dpo", "kto", "rm", "rl")
 
 
-class Section(BaseModel):
-    """Base of every config section: unknown keys are errors, values are re-validated on assignment."""
+def _numbers_only(annotation: Any) -> bool:
+    """Whether a field of this type takes numbers but not booleans (`int`, `float | None`, `Literal["auto"] | int`)."""
+    kinds = get_args(annotation) or (annotation,)
+    return bool(set(kinds) & {int, float}) and bool not in kinds
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, values are re-validated on assignment, float keys
+    refuse NaN and inf, and number keys refuse booleans (YAML's `true` is not the number 1)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _numbers_only(field.annotation):
+            raise PydanticCustomError("bool_not_number", "a number is needed, not a boolean")
+        return value
 
 
 class ModelArch(Section):
@@ -65,7 +81,8 @@ class DataConfig(Section):
     generate: Literal["arithmetic", "products"] | None = Field(
         None,
         description="Generate a built-in synthetic task into the run directory instead of reading files: "
-        "arithmetic (tiny-demo) or products (tiny-agent-demo, solved with the calculator tool).",
+        "arithmetic (tiny-demo) or products (tiny-agent-demo, solved with the calculator tool). Data files set "
+        "in a layer above (your config, --set) replace it; both in one layer are refused.",
     )
     sft: str | None = Field(
         None, description="SFT data: `prompt`+`completion`, chat `messages`, `text`, or KTO rows (desirable kept)."

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlctl.data import kinds
 from rlctl.data.files import DEFAULT_ENCODING, FILE_TYPES, Table, read_jsonl
 from rlctl.data.sources import HUB_PREFIX, PEEK_ROWS, Source, absolute, is_hub, parse_source, peek, read
 from rlctl.errors import RowFailure, UserError, is_out_of_memory
@@ -319,7 +320,9 @@ def normalise(table: Table, role: str, answer_field: str | None = None) -> tuple
     elif role == "kto" and fmt in ("preference", "preference_implicit"):
         rows, where = _unpair(rows), None
         notes.append(f"unpaired into {len(rows)} rows")
-    return rows, DataInfo(role, table.source, fmt, len(rows), notes, where)
+    info = DataInfo(role, table.source, fmt, len(rows), notes, where)
+    answer = (answer_field or "answer") if role in ("rl", "eval") else None
+    return kinds.normalise(rows, info.row, answer), info
 
 
 def load(

@@ -109,17 +109,60 @@ def _compiled(template: str) -> Any:
     return env.from_string(template)
 
 
-class FileTokenizer:
-    """The part of a transformers tokenizer that length counting uses, from a tokenizer folder's files."""
+# The builtin:tiny tokenizer: byte-level BPE trained on the run's own texts with Qwen2's pre-tokenizer regex.
+QWEN2_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+EOS = "<|endoftext|>"
+SPECIAL_TOKENS = [EOS, "<|im_start|>", "<|im_end|>"]
 
-    def __init__(self, folder: Path, chat_template: str | None):
+
+def train_bpe(texts: list[str], vocab_size: int) -> Any:
+    """A `tokenizers.Tokenizer`: byte-level BPE trained on `texts` with Qwen2's pre-tokenizer regex and the
+    special tokens of SPECIAL_TOKENS (the builtin:tiny tokenizer, before transformers wraps it)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+class FileTokenizer:
+    """The part of a transformers tokenizer that length counting uses, from a `tokenizers.Tokenizer`: a tokenizer
+    folder's files (`from_folder`) or the builtin:tiny one trained here (`builtin`)."""
+
+    def __init__(self, backend: Any, chat_template: str | None, special: dict[str, str | None]):
+        self.backend, self.chat_template, self.special = backend, chat_template, special
+
+    @classmethod
+    def from_folder(cls, folder: Path, chat_template: str | None) -> FileTokenizer:
+        """The tokenizer saved in `folder` (tokenizer.json, tokenizer_config.json)."""
         from tokenizers import Tokenizer
 
-        self.backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        self.chat_template = chat_template
         config_path = folder / "tokenizer_config.json"
         config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
-        self.special = {k: _special(config.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
+        special = {k: _special(config.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
+        return cls(Tokenizer.from_file(str(folder / "tokenizer.json")), chat_template, special)
+
+    @classmethod
+    def builtin(cls, texts: list[str], vocab_size: int, chat_template: str | None) -> FileTokenizer:
+        """The builtin:tiny tokenizer the run will train on `texts` (the same BPE, the same counts)."""
+        special = {"bos_token": None, "eos_token": EOS, "pad_token": EOS, "unk_token": None}
+        return cls(train_bpe(texts, vocab_size), chat_template or CHATML, special)
 
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
         return {"input_ids": self.backend.encode(text, add_special_tokens=add_special_tokens).ids}
@@ -216,6 +259,48 @@ def length(row: dict[str, Any], tok, stage: str, tools: list[dict[str, Any]] | N
     responses = [row["chosen"], row["rejected"]] if "chosen" in row else [row["completion"]]
     head = _tokens(prompt_text(prompt, tok), tok) if prompt else 0
     return head + max(_tokens(_text(r, tok), tok) for r in responses) + 1
+
+
+# A row whose counted text has more than this many times (max bytes of one token x the limit) UTF-8 bytes is over
+# its limit whatever the tokenizer does (a normalizer shrinking text by up to this factor included): `rlctl plan`
+# does not spend minutes encoding a 20 MB prompt to learn that it is too long.
+FAR_OVER = 4
+
+
+def max_token_bytes(tok: FileTokenizer) -> int:
+    """The most UTF-8 bytes one token of `tok` spells (its special tokens included)."""
+    return max(len(t.encode("utf-8")) for t in tok.backend.get_vocab(with_added_tokens=True))
+
+
+def _counted(row: dict[str, Any], stage: str) -> list[Any]:
+    """The values of `row` that `length` tokenizes for `stage` (the longer reply only, for preference rows)."""
+    if stage == "rl":
+        return [row["prompt"]]
+    if stage == "sft":
+        return [row.get(k) for k in ("messages", "text", "prompt", "completion")]
+    replies = [row[k] for k in ("chosen", "rejected", "completion") if k in row]
+    return [row.get("prompt"), max(replies, key=lambda r: _utf8(r)) if replies else None]
+
+
+def _utf8(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.encode("utf-8"))
+    if isinstance(value, dict):
+        return sum(_utf8(v) for v in value.values())
+    return sum(_utf8(v) for v in value) if isinstance(value, list) else 0
+
+
+def far_over(row: dict[str, Any], stage: str, limit: int, per_token: int) -> int | None:
+    """A lower bound of the row's tokens when it is far over `limit` (see FAR_OVER), else None."""
+    least = sum(_utf8(v) for v in _counted(row, stage)) // (FAR_OVER * per_token)
+    return least if least > limit else None
+
+
+def bounded_length(
+    row: dict[str, Any], tok: FileTokenizer, stage: str, limit: int, per_token: int, tools: list | None = None
+) -> int:
+    """`length`, except for a row far over `limit`: then a lower bound of it (above `limit`), not encoded."""
+    return far_over(row, stage, limit, per_token) or length(row, tok, stage, tools)
 
 
 def keeps_95(sizes: list[int]) -> int:

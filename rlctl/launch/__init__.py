@@ -15,9 +15,11 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,12 +82,16 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
     problem = preflight.run_dir_problem(run_dir)
     if problem:
         raise UserError(problem)
-    if cfg.data.generate:
-        gen_dir = run_dir / "data"
-        tasks.GENERATORS[cfg.data.generate](gen_dir, cfg.seed)
-    check_inputs(cfg, run_dir, plan_mod.data_paths(cfg, run_dir) if cfg.data.generate else None)
-    packages.require(the_plan)  # after the inputs: a data problem is named whether or not the extras are here
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="rlctl-data-") as scratch:  # a refused run leaves nothing behind
+        paths = None
+        if cfg.data.generate:
+            tasks.GENERATORS[cfg.data.generate](Path(scratch) / "data", cfg.seed)
+            paths = plan_mod.data_paths(cfg, scratch)
+        check_inputs(cfg, run_dir, paths)
+        packages.require(the_plan)  # after the inputs: a data problem is named whether or not the extras are here
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if paths:
+            shutil.move(Path(scratch) / "data", run_dir / "data")
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
     (run_dir / "plan.json").write_text(json.dumps(the_plan.to_json(), indent=2))
     (run_dir / "config.yaml").write_text(config_mod.dump(cfg))

@@ -27,6 +27,7 @@ from rlctl.config import RunConfig
 from rlctl.data import tokens
 from rlctl.errors import RowFailure, UserError, did_you_mean
 from rlctl.plan import arch as model_arch
+from rlctl.plan import planner as plan_mod
 
 ROLE_OF_STAGE = {"sft": "sft", "dpo": "preference", "kto": "kto", "rm": "preference", "rl": "rl"}
 
@@ -129,12 +130,22 @@ def read_data(cfg: RunConfig, report: Report, full: bool, paths: dict[str, Path]
             else:
                 rows, info = data.sample(spec, role, answer, columns, encoding)
         except UserError as e:
-            report.data[key] = {"source": spec, "error": str(e)}
+            report.data[key] = {"source": spec, "error": str(e), "stages": readers(cfg).get(key, [])}
             report.errors.append(str(e))
             continue
         out[stage], report.infos[stage] = rows, info
-        report.data.setdefault(key, {"source": info.source, "format": info.format, "rows": info.rows, "notes": []})
+        entry = {"source": info.source, "format": info.format, "rows": info.rows, "notes": [], "stages": []}
+        report.data.setdefault(key, entry)
         report.data[key]["notes"] = sorted({*report.data[key]["notes"], *info.notes})
+        report.data[key]["stages"].append(stage)
+    return out
+
+
+def readers(cfg: RunConfig) -> dict[str, list[str]]:
+    """{data role: the stages that read it (eval: held-out scoring)}, in pipeline order."""
+    out: dict[str, list[str]] = {}
+    for stage, role in _stage_roles(cfg):
+        out.setdefault(_source_role(role), []).append(stage)
     return out
 
 
@@ -163,9 +174,11 @@ def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict
 
 
 def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: bool, report: Report) -> None:
-    """Rows over each training stage's limit, counted (and refused beyond data.max_drop_fraction)."""
+    """Rows over each training stage's limit, counted; refused as the stage would refuse them (data.over_length
+    =refuse: any; drop: more than data.max_drop_fraction, or every row)."""
     from rlctl.rollout import tools
 
+    per_token = tokens.max_token_bytes(tok)
     for stage, stage_rows in rows.items():
         if not stage_rows:
             continue
@@ -178,18 +191,42 @@ def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: b
         except UserError as e:
             report.errors.append(str(e))
             continue
-        count = functools.partial(tokens.length, tok=tok, stage=stage, tools=schemas)  # RL prompts list the tools
+        count = functools.partial(
+            tokens.bounded_length, tok=tok, stage=stage, limit=limit, per_token=per_token, tools=schemas
+        )  # RL prompts list the tools, as rolled out
         sizes = _each_row(stage_rows, count, report.infos[stage], report)
         if sizes is None:
             continue
-        over = sum(n > limit for n in sizes)
-        entry = {"rows": len(sizes), "over_limit": over, "share": round(over / len(sizes), 4), "limit": limit}
-        entry.update(limit_key=tokens.limit_key(stage), keeps_95=tokens.keeps_95(sizes), sampled=not full)
+        over = [i for i, n in enumerate(sizes) if n > limit]
+        entry = {"rows": len(sizes), "over_limit": len(over), "share": round(len(over) / len(sizes), 4)}
+        entry.update(limit=limit, limit_key=tokens.limit_key(stage), keeps_95=tokens.keeps_95(sizes), sampled=not full)
         report.lengths[stage] = entry
-        if over and cfg.data.over_length == "drop":
-            refused = tokens.too_many_dropped(stage, over, len(sizes), limit, cfg.data.max_drop_fraction, sizes)
+        if over:
+            bound = tokens.far_over(stage_rows[over[0]], stage, limit, per_token) is not None
+            refused = too_long(cfg, stage, sizes, over, limit, report.infos[stage], bound)
             if refused:
                 report.errors.append(refused)
+
+
+def too_long(
+    cfg: RunConfig, stage: str, sizes: list[int], over: list[int], limit: int, info: data.DataInfo, bound: bool
+) -> str:
+    """The refusal the stage would make at launch for these over-long rows, or "" when they are dropped (`bound`:
+    the first one's size is a lower bound)."""
+    key, first = tokens.limit_key(stage), over[0]
+    if cfg.data.over_length == "refuse":
+        return (
+            f"{len(over)} of {len(sizes)} {stage} rows are longer than {key}={limit} tokens (first: "
+            f"{info.row(first)}, {'more than ' if bound else ''}{sizes[first]} tokens). "
+            f"data.over_length=refuse: raise {key}, shorten or remove those rows, or set data.over_length=drop to "
+            "leave them out (counted)."
+        )
+    if len(over) == len(sizes):
+        return (
+            f"Every one of the {len(sizes)} {stage} rows is longer than {key}={limit} tokens (the first has "
+            f"{sizes[0]}): nothing would be left to train on. Raise {key} or shorten the data."
+        )
+    return tokens.too_many_dropped(stage, len(over), len(sizes), limit, cfg.data.max_drop_fraction, sizes) or ""
 
 
 def _each_row(rows: list[dict], fn: Any, info: data.DataInfo, report: Report) -> list[Any] | None:
@@ -205,6 +242,41 @@ def _each_row(rows: list[dict], fn: Any, info: data.DataInfo, report: Report) ->
         )
         report.errors.append(f"{info.row(e.index)}: {what}")
         return None
+
+
+def tokenizer(
+    cfg: RunConfig, folder: Path | None, template: str | None, paths: dict[str, Path], full: bool, report: Report
+) -> tokens.FileTokenizer | None:
+    """The run's tokenizer, light (`tokenizers` + jinja2): the model folder's, or builtin:tiny's trained here on
+    the run's texts as the launch will train it (when every dataset is local and read whole); else None."""
+    if folder is not None and (folder / "tokenizer.json").is_file():
+        report.checks["tokenizer"] = f"{folder / 'tokenizer.json'} (over-long rows counted)"
+        return tokens.FileTokenizer.from_folder(folder, template)
+    builtin = cfg.model.name_or_path == "builtin:tiny" and cfg.model.arch is not None and not report.errors
+    if builtin and all(_read_whole(str(p), full) for p in paths.values()):
+        from rlctl.data import tasks
+
+        try:
+            texts = tasks.corpus(paths)
+        except UserError as e:
+            report.errors.append(str(e))
+            return None
+        report.checks["tokenizer"] = "builtin:tiny's, trained here on the run's texts (over-long rows counted)"
+        return tokens.FileTokenizer.builtin(texts, cfg.model.arch.vocab, template)
+    report.checks["tokenizer"] = "not here yet: over-long rows are counted when training starts"
+    return None
+
+
+def _read_whole(spec: str, full: bool) -> bool:
+    """Whether the pre-flight reads every row of `spec` (a local dataset, and not too large to sample)."""
+    try:
+        source = data.parse_source(spec, "rl")
+    except UserError:  # a file no stage reads, missing: the corpus reports it
+        return True
+    if source.kind == "hub":
+        return False
+    small = source.path is not None and source.path.stat().st_size < data.PEEK_ABOVE_BYTES
+    return full or source.kind not in ("jsonl", "csv", "parquet") or small
 
 
 # ------------------------------------------------------------------------------------------------ tools
@@ -301,18 +373,20 @@ def run(cfg: RunConfig, run_dir: Path, full: bool = False, paths: dict[str, Path
         check_tools(cfg, report)
     if runs_model_code(cfg):
         check_code_sandbox(cfg, report)
+    missing = plan_mod.missing_data(cfg) if paths is None else []
+    if missing:  # shown, not refused: a preset is planned before its data exists; `rlctl train` refuses it
+        report.checks["missing data"] = "; ".join(missing) + " (rlctl train refuses the run until then)"
     if cfg.data.generate and paths is None:
-        report.data = {role: {"source": f"generated ({cfg.data.generate})"} for role in ("sft", "preference", "rl")}
+        source = f"generated ({cfg.data.generate}, data.generate)"
+        report.data = {role: {"source": source, "stages": stages} for role, stages in readers(cfg).items()}
         return report
     rows = report.rows = read_data(cfg, report, full, paths)
     if "rl" in cfg.stages:
         check_row_tools(cfg, rows.get("rl") or [], report)
     template = chat_template(cfg, folder, rows, report)
-    if folder is not None and (folder / "tokenizer.json").is_file():
-        count_lengths(cfg, tokens.FileTokenizer(folder, template), rows, full, report)
-        report.checks["tokenizer"] = f"{folder / 'tokenizer.json'} (over-long rows counted)"
-    else:
-        report.checks["tokenizer"] = "not here yet: over-long rows are counted when training starts"
+    tok = tokenizer(cfg, folder, template, paths or plan_mod.data_paths(cfg, run_dir), full, report)
+    if tok is not None:
+        count_lengths(cfg, tok, rows, full, report)
     LAST[:] = [report]
     return report
 
@@ -333,16 +407,17 @@ def show(console: Any, report: Report) -> None:
         console.print(f"[bold]{name.capitalize()}[/] {escape(text)}")
     if report.data:
         table = Table(title="Data", title_justify="left")
-        for col in ("role", "source", "format", "rows"):
+        for col in ("role", "read by", "source", "format", "rows"):
             table.add_column(col, overflow="fold")
         for role, info in report.data.items():
+            stages = ", ".join("held-out eval" if s == "eval" else s for s in info.get("stages", []))
             if "error" in info:
-                table.add_row(role, escape(info["source"]), f"[red]{escape(info['error'])}[/]", "")
+                table.add_row(role, stages, escape(info["source"]), f"[red]{escape(info['error'])}[/]", "")
                 continue
             fmt = info.get("format", "")
             text = f"{fmt}: {data.FORMATS[fmt][0]}" if fmt in data.FORMATS else fmt
             text += "".join(f"; {n}" for n in info.get("notes", []))
-            table.add_row(role, escape(info["source"]), escape(text), str(info.get("rows", "")))
+            table.add_row(role, stages, escape(info["source"]), escape(text), str(info.get("rows", "")))
         console.print(table)
     show_lengths(console, report)
 

@@ -11,37 +11,16 @@ import shutil
 from pathlib import Path
 
 from rlctl.config import ModelArch
-from rlctl.data.tokens import CHATML
+from rlctl.data.tokens import CHATML, EOS, SPECIAL_TOKENS, train_bpe
 
-QWEN2_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
-    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
-EOS = "<|endoftext|>"
-SPECIAL_TOKENS = [EOS, "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = CHATML  # lets conversational data (chat `messages`, verl's message-list prompts) train
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
     """A Qwen2Tokenizer whose byte-level BPE was trained on `texts`."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer)
+    tok = train_bpe(texts, vocab_size)
     model = json.loads(tok.to_str())["model"]
     merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
     tokenizer = Qwen2Tokenizer(
