@@ -15,7 +15,6 @@ from rlctl.config import RunConfig
 from rlctl.data import tasks
 from rlctl.errors import UserError
 
-PREFERENCE_HOLDOUT = 0.1  # rlctl.stages.heldout.HOLDOUT (that module imports torch; tests keep the two equal)
 DATA_ROLE = {"sft": "sft", "dpo": "preference", "kto": "preference", "rm": "preference", "rl": "rl"}
 
 
@@ -30,14 +29,14 @@ def train_rows(cfg: RunConfig, stage: str, spec: str | Path, generated: bool) ->
         rows = len(data.normalise(mapped, role, answer)[0])
     else:
         info = data.describe(spec, role, answer, columns, cfg.data.encoding)
-        if info.fmt == "hub":
+        if info.format == "hub":
             raise UserError(
                 f"Invalid config: {stage}.epochs needs the rows of data.{DATA_ROLE[stage]} at plan time, but {spec} "
                 f"is a Hub dataset, counted only when training starts; set {stage}.max_steps instead."
             )
         rows = info.rows
     if stage in ("rm", "dpo", "kto"):
-        rows -= len(data.held_out(rows, PREFERENCE_HOLDOUT, cfg.seed))
+        rows -= len(data.held_out(rows, data.PREFERENCE_HOLDOUT, cfg.seed))
     return rows
 
 
