@@ -16,7 +16,8 @@ PKG = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, ...]] = [
     ("base",),
     ("config", "sandbox"),
-    ("data", "rewards", "plan", "algorithms"),
+    ("data",),
+    ("rewards", "plan", "algorithms"),
     ("checkpoint", "rollout"),
     ("stages",),
     ("launch",),

@@ -109,7 +109,9 @@ def config_md() -> str:
                 f"{_cell(field.description or '')} |"
             )
         out.append("")
-    return "\n".join(out)
+    from rlctl.config import aliases
+
+    return "\n".join([*out, *aliases.markdown(), ""])
 
 
 # --------------------------------------------------------------------------------------------- presets

@@ -154,7 +154,7 @@ def _print_plan(plan: Plan) -> None:
         table.add_row(
             label,
             short(s.init_from),
-            str(s.max_steps),
+            str(s.max_steps) if s.epochs is None else f"{s.max_steps} ({s.epochs:g} ep.)",
             str(s.batch_size),
             f"{s.micro_batch_size} x {s.grad_accum}",
             f"{sc.learning_rate:g}",

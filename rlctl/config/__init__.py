@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from rlctl.config import presets
+from rlctl.config import aliases, presets
 from rlctl.config.rl import (
     ADVANTAGE_NAMES,
     AGG_MODES,
@@ -176,6 +176,8 @@ def explain(error: ValidationError, source: str = "config") -> str:
         key = ".".join(str(p) for p in loc) or "(top level)"
         if err["type"] == "extra_forbidden" and loc[0] == "data" and loc[-1] in ("rm", "dpo", "kto"):
             parts.append(f"unknown key '{key}': the rm, dpo and kto stages read data.preference")
+        elif err["type"] == "extra_forbidden" and (refused := aliases.refusal(tuple(map(str, loc)))):
+            parts.append(refused)
         elif err["type"] == "extra_forbidden":
             parts.append(f"unknown key '{key}'.{did_you_mean(str(loc[-1]), _field_names(RunConfig, loc))}")
         elif err["type"] == "value_error":
@@ -214,15 +216,29 @@ def layered(
     """The raw merged mapping, in override order, before validation."""
     data: dict[str, Any] = presets.load(preset) if preset else {}
     if config_file:
-        layer = presets.resolve_layers(presets.read_yaml(Path(config_file)), source=str(config_file))
-        data = presets.merge_layer(data, layer)
+        own = aliases.canonical(presets.read_yaml(Path(config_file)), str(config_file))
+        data = _overlay(data, aliases.replaced(presets.resolve_layers(own, source=str(config_file)), own))
     if algorithm:
         data = presets.merge_layer(data, presets.load(algorithm, kind="algorithms"))
     if hardware:
         data = presets.merge_layer(data, hardware_layer(hardware))
-    for item in sets:
-        data = presets.merge_layer(data, parse_set(item))
+    if sets:  # one layer: the command line contradicting itself (epochs and max_steps, a name and its alias) is refused
+        data = _overlay(data, _set_layer(sets))
     return data
+
+
+def _set_layer(sets: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """The `--set` items as one layer, TRL names rewritten to rlctl keys."""
+    layer: dict[str, Any] = {}
+    for item in sets:
+        layer = presets.deep_merge(layer, parse_set(item))
+    return aliases.canonical(layer, "--set")
+
+
+def _overlay(data: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """`layer` merged on top of `data` (`presets.merge_layer`: its data choice wins whole), its stage lengths
+    (epochs or max_steps) replacing the earlier ones."""
+    return presets.merge_layer(aliases.replaced(data, layer), layer)
 
 
 def hardware_layer(spec: str) -> dict[str, Any]:
@@ -292,15 +308,13 @@ RESUMABLE = (
 def with_resume_overrides(cfg: RunConfig, sets: list[str] | tuple[str, ...]) -> RunConfig:
     """The run's config with `--set` overrides given to `rlctl resume`; only RESUMABLE keys may change."""
     for item in sets:
-        key = item.split("=", 1)[0]
+        key = aliases.key_for(item.split("=", 1)[0])
         if key not in RESUMABLE:
             raise UserError(
                 f"--set {key} cannot change on resume: the run's checkpoints were made with it. Keys a resume may "
                 f"change: {', '.join(RESUMABLE)}. Start a new run (rlctl train ... --set {item}) to change it."
             )
-    data = cfg.model_dump(mode="json")
-    for item in sets:
-        data = presets.deep_merge(data, parse_set(item))
+    data = _overlay(cfg.model_dump(mode="json"), _set_layer(sets))
     return validate(data, source="rlctl resume --set")
 
 

@@ -136,6 +136,15 @@ class TrainConfig(Section):
         "rl.columns also applies to data.eval.",
     )
     max_steps: int = Field(100, ge=1, description="Optimizer steps in this stage.")
+    epochs: float | None = Field(
+        None,
+        gt=0,
+        description="Passes over the stage's training rows instead of max_steps: a layer (a config file, the --set "
+        "items together) sets one or the other, a later layer's replaces an earlier one's. The plan counts the rows "
+        "and sets max_steps = ceil(epochs x rows / batch_size); rm, dpo, kto: the preference rows less the held-out "
+        "tenth; rl: the prompts, prompts_per_step per step. Needs data the plan can count (a local file or "
+        "data.generate). TRL's num_train_epochs.",
+    )
     learning_rate: float = Field(1e-5, gt=0, lt=1, description="Peak learning rate.")
     lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = Field(
         "cosine", description="Learning-rate schedule."

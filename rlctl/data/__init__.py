@@ -406,6 +406,9 @@ def each_row(fn: Callable[[Any], Any], items: Sequence[Any], start: int = 0) -> 
     return out
 
 
+PREFERENCE_HOLDOUT = 0.1  # the fraction of preference pairs the rm, dpo and kto stages hold out (and epochs skip)
+
+
 def holdout(rows: list[dict[str, Any]], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
     """(train, held-out) split of `rows`, the same for the same seed; at least one row on each side."""
     held = set(held_out(len(rows), fraction, seed))

@@ -4,7 +4,7 @@ Owns: hardware specs and detection (`hardware`), the architecture the plan is fo
 (`memory_model`) and the search over layouts it drives (`memory`), the generation-engine choice (`engine`),
 optional packages a layout needs (`packages`), and the assembled `Plan` with the run directory's layout
 (`planner`).
-May import: base, config, sandbox.
+May import: base, config, sandbox, data.
 """
 
 from rlctl.plan.planner import (

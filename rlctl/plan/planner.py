@@ -18,8 +18,8 @@ from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
 from rlctl.plan import engine as engine_mod
+from rlctl.plan import epochs, memory, packages
 from rlctl.plan import hardware as hw
-from rlctl.plan import memory, packages
 
 
 @dataclass
@@ -35,6 +35,7 @@ class StagePlan:
     grad_accum: int
     notes: list[str] = field(default_factory=list)
     strategy: str = ""  # how this stage distributes (the plan's strategy, but where the hardware cannot run it)
+    epochs: float | None = None  # the stage's length as set, when in epochs (max_steps is then counted from them)
 
 
 @dataclass
@@ -125,8 +126,7 @@ def base_model(cfg: RunConfig, run_dir: str | Path) -> str:
 
 
 DATA_ROLES = ("sft", "preference", "rl", "eval")
-# what each stage trains on
-DATA_ROLE = {"sft": "sft", "dpo": "preference", "kto": "preference", "rm": "preference", "rl": "rl"}
+DATA_ROLE = epochs.DATA_ROLE  # what each stage trains on
 
 
 def data_paths(cfg: RunConfig, run_dir: str | Path) -> dict[str, Path]:
@@ -274,6 +274,7 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
     procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
     world = procs * hardware.nodes
     warnings = missing_data(cfg)
+    lengths = epochs.resolve(cfg)
     trainer = loop_for_sharding(cfg, hardware)
     embeddings = embeddings_for_adapters(cfg)
     cfg, arch_source = model_arch.resolve(cfg, warnings)
@@ -337,7 +338,7 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
                 "where the run directory lives (lower checkpoint.keep_last or free disk)"
             )
         memory_json = mem.to_json()
-    decisions += trainer + (embeddings if adapter in ("lora", "qlora") else [])
+    decisions += lengths + trainer + (embeddings if adapter in ("lora", "qlora") else [])
     per_stage = stage_strategies(cfg, hardware, strategy, decisions, warnings)
     here = hardware.is_cpu or hw.has_local_gpu()
     vllm_forced = engine == "vllm" and cfg.rl.use_vllm is True
@@ -353,7 +354,10 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
             init, policy = policy, str(final_dir(run_dir, name))
         batch, micro, accum = batches[name]
         out = str(final_dir(run_dir, name))
-        stages.append(StagePlan(name, init, out, sc.max_steps, batch, micro, accum, strategy=per_stage[name]))
+        stage_plan = StagePlan(
+            name, init, out, sc.max_steps, batch, micro, accum, strategy=per_stage[name], epochs=sc.epochs
+        )
+        stages.append(stage_plan)
     main = (cfg.hardware.main_address, cfg.hardware.main_port)
     accel = _accelerate_config(hardware, procs, strategy, precision, cpu_offload, cfg.hardware.node_rank, main)
     launch = launch_command(run_dir, hardware, cfg)

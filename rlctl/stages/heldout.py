@@ -12,7 +12,7 @@ from rlctl.rollout import evaluate, multiturn
 from rlctl.stages import memory_probe, models
 from rlctl.stages.context import StageContext
 
-HOLDOUT = 0.1  # the fraction of preference pairs held out to score reward models
+HOLDOUT = data.PREFERENCE_HOLDOUT  # the fraction of preference pairs held out to score reward models
 
 
 def preference_split(ctx: StageContext, role: str = "preference") -> tuple[list[dict], list[dict]]:

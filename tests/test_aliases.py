@@ -1,0 +1,176 @@
+"""TRL names answered with rlctl's key (accepted aliases, refusals with did-you-mean) and STAGE.epochs counted
+into max_steps by the plan: all at plan level, no training."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from rlctl import config
+from rlctl.config import aliases
+from rlctl.data import tasks
+from rlctl.errors import UserError
+from rlctl.plan import planner
+from tests.conftest import rlctl
+
+ALL_STAGES = "stages=[sft,dpo,kto,rm,rl]"
+# A value per rlctl key (its last part) that differs from tiny-demo's, so an alias that went nowhere shows.
+VALUES = {
+    "epochs": "2",
+    "learning_rate": "0.0002",
+    "lr_scheduler": "linear",
+    "save_every": "7",
+    "max_length": "200",
+    "group_size": "4",
+    "max_new_tokens": "12",
+    "max_prompt_length": "40",
+    "ppo_epochs": "2",
+    "clip_low": "0.15",
+    "clip_high": "0.25",
+    "beta": "0.05",
+    "name_or_path": "builtin:tiny",
+    "lora_r": "4",
+    "lora_alpha": "8",
+    "lora_dropout": "0.1",
+    "every": "3",
+    "report_to": "[tensorboard]",
+}
+
+
+def _rows(kind: str) -> list[tuple[str, str, str]]:
+    """(section, typed name, rlctl key) of every accepted (`alias`) or refused (`refused`) row, per section."""
+    out = []
+    for a in aliases.ALIASES:
+        if a.accepted == (kind == "alias"):
+            for where in a.where:
+                for section in config.STAGE_ORDER if where == aliases.STAGE else (where,):
+                    out.append((section, a.name, a.key.replace(aliases.STAGE, section)))
+    return out
+
+
+def _plan_json(sets: list[str], run_dir: Path) -> dict:
+    """What `rlctl plan --json` reports for tiny-demo with every stage and `sets` (less the data checks)."""
+    cfg = config.resolve("tiny-demo", sets=[ALL_STAGES, *sets])
+    return planner.build(cfg, run_dir).to_json()
+
+
+def test_every_accepted_alias_plans_as_its_rlctl_key(tmp_path):
+    """All accepted names at once give the plan the rlctl keys give (one name per key: two names for one key in a
+    layer are refused, tested below; report_to needs its tracker installed to plan, and has its config test)."""
+    typed, keys, seen = [], [], {"logging.report_to"}
+    for section, name, key in _rows("alias"):
+        if key in seen:
+            continue
+        seen.add(key)
+        value = VALUES[key.rsplit(".", 1)[1]]
+        typed.append(f"{section + '.' if section else ''}{name}={value}")
+        keys.append(f"{key}={value}")
+    by_alias, by_key = _plan_json(typed, tmp_path), _plan_json(keys, tmp_path)
+    assert by_alias == by_key
+    base = _plan_json([], tmp_path)
+    for item in keys:  # every value reached the config (the test would pass on a no-op otherwise)
+        key, value = item.split("=")
+        if key not in ("model.name_or_path",):
+            section, leaf = key.split(".")
+            assert by_key["config"][section][leaf] != base["config"][section][leaf], key
+
+
+@pytest.mark.parametrize(("section", "name", "key"), _rows("alias"))
+def test_alias_typed_anywhere_it_applies(section, name, key):
+    """Each accepted name under each section it applies to sets its rlctl key."""
+    value = VALUES[key.rsplit(".", 1)[1]]
+    typed = f"{section + '.' if section else ''}{name}={value}"
+    got = config.resolve("tiny-demo", sets=[ALL_STAGES, typed]).model_dump(mode="json")
+    want = config.resolve("tiny-demo", sets=[ALL_STAGES, f"{key}={value}"]).model_dump(mode="json")
+    assert got == want
+
+
+@pytest.mark.parametrize(("section", "name", "key"), _rows("refused"))
+def test_refused_name_suggests_the_rlctl_key(section, name, key):
+    typed = f"{section + '.' if section else ''}{name}"
+    with pytest.raises(UserError) as err:
+        config.resolve("tiny-demo", sets=[ALL_STAGES, f"{typed}=4"])
+    assert f"unknown key '{typed}' (a TRL name)" in str(err.value)
+    assert f"Did you mean {key}?" in str(err.value)
+
+
+def test_refusal_on_the_command_line_exits_2(tmp_path):
+    proc = rlctl("plan", "--preset", "tiny-demo", "--set", "sft.per_device_train_batch_size=8", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Did you mean sft.micro_batch_size?" in proc.stderr and "Traceback" not in proc.stderr
+    assert "global batch" in proc.stderr  # the difference, not just the name
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["rl.num_generations=4", "rl.group_size=8"],  # a name and its alias in one layer
+        ["sft.epochs=1", "sft.max_steps=5"],
+        ["sft.num_train_epochs=1", "sft.max_steps=5"],
+    ],
+)
+def test_contradicting_set_items_are_refused(sets):
+    with pytest.raises(UserError, match="both set"):
+        config.resolve("tiny-demo", sets=sets)
+
+
+def test_config_file_aliases_and_epochs(tmp_path):
+    """A config file speaks TRL too; its epochs replace the max_steps of its defaults and of the preset below it."""
+    path = tmp_path / "rlctl.yaml"
+    path.write_text("defaults: [tiny-demo]\nrl: {num_generations: 4, lr: 0.0002}\nsft: {num_train_epochs: 1}\n")
+    cfg = config.resolve(config_file=path)
+    assert (cfg.rl.group_size, cfg.rl.learning_rate, cfg.sft.epochs) == (4, 0.0002, 1.0)
+    assert "max_steps" not in cfg.sft.model_fields_set
+    later = config.resolve(config_file=path, sets=["sft.max_steps=9"])  # a later layer's max_steps wins back
+    assert (later.sft.epochs, later.sft.max_steps) == (None, 9)
+    path.write_text("sft: {epochs: 1, max_steps: 9}\n")
+    with pytest.raises(UserError, match=r"sft\.epochs and sft\.max_steps are both set"):
+        config.resolve("tiny-demo", config_file=path)
+    path.write_text("rl: {per_device_train_batch_size: 4}\n")
+    with pytest.raises(UserError, match=r"Did you mean rl.micro_batch_size\?"):
+        config.resolve("tiny-demo", config_file=path)
+
+
+def test_resume_takes_aliases_and_max_steps_replaces_epochs():
+    cfg = config.resolve("tiny-demo", sets=["sft.epochs=1"])
+    cfg.sft.max_steps = 45  # as the plan leaves it
+    resumed = config.with_resume_overrides(cfg, ["sft.save_steps=9", "sft.max_steps=60"])
+    assert (resumed.sft.save_every, resumed.sft.max_steps, resumed.sft.epochs) == (9, 60, None)
+
+
+def test_epochs_in_plan_json(tmp_path):
+    """`rlctl plan --json`: sft and rl given in epochs train the steps one pass over the generated rows takes."""
+    proc = rlctl(
+        "plan", "--preset", "tiny-demo", "--json", "--run-dir", str(tmp_path / "run"),
+        "--set", "sft.epochs=1", "--set", "rl.num_train_epochs=2", "--set", "rl.prompts_per_step=32",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    stages = {s["name"]: s for s in json.loads(proc.stdout)["stages"]}
+    files = tasks.arithmetic(tmp_path / "data", 42)
+    rows = {role: len(files[role].read_text().splitlines()) for role in ("sft", "rl")}
+    sft, rl = stages["sft"], stages["rl"]
+    assert (sft["epochs"], sft["max_steps"]) == (1.0, math.ceil(rows["sft"] / 64))  # tiny-demo: sft.batch_size 64
+    assert (rl["epochs"], rl["max_steps"]) == (2.0, math.ceil(2 * rows["rl"] / 32))
+    assert stages["rm"]["epochs"] is None
+
+
+def test_preference_epochs_leave_out_the_held_out_tenth(tmp_path):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}?", "chosen": "a", "rejected": "b"}) + "\n" for i in range(100)))
+    plan = _plan_json(["data.generate=null", f"data.preference={data}", "rm.epochs=1",
+                       "dpo.epochs=3", "kto.epochs=1", "rm.batch_size=10", "dpo.batch_size=10", "kto.batch_size=10",
+                       "stages=[dpo,kto,rm]"], tmp_path)  # fmt: skip
+    steps = {s["name"]: s["max_steps"] for s in plan["stages"]}
+    assert steps == {"rm": 9, "dpo": 27, "kto": 18}  # 90 training pairs; kto: 180 unpaired rows
+
+
+def test_epochs_need_countable_data(tmp_path):
+    cfg = config.resolve(
+        "tiny-demo", sets=["data.generate=null", "stages=[rl]", "rl.epochs=1", "rl.rewards=[{name: exact_match}]"]
+    )
+    with pytest.raises(UserError, match=r"rl\.epochs counts the rows of data\.rl"):
+        planner.build(cfg, tmp_path)
