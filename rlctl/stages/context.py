@@ -9,22 +9,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlctl import checkpoint, strictjson
 from rlctl.config import RunConfig
 from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
 from rlctl.stages import alarms
 
+if TYPE_CHECKING:
+    from rlctl.launch.trackers import Fanout
+
 
 class MetricsLog:
     """Appends one strict-JSON record per line to run_dir/metrics.jsonl (main process only; NaN/inf as null, see
-    rlctl.strictjson), followed by the alarms the record completes (`watch`), which are also printed."""
+    rlctl.strictjson), followed by the alarms the record completes (`watch`), which are also printed. Each record
+    also goes to the experiment trackers of `trackers` (logging.report_to; rlctl.launch.trackers)."""
 
-    def __init__(self, run_dir: Path, enabled: bool, watch: alarms.Watch | None = None):
+    def __init__(self, run_dir: Path, enabled: bool, watch: alarms.Watch | None = None, trackers: Fanout | None = None):
         self.path = run_dir / "metrics.jsonl"
         self.enabled = enabled
         self.watch = watch
+        self.trackers = trackers if enabled else None
 
     def write(self, **record: Any) -> None:
         if not self.enabled:
@@ -36,6 +41,9 @@ class MetricsLog:
                 f.write(strictjson.dumps({**rec, "time": record["time"]}) + "\n")
         for alarm in fired:
             print(f"rlctl alarm ({alarm['stage']}, step {alarm['step']}): {alarm['message']}", file=sys.stderr)
+        if self.trackers is not None:
+            for rec in (record, *fired):
+                self.trackers.add({**rec, "time": record["time"]})
 
 
 @dataclass
