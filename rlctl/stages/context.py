@@ -9,27 +9,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlctl import checkpoint, strictjson
 from rlctl.config import RunConfig
 from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
 from rlctl.stages import alarms
 
-if TYPE_CHECKING:
-    from rlctl.launch.trackers import Fanout
-
 
 class MetricsLog:
     """Appends one strict-JSON record per line to run_dir/metrics.jsonl (main process only; NaN/inf as null, see
     rlctl.strictjson), followed by the alarms the record completes (`watch`), which are also printed. Each record
-    also goes to the experiment trackers of `trackers` (logging.report_to; rlctl.launch.trackers)."""
+    also goes to `to_trackers` (the experiment trackers of logging.report_to: rlctl.launch.trackers.Fanout.add)."""
 
-    def __init__(self, run_dir: Path, enabled: bool, watch: alarms.Watch | None = None, trackers: Fanout | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        enabled: bool,
+        watch: alarms.Watch | None = None,
+        to_trackers: Callable[[dict[str, Any]], None] | None = None,
+    ):
         self.path = run_dir / "metrics.jsonl"
         self.enabled = enabled
         self.watch = watch
-        self.trackers = trackers if enabled else None
+        self.to_trackers = to_trackers
 
     def write(self, **record: Any) -> None:
         if not self.enabled:
@@ -41,9 +44,9 @@ class MetricsLog:
                 f.write(strictjson.dumps({**rec, "time": record["time"]}) + "\n")
         for alarm in fired:
             print(f"rlctl alarm ({alarm['stage']}, step {alarm['step']}): {alarm['message']}", file=sys.stderr)
-        if self.trackers is not None:
+        if self.to_trackers is not None:
             for rec in (record, *fired):
-                self.trackers.add({**rec, "time": record["time"]})
+                self.to_trackers({**rec, "time": record["time"]})
 
 
 @dataclass
