@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,7 @@ def test_forced_vllm_on_this_gpu_machine_is_refused_and_elsewhere_flagged(monkey
     with pytest.raises(UserError, match=refused):
         _plan("1xH100-80GB", "rl.use_vllm=true")
     monkeypatch.setattr(hw, "has_local_gpu", lambda: False)  # a plan made here for another machine
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # not importable (find_spec answers None)
     p = _plan("1xH100-80GB", "rl.use_vllm=true", "logging.report_to=[mlflow]")
     assert p.generation_engine == "vllm"
     assert any("pip install 'rlctl[vllm]'" in w for w in p.warnings)
