@@ -57,7 +57,7 @@ def main(run_dir: Path) -> None:
     state = PartialState(cpu=the_plan.hardware.is_cpu)
     watch = alarms.Watch(cfg.logging.alarm_steps, cfg.logging.alarms)
     fanout = trackers.Fanout(list(cfg.logging.report_to), run_dir, cfg.name, cfg.model_dump(mode="json"))
-    log = context.MetricsLog(run_dir, state.is_main_process, watch, fanout.add)
+    log = context.MetricsLog(run_dir, state.is_main_process, watch, fanout.add if fanout.pending else None)
     paths = plan_mod.data_paths(cfg, run_dir)
     summary = read_summary(run_dir, cfg)
     summary["world_size"] = state.num_processes
