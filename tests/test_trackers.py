@@ -67,6 +67,7 @@ def _same(got: dict[str, list[tuple[int, float]]], want: dict[str, list[tuple[in
         assert [v for _, v in got[key]] == pytest.approx([v for _, v in points], rel=1e-6), key
 
 
+@pytest.mark.slow
 def test_the_run_covers_every_kind_of_record(run):
     run_dir, _ = run
     keys = set(_expected(run_dir))
@@ -103,6 +104,7 @@ def _key(item) -> str:
     return item.key or "/".join(item.nested_key)
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_metrics_jsonl(run):
     run_dir, _ = run
     (log,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
@@ -122,6 +124,7 @@ def test_wandb_offline_run_holds_metrics_jsonl(run):
     assert {tuple(k.split("/")[1:]) for k in summary if k.startswith("alarms/")} == _alarms(run_dir)
 
 
+@pytest.mark.slow
 def test_mlflow_default_store_holds_metrics_jsonl(run):
     run_dir, _ = run
     client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
@@ -143,6 +146,7 @@ print(json.dumps([SQLiteStorage.get_logs("rlctl", name), SQLiteStorage.get_alert
 """
 
 
+@pytest.mark.slow
 def test_trackio_local_store_holds_metrics_jsonl(run):
     run_dir, store = run
     name = json.loads((run_dir / "summary.json").read_text())["run"]
