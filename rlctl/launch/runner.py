@@ -18,7 +18,7 @@ from rlctl.checkpoint import faults, verify
 from rlctl.config import RunConfig
 from rlctl.data import tasks
 from rlctl.errors import UserError
-from rlctl.launch import resume_check
+from rlctl.launch import resume_check, trackers
 from rlctl.plan import planner as plan_mod
 from rlctl.stages import alarms, common, context
 
@@ -63,7 +63,8 @@ def _main(run_dir: Path) -> None:
     the_plan = plan_mod.build(cfg, run_dir)
     state = PartialState(cpu=the_plan.hardware.is_cpu)
     watch = alarms.Watch(cfg.logging.alarm_steps, cfg.logging.alarms)
-    log = context.MetricsLog(run_dir, state.is_main_process, watch)
+    fanout = trackers.Fanout(list(cfg.logging.report_to), run_dir, cfg.name, cfg.model_dump(mode="json"))
+    log = context.MetricsLog(run_dir, state.is_main_process, watch, fanout.add if fanout.pending else None)
     paths = plan_mod.data_paths(cfg, run_dir)
     summary = resume_check.read_summary(run_dir, cfg)
     summary["world_size"] = state.num_processes

@@ -107,14 +107,42 @@ SKIP = ("step", "max_steps", "time", "epoch")
 
 def metric_scalars(rec: dict) -> dict[str, float]:
     """The `stage/metric` scalars of one metrics.jsonl record (training steps), `stage/eval/metric` for held-out
-    evaluations (at each checkpoint and after the stage)."""
+    evaluations (at each checkpoint and after the stage), `stage/memory/phase/peak_gib` for memory records and
+    `stage/alarm/name` (1) for alarms."""
     stage = rec.get("stage", "run")
+    if rec.get("event") == "alarm":
+        return {f"{stage}/alarm/{rec.get('alarm')}": 1.0}
+    if rec.get("event") == "memory":
+        return {
+            f"{stage}/memory/{phase}/{k}": float(v)
+            for phase, peaks in (rec.get("phases") or {}).items()
+            for k, v in peaks.items()
+            if _number(v)
+        }
     prefix = f"{stage}/eval" if rec.get("event") in ("eval", "checkpoint") else stage
-    return {
-        f"{prefix}/{k.removeprefix('eval_')}": float(v)
-        for k, v in rec.items()
-        if k not in SKIP and isinstance(v, int | float) and not isinstance(v, bool)
-    }
+    return {f"{prefix}/{k.removeprefix('eval_')}": float(v) for k, v in rec.items() if k not in SKIP and _number(v)}
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+class Scalars:
+    """The scalars of each metrics.jsonl record and the step they belong at: the stage's step (a held-out
+    evaluation after the stage: the stage's last step). Shared by the TensorBoard files and the trackers."""
+
+    def __init__(self):
+        self.stage_step: dict[str, int] = {}
+
+    def of(self, rec: dict) -> tuple[dict[str, float], int] | None:
+        """(scalars, step) of `rec`, or None for a record without scalars at a step (start, end, data...)."""
+        stage = rec.get("stage", "run")
+        if "step" in rec and _number(rec["step"]):
+            self.stage_step[stage] = int(rec["step"])
+        elif rec.get("event") not in ("eval", "alarm"):
+            return None
+        values = metric_scalars(rec)
+        return (values, self.stage_step.get(stage, 0)) if values else None
 
 
 class MetricsEvents:
@@ -124,17 +152,12 @@ class MetricsEvents:
 
     def __init__(self, logdir: Path, wall_time: float | None = None):
         self.writer = EventWriter(logdir, wall_time)
-        self.stage_step: dict[str, int] = {}
+        self.scalars = Scalars()
 
     def add(self, rec: dict) -> None:
-        stage = rec.get("stage", "run")
-        if "step" in rec and isinstance(rec["step"], int | float):
-            self.stage_step[stage] = int(rec["step"])
-        elif rec.get("event") != "eval":
-            return
-        values = metric_scalars(rec)
-        if values:
-            self.writer.scalars(values, self.stage_step.get(stage, 0), rec.get("time"))
+        point = self.scalars.of(rec)
+        if point is not None:
+            self.writer.scalars(point[0], point[1], rec.get("time"))
 
 
 def write_metrics(records: list[dict], logdir: Path) -> Path | None:

@@ -23,12 +23,14 @@ BITSANDBYTES_MIN = "0.46.1"
 # 4-bit layers on CPU: bitsandbytes' CPU kernels; rlctl's CPU QLoRA path is tested from this release (0.50.2)
 BITSANDBYTES_CPU_MIN = "0.50"
 
-# logging.report_to -> (importable modules, any of which will do; the install command). transformers' callbacks
-# raise in the training process without them (TensorBoard takes tensorboard or tensorboardX).
-TRACKERS = {
-    "tensorboard": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
+# logging.report_to -> (the modules its adapter imports, all needed; the install command). TensorBoard needs none:
+# rlctl writes its event files itself (rlctl.launch.tbevents). MLflow's SQLite store needs SQLAlchemy and alembic,
+# which mlflow-skinny leaves out.
+TRACKERS: dict[str, tuple[tuple[str, ...], str]] = {
+    "tensorboard": ((), ""),
     "wandb": (("wandb",), "pip install wandb"),
-    "mlflow": (("mlflow",), "pip install mlflow"),
+    "mlflow": (("mlflow", "sqlalchemy", "alembic"), "pip install mlflow-skinny sqlalchemy alembic"),
+    "trackio": (("trackio",), "pip install trackio"),
 }
 
 
@@ -86,9 +88,11 @@ def missing(adapter: str, vllm: bool, cpu: bool, trackers: list[str]) -> list[Ne
         out.append(Need("vLLM for the RL rollouts", "vllm is not installed", fix, "--set rl.use_vllm=false"))
     for tracker in trackers:
         modules, fix = TRACKERS[tracker]
-        if all(importlib.util.find_spec(m) is None for m in modules):
+        absent = [m for m in modules if importlib.util.find_spec(m) is None]
+        if absent:
             what = f"{tracker} (logging.report_to)"
-            out.append(Need(what, f"{modules[0]} is not installed", fix, f"drop {tracker} from logging.report_to"))
+            problem = f"{' and '.join(absent)} {'is' if len(absent) == 1 else 'are'} not installed"
+            out.append(Need(what, problem, f"{fix} (or 'rlctl[trackers]')", f"drop {tracker} from logging.report_to"))
     return out
 
 

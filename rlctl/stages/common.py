@@ -167,7 +167,7 @@ def training_args(ctx: StageContext, config_cls, **extra: Any):
         data_seed=ctx.cfg.seed,
         bf16=plan.mixed_precision == "bf16",
         use_cpu=plan.hardware.is_cpu,
-        report_to=ctx.cfg.logging.report_to or "none",
+        report_to="none",  # rlctl sends its metrics.jsonl records to logging.report_to (rlctl.launch.trackers)
         disable_tqdm=True,
         gradient_checkpointing=plan.gradient_checkpointing,
         dataloader_num_workers=0,

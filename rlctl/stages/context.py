@@ -19,12 +19,20 @@ from rlctl.stages import alarms
 
 class MetricsLog:
     """Appends one strict-JSON record per line to run_dir/metrics.jsonl (main process only; NaN/inf as null, see
-    rlctl.strictjson), followed by the alarms the record completes (`watch`), which are also printed."""
+    rlctl.strictjson), followed by the alarms the record completes (`watch`), which are also printed. Each record
+    also goes to `to_trackers` (the experiment trackers of logging.report_to: rlctl.launch.trackers.Fanout.add)."""
 
-    def __init__(self, run_dir: Path, enabled: bool, watch: alarms.Watch | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        enabled: bool,
+        watch: alarms.Watch | None = None,
+        to_trackers: Callable[[dict[str, Any]], None] | None = None,
+    ):
         self.path = run_dir / "metrics.jsonl"
         self.enabled = enabled
         self.watch = watch
+        self.to_trackers = to_trackers
 
     def write(self, **record: Any) -> None:
         if not self.enabled:
@@ -36,6 +44,9 @@ class MetricsLog:
                 f.write(strictjson.dumps({**rec, "time": record["time"]}) + "\n")
         for alarm in fired:
             print(f"rlctl alarm ({alarm['stage']}, step {alarm['step']}): {alarm['message']}", file=sys.stderr)
+        if self.to_trackers is not None:
+            for rec in (record, *fired):
+                self.to_trackers({**rec, "time": record["time"]})
 
 
 @dataclass
