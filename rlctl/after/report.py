@@ -220,6 +220,9 @@ def _bars(out: Path, panels: list[tuple[str, dict[str, float]]]) -> Path | None:
         bars = ax.bar(list(values), list(values.values()), color=[stage_colour(s) for s in values])
         ax.bar_label(bars, labels=[f"{v:.3f}" for v in values.values()], fontsize=8)
         ax.set_title(title, fontsize=10)
+        ax.set_xlim(-0.75, max(len(values), 3) - 0.25)  # one or two bars keep a bar's width
+        if "accuracy" in title or "fraction" in title:
+            ax.set_ylim(0, 1.08)
         ax.grid(axis="y", alpha=0.3)
     fig.savefig(out, dpi=100)
     plt.close(fig)
@@ -245,8 +248,8 @@ def preference_heldout(summary: dict[str, Any], records: list[dict[str, Any]]) -
     if isinstance(rm.get("eval_accuracy"), int | float):
         out["rm"] = {"accuracy": rm["eval_accuracy"], "margin": rm.get("eval_margin")}
     for rec in records:
-        if rec.get("event") == "heldout" and isinstance(rec.get("preference_accuracy"), int | float):
-            out[rec["stage"]] = {"accuracy": rec["preference_accuracy"], "margin": rec.get("preference_margin")}
+        if rec.get("event") == "heldout" and rec.get("stage"):
+            out[rec["stage"]] = {"accuracy": rec.get("preference_accuracy"), "margin": rec.get("preference_margin")}
     return out
 
 
@@ -438,7 +441,7 @@ def heldout_lines(
     if pref:
         lines += ["", "Held-out preference pairs (a tenth of `data.preference`):", ""]
         lines += ["| stage | chosen preferred | mean reward margin |", "| --- | --- | --- |"]
-        lines += [f"| {s} | {_fmt(m['accuracy'])} | {_fmt(m.get('margin'))} |" for s, m in pref.items()]
+        lines += [f"| {s} | {_fmt(m.get('accuracy'))} | {_fmt(m.get('margin'))} |" for s, m in pref.items()]
         if "preference" in plots:
             lines += ["", f"![held-out preference pairs]({plots['preference'].name})"]
     return lines
