@@ -1,6 +1,8 @@
-"""`rlctl report RUN_DIR`: PNG plots of every stage's training curves, a held-out summary chart, a planned vs
-measured memory chart per phase, a report.md that embeds them with the run's configuration and final metrics, and
-TensorBoard event files, all from the run directory's metrics.jsonl and summary.json (no tracker account needed)."""
+"""`rlctl report RUN_DIR`: PNG plots of every stage's training curves (a fixed colour per stage, whole-number steps,
+constant metrics named instead of drawn), the policies' held-out chart, the held-out preference pairs' chart (rm,
+dpo, kto), a planned vs measured memory chart per phase, a report.md that embeds them with the run's configuration
+and final metrics, and TensorBoard event files, all from the run directory's metrics.jsonl and summary.json (no
+tracker account needed)."""
 
 from __future__ import annotations
 
