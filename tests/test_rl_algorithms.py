@@ -205,6 +205,11 @@ def test_algorithm_learns_from_the_sft_checkpoint(algorithm, demo_run, tmp_path)
         assert live["critic"] == (algorithm in ("ppo", "pf-ppo")), live
         beta = json.loads((tmp_path / "run" / "plan.json").read_text())["config"]["rl"]["beta"]
         assert live["reference"] == ("cpu" if beta > 0 else "none"), live
+    if stage != "rl":  # the held-out tenth of data.preference, scored at the end (rlctl report charts it)
+        records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+        (held,) = [r for r in records if r.get("event") == "heldout"]
+        assert held["stage"] == stage and held["pairs"] > 0 and isinstance(held["preference_margin"], float), held
+        assert (algorithm == "dpo") == (0 <= held.get("preference_accuracy", -1) <= 1), held
     if stage == "rl":
         records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
         steps_logged = [r for r in records if r.get("stage") == "rl" and "step" in r]

@@ -1,6 +1,8 @@
-"""`rlctl report RUN_DIR`: PNG plots of every stage's training curves, a held-out summary chart, a planned vs
-measured memory chart per phase, a report.md that embeds them with the run's configuration and final metrics, and
-TensorBoard event files, all from the run directory's metrics.jsonl and summary.json (no tracker account needed)."""
+"""`rlctl report RUN_DIR`: PNG plots of every stage's training curves (a fixed colour per stage, whole-number steps,
+constant metrics named instead of drawn), the policies' held-out chart, the held-out preference pairs' chart (rm,
+dpo, kto), a planned vs measured memory chart per phase, a report.md that embeds them with the run's configuration
+and final metrics, and TensorBoard event files, all from the run directory's metrics.jsonl and summary.json (no
+tracker account needed)."""
 
 from __future__ import annotations
 
@@ -49,6 +51,9 @@ LABELS = {
     "sync_logp_diff_mean": "weight sync: mean |log-prob diff| trainer vs vLLM",
     "sync_logp_diff_max": "weight sync: max |log-prob diff| trainer vs vLLM",
     "is_ratio_mean": "rollout correction: mean IS ratio",
+    "eval_accuracy": "held-out accuracy (at checkpoints)",
+    "eval_reward": "held-out reward (at checkpoints)",
+    "eval_margin": "held-out reward margin (at checkpoints)",
 }
 SKIP = ("step", "max_steps", "time", "epoch")
 
@@ -122,53 +127,152 @@ def _ema(values: list[float], alpha: float = 0.1) -> list[float]:
     return out
 
 
-def plot_stage(stage: str, metrics: dict[str, list[tuple[int, float]]], out: Path, title: str) -> Path:
-    """One PNG: a panel per metric against the optimizer step."""
-    plt = _pyplot()
+# One colour per stage in every figure (matplotlib's tab10 colours); a stage not named here takes the next ones.
+STAGE_COLOURS = {
+    "base": "#7f7f7f",
+    "sft": "#1f77b4",
+    "rm": "#ff7f0e",
+    "rl": "#2ca02c",
+    "dpo": "#d62728",
+    "kto": "#9467bd",
+}
+_SPARE_COLOURS = ("#8c564b", "#e377c2", "#bcbd22", "#17becf")
+
+
+def stage_colour(stage: str) -> str:
+    """The fixed colour of `stage` in every figure."""
+    if stage in STAGE_COLOURS:
+        return STAGE_COLOURS[stage]
+    return _SPARE_COLOURS[sum(map(ord, stage)) % len(_SPARE_COLOURS)]
+
+
+def constant(points: list[tuple[int, float]]) -> bool:
+    """A curve of two or more points that never moves (an all-zero clip ratio, a fixed learning rate)."""
+    values = [v for _, v in points]
+    return len(values) > 1 and max(values) - min(values) <= 1e-12 * max(1.0, abs(values[0]))
+
+
+def plotted(metrics: dict[str, list[tuple[int, float]]]) -> tuple[list[str], list[str]]:
+    """(metrics drawn, constant metrics left out), in plot order."""
     names = ordered(metrics)
+    return [n for n in names if not constant(metrics[n])], [n for n in names if constant(metrics[n])]
+
+
+def _integer_steps(ax, steps: tuple[int, ...]) -> None:
+    """Whole-number step ticks: every step over a short range (a single point sits between its neighbours),
+    matplotlib's integer locator over a long one."""
+    from matplotlib.ticker import MaxNLocator
+
+    lo, hi = min(steps), max(steps)
+    if hi - lo < 2:
+        ax.set_xlim(lo - 1, hi + 1)
+        ax.set_xticks(range(lo - 1, hi + 2))
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def plot_stage(stage: str, metrics: dict[str, list[tuple[int, float]]], out: Path, title: str) -> Path | None:
+    """One PNG: a panel per metric that moves, against the optimizer step, in the stage's colour (None when every
+    metric is constant)."""
+    names, _ = plotted(metrics)
+    if not names:
+        return None
+    plt = _pyplot()
+    colour = stage_colour(stage)
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.9 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.9 * rows + 0.4), squeeze=False, layout="constrained")
     for ax, name in zip(axes.flat, names, strict=False):
         steps, values = zip(*metrics[name], strict=True)
         few = len(steps) <= 30
-        ax.plot(steps, values, marker="o" if few else None, markersize=3, linewidth=1.2, alpha=0.45 if not few else 1)
+        ax.plot(
+            steps,
+            values,
+            color=colour,
+            marker="o" if few else None,
+            markersize=4 if len(steps) == 1 else 3,
+            linewidth=1.2,
+            alpha=1 if few else 0.35,
+        )
         if not few:
-            ax.plot(steps, _ema(list(values)), linewidth=1.8, color="C0", label="smoothed")
+            ax.plot(steps, _ema(list(values)), linewidth=1.8, color=colour, label="smoothed")
         ax.set_title(LABELS.get(name, name.replace("_", " ")), fontsize=10)
         ax.set_xlabel("step", fontsize=8)
+        _integer_steps(ax, steps)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
         if name == "lr":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
-    fig.suptitle(title, fontsize=12)
-    fig.tight_layout()
+    fig.suptitle(title, fontsize=12)  # constrained layout keeps it clear of the panel titles
     fig.savefig(out, dpi=100)
     plt.close(fig)
+    return out
+
+
+def _bars(out: Path, panels: list[tuple[str, dict[str, float]]]) -> Path | None:
+    """One figure of bar panels, each (title, {stage: value}) with the stages in their colours."""
+    panels = [(title, values) for title, values in panels if values]
+    if not panels:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.2), squeeze=False, layout="constrained")
+    for ax, (title, values) in zip(axes.flat, panels, strict=True):
+        bars = ax.bar(list(values), list(values.values()), color=[stage_colour(s) for s in values])
+        ax.bar_label(bars, labels=[f"{v:.3f}" for v in values.values()], fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlim(-0.75, max(len(values), 3) - 0.25)  # one or two bars keep a bar's width
+        if "accuracy" in title or "fraction" in title:
+            ax.set_ylim(0, 1.08)
+        ax.grid(axis="y", alpha=0.3)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _values(held: dict[str, dict[str, Any]], key: str) -> dict[str, float]:
+    return {s: m[key] for s, m in held.items() if isinstance(m.get(key), int | float) and not isinstance(m[key], bool)}
+
+
+def policy_heldout(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """summary.json's held-out task metrics of the policy stages (base, sft, rl, and dpo/kto when data.eval is
+    set), stages without any left out."""
+    held = summary.get("stages", {})
+    return {s: m for s, m in held.items() if s != "rm" and any(k in m for k in ("eval_accuracy", "eval_reward"))}
+
+
+def preference_heldout(summary: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """{stage: {"accuracy", "margin"}} on the held-out preference pairs: the reward model's from summary.json, DPO's
+    and KTO's from their `heldout` records in metrics.jsonl (the last one of each stage)."""
+    out: dict[str, dict[str, float]] = {}
+    rm = summary.get("stages", {}).get("rm", {})
+    if isinstance(rm.get("eval_accuracy"), int | float):
+        out["rm"] = {"accuracy": rm["eval_accuracy"], "margin": rm.get("eval_margin")}
+    for rec in records:
+        if rec.get("event") == "heldout" and rec.get("stage"):
+            out[rec["stage"]] = {"accuracy": rec.get("preference_accuracy"), "margin": rec.get("preference_margin")}
     return out
 
 
 def plot_summary(summary: dict[str, Any], out: Path) -> Path | None:
-    """Bars of the held-out metrics (eval_accuracy, eval_reward) of each evaluated stage, in run order."""
-    stages = summary.get("stages", {})
-    keys = [k for k in ("eval_accuracy", "eval_reward") if any(k in m for m in stages.values())]
-    if not keys:
-        return None
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.2), squeeze=False)
-    for ax, key in zip(axes.flat, keys, strict=True):
-        names = [s for s, m in stages.items() if isinstance(m.get(key), int | float)]
-        values = [stages[s][key] for s in names]
-        bars = ax.bar(names, values, color=[f"C{i}" for i in range(len(names))])
-        ax.bar_label(bars, labels=[f"{v:.3f}" for v in values], fontsize=8)
-        ax.set_title(f"held-out {key.removeprefix('eval_')}", fontsize=10)
-        ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    """Bars of the policies' held-out task metrics (eval_accuracy, eval_reward), a colour per stage, in run order."""
+    held = policy_heldout(summary)
+    return _bars(
+        out, [(f"held-out {k.removeprefix('eval_')}", _values(held, k)) for k in ("eval_accuracy", "eval_reward")]
+    )
+
+
+def plot_preference(pref: dict[str, dict[str, float]], out: Path) -> Path | None:
+    """Bars of the pairwise accuracy and mean reward margin on the held-out preference pairs (rm, dpo, kto): its
+    own chart, as a pairwise accuracy is not a task accuracy."""
+    return _bars(
+        out,
+        [
+            ("held-out pairs: chosen preferred (fraction)", _values(pref, "accuracy")),
+            ("held-out pairs: mean reward margin", _values(pref, "margin")),
+        ],
+    )
 
 
 def _memory_rows(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -267,18 +371,7 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
     if durations:
         lines.append(f"| time per stage | {', '.join(f'{s} {_hms(d)}' for s, d in durations.items())} |")
     lines.append(f"| written | {time.strftime('%Y-%m-%d %H:%M:%S')} |")
-    held = summary.get("stages", {})
-    if held:
-        keys = sorted({k for m in held.values() for k in m})
-        keys = [k for k in keys if k != strictjson.REASONS]
-        lines += ["", "## Final metrics (held-out)", "", "| stage | " + " | ".join(keys) + " |"]
-        lines.append("| --- |" + " --- |" * len(keys))
-        for stage, metrics in held.items():
-            nulls = metrics.get(strictjson.REASONS, {})
-            cells = [nulls.get(k, "n/a") if metrics.get(k, "") is None else _fmt(metrics.get(k, "")) for k in keys]
-            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
-        if "summary" in plots:
-            lines += ["", f"![held-out metrics per stage]({plots['summary'].name})"]
+    lines += heldout_lines(summary, records, plots, bool(cfg.data.eval or cfg.data.generate))
     lines += memory_lines(summary, plots)
     lines += layout_section(summary.get("layout", {}))
     lines += ["", "## Configuration", "", f"Resolved config: `{run_dir / 'config.yaml'}`.", ""]
@@ -303,6 +396,7 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
         lines += ["", f"## {stage}", ""]
         last_step = max(step for points in metrics.values() for step, _ in points)
         lines.append(f"Last logged step {last_step}. Final values:")
+        flat = plotted(metrics)[1]
         lines += ["", "| metric | first | last | min | max |", "| --- | --- | --- | --- | --- |"]
         for name in ordered(metrics):
             values = [v for _, v in metrics[name]]
@@ -310,6 +404,9 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
                 f"| {LABELS.get(name, name)} | {_fmt(values[0])} | {_fmt(values[-1])} | "
                 f"{_fmt(min(values))} | {_fmt(max(values))} |"
             )
+        if flat:
+            shown = ", ".join(f"{LABELS.get(n, n)} = {_fmt(metrics[n][0][1])}" for n in flat)
+            lines += ["", f"Constant, not plotted: {shown}."]
         if stage in plots:
             lines += ["", f"![{stage} training curves]({plots[stage].name})"]
     if tb is not None:
@@ -320,6 +417,36 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
             f"Event files: `{tb.parent}`. View them with `tensorboard --logdir {tb.parent}`.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def heldout_lines(
+    summary: dict[str, Any], records: list[dict[str, Any]], plots: dict[str, Path], has_eval: bool
+) -> list[str]:
+    """report.md's held-out sections: the policies' task metrics (or one line saying the run had no held-out
+    prompts) and the preference-pair accuracy and margin of rm, dpo and kto."""
+    held = policy_heldout(summary)
+    lines = ["", "## Final metrics (held-out)", ""]
+    if held:
+        keys = sorted({k for m in held.values() for k in m} - {strictjson.REASONS})
+        lines += ["| stage | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
+        for stage, metrics in held.items():
+            nulls = metrics.get(strictjson.REASONS, {})
+            cells = [nulls.get(k, "n/a") if metrics.get(k, "") is None else _fmt(metrics.get(k, "")) for k in keys]
+            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+        if "summary" in plots:
+            lines += ["", f"![held-out metrics per stage]({plots['summary'].name})"]
+    elif has_eval:
+        lines.append("No policy stage has been scored on `data.eval` yet.")
+    else:
+        lines.append("No held-out prompts: set `data.eval` to score each policy stage after training.")
+    pref = preference_heldout(summary, records)
+    if pref:
+        lines += ["", "Held-out preference pairs (a tenth of `data.preference`):", ""]
+        lines += ["| stage | chosen preferred | mean reward margin |", "| --- | --- | --- |"]
+        lines += [f"| {s} | {_fmt(m.get('accuracy'))} | {_fmt(m.get('margin'))} |" for s, m in pref.items()]
+        if "preference" in plots:
+            lines += ["", f"![held-out preference pairs]({plots['preference'].name})"]
+    return lines
 
 
 def layout_section(layout: dict[str, dict]) -> list[str]:
@@ -393,15 +520,14 @@ def _write(cfg: RunConfig, summary: dict, records: list[dict[str, Any]], run_dir
     """The plots and report.md into `out`, the TensorBoard events into the run."""
     from rlctl.launch import tbevents
 
-    plots: dict[str, Path] = {}
-    for stage, metrics in curves(records).items():
-        plots[stage] = plot_stage(stage, metrics, out / f"{stage}.png", f"{cfg.name}: {stage}")
-    chart = plot_summary(summary, out / "summary.png")
-    if chart is not None:
-        plots["summary"] = chart
-    chart = plot_memory(summary, out / "memory.png")
-    if chart is not None:
-        plots["memory"] = chart
+    charts = {
+        stage: plot_stage(stage, m, out / f"{stage}.png", f"{cfg.name}: {stage}")
+        for stage, m in curves(records).items()
+    }
+    charts["summary"] = plot_summary(summary, out / "summary.png")
+    charts["preference"] = plot_preference(preference_heldout(summary, records), out / "preference.png")
+    charts["memory"] = plot_memory(summary, out / "memory.png")
+    plots = {name: chart for name, chart in charts.items() if chart is not None}
     tb = tbevents.write_metrics(records, run_dir / "tensorboard")
     md = out / "report.md"
     md.write_text(markdown(cfg, summary, records, plots, run_dir, tb))

@@ -283,9 +283,9 @@ def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
     )
 
 
-def train_causal_lm(ctx: StageContext, trainer_cls, args, rows: list[dict], tok) -> None:
+def train_causal_lm(ctx: StageContext, trainer_cls, args, rows: list[dict], tok):
     """SFT, DPO and KTO: TRL's `trainer_cls` on `rows` from the stage's starting model (LoRA/QLoRA as planned),
-    checked against the plan, resumed from the last complete checkpoint, and saved."""
+    checked against the plan, resumed from the last complete checkpoint, and saved; returns the trainer."""
     from datasets import Dataset
 
     trainer = trainer_cls(
@@ -299,3 +299,34 @@ def train_causal_lm(ctx: StageContext, trainer_cls, args, rows: list[dict], tok)
     layout.follow_plan(ctx, trainer)
     trainer.train(resume_from_checkpoint=resume_point(ctx))
     save_final(ctx, trainer, tok)
+    return trainer
+
+
+class _LastLog(TrainerCallback):
+    """Keeps the last log a trainer sends (its evaluate() metrics)."""
+
+    def __init__(self):
+        self.logs: dict[str, float] = {}
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs = dict(logs or {})
+
+
+def score_held_out_pairs(ctx: StageContext, trainer, rows: list[dict], accuracy: str | None) -> None:
+    """DPO and KTO: the trained policy's implicit-reward accuracy (`accuracy`, TRL's eval metric, None for KTO whose
+    unpaired rows have none) and mean chosen-minus-rejected margin on the held-out tenth of data.preference,
+    through TRL's own evaluate(), logged as one `heldout` record that `rlctl report` charts."""
+    from datasets import Dataset
+
+    if not rows:
+        return
+    trainer.remove_callback(StreamMetrics)  # an eval log is not a training step
+    last = _LastLog()
+    trainer.add_callback(last)
+    trainer.evaluate(eval_dataset=Dataset.from_list(rows))
+    scores = {"preference_margin": last.logs.get("eval_rewards/margins")}
+    if accuracy is not None:
+        scores["preference_accuracy"] = last.logs.get(accuracy)
+    found = {k: float(v) for k, v in scores.items() if isinstance(v, int | float) and math.isfinite(v)}
+    if ctx.is_main and found:
+        ctx.log.write(stage=ctx.stage.name, event="heldout", pairs=len(rows), **found)

@@ -1,9 +1,10 @@
-"""Offline preference optimisation through TRL's DPOTrainer (the reference is the starting policy)."""
+"""Offline preference optimisation through TRL's DPOTrainer (the reference is the starting policy); the held-out
+tenth of data.preference is scored at the end (implicit-reward accuracy and margin)."""
 
 from __future__ import annotations
 
-from rlctl.stages import lengths, models
-from rlctl.stages.common import StageContext, train_causal_lm, training_args
+from rlctl.stages import heldout, lengths, models
+from rlctl.stages.common import StageContext, score_held_out_pairs, train_causal_lm, training_args
 
 
 def run(ctx: StageContext) -> None:
@@ -13,4 +14,6 @@ def run(ctx: StageContext) -> None:
     train_rows = lengths.training_rows(ctx, tok)
     sc = ctx.settings
     args = training_args(ctx, DPOConfig, max_length=sc.max_length, beta=sc.beta, loss_type=[sc.loss_type])
-    train_causal_lm(ctx, DPOTrainer, args, train_rows, tok)
+    trainer = train_causal_lm(ctx, DPOTrainer, args, train_rows, tok)
+    held = heldout.preference_split(ctx)[1][: sc.eval_samples]
+    score_held_out_pairs(ctx, trainer, held, "eval_rewards/accuracies")

@@ -3,13 +3,13 @@
 KTO learns from single completions labelled desirable or undesirable. The data layer's `kto` role reads
 data.preference either as KTO rows (`prompt`, `completion`, boolean `label`) or as preference pairs, each pair
 becoming two rows: the chosen completion desirable, the rejected one undesirable. A tenth is held out, as in the
-rm and dpo stages.
+rm and dpo stages, and scored at the end (mean margin of desirable over undesirable implicit rewards).
 """
 
 from __future__ import annotations
 
-from rlctl.stages import lengths, models
-from rlctl.stages.common import StageContext, train_causal_lm, training_args
+from rlctl.stages import heldout, lengths, models
+from rlctl.stages.common import StageContext, score_held_out_pairs, train_causal_lm, training_args
 
 
 def run(ctx: StageContext) -> None:
@@ -27,4 +27,6 @@ def run(ctx: StageContext) -> None:
         desirable_weight=sc.desirable_weight,
         undesirable_weight=sc.undesirable_weight,
     )
-    train_causal_lm(ctx, KTOTrainer, args, rows, tok)
+    trainer = train_causal_lm(ctx, KTOTrainer, args, rows, tok)
+    held = heldout.preference_split(ctx, "kto")[1][: sc.eval_samples]
+    score_held_out_pairs(ctx, trainer, held, None)
