@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlctl.after import report
+from rlctl.after import plots, report
 from rlctl.config import dump, resolve
 
 
@@ -44,7 +44,7 @@ SUMMARY = {
 @pytest.fixture
 def figures(monkeypatch):
     """Every figure the report saves, by file stem, to read its axes back (savefig still writes the PNG)."""
-    plt = report._pyplot()
+    plt = plots._pyplot()
     kept: dict[str, object] = {}
     save = plt.Figure.savefig
 
@@ -102,10 +102,10 @@ def test_report_charts(tmp_path, figures):
 
     # one colour per stage, the same in every figure
     for stage in ("sft", "rm", "rl"):
-        assert _colours(figures[stage]) == {report.stage_colour(stage)}, stage
+        assert _colours(figures[stage]) == {plots.stage_colour(stage)}, stage
     bars = _by_bar(figures["summary"]) | _by_bar(figures["preference"])
-    assert bars == {s: report.stage_colour(s) for s in ("base", "sft", "rm", "rl")}
-    assert len({report.stage_colour(s) for s in ("base", "sft", "rm", "rl", "dpo", "kto")}) == 6
+    assert bars == {s: plots.stage_colour(s) for s in ("base", "sft", "rm", "rl")}
+    assert len({plots.stage_colour(s) for s in ("base", "sft", "rm", "rl", "dpo", "kto")}) == 6
 
 
 def test_report_without_heldout_prompts_says_so(tmp_path):
