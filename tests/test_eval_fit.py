@@ -74,3 +74,19 @@ def test_a_long_step_is_printed_once_and_scoring_shows_rows_and_eta():
     assert not any(stage.due(30, now=t) for t in (201.0, 231.0, 261.0)), "nothing new: not printed again"
     stage.update({"stage": "rl", "step": 1, "event": "checkpoint", "eval_accuracy": 0.25, "eval_rows": 16}, now=280)
     assert stage.due(30, now=291.0) and "eval_accuracy 0.250" in stage.line() and "eval_rows" not in stage.line()
+
+
+def test_chat_sums_holds_out_its_eval_prompts_and_scores_the_replys_last_number(tmp_path: Path):
+    from rlctl.data import tasks
+    from rlctl.rewards import resolve
+
+    paths = tasks.chat_sums(tmp_path, seed=0)
+    rows = {role: [json.loads(line) for line in path.read_text().splitlines()] for role, path in paths.items()}
+    asked = {json.dumps(r["prompt"]) for r in rows["rl"]}
+    assert len(rows["eval"]) == tasks.CHAT_SUMS_EVAL and not asked & {json.dumps(r["prompt"]) for r in rows["eval"]}
+    first = rows["eval"][0]
+    a, b = map(int, re.findall(r"\d+", first["prompt"][0]["content"]))
+    assert first["answer"] == str(a + b) and first["prompt"][0]["role"] == "user"
+    fn = resolve("gsm8k(strict=False)", "answer")
+    said = [f"{a} + {b} = {a + b}", str(a + b + 1), "To solve this, we add."]
+    assert fn(prompts=[first["prompt"]] * 3, completions=said, answer=[first["answer"]] * 3) == [1.0, 0.0, 0.0]
