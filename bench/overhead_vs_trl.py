@@ -18,6 +18,9 @@ tailing metrics.jsonl into the progress display and TensorBoard, accelerate's la
 with other load on a shared machine, so the CPU ratio is the steadier estimate of the work rlctl adds.
 
 Usage: python bench/overhead_vs_trl.py [--rounds 3] [--sft-steps 40] [--grpo-steps 8]
+       [--preset tiny-demo] [--set key=value ...] [--kinds sft,grpo]
+A real model: --preset smollm2-grpo-cpu --kinds grpo (the plain script loads the same converted folder and data;
+its reward reads a chat completion's text as rlctl's does)
 On a shared machine, OMP_NUM_THREADS=1 (both sides honour it) keeps other processes from stalling torch's
 thread barriers, which otherwise costs seconds per step at random on 2 cores.
 """
@@ -82,7 +85,8 @@ else:
     from trl import GRPOConfig, GRPOTrainer
 
     def exact_match(prompts, completions, answer, **kw):
-        return [float(c.strip() == a.strip()) for c, a in zip(completions, answer)]
+        text = [c[-1]["content"] if isinstance(c, list) else c for c in completions]  # chat: the reply's text
+        return [float(c.strip() == a.strip()) for c, a in zip(text, answer)]
 
     args = GRPOConfig(**common, num_generations=S["group"], max_completion_length=S["max_new_tokens"],
                       temperature=S["temperature"], beta=S["beta"], epsilon=S["clip_low"],
@@ -195,16 +199,18 @@ def rlctl_args(kind: str, steps: int, save_every: int = 100000) -> list[str]:
     ]  # fmt: skip
 
 
-def rlctl_train(run: Path, extra: list[str]) -> tuple[float, list]:
-    """`rlctl train` of the tiny demo into `run`; returns the wall time and the CPU samples."""
-    argv = [RLCTL, "-q", "train", "--preset", "tiny-demo", "--run-dir", str(run), "--set", "rl.eval_samples=16"]
+def rlctl_train(run: Path, extra: list[str], preset: list[str]) -> tuple[float, list]:
+    """`rlctl train` of the bench's preset (the tiny demo unless --preset) into `run`; returns the wall time and
+    the CPU samples. `preset`: the preset's name, then key=value overrides."""
+    argv = [RLCTL, "-q", "train", "--preset", preset[0], "--run-dir", str(run), "--set", "rl.eval_samples=16"]
+    argv += [arg for kv in preset[1:] for arg in ("--set", kv)]
     return run_sampled([*argv, *extra], run.with_name(run.name + ".log"), "rlctl.launch.runner")
 
 
-def run_rlctl(kind: str, steps: int, tmp: Path, i: int) -> Measured:
+def run_rlctl(kind: str, steps: int, tmp: Path, i: int, preset: list[str]) -> Measured:
     """One measured `rlctl train` of the stage (no checkpoint before its last step)."""
     run = tmp / f"rlctl-{kind}-{i}"
-    wall, samples = rlctl_train(run, rlctl_args(kind, steps))
+    wall, samples = rlctl_train(run, rlctl_args(kind, steps), preset)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     stage = "sft" if kind == "sft" else "rl"
     # training records only: a checkpoint record (the save at the last step, scored for keep_best) carries a step
@@ -221,7 +227,7 @@ def trl_settings(kind: str, run: Path, out: Path, steps: int) -> dict:
     assert cfg["model"]["dtype"] != "auto", "bench assumes the preset names the model dtype (tiny: float32)"
     s = {
         "kind": kind,
-        "model": str(run / "base"),
+        "model": str(run / "base") if (run / "base").exists() else cfg["model"]["name_or_path"],
         "data": str(run / "data" / ("sft.jsonl" if kind == "sft" else "rl.jsonl")),
         "out": str(out),
         "stamps": str(out / "stamps.json"),
@@ -272,13 +278,13 @@ def run_trl(settings: dict, script: Path) -> Measured | None:
     return measure(json.loads(Path(settings["stamps"]).read_text()), samples, wall)
 
 
-def check_same_settings(kind: str, tmp: Path, script: Path) -> tuple[Path, int]:
+def check_same_settings(kind: str, tmp: Path, script: Path, preset: list[str]) -> tuple[Path, int]:
     """A 1-step rlctl run that saves its checkpoint, diffed field by field against the plain script's config;
     returns the run (its model folder and data serve every TRL run) and the plain script's torch thread count."""
     import torch
 
     ref = tmp / f"ref-{kind}"
-    rlctl_train(ref, rlctl_args(kind, 1, save_every=1))
+    rlctl_train(ref, rlctl_args(kind, 1, save_every=1), preset)
     saved = next((ref / ("sft" if kind == "sft" else "rl")).rglob("checkpoint-1/training_args.bin"))
     ours = torch.load(saved, weights_only=False)
     ours = json.loads(json.dumps(ours.to_dict(), default=str))
@@ -301,22 +307,27 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sft-steps", type=int, default=40)
     ap.add_argument("--grpo-steps", type=int, default=8)
+    ap.add_argument("--preset", default="tiny-demo", help="The rlctl preset both sides run (model, data, settings).")
+    ap.add_argument("--set", action="append", default=[], help="rlctl --set key=value for both sides (repeatable).")
+    ap.add_argument("--kinds", default="sft,grpo", help="Which runs to compare: sft, grpo or both.")
     opts = ap.parse_args()
+    preset = [opts.preset, *opts.set]
     threads = os.environ.get("OMP_NUM_THREADS", "rlctl's default (CPU cores / processes)")
     rows, payload = [], {"target_ratio": TARGET, "rounds": opts.rounds, "omp_num_threads": threads, "runs": {}}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         script = tmp / "plain_trl.py"
         script.write_text(TRL_SCRIPT)
-        for kind, steps in (("sft", opts.sft_steps), ("grpo", opts.grpo_steps)):
-            ref, torch_threads = check_same_settings(kind, tmp, script)
+        kinds = opts.kinds.split(",")
+        for kind, steps in (k for k in (("sft", opts.sft_steps), ("grpo", opts.grpo_steps)) if k[0] in kinds):
+            ref, torch_threads = check_same_settings(kind, tmp, script, preset)
             runs = []
             for i in range(opts.rounds):
                 order = ("rlctl", "trl") if i % 2 == 0 else ("trl", "rlctl")  # ABBA: drift cancels
                 got: dict = {"order": "/".join(order), "load_avg_1m": round(os.getloadavg()[0], 2)}
                 for who in order:
                     if who == "rlctl":
-                        got["rlctl"] = asdict(run_rlctl(kind, steps, tmp, i))
+                        got["rlctl"] = asdict(run_rlctl(kind, steps, tmp, i, preset))
                     else:
                         settings = trl_settings(kind, ref, tmp / f"trl-{kind}-{i}", steps)
                         got["trl"] = asdict(run_trl(settings, script))
@@ -349,7 +360,7 @@ def main() -> None:
             }
     report(
         "overhead_vs_trl",
-        f"rlctl vs plain TRL, tiny model on CPU, {opts.rounds} alternating rounds, torch threads {torch_threads} "
+        f"rlctl vs plain TRL, {opts.preset} on CPU, {opts.rounds} alternating rounds, torch threads {torch_threads} "
         f"(target ratio <= {TARGET})",
         ["run", "steps", "rlctl s/step", "TRL s/step", "ratio", "ratio range", "rlctl CPU s/step",
          "rlctl other procs CPU s/step", "TRL CPU s/step", "CPU ratio", "CPU ratio range", "rlctl wall s",

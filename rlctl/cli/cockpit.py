@@ -8,6 +8,7 @@ import dataclasses
 import json
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from rlctl import strictjson
 from rlctl.errors import UserError
 
 TOOL_METRICS = ("turns", "tool_calls", "tool_errors", "tool_call_rate")  # what a run with rl.tools reports
+PLAIN_EVERY_S = 10.0  # `rlctl eval` off a terminal: one progress line at most this often
 
 
 @dataclass
@@ -218,6 +220,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
 
     from rlctl import data, rewards
     from rlctl.checkpoint import safewrite, verify
+    from rlctl.launch.progress import RowProgress
     from rlctl.rewards import scoring
 
     if opt.greedy and (opt.samples > 1 or opt.temperature is not None):
@@ -248,7 +251,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
     temperature = opt.temperature
     if temperature is None and opt.samples > 1:
         temperature = cfg.rl.temperature if cfg else 1.0
-    max_new = opt.max_new_tokens or (cfg.rl.max_new_tokens if cfg else 256)
+    max_new = opt.max_new_tokens or (cfg.rl.max_new_tokens if cfg else None)
     out = opt.out
     if out is None:
         stem = re.sub(r"[^\w.-]+", "_", Path(info.source.split("://")[-1]).stem or "data")
@@ -270,6 +273,12 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
             else:
                 specs = [s for s in specs if s[0] not in rewards.MODEL_REWARDS]
                 ui.console.print("[yellow]note:[/] reward_model left out: it needs a run with a finished rm stage")
+    if max_new is None:  # neither --max-new-tokens nor a run: a length that fits the held-out answers
+        max_new = evaluate.fitting_max_new_tokens(policy.tokenizer, [r.get(answer_field) for r in rows])
+        ui.console.print(
+            f"max new tokens: {max_new} (twice the longest ground-truth answer in tokens + 32; --max-new-tokens to "
+            "change); each completion ends at the model's end-of-turn token"
+        )
     agent = None
     if cfg is not None and "rl" in cfg.stages and cfg.rl.tools:  # a tool run: evaluated as it was trained
         from rlctl.rollout import multiturn
@@ -277,6 +286,17 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         agent = multiturn.agent_for(cfg.rl, policy.tokenizer)
         agent = dataclasses.replace(agent, max_new_tokens=max_new)
     bar = [TextColumn("[bold]generate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+    rows_done = RowProgress("generate", len(rows), started=time.monotonic())
+    printed = [0.0]
+
+    def advance(k: int) -> None:
+        progress.advance(task, k)
+        rows_done.advance(k)
+        if not ui.console.is_terminal and (rows_done.now - printed[0] >= PLAIN_EVERY_S or rows_done.done == len(rows)):
+            printed[0] = rows_done.now  # off a terminal (a log, CI) a plain line at most every PLAIN_EVERY_S
+            ui.console.print(rows_done.text(), markup=False)
+            ui.console.file.flush()
+
     with Progress(*bar, console=ui.console, transient=True) as progress:
         task = progress.add_task("generate", total=len(rows))
         result = evaluate.evaluate_rows(
@@ -291,7 +311,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
             top_p=opt.top_p,
             batch_size=opt.batch_size,
             reward_model=rm_scorer,
-            on_batch=lambda k: progress.advance(task, k),
+            on_batch=advance,
             agent=agent,
         )
     metrics = {

@@ -72,7 +72,10 @@ def eval_(
     top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")] = 1.0,
     greedy: Annotated[bool, typer.Option("--greedy", help="Greedy decoding (the default with one sample).")] = False,
     max_new_tokens: Annotated[
-        int | None, typer.Option("--max-new-tokens", min=1, help="Default: the run's rl.max_new_tokens, else 256.")
+        int | None,
+        typer.Option(
+            "--max-new-tokens", min=1, help="Default: the run's rl.max_new_tokens, else fitted to the answers (shown)."
+        ),
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Evaluate the first N rows.")] = None,
     reward: RewardOpt = None,

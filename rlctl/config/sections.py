@@ -78,11 +78,12 @@ class DataConfig(Section):
     (`folder@split` for a DatasetDict), or a Hub dataset (`owner/name[:config][@split]`, or `hf://...`).
     Formats are recognised from the columns; see docs/datasets.md."""
 
-    generate: Literal["arithmetic", "products"] | None = Field(
+    generate: Literal["arithmetic", "products", "chat-sums"] | None = Field(
         None,
         description="Generate a built-in synthetic task into the run directory instead of reading files: "
-        "arithmetic (tiny-demo) or products (tiny-agent-demo, solved with the calculator tool). Data files set "
-        "in a layer above (your config, --set) replace it; both in one layer are refused.",
+        "arithmetic (tiny-demo), products (tiny-agent-demo, solved with the calculator tool) or chat-sums "
+        "(chat prompts 'What is A + B? Reply with only the number.' for an instruct model; smollm2-grpo-cpu). Data "
+        "files set in a layer above (your config, --set) replace it; both in one layer are refused.",
     )
     sft: str | None = Field(
         None, description="SFT data: `prompt`+`completion`, chat `messages`, `text`, or KTO rows (desirable kept)."

@@ -103,7 +103,41 @@ def products(out_dir: Path, seed: int) -> dict[str, Path]:
     return paths
 
 
-GENERATORS = {"arithmetic": arithmetic, "products": products}
+# `chat-sums` (an instruct model's task): "What is 47 + 38? Reply with only the number." as a chat message, two
+# two-digit numbers, answer the sum. Scored by the last number of the reply (gsm8k with strict=False), so a model
+# that answers "47 + 38 = 85" is right and the reward measures the arithmetic, not the format.
+CHAT_SUMS_EVAL = 200
+
+
+def _chat(content: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": content}]
+
+
+def chat_sums(out_dir: Path, seed: int) -> dict[str, Path]:
+    """Write sft/preference/rl/eval jsonl files for the chat-sums task; returns their paths by role."""
+    rng = random.Random(seed + 3)
+    pairs = [(a, b) for a in range(10, 100) for b in range(10, 100)]
+    random.Random(seed).shuffle(pairs)
+    rows: dict[str, list[dict]] = {"sft": [], "preference": [], "rl": [], "eval": []}
+    for i, (a, b) in enumerate(pairs):
+        prompt, answer = _chat(f"What is {a} + {b}? Reply with only the number."), str(a + b)
+        if i < CHAT_SUMS_EVAL:
+            rows["eval"].append({"prompt": prompt, "answer": answer})
+            continue
+        wrong = str(a + b + rng.choice([-10, -1, 1, 10]))
+        rows["sft"].append({"prompt": prompt, "completion": [{"role": "assistant", "content": answer}]})
+        rows["preference"].append({"prompt": prompt, "chosen": [{"role": "assistant", "content": answer}],
+                                   "rejected": [{"role": "assistant", "content": wrong}]})  # fmt: skip
+        rows["rl"].append({"prompt": prompt, "answer": answer})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for role, items in rows.items():
+        paths[role] = out_dir / f"{role}.jsonl"
+        paths[role].write_text("".join(json.dumps(r) + "\n" for r in items))
+    return paths
+
+
+GENERATORS = {"arithmetic": arithmetic, "products": products, "chat-sums": chat_sums}
 
 
 def corpus(paths: dict[str, Path]) -> list[str]:

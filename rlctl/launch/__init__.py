@@ -359,7 +359,8 @@ def _plain_lines(console: Console, stages: dict[str, progress_mod.StageProgress]
     """Off a terminal: one plain line per running stage every `every_s` seconds, flushed at once; a stage that
     finished between two lines gets its last step's line too."""
     for stage in stages.values():
-        running, unseen = stage.step < (stage.total or 0), stage.step > stage.printed_step
+        running = stage.step < (stage.total or 0) or stage.scoring is not None
+        unseen = stage.step > stage.printed_step
         if (running and stage.due(every_s)) or (not running and unseen and stage.due(0.0)):
             console.print(stage.line(), markup=False)
             console.file.flush()

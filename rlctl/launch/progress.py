@@ -1,6 +1,7 @@
 """What `rlctl train` shows of each running stage: the latest loss/reward (kept across checkpoint and eval events),
-an ETA from the measured step time, and - when the console is not a terminal (a log file, SLURM, CI) - one plain
-line per stage every `logging.console_every_s` seconds, flushed at once."""
+an ETA from the measured step time, held-out scoring as it goes (rows scored, ETA), and - when the console is not
+a terminal (a log file, SLURM, CI) - a plain line per stage when it has news, at most every
+`logging.console_every_s` seconds, flushed at once."""
 
 from __future__ import annotations
 
@@ -22,6 +23,31 @@ def duration(seconds: float) -> str:
 
 
 @dataclass
+class RowProgress:
+    """Rows of a held-out scoring done so far, with an ETA from the rate measured since it started."""
+
+    what: str
+    total: int
+    done: int = 0
+    started: float = 0.0
+    now: float = 0.0
+
+    def advance(self, rows: int, now: float | None = None) -> None:
+        self.done = min(self.total, self.done + rows)
+        self.now = time.monotonic() if now is None else now
+
+    def eta(self) -> float | None:
+        """Seconds left at the rate so far (None before the first batch)."""
+        if self.done == 0 or self.now <= self.started:
+            return None
+        return (self.now - self.started) / self.done * (self.total - self.done)
+
+    def text(self) -> str:
+        eta = self.eta()
+        return f"{self.what} {self.done}/{self.total} rows  " + (f"ETA {duration(eta)}" if eta is not None else "ETA -")
+
+
+@dataclass
 class StageProgress:
     """One stage's progress as the metrics stream reports it."""
 
@@ -32,13 +58,18 @@ class StageProgress:
     evals: dict[str, float] = field(default_factory=dict)
     first: tuple[float, int] | None = None  # (time, step) of the first step seen in this session
     last_step_at: float = 0.0
+    scoring: RowProgress | None = None  # a held-out scoring under way (base model, checkpoint, final)
     printed_at: float = 0.0
     printed_step: int = 0
+    printed: str = ""
 
     def update(self, rec: dict[str, Any], now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         self.total = rec.get("max_steps") or self.total
-        self.evals.update({k: v for k, v in rec.items() if k.startswith("eval_") and isinstance(v, int | float)})
+        scores = {k: v for k, v in rec.items() if k.startswith("eval_") and k != "eval_rows"}
+        self.evals.update({k: v for k, v in scores.items() if isinstance(v, int | float)})
+        if rec.get("event") == "scoring":
+            self._scoring(rec, now)
         if "step" in rec and rec.get("event") is None:
             self.metrics.update({k: rec[k] for k in MAIN_KEYS if isinstance(rec.get(k), int | float)})
             if rec["step"] > self.step:
@@ -46,6 +77,15 @@ class StageProgress:
                 self.last_step_at = now
                 if self.first is None:
                     self.first = (now, self.step)
+
+    def _scoring(self, rec: dict[str, Any], now: float) -> None:
+        """A held-out scoring's progress record: rows done of rows, timed by the record's own clock."""
+        at = rec.get("time", now)
+        if rec["done"] == 0 or self.scoring is None:
+            self.scoring = RowProgress(f"scoring {rec['scope']}", rec["rows"], 0, at, at)
+        self.scoring.advance(rec["done"] - self.scoring.done, at)
+        if self.scoring.done >= self.scoring.total:
+            self.scoring = None
 
     def eta(self, now: float | None = None) -> float | None:
         """Seconds left at the step time measured so far in this session (None before two steps)."""
@@ -58,6 +98,8 @@ class StageProgress:
         """The stage's main metrics, then its latest held-out scores."""
         shown = [f"{k.removesuffix('_logp_diff_mean')} {v:.4g}" for k, v in self.metrics.items()]
         shown += [f"{k} {v:.3f}" for k, v in self.evals.items()]
+        if self.scoring is not None:
+            shown.append(f"[{self.scoring.text()}]")
         return "  ".join(shown)
 
     def eta_text(self) -> str:
@@ -67,14 +109,18 @@ class StageProgress:
     def line(self) -> str:
         """The plain progress line printed off a terminal."""
         total = self.total or "?"
-        return f"{self.name} step {self.step}/{total}  {self.info()}  {self.eta_text()}".rstrip()
+        eta = self.eta_text() if self.step else ""  # before the first step: only the scoring's own ETA
+        return f"{self.name} step {self.step}/{total}  {self.info()}  {eta}".rstrip()
 
     def due(self, every_s: float, now: float | None = None) -> bool:
-        """Whether the plain line is due (and mark it printed)."""
+        """Whether the plain line is due (and mark it printed): `every_s` after the last one, and only with news
+        (a step, a score, scoring progress) - a step that takes minutes is not printed again and again."""
         now = time.monotonic() if now is None else now
-        if self.step == 0 or now - self.printed_at < every_s:
+        started = self.step > 0 or self.scoring is not None
+        line = self.line()
+        if not started or now - self.printed_at < every_s or line == self.printed:
             return False
-        self.printed_at, self.printed_step = now, self.step
+        self.printed_at, self.printed_step, self.printed = now, self.step, line
         return True
 
 

@@ -119,7 +119,7 @@ def _main(run_dir: Path) -> None:
     state.wait_for_everyone()
     if "base" not in summary["stages"] and "eval" in paths and first.stage.name != "rm" and state.is_main_process:
         with explained(first):
-            save("base", heldout.score_saved(first, first.stage.init_from))
+            save("base", heldout.score_saved(first, first.stage.init_from, scope="base"))
     for stage in the_plan.stages:
         if stage.name in summary["completed"]:
             continue

@@ -20,15 +20,47 @@ from rlctl.rollout import multiturn
 from rlctl.rollout.samples import Sample
 
 
+def end_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The tokens that end a completion: the tokenizer's EOS, the generation config's EOS ids, and the chat
+    template's end-of-turn token (ChatML's <|im_end|>) - a chat model stops at the end of its turn."""
+    ids = [tokenizer.eos_token_id]
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    ids += eos if isinstance(eos, list) else [eos]
+    if getattr(tokenizer, "chat_template", None):
+        ids += multiturn.stop_ids(tokenizer)
+    return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def fitting_max_new_tokens(tokenizer: Any, answers: list[Any]) -> int:
+    """A completion length that fits held-out answers: twice the longest ground truth in tokens plus 32 (room
+    for a short preamble), at most 256; 256 when the rows carry no answers."""
+    from rlctl.rewards import scoring
+
+    texts = [str(scoring.first_truth(a)) for a in answers if a is not None]
+    if not texts:
+        return 256
+    longest = max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+    return min(256, 2 * longest + 32)
+
+
 @torch.no_grad()
 def generate(
-    model, tokenizer, prompts: list[Any], max_new_tokens: int, batch_size: int = 64, synced: bool = False
+    model,
+    tokenizer,
+    prompts: list[Any],
+    max_new_tokens: int,
+    batch_size: int = 64,
+    synced: bool = False,
+    on_batch: Callable[[int], None] | None = None,
 ) -> list[str]:
-    """Greedy completions of `prompts` (left-padded batches), special tokens stripped; `synced` keeps ranks that
-    hold shards of one model (FSDP) stepping together until every rank's batch is done."""
+    """Greedy completions of `prompts` (left-padded batches) ending at the end-of-turn token (`end_ids`), special
+    tokens stripped; `synced` keeps ranks that hold shards of one model (FSDP) stepping together until every
+    rank's batch is done; `on_batch(rows)` after each batch."""
     model.eval()
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
+    ends = end_ids(model, tokenizer)
     out: list[str] = []
     try:
         for i in range(0, len(prompts), batch_size):
@@ -39,10 +71,12 @@ def generate(
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id,
+                eos_token_id=ends,
                 synced_gpus=synced,
             )
             out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+            if on_batch:
+                on_batch(len(texts))
     finally:
         tokenizer.padding_side = side
     return out
@@ -58,6 +92,7 @@ def score_policy(
     synced: bool = False,
     accuracy: str = "exact_match",
     agent: multiturn.Agent | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """eval_accuracy (the correctness reward `accuracy`, with its arguments, above 0.5) and eval_reward (the
     weighted reward sum). With an `agent` (rl.tools) each prompt is a greedy multi-turn rollout: the final answer
@@ -68,12 +103,14 @@ def score_policy(
     columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
     extra: dict[str, float] = {}
     if agent is None:
-        completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced)
+        completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced, on_batch=on_batch)
     else:
         samples = agent_rollouts(model, agent, rows, synced=synced)
         completions = [multiturn.final_answer(s) for s in samples]
         columns["trajectory"] = [s.messages for s in samples]
         extra = {f"eval_{k}": v for k, v in multiturn.metrics(samples).items()}
+        if on_batch:
+            on_batch(len(rows))
     total = [0.0] * len(rows)
     for fn, weight in rewards:  # guarded: a reward failing on one row names it (before correctness, unguarded)
         try:
@@ -265,6 +302,7 @@ def sample(
     lengths: list[list[int]] = []
     greedy = temperature is None
     sampling = {} if greedy else {"temperature": temperature, "top_p": top_p}
+    ends = end_ids(model, tokenizer)
     try:
         for i in range(0, len(prompts), batch_size):
             batch = [prompt_text(p, tokenizer) for p in prompts[i : i + batch_size]]
@@ -275,12 +313,12 @@ def sample(
                 do_sample=not greedy,
                 num_return_sequences=n,
                 pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id,
+                eos_token_id=ends,
                 **sampling,
             )
             new = ids[:, enc["input_ids"].shape[1] :]
             decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
-            stop = {tokenizer.pad_token_id, tokenizer.eos_token_id} - {None}
+            stop = {tokenizer.pad_token_id, *ends} - {None}
             for j in range(len(batch)):
                 texts.append(decoded[j * n : (j + 1) * n])
                 lengths.append([_length(row, stop) for row in new[j * n : (j + 1) * n].tolist()])

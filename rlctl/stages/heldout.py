@@ -1,9 +1,14 @@
 """Held-out metrics of a stage's model: scored after each stage (summary.json) and at every checkpoint, where
-`eval_accuracy` picks the best checkpoint that `checkpoint.keep_best` keeps besides the last ones."""
+`eval_accuracy` picks the best checkpoint that `checkpoint.keep_best` keeps besides the last ones.
+
+Held-out scoring at checkpoints is bounded to about a tenth of the stage's time: a checkpoint scores a fixed subset
+(the first `checkpoint_rows` held-out rows, the same at every save so scores compare), the base model and the final
+model score the first `eval_samples`. Each scoring reports its progress (`scoring` events) and `eval_rows`."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Literal
 
 from rlctl import checkpoint, data, rewards
 from rlctl.errors import DataRowError, RewardError, RowFailure
@@ -13,6 +18,15 @@ from rlctl.stages import memory_probe, models
 from rlctl.stages.context import StageContext
 
 HOLDOUT = data.PREFERENCE_HOLDOUT  # the fraction of preference pairs held out to score reward models
+CHECKPOINT_SHARE = 0.1  # held-out rows scored at a checkpoint per sequence the stage trained on since the last one
+CHECKPOINT_MIN_ROWS = 16
+
+
+def checkpoint_rows(save_every: int, batch_size: int, eval_samples: int) -> int:
+    """Rows scored at an intermediate checkpoint: a tenth of the sequences trained on between two saves (a greedy
+    held-out completion costs less than a training sequence's sampled completion, scoring and update), at least
+    CHECKPOINT_MIN_ROWS, at most eval_samples."""
+    return min(eval_samples, max(CHECKPOINT_MIN_ROWS, math.ceil(CHECKPOINT_SHARE * save_every * batch_size)))
 
 
 def preference_split(ctx: StageContext, role: str = "preference") -> tuple[list[dict], list[dict]]:
@@ -50,31 +64,56 @@ def _row_failed(ctx: StageContext, failure: RowFailure) -> Exception:
     )
 
 
-def score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False) -> dict[str, float]:
-    """eval_accuracy (and eval_reward or eval_margin) of a live model: a policy on the run's held-out prompts, a
-    reward model on the held-out preference pairs. `synced` keeps sharded (FSDP) ranks generating in step."""
+Scope = Literal["base", "checkpoint", "final"]
+
+
+def score(
+    ctx: StageContext, model: Any, tokenizer: Any, synced: bool = False, scope: Scope = "final"
+) -> dict[str, float]:
+    """eval_accuracy (and eval_reward or eval_margin) of a live model, and eval_rows (the rows scored): a policy on
+    the run's held-out prompts, a reward model on the held-out preference pairs. `scope` "checkpoint" scores the
+    checkpoint subset. `synced` keeps sharded (FSDP) ranks generating in step."""
     try:
-        return _score(ctx, model, tokenizer, synced)
+        return _score(ctx, model, tokenizer, synced, scope)
     except RowFailure as e:
         raise _row_failed(ctx, e) from e.cause
 
 
-def _score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool) -> dict[str, float]:
+def _progress(ctx: StageContext, scope: Scope, rows: int):
+    """Logs the scoring's start, then returns the callback that logs rows done after each batch."""
+    done = [0]
+
+    def advance(k: int) -> None:
+        done[0] += k
+        ctx.log.write(stage=ctx.stage.name, event="scoring", scope=scope, done=done[0], rows=rows)
+
+    ctx.log.write(stage=ctx.stage.name, event="scoring", scope=scope, done=0, rows=rows)
+    return advance
+
+
+def _score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool, scope: Scope) -> dict[str, float]:
     was_training = model.training
+    settings = ctx.settings  # a policy of any stage is scored on rl.eval_samples rows: base and final compare
+    limit = settings.eval_samples if ctx.stage.name == "rm" else ctx.cfg.rl.eval_samples
+    if scope == "checkpoint":
+        limit = checkpoint_rows(settings.save_every, settings.batch_size, limit)
     try:
         if ctx.stage.name == "rm":
             _, held = preference_split(ctx)
-            return evaluate.score_reward_model(model, tokenizer, held[: ctx.settings.eval_samples])
+            held = held[:limit]
+            return {**evaluate.score_reward_model(model, tokenizer, held), "eval_rows": len(held)}
         cfg = ctx.cfg
         rows, info = _eval(ctx)
-        rows = rows[: cfg.rl.eval_samples]
+        rows = rows[:limit]
         guarded = rewards.stage_rewards(cfg.rl.rewards, cfg.data.answer_field, {}, ctx.notify)
         fns = [(fn, r.weight) for fn, r in zip(guarded, cfg.rl.rewards, strict=True) if fn is not None]
         accuracy = scoring.accuracy_name(cfg.rl.rewards, info.format)
         agent = multiturn.agent_for(cfg.rl, tokenizer) if "rl" in cfg.stages else None  # eval as RL will roll out
-        return evaluate.score_policy(
-            model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy, agent
+        on_batch = _progress(ctx, scope, len(rows)) if ctx.is_main else None
+        scores = evaluate.score_policy(
+            model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy, agent, on_batch
         )
+        return {**scores, "eval_rows": len(rows)}
     finally:
         model.train(was_training)
 
@@ -84,14 +123,14 @@ def can_score(ctx: StageContext) -> bool:
     return ctx.stage.name == "rm" or "eval" in ctx.data
 
 
-def score_saved(ctx: StageContext, path: str) -> dict[str, float]:
+def score_saved(ctx: StageContext, path: str, scope: Scope = "final") -> dict[str, float]:
     """Held-out metrics of the model saved at `path` (the stage's final folder, or the base model)."""
     tok = models.tokenizer(ctx, path)
     if ctx.stage.name == "rm":
         model = models.reward_model(ctx, path, tok.pad_token_id, trainable=False)
     else:
         model = models.causal_lm(ctx, path, trainable=False)
-    return score(ctx, model.to(ctx.device), tok)
+    return score(ctx, model.to(ctx.device), tok, scope=scope)
 
 
 def _barrier() -> None:
@@ -110,7 +149,7 @@ def publish_checkpoint(ctx: StageContext, step: int, model: Any, tokenizer: Any)
     sharded = ctx.stage.strategy == "fsdp2"  # every rank holds a shard: all must take part in generation
     metric = None
     if keep_best and (ctx.is_main or sharded):
-        scores = score(ctx, model, tokenizer, synced=sharded)
+        scores = score(ctx, model, tokenizer, synced=sharded, scope="checkpoint")
         metric = {"metric": "eval_accuracy", "value": scores["eval_accuracy"]}
         ctx.log.write(stage=ctx.stage.name, step=step, event="checkpoint", **scores)
     if ctx.is_main:
