@@ -18,8 +18,8 @@ from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
 from rlctl.plan import engine as engine_mod
+from rlctl.plan import gguf, memory, packages
 from rlctl.plan import hardware as hw
-from rlctl.plan import memory, packages
 
 
 @dataclass
@@ -61,6 +61,7 @@ class Plan:
     layout: dict[str, Any] = field(default_factory=dict)  # nodes, gpus_per_node, world_size, node_rank, main
     model: dict[str, Any] = field(default_factory=dict)  # params, arch, arch_source (where the numbers came from)
     generation: dict[str, Any] | None = None  # transformers generation: rollouts per process, per generate call
+    model_import: gguf.GgufImport | None = None  # a GGUF file converted to a folder before launch
 
     @property
     def command(self) -> str:
@@ -72,6 +73,7 @@ class Plan:
             "hardware": self.hardware.to_dict(),
             "layout": self.layout,
             "model": self.model,
+            "model_import": asdict(self.model_import) if self.model_import else None,
             "num_processes": self.num_processes,
             "strategy": self.strategy,
             "mixed_precision": self.mixed_precision,
@@ -342,7 +344,8 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
     here = hardware.is_cpu or hw.has_local_gpu()
     vllm_forced = engine == "vllm" and cfg.rl.use_vllm is True
     packages.check_layout(adapter, vllm_forced, hardware.is_cpu, list(cfg.logging.report_to), here, warnings)
-    base = base_model(cfg, run_dir)
+    model_import = gguf.plan_import(cfg.model, precision == "bf16")[0] if gguf.is_gguf(cfg.model) else None
+    base = model_import.folder if model_import else base_model(cfg, run_dir)
     stages: list[StagePlan] = []
     policy = base  # the latest policy: each of sft, dpo, kto, rl starts from the one before it
     for name in cfg.stages:
@@ -387,6 +390,7 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         layout=layout(hardware, procs, cfg),
         model=model_facts(cfg, arch_source),
         generation=generation,
+        model_import=model_import,
     )
 
 
