@@ -95,3 +95,21 @@ def test_qwen7b_trl_grpo_lora():
     # -> 20.032 GiB (-39 %)
     assert p["peak_gib"] == pytest.approx(20.032, abs=2e-3)
     assert within(p["peak_gib"], 32.8)
+
+
+def test_rl_prompts_are_planned_as_long_as_the_data_and_every_rank_plans_the_same(tmp_path):
+    cfg = config.resolve("qwen0.5b-grpo", None, None, "cpu", ["rl.max_new_tokens=16", "rl.prompts_per_step=4"])
+
+    def activations(p: plan.Plan) -> float:
+        return next(ph for ph in p.memory["phases"] if ph["phase"] == "training")["components_gib"]["activations"]
+
+    bound = plan.build(cfg, tmp_path)  # data.max_prompt_length=512: the longest a prompt may be
+    short = plan.build(cfg, tmp_path, prompt_tokens=17)
+    # micro x (17 + 16) tokens against micro x (512 + 16): the activations scale with the tokens
+    assert activations(short) == pytest.approx(activations(bound) * 33 / 528, rel=1e-3)
+    assert {"setting": "RL prompt tokens (memory)", "value": "17"} in [
+        {k: d[k] for k in ("setting", "value")} for d in short.decisions
+    ]
+    (tmp_path / plan.PROMPT_LENGTHS).write_text(json.dumps({"rl_longest_prompt": 17}))  # what `rlctl train` records
+    assert plan.build(cfg, tmp_path).memory == short.memory  # a rank or a resume rebuilding the plan
+    assert plan.build(cfg, tmp_path, prompt_tokens=600).memory == bound.memory  # never past data.max_prompt_length

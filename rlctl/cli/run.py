@@ -202,6 +202,9 @@ def plan(
     run_dir = run_dir or _default_run_dir(cfg, preset)
     the_plan = plan_mod.build(cfg, run_dir)
     report = preflight.run(cfg, run_dir, bf16=the_plan.mixed_precision == "bf16")
+    longest = report.lengths.get("rl", {}).get("longest")
+    if longest and not report.errors:  # memory planned for the prompts the data has
+        the_plan = plan_mod.build(cfg, run_dir, prompt_tokens=longest)
     if as_json:
         out = the_plan.to_json()
         out["data"], out["preflight"] = report.data, report.to_json()

@@ -56,9 +56,11 @@ def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
     return cfg
 
 
-def check_inputs(cfg: config_mod.RunConfig, run_dir: Path, paths: dict[str, Path] | None, bf16: bool = False) -> None:
+def check_inputs(
+    cfg: config_mod.RunConfig, run_dir: Path, paths: dict[str, Path] | None, bf16: bool = False
+) -> preflight.Report:
     """The pre-flight over every row (model, chat template, run directory, datasets, lengths), then the rewards
-    called on the first RL rows; raises UserError."""
+    called on the first RL rows; raises UserError. Returns the pre-flight's report."""
     from rlctl import rewards
 
     missing = plan_mod.missing_data(cfg)
@@ -70,6 +72,7 @@ def check_inputs(cfg: config_mod.RunConfig, run_dir: Path, paths: dict[str, Path
         specs = [spec for spec in cfg.rl.rewards if spec.name not in rewards.MODEL_REWARDS]
         names, timeouts = [s.name for s in specs], [s.timeout_s for s in specs]
         rewards.dry_run(names, report.rows["rl"], cfg.data.answer_field, timeouts=timeouts)  # plugin errors surface now
+    return report
 
 
 def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
@@ -84,9 +87,14 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
         gen_dir = run_dir / "data"
         tasks.GENERATORS[cfg.data.generate](gen_dir, cfg.seed)
     paths = plan_mod.data_paths(cfg, run_dir) if cfg.data.generate else None
-    check_inputs(cfg, run_dir, paths, the_plan.mixed_precision == "bf16")
+    report = check_inputs(cfg, run_dir, paths, the_plan.mixed_precision == "bf16")
+    longest = report.lengths.get("rl", {}).get("longest")
+    if longest:  # the memory model plans the prompts the data has (recorded: every rank and resume plans the same)
+        the_plan = plan_mod.build(cfg, run_dir, prompt_tokens=longest)
     packages.require(the_plan)  # after the inputs: a data problem is named whether or not the extras are here
     run_dir.mkdir(parents=True, exist_ok=True)
+    if longest:
+        (run_dir / plan_mod.PROMPT_LENGTHS).write_text(json.dumps({"rl_longest_prompt": longest}))
     if imported is not None:  # what the import fixed, kept with the run
         (run_dir / "model_import.json").write_text(json.dumps(imported, indent=2))
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))

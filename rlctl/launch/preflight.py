@@ -194,6 +194,7 @@ def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: b
         over = sum(n > limit for n in sizes)
         entry = {"rows": len(sizes), "over_limit": over, "share": round(over / len(sizes), 4), "limit": limit}
         entry.update(limit_key=tokens.limit_key(stage), keeps_95=tokens.keeps_95(sizes), sampled=not full)
+        entry["longest"] = max((n for n in sizes if n <= limit), default=0)  # of the rows kept
         report.lengths[stage] = entry
         if over and cfg.data.over_length == "drop":
             refused = tokens.too_many_dropped(stage, over, len(sizes), limit, cfg.data.max_drop_fraction, sizes)

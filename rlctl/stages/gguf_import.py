@@ -126,7 +126,7 @@ def ensure(spec: gguf.GgufImport, say: Callable[[str], None]) -> Imported:
         made = False
     record = json.loads((folder / RECORD).read_text())
     if not made:
-        say(f"Model {Path(spec.file).name}: converted already ({folder})")
+        say(f"{Path(spec.file).name}: converted already ({folder})")
     for fix in record["fixes"]:
         say(f"GGUF import fixed: {fix}")
     return Imported(folder, record["fixes"], record, made)
