@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlctl.config import ModelConfig
+from rlctl.config import ModelConfig, load_run_config
 from rlctl.plan import gguf
 from rlctl.stages import gguf_import, sft
 from tests.conftest import rlctl
@@ -172,34 +172,34 @@ def test_export_loads_in_transformers_with_the_greedy_completions_of_rlctl_eval(
     out = tmp_path / "export"
     proc = rlctl("export", str(sft_run), "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    data = _jsonl(tmp_path / "eval.jsonl", _sum_rows()[:2])
+    chats = [{**row, "prompt": [{"role": "user", "content": row["prompt"]}]} for row in _sum_rows()[:2]]
+    data = _jsonl(tmp_path / "eval.jsonl", chats)  # conversations: rendered through the chat template
     report = tmp_path / "eval.json"
     proc = rlctl("eval", str(out), "--data", str(data), "--max-new-tokens", "6", "--out", str(report))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    samples = json.loads(report.read_text())["samples"]
+    samples = [json.loads(line) for line in report.with_suffix(".samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     assert tok.eos_token == "<|im_end|>" and model.lm_head.weight is model.model.embed_tokens.weight
     for sample in samples:
-        prompt = sample["prompt"]
-        chat = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        ids = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        ids = tok.apply_chat_template(sample["prompt"], add_generation_prompt=True, return_tensors="pt", return_dict=True)
         with torch.no_grad():
             gen = model.generate(**ids, max_new_tokens=6, do_sample=False)
         text = tok.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
-        assert [text] == sample["completions"] or text == sample["completions"], (text, sample["completions"])
+        assert [text] == sample["completions"], (text, sample["completions"])
 
 
 def test_grpo_on_trls_path_takes_a_step(smollm2, tmp_path):
     rows = _sum_rows()
     body = {
         "stages": ["rl"],
-        "data": {"rl": str(_jsonl(tmp_path / "rl.jsonl", rows)), "eval": str(_jsonl(tmp_path / "ev.jsonl", rows[:2]))},
+        "data": {"rl": str(_jsonl(tmp_path / "rl.jsonl", rows))},
         "rl": {"max_steps": 1, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "use_vllm": False},
     }
     run_dir = tmp_path / "run"
     proc = rlctl("train", "--config", str(_config(tmp_path, body)), "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    plan = json.loads((run_dir / "plan.json").read_text())
-    assert plan["config"]["rl"]["path"] != "rlctl" and plan["stages"][0]["init_from"] == str(smollm2.folder)
+    assert load_run_config(run_dir / "config.yaml").rl.path == "trl-grpo"
+    assert json.loads((run_dir / "plan.json").read_text())["stages"][0]["init_from"] == str(smollm2.folder)
     assert (run_dir / "rl" / "final" / "config.json").is_file()
