@@ -183,7 +183,8 @@ def test_export_loads_in_transformers_with_the_greedy_completions_of_rlctl_eval(
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     assert tok.eos_token == "<|im_end|>" and model.lm_head.weight is model.model.embed_tokens.weight
     for sample in samples:
-        ids = tok.apply_chat_template(sample["prompt"], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        chat = sample["prompt"]
+        ids = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
         with torch.no_grad():
             gen = model.generate(**ids, max_new_tokens=6, do_sample=False)
         text = tok.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
