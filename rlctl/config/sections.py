@@ -49,7 +49,13 @@ class ModelArch(Section):
 class ModelConfig(Section):
     name_or_path: str = Field(
         "builtin:tiny",
-        description="Hugging Face model id, local folder, or `builtin:tiny` (a random-init model built offline).",
+        description="Hugging Face model id, local folder, a `.gguf` file (converted once to a cached Hugging Face "
+        "folder before launch), `pkg:PACKAGE/FILE.gguf` (a GGUF file inside an installed Python package), or "
+        "`builtin:tiny` (a random-init model built offline).",
+    )
+    gguf_file: str | None = Field(
+        None,
+        description="With model.name_or_path a folder: the GGUF file in it to train (as transformers' gguf_file).",
     )
     arch: ModelArch | None = Field(None, description="Architecture numbers (model presets carry them).")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(

@@ -59,20 +59,23 @@ def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
     return cfg
 
 
-def check_inputs(cfg: config_mod.RunConfig, run_dir: Path, paths: dict[str, Path] | None) -> None:
+def check_inputs(
+    cfg: config_mod.RunConfig, run_dir: Path, paths: dict[str, Path] | None, bf16: bool = False
+) -> preflight.Report:
     """The pre-flight over every row (model, chat template, run directory, datasets, lengths), then the rewards
-    called on the first RL rows; raises UserError."""
+    called on the first RL rows; raises UserError. Returns the pre-flight's report."""
     from rlctl import rewards
 
     missing = plan_mod.missing_data(cfg)
     if missing:
         raise UserError("Missing data: " + "; ".join(missing) + ".")
-    report = preflight.run(cfg, run_dir, full=True, paths=paths)
+    report = preflight.run(cfg, run_dir, full=True, paths=paths, bf16=bf16)
     preflight.require(report)
     if "rl" in cfg.stages:
         specs = [spec for spec in cfg.rl.rewards if spec.name not in rewards.MODEL_REWARDS]
         names, timeouts = [s.name for s in specs], [s.timeout_s for s in specs]
         rewards.dry_run(names, report.rows["rl"], cfg.data.answer_field, timeouts=timeouts)  # plugin errors surface now
+    return report
 
 
 def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
@@ -82,20 +85,52 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
     problem = preflight.run_dir_problem(run_dir)
     if problem:
         raise UserError(problem)
+    imported = import_model(the_plan, Console(highlight=False), quiet=False)
     with tempfile.TemporaryDirectory(prefix="rlctl-data-") as scratch:  # a refused run leaves nothing behind
         paths = None
         if cfg.data.generate:
             tasks.GENERATORS[cfg.data.generate](Path(scratch) / "data", cfg.seed)
             paths = plan_mod.data_paths(cfg, scratch)
-        check_inputs(cfg, run_dir, paths)
+        report = check_inputs(cfg, run_dir, paths, the_plan.mixed_precision == "bf16")
+        longest = report.lengths.get("rl", {}).get("longest")
+        if longest:  # the memory model plans the prompts the data has (recorded: every rank and resume plans the same)
+            the_plan = plan_mod.build(cfg, run_dir, prompt_tokens=longest)
         packages.require(the_plan)  # after the inputs: a data problem is named whether or not the extras are here
         run_dir.mkdir(parents=True, exist_ok=True)
         if paths:
             shutil.move(Path(scratch) / "data", run_dir / "data")
+    if longest:
+        (run_dir / plan_mod.PROMPT_LENGTHS).write_text(json.dumps({"rl_longest_prompt": longest}))
+    if imported is not None:  # what the import fixed, kept with the run
+        (run_dir / "model_import.json").write_text(json.dumps(imported, indent=2))
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
     (run_dir / "plan.json").write_text(json.dumps(the_plan.to_json(), indent=2))
     (run_dir / "config.yaml").write_text(config_mod.dump(cfg))
     return the_plan
+
+
+def import_model(the_plan: plan_mod.Plan, console: Console, quiet: bool) -> dict | None:
+    """A GGUF model converted into its cached folder (rlctl.stages.gguf_import), once per machine before the ranks
+    start; the import's record (what it fixed), or None for other models. `quiet`: say nothing when it is cached
+    already (a resume). A file transformers cannot convert is a UserError (exit 2)."""
+    spec = the_plan.model_import
+    if spec is None:
+        return None
+    from rlctl.stages import gguf_import
+
+    lines: list[str] = []
+    try:
+        done = gguf_import.ensure(spec, lines.append)
+    except (ValueError, KeyError, OSError, RuntimeError) as e:
+        raise UserError(
+            f"transformers could not convert {spec.file} into a Hugging Face model ({type(e).__name__}: {e}). "
+            "rlctl trains GGUF files of the architectures transformers' GGUF loader supports (Llama, Qwen2/3, "
+            "Mistral, Gemma, Phi-3 ...); convert it by hand into a folder and point model.name_or_path there."
+        ) from None
+    if done.converted_now or not quiet:
+        for line in lines:
+            console.print(f"[bold]Model[/] {escape(line)}")
+    return done.record
 
 
 def _env(the_plan: plan_mod.Plan) -> dict[str, str]:
@@ -243,6 +278,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     offset = metrics_path.stat().st_size if metrics_path.exists() else 0
     log_start = log_path.stat().st_size if log_path.exists() else 0  # this launch's part of an appended log
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]
+    import_model(the_plan, console, quiet=True)  # a resume, or another node: the folder may not be here yet
     console.print(f"[bold]{'Resuming' if resuming else 'Starting'}[/] {the_plan.config.name} in {run_dir}")
     console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]")
     stopped = 0

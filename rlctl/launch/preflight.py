@@ -2,8 +2,8 @@
 loading weights or importing torch/transformers. `rlctl plan` shows it (exit 2 when a check fails) and `rlctl
 train` / `rlctl resume` run it again before they launch.
 
-- the model: a folder with config.json, or a Hub id in the local cache; offline (HF_HUB_OFFLINE) and uncached is
-  refused naming the download command;
+- the model: a folder with config.json, a Hub id in the local cache, or a readable GGUF file (converted at launch);
+  offline (HF_HUB_OFFLINE) and uncached is refused naming the download command;
 - the chat template, when any stage's data holds message lists: the tokenizer's own, or `data.chat_template`;
 - the run directory can be created and written;
 - the tools of rl.tools load and can be described to the model;
@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from rlctl import data
-from rlctl.config import RunConfig
+from rlctl.config import ModelConfig, RunConfig
 from rlctl.data import tokens
 from rlctl.errors import RowFailure, UserError, did_you_mean
 from rlctl.plan import arch as model_arch
+from rlctl.plan import gguf
 from rlctl.plan import planner as plan_mod
 
 ROLE_OF_STAGE = {"sft": "sft", "dpo": "preference", "kto": "kto", "rm": "preference", "rl": "rl"}
@@ -55,9 +56,13 @@ def _looks_local(name: str) -> bool:
     return Path(name).expanduser().exists() or name.startswith((".", "/", "~")) or name.count("/") != 1
 
 
-def model_folder(name: str) -> tuple[Path | None, str]:
+def model_folder(model: ModelConfig, bf16: bool = False) -> tuple[Path | None, str]:
     """(the folder holding the model's config and tokenizer files, where it is); (None, why) when it is not here
-    yet (a Hub id downloaded at launch). A UserError when it cannot be had."""
+    yet (a Hub id downloaded at launch, a GGUF file converted at launch). A UserError when it cannot be had."""
+    name = model.name_or_path
+    if gguf.is_gguf(model):
+        spec, _ = gguf.plan_import(model, bf16)
+        return (Path(spec.folder) if spec.cached else None), spec.describe()
     if name == "builtin:tiny":
         return None, "builtin:tiny, built into the run directory at launch"
     folder = Path(name).expanduser()
@@ -161,6 +166,12 @@ def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict
         report.checks["chat template"] = f"data.chat_template={cfg.data.chat_template}"
         return template
     template = tokens.folder_template(folder) if folder is not None else None
+    if template is None and gguf.is_gguf(cfg.model):  # not converted yet: the template the header carries
+        try:
+            template = gguf.header(gguf.locate(cfg.model)).chat_template
+        except UserError:  # reported by the model check
+            template = None
+        folder = folder or Path(cfg.model.name_or_path)
     if needs and folder is not None and template is None:
         report.errors.append(
             f"The {', '.join(needs)} data holds chat messages (or rl.tools makes RL prompts conversations), but the "
@@ -200,6 +211,7 @@ def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: b
         over = [i for i, n in enumerate(sizes) if n > limit]
         entry = {"rows": len(sizes), "over_limit": len(over), "share": round(len(over) / len(sizes), 4)}
         entry.update(limit=limit, limit_key=tokens.limit_key(stage), keeps_95=tokens.keeps_95(sizes), sampled=not full)
+        entry["longest"] = max((n for n in sizes if n <= limit), default=0)  # of the rows kept
         report.lengths[stage] = entry
         if over:
             bound = tokens.far_over(stage_rows[over[0]], stage, limit, per_token) is not None
@@ -355,13 +367,16 @@ def check_code_sandbox(cfg: RunConfig, report: Report) -> None:
 
 
 # -------------------------------------------------------------------------------------------------- run
-def run(cfg: RunConfig, run_dir: Path, full: bool = False, paths: dict[str, Path] | None = None) -> Report:
+def run(
+    cfg: RunConfig, run_dir: Path, full: bool = False, paths: dict[str, Path] | None = None, bf16: bool = False
+) -> Report:
     """Every check, collected (nothing raised): `full` reads every row (train), else large files are sampled
-    (plan); `paths` are the datasets when they are not the config's own (generated data)."""
+    (plan); `paths` are the datasets when they are not the config's own (generated data); `bf16` the plan's
+    precision (the dtype a GGUF file is converted in)."""
     report = Report()
     folder = None
     try:
-        folder, where = model_folder(cfg.model.name_or_path)
+        folder, where = model_folder(cfg.model, bf16)
         report.checks["model"] = where
     except UserError as e:
         report.errors.append(str(e))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rlctl import strictjson
 from rlctl.checkpoint import write_json_atomic
-from rlctl.config import RunConfig
+from rlctl.config import ModelConfig, RunConfig
 from rlctl.errors import UserError
 
 
@@ -71,11 +71,17 @@ def _same_rewards(old: RunConfig, new: RunConfig) -> None:
         )
 
 
-def _arch_of(name_or_path: str) -> dict | None:
-    """The architecture numbers of the model at `name_or_path` (folder or cached Hub id), None without one."""
+def _arch_of(model: ModelConfig) -> dict | None:
+    """The architecture numbers of `model` (folder, cached Hub id, or GGUF file's header), None without one."""
     from rlctl.plan import arch as model_arch
+    from rlctl.plan import gguf
 
-    path, _ = model_arch.locate(name_or_path)
+    if gguf.is_gguf(model):
+        try:
+            return gguf.header(gguf.locate(model)).arch.model_dump()
+        except UserError:
+            return None
+    path, _ = model_arch.locate(model.name_or_path)
     if path is None:
         return None
     return model_arch.arch_from_config(json.loads(path.read_text(encoding="utf-8")), str(path)).model_dump()
@@ -87,13 +93,13 @@ def _same_weights(old: RunConfig, new: RunConfig, run_dir: Path) -> None:
     name = new.model.name_or_path
     if "builtin:tiny" in (old.model.name_or_path, name):
         raise UserError("model.name_or_path cannot change on resume for builtin:tiny (its weights live in the run).")
-    after = _arch_of(name)
+    after = _arch_of(new.model)
     if after is None:
         raise UserError(
             f"--set model.name_or_path={name}: no config.json there (not a model folder, nor a Hub id in the local "
-            "cache), so rlctl cannot check that it is the run's model."
+            "cache, nor a readable GGUF file), so rlctl cannot check that it is the run's model."
         )
-    before = _arch_of(old.model.name_or_path)
+    before = _arch_of(old.model)
     plan_json = run_dir / "plan.json"
     if before is None and plan_json.is_file():
         works = "Resume without --set model.name_or_path, or restore plan.json from a copy."

@@ -8,6 +8,7 @@ May import: base, config, sandbox, data.
 """
 
 from rlctl.plan.planner import (
+    PROMPT_LENGTHS,
     Plan,
     StagePlan,
     base_model,
@@ -21,6 +22,7 @@ from rlctl.plan.planner import (
 )
 
 __all__ = [
+    "PROMPT_LENGTHS",
     "Plan",
     "StagePlan",
     "base_model",

@@ -1,9 +1,10 @@
 """The architecture numbers the memory planner works from, read from the model being trained.
 
-`model.name_or_path` is looked up as a local folder (its config.json), a Hub id in the local Hugging Face cache,
-or - when online and HF_HUB_OFFLINE is not set - by fetching config.json alone from the Hub (kilobytes, never the
-weights). A preset's `model.arch` is the offline fallback; when the real config disagrees with it, the real config
-wins with a one-line warning. Pure Python, no torch: `rlctl plan` stays fast.
+A GGUF file (`rlctl.plan.gguf`) is planned from its header. Otherwise `model.name_or_path` is looked up as a local
+folder (its config.json), a Hub id in the local Hugging Face cache, or - when online and HF_HUB_OFFLINE is not set -
+by fetching config.json alone from the Hub (kilobytes, never the weights). A preset's `model.arch` is the offline
+fallback; when the real config disagrees with it, the real config wins with a one-line warning. Pure Python, no
+torch: `rlctl plan` stays fast.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from rlctl.config import ModelArch, RunConfig
 from rlctl.errors import UserError
+from rlctl.plan import gguf
 
 DENSE = {"qwen2", "qwen3", "llama", "mistral", "gemma", "gemma2", "gemma3_text", "phi3", "phi", "olmo2", "granite"}
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
@@ -130,6 +132,9 @@ def resolve(cfg: RunConfig, warnings: list[str]) -> tuple[RunConfig, str]:
     preset = cfg.model.arch
     if cfg.model.name_or_path == "builtin:tiny":
         return cfg, "the preset (builtin:tiny)"
+    if gguf.is_gguf(cfg.model):
+        file = gguf.locate(cfg.model)
+        return _with_arch(cfg, gguf.header(file).arch, str(file), warnings), f"the GGUF header ({file.name})"
     path, where = locate(cfg.model.name_or_path)
     if path is None:
         if preset is None:
@@ -140,9 +145,15 @@ def resolve(cfg: RunConfig, warnings: list[str]) -> tuple[RunConfig, str]:
         real = arch_from_config(data, str(path))
     except (KeyError, ValueError) as e:
         raise UserError(f"Invalid model: {path} is not a transformers config.json (no {e}).") from None
+    return _with_arch(cfg, real, str(path), warnings), where
+
+
+def _with_arch(cfg: RunConfig, real: ModelArch, source: str, warnings: list[str]) -> RunConfig:
+    """`cfg` planning `real`, with a warning when the preset's model.arch said otherwise."""
+    preset = cfg.model.arch
     if preset is not None and preset != real:
         keys = [k for k in type(real).model_fields if getattr(preset, k) != getattr(real, k)]
         differ = ", ".join(f"{k} {getattr(preset, k)} -> {getattr(real, k)}" for k in keys)
-        warnings.append(f"model.arch from {path} differs from the preset's ({differ}): planning the real one")
+        warnings.append(f"model.arch from {source} differs from the preset's ({differ}): planning the real one")
     model = cfg.model.model_copy(update={"arch": real})
-    return cfg.model_copy(update={"model": model}), where
+    return cfg.model_copy(update={"model": model})

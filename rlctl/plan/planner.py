@@ -18,7 +18,7 @@ from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
 from rlctl.plan import engine as engine_mod
-from rlctl.plan import epochs, memory, packages
+from rlctl.plan import epochs, gguf, memory, packages
 from rlctl.plan import hardware as hw
 
 
@@ -62,6 +62,7 @@ class Plan:
     layout: dict[str, Any] = field(default_factory=dict)  # nodes, gpus_per_node, world_size, node_rank, main
     model: dict[str, Any] = field(default_factory=dict)  # params, arch, arch_source (where the numbers came from)
     generation: dict[str, Any] | None = None  # transformers generation: rollouts per process, per generate call
+    model_import: gguf.GgufImport | None = None  # a GGUF file converted to a folder before launch
 
     @property
     def command(self) -> str:
@@ -73,6 +74,7 @@ class Plan:
             "hardware": self.hardware.to_dict(),
             "layout": self.layout,
             "model": self.model,
+            "model_import": asdict(self.model_import) if self.model_import else None,
             "num_processes": self.num_processes,
             "strategy": self.strategy,
             "mixed_precision": self.mixed_precision,
@@ -268,8 +270,37 @@ def layout(hardware: hw.Hardware, procs: int, cfg: RunConfig) -> dict[str, Any]:
     }
 
 
-def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
-    """The plan for `cfg` in `run_dir`; a UserError (exit 2) when no plan fits the hardware."""
+PROMPT_LENGTHS = "data_lengths.json"  # in the run directory: the data's longest RL prompt, as the plan used it
+
+
+def prompt_tokens_of(run_dir: str | Path, given: int | None) -> int | None:
+    """The longest RL prompt in tokens the memory model plans: `given` (the pre-flight counted it), else what the
+    run directory recorded when it was prepared (so every rank and every resume plans the same), else None."""
+    if given is not None:
+        return given
+    path = Path(run_dir) / PROMPT_LENGTHS
+    if path.is_file():
+        import json
+
+        return json.loads(path.read_text()).get("rl_longest_prompt")
+    return None
+
+
+def as_long_as_the_data(cfg: RunConfig, longest: int | None, decisions: list[dict[str, str]]) -> RunConfig:
+    """`cfg` for the memory model: RL prompts as long as the data's longest (TRL and rlctl's loop pad a batch to its
+    longest prompt, not to data.max_prompt_length) when that is known and shorter; multi-turn runs, whose
+    conversations grow past the prompt, keep data.max_prompt_length."""
+    limit = cfg.data.max_prompt_length
+    if longest is None or longest >= limit or "rl" not in cfg.stages or cfg.rl.tools:
+        return cfg
+    why = f"the longest prompt of data.rl (data.max_prompt_length={limit} bounds it); a batch pads to its longest"
+    decisions.append({"setting": "RL prompt tokens (memory)", "value": str(longest), "why": why})
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"max_prompt_length": max(longest, 1)})})
+
+
+def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None) -> Plan:
+    """The plan for `cfg` in `run_dir`; a UserError (exit 2) when no plan fits the hardware. `prompt_tokens`: the
+    data's longest RL prompt, counted by the pre-flight (else what the run directory recorded, else unknown)."""
     hardware = _nodes(cfg, hw.resolve(cfg.hardware.spec))
     procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
     world = procs * hardware.nodes
@@ -285,7 +316,8 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         sc = getattr(cfg, name)
         batch = cfg.rl.prompts_per_step * cfg.rl.group_size if name == "rl" else sc.batch_size
         batches[name] = (batch, *_batching(name, batch, sc.micro_batch_size, world))
-    mem = memory.decide(cfg, hardware, procs, engine, precision)
+    mem_cfg = as_long_as_the_data(cfg, prompt_tokens_of(run_dir, prompt_tokens), trainer)
+    mem = memory.decide(mem_cfg, hardware, procs, engine, precision)
     if mem is None:  # no architecture numbers: the defaults, unchecked
         strategy = cfg.hardware.strategy
         if strategy == "auto":
@@ -343,7 +375,8 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
     here = hardware.is_cpu or hw.has_local_gpu()
     vllm_forced = engine == "vllm" and cfg.rl.use_vllm is True
     packages.check_layout(adapter, vllm_forced, hardware.is_cpu, list(cfg.logging.report_to), here, warnings)
-    base = base_model(cfg, run_dir)
+    model_import = gguf.plan_import(cfg.model, precision == "bf16")[0] if gguf.is_gguf(cfg.model) else None
+    base = model_import.folder if model_import else base_model(cfg, run_dir)
     stages: list[StagePlan] = []
     policy = base  # the latest policy: each of sft, dpo, kto, rl starts from the one before it
     for name in cfg.stages:
@@ -391,6 +424,7 @@ def build(cfg: RunConfig, run_dir: str | Path) -> Plan:
         layout=layout(hardware, procs, cfg),
         model=model_facts(cfg, arch_source),
         generation=generation,
+        model_import=model_import,
     )
 
 

