@@ -136,7 +136,9 @@ def verify_run(run_dir: Path) -> list[tuple[str, list[str]]]:
             out.append((str((stage_dir / "final").relative_to(run_dir)), folder_problems(stage_dir / "final", None)))
     exports = {p.parent for pattern in ("export*/config.json", f"export*/{MANIFEST}") for p in run_dir.glob(pattern)}
     for export in sorted(exports):
-        out.append((str(export.relative_to(run_dir)), verify_export(export)))
+        recorded_files = (export / MANIFEST).is_file()  # exports from before the manifest: by their formats alone
+        problems = verify_export(export) if recorded_files else folder_problems(export, None)
+        out.append((str(export.relative_to(run_dir)), problems))
     return out
 
 
