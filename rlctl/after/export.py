@@ -42,7 +42,7 @@ def _on_hub(name: str) -> bool:
 def _base_text(base: str) -> str:
     """The base model as the card's text names it."""
     if base.startswith("builtin:"):
-        return f"`{base}`: rlctl's built-in tiny model (randomly initialised, for trying rlctl out; not on the Hub)"
+        return f"{base} (rlctl's built-in tiny model, randomly initialised, for trying rlctl out; not on the Hub)"
     if not _on_hub(base):
         return f"a local folder (`{Path(base).name}`; not on the Hub)"
     return f"[{base}](https://huggingface.co/{base})"
