@@ -39,7 +39,8 @@ def test_export_card_copied_weights_and_verify(demo_run: Path, tmp_path: Path):
 
     card = ModelCard.load(out / "README.md")
     assert card.data.pipeline_tag == "text-generation"
-    assert card.data.base_model is None and "builtin:tiny (rlctl's built-in" in card.text, "the built-in model is named in the text"
+    assert card.data.base_model is None, "the built-in model is not on the Hub"
+    assert "builtin:tiny (rlctl's built-in" in card.text, "it is named in the text"
     assert {"rlctl", "trl", "sft", "rm", "rl", "grpo"} <= set(card.data.tags)
     assert card.data.license is None, "no license is invented for the built-in model"
     held_out = summary(demo_run)["stages"]["rl"]
