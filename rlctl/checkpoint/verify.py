@@ -1,7 +1,8 @@
 """A run's checkpoints checked against their completion markers (`integrity`), without loading them.
 
 `rlctl resume` verifies the newest checkpoint of each unfinished stage and falls back to the newest intact one
-(`resume_check`); `rlctl verify RUN` checks every checkpoint, final folder and export of a run (`verify_run`).
+(`resume_check`); `rlctl verify RUN` checks every checkpoint, final folder and export of a run (`verify_run`), and
+`rlctl verify EXPORT` an export folder anywhere against the manifest rlctl wrote there (`verify_export`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import yaml
 
 from rlctl import checkpoint, strictjson
 from rlctl.checkpoint.integrity import folder_problems
+from rlctl.checkpoint.safewrite import MANIFEST, recorded
 from rlctl.config import RunConfig, dump, presets, validate
 from rlctl.errors import UserError
 
@@ -132,6 +134,32 @@ def verify_run(run_dir: Path) -> list[tuple[str, list[str]]]:
             out.append((str(ckpt.relative_to(run_dir)), checkpoint_problems(ckpt)))
         if (stage_dir / "final").is_dir():
             out.append((str((stage_dir / "final").relative_to(run_dir)), folder_problems(stage_dir / "final", None)))
-    for export in sorted(p.parent for p in run_dir.glob("export*/config.json")):
-        out.append((str(export.relative_to(run_dir)), folder_problems(export, None)))
+    exports = {p.parent for pattern in ("export*/config.json", f"export*/{MANIFEST}") for p in run_dir.glob(pattern)}
+    for export in sorted(exports):
+        recorded_files = (export / MANIFEST).is_file()  # exports from before the manifest: by their formats alone
+        problems = verify_export(export) if recorded_files else folder_problems(export, None)
+        out.append((str(export.relative_to(run_dir)), problems))
     return out
+
+
+def is_export(folder: Path) -> bool:
+    """Whether `folder` is a model folder rlctl exported (it holds the manifest of an export)."""
+    kind, _ = recorded(folder)
+    return kind is not None and kind.endswith("export")
+
+
+def verify_export(folder: Path) -> list[str]:
+    """Problems of an export folder: files missing, resized or changed against the manifest rlctl wrote with it
+    (every file's size and checksum), and files broken by their own format; a damaged or missing manifest is a
+    problem too."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return [
+            f"{MANIFEST} is missing: no record of the exported files to check against",
+            *folder_problems(folder, None),
+        ]
+    try:
+        files = strictjson.loads(path.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [f"{MANIFEST} is damaged ({type(e).__name__}: {e})", *folder_problems(folder, None)]
+    return folder_problems(folder, files)

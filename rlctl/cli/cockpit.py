@@ -411,12 +411,20 @@ def doctor_command(ui: UI, online: bool, as_json: bool) -> int:
 
 # -------------------------------------------------------------------------------------------- verify
 def verify_command(ui: UI, run_dir: Path, as_json: bool) -> int:
-    """`rlctl verify`: one line per checkpoint, final folder and export; 1 when any is damaged."""
+    """`rlctl verify`: one line per checkpoint, final folder and export of a run, or one for an export folder; 1
+    when any is damaged."""
     from rlctl.checkpoint import verify
 
-    if not (run_dir / "config.yaml").is_file():
-        raise UserError(f"{run_dir} is not a run directory (no config.yaml).")
-    checks = verify.verify_run(run_dir)
+    is_run = (run_dir / "config.yaml").is_file()
+    if is_run:
+        checks = verify.verify_run(run_dir)
+    elif verify.is_export(run_dir):
+        checks = [(str(run_dir), verify.verify_export(run_dir))]
+    else:
+        raise UserError(
+            f"{run_dir} is neither a run directory (no config.yaml) nor a folder written by `rlctl export` (no "
+            f"{verify.MANIFEST})."
+        )
     damaged = [name for name, problems in checks if problems]
     if as_json:
         report = [{"path": name, "intact": not problems, "problems": problems} for name, problems in checks]
@@ -427,6 +435,8 @@ def verify_command(ui: UI, run_dir: Path, as_json: bool) -> int:
         ui.results().print(f"{escape(name)}: {mark}")
     if not checks:
         ui.results().print(f"{escape(str(run_dir))} holds no checkpoint, final folder or export yet.")
+    elif damaged and not is_run:
+        ui.results().print("[red]Damaged.[/] Export it again with `rlctl export RUN_DIR --out FOLDER`.")
     elif damaged:
         ui.results().print(
             f"[red]{len(damaged)} of {len(checks)} damaged.[/] `rlctl resume {escape(str(run_dir))}` falls back to the "

@@ -160,11 +160,12 @@ def doctor(
 
 @app.command()
 def verify(
-    run_dir: Annotated[Path, typer.Argument(help="Run directory to check.")],
+    run_dir: Annotated[Path, typer.Argument(help="Run directory, or a folder written by `rlctl export`.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
 ) -> None:
     """Check a run's checkpoints (every file's size and checksum against its completion marker), final folders
-    and exports (safetensors headers against file sizes, archives, JSON) without loading a model.
+    and exports (safetensors headers against file sizes, archives, JSON) without loading a model; or an export
+    folder anywhere (every file against the manifest rlctl_files.json written with it).
     Exits 1 when something is damaged."""
     from rlctl.cli import cockpit
 
