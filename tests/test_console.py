@@ -112,3 +112,36 @@ def test_eval_json_is_the_metrics_on_stdout(demo_run: Path, tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == json.loads((tmp_path / "e.json").read_text())
     assert "Evaluation" in proc.stderr, "the table goes to stderr"
+
+
+def test_plan_tables_keep_long_paths_whole(tmp_path):
+    """A stage that starts from a long path (the converted GGUF in the cache) and a dataset in a deep folder: at 80
+    columns, piped and on a terminal, the Stages and Data tables print a block per row instead of cutting the path
+    with "…" or folding it mid-word."""
+    deep = tmp_path / "a-rather-long-folder-name" / "with-another-level-of-nesting" / "my-training-prompts-v2.jsonl"
+    deep.parent.mkdir(parents=True)
+    deep.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(8)))
+    args = ("plan", "--preset", "smollm2-grpo-cpu", "--set", f"data.rl={deep}", "--run-dir", "runs/x")
+    starts_from = json.loads(rlctl(*args, "--json", cwd=tmp_path).stdout)["stages"][0]["init_from"]
+    piped = rlctl(*args, cwd=tmp_path, env=NARROW)
+    assert piped.returncode == 0, piped.stderr
+    for text in (piped.stdout, on_terminal(*args, cwd=tmp_path)):
+        assert "…" not in text, text
+        for path in (starts_from, str(deep)):
+            assert re.search(rf"^ +\w[\w ]* +{re.escape(path)}$", text, re.M), (path, text)
+
+
+@pytest.mark.slow
+def test_train_piped_prints_plain_lines_and_no_last_frame(tmp_path):
+    """Off a terminal `rlctl train` prints a plain line per stage update and, at the end, no frame of the progress
+    bars (rich printed their last frame cut to 80 columns: `s…`, `b…`, `r…`)."""
+    proc = rlctl(
+        "train", "--preset", "tiny-demo", "--stages", "sft,rm", "--set", "sft.max_steps=3", "--set", "rm.max_steps=2",
+        "--run-dir", str(tmp_path / "run"), env=NARROW,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "…" not in proc.stdout and "━" not in proc.stdout.split("Summary")[0], proc.stdout
+    progress = [line for line in proc.stdout.splitlines() if line.startswith(("sft", "rm", "base"))]
+    assert progress and all(re.match(r"(sft|rm|base) step \d+/", line) for line in progress), progress
+    assert len(progress) == len(set(progress)), "no line repeats"
+    assert "rm step 2/2" in proc.stdout and "Summary (held-out)" in proc.stdout

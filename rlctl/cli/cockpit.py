@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rlctl import strictjson
+from rlctl import strictjson, tables
 from rlctl.errors import UserError
 
 TOOL_METRICS = ("turns", "tool_calls", "tool_errors", "tool_call_rate")  # what a run with rl.tools reports
@@ -73,7 +73,7 @@ def rewards_list(ui: UI) -> None:
         table.add_column(col, overflow="fold")
     for name, args, doc in rewards.describe_builtins():
         table.add_row(escape(name), escape(args), escape(doc))
-    ui.results().print(table)
+    tables.show(ui.results(), table)
     eps = rewards.entry_points()
     if eps:
         extra = Table(title=f"Installed ({rewards.ENTRY_POINT_GROUP} entry points)", title_justify="left")
@@ -81,7 +81,7 @@ def rewards_list(ui: UI) -> None:
         extra.add_column("function")
         for name, ep in eps.items():
             extra.add_row(name, ep.value)
-        ui.results().print(extra)
+        tables.show(ui.results(), extra)
     ui.console.print(
         "Plugins: path/to/file.py:function. Arguments: name(key=value), e.g. length_penalty(max_length=512)."
     )
@@ -172,7 +172,7 @@ def rewards_test(
         cells = [fmt(None if v is None else v[i]) for v in per.values()]
         mark = [str(correct[i])] if correct else []
         table.add_row(str(i + 1), ui.short(p), ui.short(c), *cells, fmt(total[i]), *mark)
-    ui.results().print(table)
+    tables.show(ui.results(), table)
     for note in notes:
         ui.console.print(f"[yellow]note:[/] {note}")
 
@@ -344,7 +344,7 @@ def print_eval(ui: UI, metrics: dict, samples: list[dict]) -> None:
             ("pass@", "reward/")
         ):
             table.add_row(f"[bold]{key}[/]", fmt(value))
-    ui.results().print(table)
+    tables.show(ui.results(), table)
     if ui.verbose:
         detail = Table(title="Samples", title_justify="left")
         for col in ("prompt", "answer", "completion", "correct", "reward"):
@@ -352,7 +352,7 @@ def print_eval(ui: UI, metrics: dict, samples: list[dict]) -> None:
         for s in samples:
             for c, ok, r in zip(s["completions"], s["correct"], s["reward"], strict=True):
                 detail.add_row(ui.short(s["prompt"]), ui.short(s["answer"]), ui.short(c), str(ok), fmt(r))
-        ui.console.print(detail)
+        tables.show(ui.console, detail)
 
 
 # -------------------------------------------------------------------------------------------- report
@@ -392,7 +392,7 @@ def doctor_command(ui: UI, online: bool, as_json: bool) -> int:
     table.add_column("detail")
     for c in checks:
         table.add_row(STATUS_STYLE[c.status], escape(c.name), escape(c.detail))
-    ui.results().print(table)
+    tables.show(ui.results(), table)
     for c in checks:
         if c.fix:
             ui.results().print(f"[bold]fix {escape(c.name)}:[/] {escape(c.fix)}", soft_wrap=True)

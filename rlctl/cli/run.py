@@ -125,6 +125,8 @@ def _print_plan(plan: Plan) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from rlctl import tables
+
     cfg = plan.config
     hw = plan.hardware
     where = "CPU" if hw.is_cpu else f"{hw.nodes} node(s) x {hw.gpus_per_node} x {hw.gpu_name} {hw.gpu_memory_gib:g} GiB"
@@ -140,7 +142,7 @@ def _print_plan(plan: Plan) -> None:
         f"[bold]Strategy[/] {plan.strategy}, {plan.num_processes} process(es) per node, "
         f"mixed precision {plan.mixed_precision}"
     )
-    # Paths relative to the run directory, the Hub model as "model" (named above), no cell wrapped: fits 80 columns.
+    # Paths relative to the run directory, the Hub model as "model" (named above), no cell wrapped or cut.
     table = Table(title=f"Stages (paths in {plan.run_dir})", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("stage", "starts from", "steps", "batch", "micro x accum", "lr", "writes"):
         table.add_column(col, no_wrap=True)
@@ -162,7 +164,7 @@ def _print_plan(plan: Plan) -> None:
             f"{sc.learning_rate:g}",
             short(s.output),
         )
-    console.print(table)
+    tables.show(console, table)  # a row per stage where a path is too long for the columns
     lay = plan.layout
     if lay:
         per = "CPU process" if hw.is_cpu else f"GPU ({hw.gpu_name} {hw.gpu_memory_gib:g} GiB)"

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from rlctl import config as config_mod
-from rlctl import data
+from rlctl import data, tables
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import preflight, tbevents
@@ -312,7 +312,9 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                 TextColumn("{task.fields[info]}"),
                 TextColumn("{task.fields[eta]}"),
             ]
-            with Progress(*columns, console=console, transient=False) as progress:
+            # Off a terminal the bars stay off (rich would print their last frame, cut to COLUMNS, on exit): plain
+            # lines from _plain_lines instead.
+            with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
                 while True:
                     try:
                         done = proc.poll() is not None
@@ -355,7 +357,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         console.print(f"[yellow]{len(alarmed)} alarm(s)[/] ({names}): `rlctl report {run_dir}` lists their causes.")
     summary_path = run_dir / "summary.json"
     if code == 0 and summary_path.exists():
-        console.print(summary_table(json.loads(summary_path.read_text())))
+        tables.show(console, summary_table(json.loads(summary_path.read_text())))
         console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export")
         return 0
     if errors:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlctl import data
+from rlctl import data, tables
 from rlctl.config import ModelConfig, RunConfig
 from rlctl.data import tokens
 from rlctl.errors import RowFailure, UserError, did_you_mean
@@ -433,7 +433,7 @@ def show(console: Any, report: Report) -> None:
             text = f"{fmt}: {data.FORMATS[fmt][0]}" if fmt in data.FORMATS else fmt
             text += "".join(f"; {n}" for n in info.get("notes", []))
             table.add_row(role, stages, escape(info["source"]), escape(text), str(info.get("rows", "")))
-        console.print(table)
+        tables.show(console, table)  # a block per dataset where a path is too long for its column
     show_lengths(console, report)
 
 

@@ -1,0 +1,59 @@
+"""Tables that never cut a name, path or command: a rich table prints as a table only when the console is wide
+enough for every cell to wrap at spaces at most (a `no_wrap` column: not at all); otherwise each row prints as a
+block, its first cell a heading and every other cell on its own `  header  value` line, never wrapped by rlctl
+(a terminal shows a long line over two, and copies it as one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+WIDE = 1_000_000  # wide enough to measure a cell unwrapped
+
+
+def fits(console: Any, table: Any) -> bool:
+    """Whether `table`, laid out at the console's width, keeps every word whole: each column at least as wide as
+    its longest word, or, with `no_wrap`, its longest line. Uses rich's own column sizing (private, but stable
+    since rich 10)."""
+    options = console.options
+    extra = table._extra_width
+    widths = table._calculate_column_widths(console, options.update_width(max(options.max_width - extra, 1)))
+    for width, column in zip(widths, table.columns, strict=True):
+        need = table._measure_column(console, options.update_width(WIDE), column)
+        if width < (need.maximum if column.no_wrap else need.minimum):
+            return False
+    return True
+
+
+def _text(console: Any, cell: Any) -> Any:
+    from rich.text import Text
+
+    if isinstance(cell, Text):
+        return cell
+    return console.render_str(cell) if isinstance(cell, str) else Text(str(cell))
+
+
+def show(console: Any, table: Any) -> None:
+    """Print `table` whole at the console's width, or, where a cell would be cut or folded, row by row."""
+    if fits(console, table):
+        console.print(table)
+        return
+    from rich.text import Text
+
+    if table.title:
+        console.print(_text(console, table.title), soft_wrap=True)
+    headers = [_text(console, c.header).plain for c in table.columns]
+    pad = max((len(h) for h in headers[1:]), default=0)
+    columns = [list(c.cells) for c in table.columns]
+    rows = [[col[i] for col in columns] for i in range(table.row_count)]
+    if table.show_footer and any(c.footer for c in table.columns):
+        rows.append([c.footer for c in table.columns])
+    for row in rows:
+        heading = _text(console, row[0]).copy()
+        heading.stylize("bold")
+        console.print(heading, soft_wrap=True)
+        for header, cell in zip(headers[1:], row[1:], strict=True):
+            text = _text(console, cell)
+            if text.plain:
+                console.print(Text(f"  {header.ljust(pad)}  ") + text, soft_wrap=True)
+    if table.caption:
+        console.print(_text(console, table.caption), soft_wrap=True)
