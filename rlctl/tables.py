@@ -1,7 +1,8 @@
 """Tables that never cut a name, path or command: a rich table prints as a table only when the console is wide
 enough for every cell to wrap at spaces at most (a `no_wrap` column: not at all); otherwise each row prints as a
-block, its first cell a heading and every other cell on its own `  header  value` line, never wrapped by rlctl
-(a terminal shows a long line over two, and copies it as one)."""
+block, its first cell a heading and every other cell on its own `  header  value` line (a two-column table: one
+`  key  value` line per row), never wrapped by rlctl (a terminal shows a long line over two, and copies it as
+one)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,14 @@ def show(console: Any, table: Any) -> None:
     rows = [[col[i] for col in columns] for i in range(table.row_count)]
     if table.show_footer and any(c.footer for c in table.columns):
         rows.append([c.footer for c in table.columns])
+    if len(headers) == 2:  # a key and its value: one line each
+        keys = [_text(console, row[0]) for row in rows]
+        width = max((len(k.plain) for k in keys), default=0)
+        for key, row in zip(keys, rows, strict=True):
+            console.print(
+                Text("  ") + key + Text(" " * (width - len(key.plain) + 2)) + _text(console, row[1]), soft_wrap=True
+            )
+        rows = []
     for row in rows:
         heading = _text(console, row[0]).copy()
         heading.stylize("bold")

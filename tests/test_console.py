@@ -72,8 +72,11 @@ def test_help_says_what_to_type():
     for metavar in ("KEY=VALUE", "RUN_DIR", "FILE", "HOST[:PORT]"):
         assert metavar in plan, plan
     evaluate = rlctl("eval", "--help", env=NARROW).stdout
-    for text in (plan, evaluate, rlctl("presets", "show", "--help", env=NARROW).stdout):
+    resume = rlctl("resume", "--help", env=NARROW).stdout
+    for text in (plan, evaluate, resume, rlctl("presets", "show", "--help", env=NARROW).stdout):
         assert "<bool>" not in text and "<list[str]>" not in text and "{" not in text, text
+        assert "<path>" not in text, "an argument's name says what to type, Typer's type column repeats it"
+    assert re.search(r"RUN_DIR +Run directory to continue", resume), resume
     assert "RUN_DIR/eval/<data>.json" in evaluate and "…" not in evaluate, evaluate
 
 
@@ -145,3 +148,32 @@ def test_train_piped_prints_plain_lines_and_no_last_frame(tmp_path):
     assert progress and all(re.match(r"(sft|rm|base) step \d+/", line) for line in progress), progress
     assert len(progress) == len(set(progress)), "no line repeats"
     assert "rm step 2/2" in proc.stdout and "Summary (held-out)" in proc.stdout
+
+
+def test_a_table_too_wide_prints_a_line_per_value():
+    """rlctl.tables.show: a table that fits prints as is; a path longer than its column prints whole, a key and
+    value per line (two columns) or a block per row, never cut with "…" nor folded."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from rlctl import tables
+
+    path = "/a/rather/long/path/" + "x" * 70 + "/model.safetensors"
+    out = io.StringIO()
+    console = Console(file=out, width=80, highlight=False)
+    small = Table(title="Small")
+    small.add_column("metric")
+    small.add_column("value", no_wrap=True)
+    small.add_row("model", "runs/a/rl/final")
+    tables.show(console, small)
+    assert "┃ metric" in out.getvalue() and "runs/a/rl/final" in out.getvalue()
+    for cols, expected in ((2, f"  model  {path}\n"), (3, f"model\n  value  {path}\n  note   fine\n")):
+        out.truncate(0), out.seek(0)
+        table = Table(title="Evaluation")
+        for name in ("metric", "value", "note")[:cols]:
+            table.add_column(name, no_wrap=name == "value")
+        table.add_row(*("model", path, "fine")[:cols])
+        tables.show(console, table)
+        assert out.getvalue() == "Evaluation\n" + expected, out.getvalue()

@@ -163,6 +163,7 @@ def for_terminal(command: click.Command) -> click.Command:
         if param.param_type_name == "argument":  # Typer's usage line writes a required one as {NAME}
             shown = param.metavar if param.required else f"[{param.metavar}]"
             param.get_usage_pieces = lambda ctx, shown=shown: [shown]
+            param.display_type_rich = lambda ctx: None  # its name says what to type; Typer adds `<path>`
     for child in getattr(command, "commands", {}).values():
         for_terminal(child)
     return command
