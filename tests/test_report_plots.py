@@ -120,3 +120,15 @@ def test_report_without_heldout_prompts_says_so(tmp_path):
     assert "| stage |" not in md.split("## Final metrics (held-out)")[1].split("Held-out preference pairs")[0]
     assert "| dpo | 0.75 | 0.25 |" in md and (rep.folder / "preference.png").is_file()
     assert not (rep.folder / "summary.png").exists()
+
+
+def test_learning_rate_is_drawn_as_scheduled_not_smoothed(tmp_path, monkeypatch):
+    """A noisy metric of many steps gets a smoothed line; the learning-rate schedule does not (its smoothed copy
+    lagged behind the schedule it is)."""
+    smoothed: list[list[float]] = []
+    ema = plots._ema
+    monkeypatch.setattr(plots, "_ema", lambda values: smoothed.append(values) or ema(values))
+    lr = [(s, 1e-3 * (1 - s / 100)) for s in range(1, 100)]
+    loss = [(s, 1.0 / s + 0.1 * (s % 3)) for s in range(1, 100)]
+    assert plots.plot_stage("rm", {"lr": lr, "loss": loss}, tmp_path / "rm.png", "run: rm") is not None
+    assert smoothed == [[v for _, v in loss]]

@@ -20,6 +20,7 @@ PLOT_ORDER = (
     "response_length",
     "lr",
 )
+SCHEDULES = ("lr",)  # set by the trainer, not measured: a smoothed copy only lags behind it
 LABELS = {
     "reward": "reward (mean)",
     "accuracy": "accuracy",
@@ -121,12 +122,12 @@ def plot_stage(stage: str, metrics: dict[str, list[tuple[int, float]]], out: Pat
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.9 * rows + 0.4), squeeze=False, layout="constrained")
     for ax, name in zip(axes.flat, names, strict=False):
         steps, values = zip(*metrics[name], strict=True)
-        few = len(steps) <= 30
+        few = len(steps) <= 30 or name in SCHEDULES  # a schedule is drawn as it is, never smoothed
         ax.plot(
             steps,
             values,
             color=colour,
-            marker="o" if few else None,
+            marker="o" if len(steps) <= 30 else None,
             markersize=4 if len(steps) == 1 else 3,
             linewidth=1.2,
             alpha=1 if few else 0.35,
@@ -138,8 +139,10 @@ def plot_stage(stage: str, metrics: dict[str, list[tuple[int, float]]], out: Pat
         _integer_steps(ax, steps)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-        if name == "lr":
-            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+        if name == "lr":  # 1.0e-03 on each tick: matplotlib's separate "1e-3" sat on the panel title
+            from matplotlib.ticker import FormatStrFormatter
+
+            ax.yaxis.set_major_formatter(FormatStrFormatter("%.1e"))
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.suptitle(title, fontsize=12)  # constrained layout keeps it clear of the panel titles
