@@ -177,3 +177,24 @@ def test_a_table_too_wide_prints_a_line_per_value():
         table.add_row(*("model", path, "fine")[:cols])
         tables.show(console, table)
         assert out.getvalue() == "Evaluation\n" + expected, out.getvalue()
+
+
+def test_progress_bars_keep_stage_names_and_metrics_whole():
+    """On an 80-column terminal the bars' last frame stays on screen: the stage name, the step count and every
+    metric whole (a 40-wide bar left `r…` and `eval_reward …`)."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from rlctl.launch import bar_columns
+
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=True, color_system=None)
+    progress = Progress(*bar_columns(), console=console, auto_refresh=False)
+    info = "loss 0.001654  reward 1.155  kl 0.04221  eval_accuracy 0.950  eval_reward 0.961"
+    progress.add_task("rl", total=60, completed=60, info=info, eta="ETA 0s")
+    console.print(progress.make_tasks_table(progress.tasks))
+    text = out.getvalue()
+    assert "…" not in text and re.match(r"rl +━+ 60/60 ", text), text
+    assert all(word in text.split() for word in info.split()), text

@@ -299,19 +299,13 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                 start_new_session=True,
                 preexec_fn=die_with_parent,
             )
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            from rich.progress import Progress
 
             tasks_by_stage: dict[str, int] = {}
             stages: dict[str, progress_mod.StageProgress] = {}
             every_s = the_plan.config.logging.console_every_s
             events = tbevents.MetricsEvents(run_dir / "tensorboard")  # TensorBoard, live, no account needed
-            columns = [
-                TextColumn("[bold]{task.description:<6}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[info]}"),
-                TextColumn("{task.fields[eta]}"),
-            ]
+            columns = bar_columns()
             # Off a terminal the bars stay off (rich would print their last frame, cut to COLUMNS, on exit): plain
             # lines from _plain_lines instead.
             with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
@@ -391,6 +385,21 @@ def failure(log: str) -> str:
     if raised:
         return f"The training process raised {raised[-1]}."
     return "The training process ended without saying why (killed by the system, out of memory?)."
+
+
+def bar_columns() -> list:
+    """The progress bars' columns: at 80 columns the stage name and the step count stay whole and the metrics wrap
+    at spaces (a 40-wide bar squeezed them into `r…` and `eval_reward …`)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+    from rich.table import Column
+
+    return [
+        TextColumn("[bold]{task.description:<6}", table_column=Column(no_wrap=True)),
+        BarColumn(bar_width=16),
+        MofNCompleteColumn(table_column=Column(no_wrap=True)),
+        TextColumn("{task.fields[info]}", table_column=Column(ratio=1)),
+        TextColumn("{task.fields[eta]}", table_column=Column(no_wrap=True)),
+    ]
 
 
 def _plain_lines(console: Console, stages: dict[str, progress_mod.StageProgress], every_s: float) -> None:
