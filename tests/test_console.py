@@ -198,3 +198,25 @@ def test_progress_bars_keep_stage_names_and_metrics_whole():
     text = out.getvalue()
     assert "…" not in text and re.match(r"rl +━+ 60/60 ", text), text
     assert all(word in text.split() for word in info.split()), text
+
+
+def test_train_summary_fits_80_columns_as_a_table():
+    """The held-out summary a run prints last: a row per metric and a column per stage, so that a run with tool
+    metrics (eight of them) still prints a table at 80 columns, every name whole."""
+    import io
+
+    from rich.console import Console
+
+    from rlctl import tables
+    from rlctl.launch import summary_table
+
+    keys = ("accuracy", "reward", "rows", "tool_call_rate", "tool_calls", "tool_errors", "turns", "margin")
+    stages = {s: {f"eval_{k}": 0.123456 for k in keys} for s in ("base", "sft", "rm", "rl")}
+    out = io.StringIO()
+    console = Console(file=out, width=80, highlight=False)
+    table = summary_table({"stages": stages})
+    assert tables.fits(console, table)
+    tables.show(console, table)
+    for k in keys:
+        assert re.search(rf"┃? *eval_{k} +│ +0\.1235 │", out.getvalue()), out.getvalue()
+    assert "…" not in out.getvalue()

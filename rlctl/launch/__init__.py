@@ -170,17 +170,17 @@ def _cell(value: object) -> str:
 
 
 def summary_table(summary: dict) -> Table:
-    """The per-stage held-out metrics of summary.json as a table."""
+    """The per-stage held-out metrics of summary.json as a table: a row per metric, a column per stage (a column
+    per metric was too wide for 80 columns once a run has tool metrics)."""
     from rich.table import Table
 
+    stages = summary.get("stages", {})
     table = Table(title="Summary (held-out)", title_justify="left")
-    table.add_column("stage")
-    keys = sorted({k for m in summary.get("stages", {}).values() for k in m} - {"null_reasons"})
-    for k in keys:
-        table.add_column(k, justify="right")
-    for stage, metrics in summary.get("stages", {}).items():
-        cells = [_cell(metrics.get(k, "")) for k in keys]
-        table.add_row(stage, *cells)
+    table.add_column("metric", no_wrap=True)
+    for stage in stages:
+        table.add_column(stage, justify="right", no_wrap=True)
+    for k in sorted({k for m in stages.values() for k in m} - {"null_reasons"}):
+        table.add_row(k, *[_cell(metrics.get(k, "")) for metrics in stages.values()])
     return table
 
 
