@@ -33,12 +33,28 @@ def _text(console: Any, cell: Any) -> Any:
     return console.render_str(cell) if isinstance(cell, str) else Text(str(cell))
 
 
+def _line(console: Any, label: str, value: Any) -> None:
+    """`label` then `value`: on a terminal the value wraps at spaces under itself where its longest word fits the
+    width left, else (and off a terminal) it is one line the terminal may show over two."""
+    from rich.table import Table
+    from rich.text import Text
+
+    longest = max((len(word) for word in value.plain.split()), default=0)
+    if console.soft_wrap or longest > console.width - len(label):
+        console.print(Text(label) + value, soft_wrap=True)
+        return
+    grid = Table.grid()
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    grid.add_row(label, value)
+    console.print(grid)
+
+
 def show(console: Any, table: Any) -> None:
     """Print `table` whole at the console's width, or, where a cell would be cut or folded, row by row."""
     if fits(console, table):
         console.print(table)
         return
-    from rich.text import Text
 
     if table.title:
         console.print(_text(console, table.title), soft_wrap=True)
@@ -52,9 +68,7 @@ def show(console: Any, table: Any) -> None:
         keys = [_text(console, row[0]) for row in rows]
         width = max((len(k.plain) for k in keys), default=0)
         for key, row in zip(keys, rows, strict=True):
-            console.print(
-                Text("  ") + key + Text(" " * (width - len(key.plain) + 2)) + _text(console, row[1]), soft_wrap=True
-            )
+            _line(console, f"  {key.plain.ljust(width)}  ", _text(console, row[1]))
         rows = []
     for row in rows:
         heading = _text(console, row[0]).copy()
@@ -63,6 +77,6 @@ def show(console: Any, table: Any) -> None:
         for header, cell in zip(headers[1:], row[1:], strict=True):
             text = _text(console, cell)
             if text.plain:
-                console.print(Text(f"  {header.ljust(pad)}  ") + text, soft_wrap=True)
+                _line(console, f"  {header.ljust(pad)}  ", text)
     if table.caption:
         console.print(_text(console, table.caption), soft_wrap=True)
