@@ -220,3 +220,19 @@ def test_train_summary_fits_80_columns_as_a_table():
     for k in keys:
         assert re.search(rf"┃? *eval_{k} +│ +0\.1235 │", out.getvalue()), out.getvalue()
     assert "…" not in out.getvalue()
+
+
+@pytest.mark.slow
+def test_train_on_a_terminal_keeps_the_command_and_stage_names_whole(tmp_path):
+    """`rlctl train` on an 80-column terminal: the launch command on one line (it pastes as is), the bars' last
+    frame with whole stage names and no "…"."""
+    run_dir = "runs/a-rather-long-folder-name/for-the-command-to-need-two-lines"
+    screen = on_terminal(
+        "train", "--preset", "tiny-demo", "--stages", "sft,rm", "--set", "sft.max_steps=3", "--set", "rm.max_steps=2",
+        "--run-dir", run_dir, cwd=tmp_path,
+    )  # fmt: skip
+    command = f"accelerate launch --config_file {run_dir}/accelerate.yaml -m rlctl.launch.runner {run_dir}\n"
+    assert command in screen and "…" not in screen, screen
+    last_frame = screen.split("Summary (held-out)")[0].rsplit("\r", 1)[-1]  # each frame starts at a carriage return
+    assert re.search(r"^sft +━+ 3/3 ", last_frame, re.M) and re.search(r"^rm +━+ 2/2 ", last_frame, re.M), screen
+    assert f"Export with: rlctl export {run_dir} --out {run_dir}/export\n" in screen, screen

@@ -407,9 +407,10 @@ def _finish(code: int, the_plan: Plan) -> int:
     log = node_log(run_dir, the_plan.config.hardware.node_rank)
     if console.quiet:
         if code == 0:
-            _ui().results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})")
+            _ui().results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})", soft_wrap=True)
         else:
             err_console.print(
                 f"[red]Training stopped (exit {code}).[/] Log: {log}. After fixing the cause: rlctl resume {run_dir}",
+                soft_wrap=True,
             )
     return code

@@ -280,7 +280,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]
     import_model(the_plan, console, quiet=True)  # a resume, or another node: the folder may not be here yet
     console.print(f"[bold]{'Resuming' if resuming else 'Starting'}[/] {the_plan.config.name} in {run_dir}")
-    console.print(f"[dim]{the_plan.command}\nlog: {log_path}[/]")
+    console.print(f"[dim]{escape(the_plan.command)}\nlog: {escape(str(log_path))}[/]", soft_wrap=True)  # pastes as is
     stopped = 0
     errors: list[dict] = []
     alarmed: list[dict] = []
@@ -343,7 +343,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         signal.signal(signal.SIGINT, previous_int)
     proc.wait()
     if stopped:
-        console.print(f"[yellow]Interrupted.[/] Continue with: rlctl resume {run_dir}")
+        console.print(f"[yellow]Interrupted.[/] Continue with: rlctl resume {run_dir}", soft_wrap=True)
         return 128 + stopped
     code = proc.returncode
     if alarmed:
@@ -352,7 +352,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     summary_path = run_dir / "summary.json"
     if code == 0 and summary_path.exists():
         tables.show(console, summary_table(json.loads(summary_path.read_text())))
-        console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export")
+        console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export", soft_wrap=True)
         return 0
     if errors:
         # --quiet still prints why training stopped
