@@ -64,7 +64,8 @@ def test_check_package_cases():
     missing = doctor.check_package(next(r for r in doctor.MATRIX if r.package == "peft"), None)
     assert missing.status == "fail" and missing.fix.endswith("pip install 'peft>=0.18'")
     optional = doctor.check_package(next(r for r in doctor.MATRIX if r.package == "vllm"), None)
-    assert optional.status == "info" and not optional.fix
+    assert optional.status == "info" and not optional.fix and optional.install == "pip install 'rlctl[vllm]'"
+    assert "pip install" not in optional.detail, "the command prints whole below the table, not in a wrapping cell"
     assert doctor.check_package(next(r for r in doctor.MATRIX if r.package == "vllm"), "0.32.0").status == "fail"
 
 

