@@ -236,3 +236,26 @@ def test_train_on_a_terminal_keeps_the_command_and_stage_names_whole(tmp_path):
     last_frame = screen.split("Summary (held-out)")[0].rsplit("\r", 1)[-1]  # each frame starts at a carriage return
     assert re.search(r"^sft +━+ 3/3 ", last_frame, re.M) and re.search(r"^rm +━+ 2/2 ", last_frame, re.M), screen
     assert f"Export with: rlctl export {run_dir} --out {run_dir}/export\n" in screen, screen
+
+
+def test_gguf_import_lines_keep_the_cached_folder_whole(monkeypatch):
+    """`rlctl train` of a GGUF recipe says where the converted model is cached: one line, the path unfolded (piped
+    at 80 columns it came out as `...ea3737` / `28110db53-float32`)."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from rlctl import launch
+    from rlctl.stages import gguf_import
+
+    folder = "/root/.cache/rlctl/gguf/" + "b179c9523d0e6a0f98a330c7562b682750a6f8c8" * 2 + "-float32"
+
+    def ensure(spec, say):
+        say(f"SmolLM2-135M-Instruct.Q4_1.gguf: converted already ({folder})")
+        return SimpleNamespace(converted_now=False, record={})
+
+    monkeypatch.setattr(gguf_import, "ensure", ensure)
+    out = io.StringIO()
+    launch.import_model(SimpleNamespace(model_import=object()), Console(file=out, width=80), quiet=False)
+    assert out.getvalue() == f"Model SmolLM2-135M-Instruct.Q4_1.gguf: converted already ({folder})\n"

@@ -129,7 +129,7 @@ def import_model(the_plan: plan_mod.Plan, console: Console, quiet: bool) -> dict
         ) from None
     if done.converted_now or not quiet:
         for line in lines:
-            console.print(f"[bold]Model[/] {escape(line)}")
+            console.print(f"[bold]Model[/] {escape(line)}", soft_wrap=True)  # the cached folder's path stays whole
     return done.record
 
 
