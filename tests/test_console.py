@@ -259,3 +259,14 @@ def test_gguf_import_lines_keep_the_cached_folder_whole(monkeypatch):
     out = io.StringIO()
     launch.import_model(SimpleNamespace(model_import=object()), Console(file=out, width=80), quiet=False)
     assert out.getvalue() == f"Model SmolLM2-135M-Instruct.Q4_1.gguf: converted already ({folder})\n"
+
+
+def test_plan_stage_table_with_epochs_stays_a_table_at_80_columns(tmp_path):
+    """Three stages planned by epochs (`45 (1 ep.)` in the steps column) still fit 80 columns as a table, a row
+    per stage."""
+    args = ("plan", "--preset", "tiny-demo", "--set", "sft.epochs=1", "--set", "rm.epochs=1", "--run-dir", "runs/x")
+    piped = rlctl(*args, cwd=tmp_path, env=NARROW)
+    assert piped.returncode == 0, piped.stderr
+    for text in (piped.stdout, on_terminal(*args, cwd=tmp_path)):
+        assert re.search(r"^sft +base +\d+ \(1 ep\.\) +64 +64 x 1 +[\d.e-]+ +sft/final *$", text, re.M), text
+        assert re.search(r"^rm +sft/final +\d+ \(1 ep\.\) ", text, re.M), text

@@ -143,7 +143,14 @@ def _print_plan(plan: Plan) -> None:
         f"mixed precision {plan.mixed_precision}"
     )
     # Paths relative to the run directory, the Hub model as "model" (named above), no cell wrapped or cut.
-    table = Table(title=f"Stages (paths in {plan.run_dir})", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(  # two spaces between columns: seven of them fit 80 columns with epochs in the steps
+        title=f"Stages (paths in {plan.run_dir})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for col in ("stage", "starts from", "steps", "batch", "micro x accum", "lr", "writes"):
         table.add_column(col, no_wrap=True)
 
