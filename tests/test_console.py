@@ -270,3 +270,18 @@ def test_plan_stage_table_with_epochs_stays_a_table_at_80_columns(tmp_path):
     for text in (piped.stdout, on_terminal(*args, cwd=tmp_path)):
         assert re.search(r"^sft +base +\d+ \(1 ep\.\) +64 +64 x 1 +[\d.e-]+ +sft/final *$", text, re.M), text
         assert re.search(r"^rm +sft/final +\d+ \(1 ep\.\) ", text, re.M), text
+
+
+def test_a_run_without_held_out_metrics_ends_with_one_line_not_an_empty_table():
+    import io
+
+    from rich.console import Console
+
+    from rlctl.launch import show_summary
+
+    out = io.StringIO()
+    show_summary(Console(file=out, width=80), {"stages": {"sft": {}}})
+    assert out.getvalue() == "No held-out metrics: set data.eval to score each policy stage after training.\n"
+    out = io.StringIO()
+    show_summary(Console(file=out, width=80), {"stages": {"base": {"eval_accuracy": 0.25}, "sft": {}}})
+    assert "Summary (held-out)" in out.getvalue() and "0.25" in out.getvalue()

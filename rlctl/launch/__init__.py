@@ -184,6 +184,15 @@ def summary_table(summary: dict) -> Table:
     return table
 
 
+def show_summary(console: Console, summary: dict) -> None:
+    """The table a finished run ends with, or one line where no stage has a held-out metric (an empty table of
+    stage names said nothing)."""
+    if any(k != "null_reasons" for m in summary.get("stages", {}).values() for k in m):
+        tables.show(console, summary_table(summary))
+    else:
+        console.print("No held-out metrics: set data.eval to score each policy stage after training.")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -351,7 +360,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         console.print(f"[yellow]{len(alarmed)} alarm(s)[/] ({names}): `rlctl report {run_dir}` lists their causes.")
     summary_path = run_dir / "summary.json"
     if code == 0 and summary_path.exists():
-        tables.show(console, summary_table(json.loads(summary_path.read_text())))
+        show_summary(console, json.loads(summary_path.read_text()))
         console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export", soft_wrap=True)
         return 0
     if errors:
