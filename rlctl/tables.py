@@ -41,7 +41,8 @@ def _line(console: Any, label: str, value: Any) -> None:
 
     longest = max((len(word) for word in value.plain.split()), default=0)
     if console.soft_wrap or longest > console.width - len(label):
-        console.print(Text(label) + value, soft_wrap=True)
+        lines = value.split("\n", allow_blank=True)  # a cell's later lines under its first
+        console.print(Text(label) + Text("\n" + " " * len(label)).join(lines), soft_wrap=True)
         return
     grid = Table.grid()
     grid.add_column(no_wrap=True)
@@ -62,6 +63,7 @@ def show(console: Any, table: Any) -> None:
     pad = max((len(h) for h in headers[1:]), default=0)
     columns = [list(c.cells) for c in table.columns]
     rows = [[col[i] for col in columns] for i in range(table.row_count)]
+    rows = [row for row in rows if any(_text(console, cell).plain.strip() for cell in row)]  # no spacer rows
     if table.show_footer and any(c.footer for c in table.columns):
         rows.append([c.footer for c in table.columns])
     if len(headers) == 2:  # a key and its value: one line each

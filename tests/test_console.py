@@ -177,6 +177,14 @@ def test_a_table_too_wide_prints_a_line_per_value():
         table.add_row(*("model", path, "fine")[:cols])
         tables.show(console, table)
         assert out.getvalue() == "Evaluation\n" + expected, out.getvalue()
+    out.truncate(0), out.seek(0)
+    table = Table(title="Recipes")
+    table.add_column("name", no_wrap=True)
+    table.add_column("model, description")
+    table.add_row("smollm2-grpo-cpu", f"{path}  grpo\nGRPO on CPU.")
+    table.add_row("", "")  # a spacer row prints nothing
+    tables.show(console, table)
+    assert out.getvalue() == f"Recipes\n  smollm2-grpo-cpu  {path}  grpo\n{' ' * 20}GRPO on CPU.\n", out.getvalue()
 
 
 def test_progress_bars_keep_stage_names_and_metrics_whole():

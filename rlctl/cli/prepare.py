@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from rlctl import tables
 from rlctl.cli.app import (
     ColumnOpt,
     ConfigOpt,
@@ -175,14 +176,14 @@ def presets_list(
     for r in recipes:
         table.add_row(r.name, f"{r.model}  {r.algorithm}  {','.join(r.stages)}  {r.hardware}\n{r.description}")
         table.add_row("", "")
-    console.print(table)
+    tables.show(console, table)
     console.print("[bold]Building blocks[/] (use with --algorithm, --hardware, or defaults: in a config)")
     grid = Table(box=None, pad_edge=False, show_header=False)
     grid.add_column(no_wrap=True)
     grid.add_column()
     for kind, names in blocks.items():
         grid.add_row(kind, ", ".join(names))
-    console.print(grid)
+    tables.show(console, grid)
 
 
 @presets_app.command("show")
