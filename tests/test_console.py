@@ -115,6 +115,7 @@ def test_eval_json_is_the_metrics_on_stdout(demo_run: Path, tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == json.loads((tmp_path / "e.json").read_text())
     assert "Evaluation" in proc.stderr, "the table goes to stderr"
+    assert "\n\n" not in proc.stderr, "off a terminal no bar: no blank line where its frame was"
 
 
 def test_plan_tables_keep_long_paths_whole(tmp_path):

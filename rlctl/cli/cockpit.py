@@ -297,7 +297,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
             ui.console.print(rows_done.text(), markup=False)
             ui.console.file.flush()
 
-    with Progress(*bar, console=ui.console, transient=True) as progress:
+    with Progress(*bar, console=ui.console, transient=True, disable=not ui.console.is_terminal) as progress:
         task = progress.add_task("generate", total=len(rows))
         result = evaluate.evaluate_rows(
             policy,
