@@ -56,14 +56,15 @@ def test_optimizer_offload_is_recorded_as_it_ran():
     opt = torch.optim.AdamW(model.parameters())
     assert offload_record(None, []) == {"phase_offload": "off"}
     model(torch.ones(2, 8)).sum().backward()
-    engine.reload_optimizer_state(opt)
+    offloaded = engine.Offloaded()
+    engine.reload_optimizer_state(opt, offloaded)
     opt.step()
-    assert engine.offload_optimizer_state(opt) == 0, "CPU to CPU: nothing moves"
-    live = offload_record(getattr(opt, engine.SWITCHES), ["cpu"])
+    assert engine.offload_optimizer_state(opt, offloaded) == 0, "CPU to CPU: nothing moves"
+    live = offload_record(offloaded.switches, ["cpu"])
     assert live == {"phase_offload": NO_OP, "optimizer_switches": {"calls": 2, "bytes_moved": 0}}
     moments = 2 * (8 * 4 + 4) * 4  # exp_avg and exp_avg_sq of weight and bias, fp32
-    assert engine.offload_optimizer_state(opt, device="meta") == moments
-    live = offload_record(getattr(opt, engine.SWITCHES), ["meta"])
+    assert engine.offload_optimizer_state(opt, offloaded, device="meta") == moments
+    live = offload_record(offloaded.switches, ["meta"])
     assert live["phase_offload"] == "between phases"
     offload = live["optimizer_switches"]["offload"]
     assert offload["switches"] == 1 and offload["bytes_per_switch"] == moments and offload["seconds_per_switch"] > 0

@@ -12,6 +12,7 @@ import pytest
 
 from rlctl import rewards
 from rlctl.errors import RewardError, UserError, is_out_of_memory
+from rlctl.rewards import worker
 
 PLUGIN = """
 import math, time
@@ -55,7 +56,7 @@ def plugin(tmp_path_factory) -> Path:
 
 def _stage(plugin: Path, *specs: tuple[str, str, float], notify=None, errors=None) -> list:
     entries = [SimpleNamespace(name=f"{plugin}:{fn}", on_error=on_error, timeout_s=t) for fn, on_error, t in specs]
-    return rewards.stage_rewards(entries, "answer", {} if errors is None else errors, notify)
+    return rewards.stage_rewards(entries, "answer", {} if errors is None else errors, worker.Workers(), notify)
 
 
 def test_a_hanging_reward_is_stopped_at_its_deadline_and_named(plugin: Path):

@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 
 from rlctl import checkpoint
 from rlctl.stages import layout, models, sharding
-from rlctl.stages.context import Interrupted, NonFiniteError, StageContext, Stopped
+from rlctl.stages.context import Interrupted, NonFiniteError, StageContext, StopFlag, Stopped
 
 # Trainer log keys worth streaming, renamed to rlctl's metric names.
 _LOG_KEYS = {
@@ -40,19 +40,19 @@ _LOG_KEYS = {
 }
 
 
-_stop = {"signal": 0}
-
-
-def install_stop_handlers() -> None:
-    """First SIGINT/SIGTERM: stop at the next step boundary with a checkpoint. A second one: stop at once."""
+def install_stop_handlers() -> StopFlag:
+    """First SIGINT/SIGTERM: stop at the next step boundary with a checkpoint. A second one: stop at once.
+    Returns the flag the handlers set, for every stage's context."""
+    stop = StopFlag()
 
     def handler(signum, frame) -> None:
-        if _stop["signal"]:
+        if stop.signal:
             os._exit(128 + signum)
-        _stop["signal"] = signum
+        stop.signal = signum
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
+    return stop
 
 
 def over_ranks(value: int, op: str = "sum") -> int:
@@ -76,10 +76,10 @@ def alarm_stop(ctx: StageContext) -> bool:
     return bool(over_ranks(int(watch is not None and watch.stop is not None), op="max"))
 
 
-def stop_signal() -> int:
+def stop_signal(ctx: StageContext) -> int:
     """The stop signal any rank received (0 for none), agreed across processes so all stop at the same step."""
-    _stop["signal"] = over_ranks(_stop["signal"], op="max")
-    return _stop["signal"]
+    ctx.stop.signal = over_ranks(ctx.stop.signal, op="max")
+    return ctx.stop.signal
 
 
 class StreamMetrics(TrainerCallback):
@@ -107,7 +107,7 @@ class StreamMetrics(TrainerCallback):
         self.stopped_by_alarm = self.stopped_by_alarm or alarm_stop(self.ctx)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if stop_signal():
+        if stop_signal(self.ctx):
             control.should_save = True
             control.should_training_stop = True
 
@@ -204,8 +204,8 @@ def check_stopped(ctx: StageContext, trainer) -> None:
         )
     if guard is not None and guard.stopped_by_alarm:
         raise ctx.alarm_stopped(trainer.state.global_step)
-    if _stop["signal"]:
-        raise Interrupted(_stop["signal"])
+    if ctx.stop.signal:
+        raise Interrupted(ctx.stop.signal)
 
 
 def save_final(ctx: StageContext, trainer, tokenizer) -> None:

@@ -9,12 +9,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlctl import checkpoint, strictjson
 from rlctl.config import RunConfig
 from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
+from rlctl.rewards.worker import Workers
 from rlctl.stages import alarms
+
+if TYPE_CHECKING:  # the probe's module loads transformers
+    from rlctl.stages.memory_probe import Probe
 
 
 class MetricsLog:
@@ -50,7 +54,18 @@ class MetricsLog:
 
 
 @dataclass
+class StopFlag:
+    """The stop signal this process received (0: none): set by the runner's SIGINT/SIGTERM handler, agreed across
+    processes at step boundaries (rlctl.stages.common.stop_signal)."""
+
+    signal: int = 0
+
+
+@dataclass
 class StageContext:
+    """What a stage runs with. `stop`, `probe` (the memory probe measuring this stage, None when nothing is
+    measured) and `workers` (the reward worker processes) are shared by the runner with every stage it starts."""
+
     cfg: RunConfig
     plan: Plan
     stage: StagePlan
@@ -60,6 +75,9 @@ class StageContext:
     is_main: bool
     device: Any = "cpu"
     notes: dict[str, Any] = field(default_factory=dict)  # data facts for summary.json (rows dropped as too long)
+    stop: StopFlag = field(default_factory=StopFlag)
+    probe: Probe | None = None
+    workers: Workers = field(default_factory=Workers)
 
     @property
     def settings(self):
