@@ -9,16 +9,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlctl import checkpoint, strictjson
 from rlctl.config import RunConfig
 from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
 from rlctl.rewards.worker import Workers
 from rlctl.stages import alarms
-
-if TYPE_CHECKING:  # the probe's module loads transformers
-    from rlctl.stages.memory_probe import Probe
 
 
 class MetricsLog:
@@ -63,8 +60,8 @@ class StopFlag:
 
 @dataclass
 class StageContext:
-    """What a stage runs with. `stop`, `probe` (the memory probe measuring this stage, None when nothing is
-    measured) and `workers` (the reward worker processes) are shared by the runner with every stage it starts."""
+    """What a stage runs with. The runner hands every stage it starts the same `stop` flag and reward `workers`;
+    `probe` is the memory probe measuring this stage."""
 
     cfg: RunConfig
     plan: Plan
@@ -76,7 +73,7 @@ class StageContext:
     device: Any = "cpu"
     notes: dict[str, Any] = field(default_factory=dict)  # data facts for summary.json (rows dropped as too long)
     stop: StopFlag = field(default_factory=StopFlag)
-    probe: Probe | None = None
+    probe: Any = None  # rlctl.stages.memory_probe.Probe (memory_probe.start), None when nothing is measured
     workers: Workers = field(default_factory=Workers)
 
     @property
