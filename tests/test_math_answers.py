@@ -15,7 +15,7 @@ import pytest
 
 from rlctl import rewards
 from rlctl.rewards import answers, builtin
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 
 REPO = Path(__file__).resolve().parent.parent
 
