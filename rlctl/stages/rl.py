@@ -17,8 +17,8 @@ from rlctl.stages.common import (
     StageContext,
     StreamMetrics,
     lora_config,
-    resume_point,
     save_final,
+    train,
     training_args,
 )
 from rlctl.stages.rewarding import overlong_buffer_tokens, reward_sources
@@ -121,5 +121,4 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
     if getattr(trainer, "use_vllm", False):
         vllm.adapt(trainer.vllm_generation, ctx.plan)
     layout.follow_plan(ctx, trainer, offloaded)
-    trainer.train(resume_from_checkpoint=resume_point(ctx))
-    save_final(ctx, trainer, tok)
+    save_final(ctx, train(ctx, trainer, tok))

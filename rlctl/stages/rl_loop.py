@@ -31,13 +31,11 @@ import contextlib
 import functools
 import math
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from rlctl import checkpoint
 from rlctl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
@@ -60,8 +58,8 @@ from rlctl.rollout import generate, multiturn, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
 from rlctl.stages import layout, lengths, loop_checkpoint, memory_probe, models, sharding
-from rlctl.stages.common import alarm_stop, over_ranks, save_final, stop_signal
-from rlctl.stages.context import Interrupted, NonFiniteError, PhaseClock, StageContext
+from rlctl.stages.common import alarm_stop, over_ranks, save_final, signalled, stop_signal
+from rlctl.stages.context import Interrupted, PhaseClock, StageContext, Trained
 from rlctl.stages.rewarding import Scorer
 from rlctl.stages.rl_models import (
     load_models,
@@ -206,6 +204,13 @@ def restore(loop: Loop) -> int:
 
 
 def run(ctx: StageContext) -> None:
+    """Train the policy with rlctl's loop, then save it (`rlctl.stages.common.save_final`)."""
+    save_final(ctx, train(ctx))
+
+
+def train(ctx: StageContext) -> Trained:
+    """Every step from the last complete checkpoint on; what it trained, and why it ended early if it did (an
+    alarm, a signal between the last step and the save). A NaN or a broken weight sync raises at its step."""
     loop = setup(ctx)
     start = restore(loop)
     for step in range(start + 1, loop.rl.max_steps + 1):
@@ -229,10 +234,8 @@ def run(ctx: StageContext) -> None:
     layout.finish(ctx, loop.offloaded.switches)
     trained = max(0, loop.rl.max_steps - start)
     ctx.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
-    if alarm_stop(ctx):
-        raise ctx.alarm_stopped(start + trained)
-    no_callbacks = SimpleNamespace(callbacks=[])
-    save_final(ctx, SimpleNamespace(accelerator=loop.acc, model=loop.policy, callback_handler=no_callbacks), loop.tok)
+    stopped = ctx.alarm_stopped(start + trained) if alarm_stop(ctx) else signalled(ctx)
+    return Trained(loop.acc, loop.policy, loop.tok, stopped)
 
 
 # ----------------------------------------------------------------------------------------------- 1. rollout
@@ -484,12 +487,7 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
         raise ctx.alarm_stopped(step)
     bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]
     if bad:
-        last = checkpoint.last_complete(ctx.checkpoints)
-        raise NonFiniteError(
-            f"Stage rl stopped: {bad[0]} became {record[bad[0]]} at step {step}. The last good "
-            f"checkpoint is {last or 'none (the stage restarts from its start)'}. Lower rl.learning_rate or "
-            f"check the rewards and data, then `rlctl resume {ctx.run_dir}`."
-        )
+        raise ctx.non_finite_stopped(bad[0], record[bad[0]], step)
 
 
 def _add(stats: dict[str, list[float]], **values: float) -> None:
