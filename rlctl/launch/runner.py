@@ -105,7 +105,7 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
                 message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process, measured)
             if message is None:
                 message = faults.unexpected(e, run_dir, ctx.stage.name, node_log(run_dir, cfg.hardware.node_rank))
-            if not isinstance(e, UserError | common.Stopped):
+            if not isinstance(e, UserError | context.Stopped):
                 traceback.print_exc()  # the full story in logs/train.log; the user sees the message
             code = 2 if isinstance(e, UserError) else 1
             log.write(stage=ctx.stage.name, event="error", message=message, exit_code=code)

@@ -1,7 +1,8 @@
 """Rewards in a worker process, where a deadline can stop them (a Python thread that never returns cannot be).
 
-One worker per reward name and process (a Python process running `serve(NAME, ANSWER_FIELD)`) resolves the reward
-itself and then answers batch calls over its stdin/stdout (length-prefixed pickles); whatever the reward prints
+One worker per reward name in a `Workers` pool (a Python process running `serve(NAME, ANSWER_FIELD)`; the pool's
+owner, a run's stages or a dry run, stops them) resolves the reward itself and then answers batch calls over its
+stdin/stdout (length-prefixed pickles); whatever the reward prints
 goes to stderr, i.e. the run's log. A call that overruns its deadline kills the worker (SIGKILL: a reward stuck in
 C code or a socket stops too) and raises RewardTimeout; the next call starts a fresh one. Halfway to the deadline
 `on_slow` is told, so the console can say which reward is slow before anything is stopped. Workers die with the
