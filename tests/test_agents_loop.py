@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import rlctl, summary
+from tests.helpers import rlctl, summary
 
 pytestmark = pytest.mark.slow
 ENV = {"OMP_NUM_THREADS": "1"}

@@ -14,7 +14,7 @@ from rlctl.config import aliases
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.plan import planner
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 
 ALL_STAGES = "stages=[sft,dpo,kto,rm,rl]"
 # A value per rlctl key (its last part) that differs from tiny-demo's, so an alias that went nowhere shows.

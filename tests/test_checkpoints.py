@@ -125,9 +125,8 @@ def test_out_of_memory_report_has_the_plan_numbers_and_safer_settings(tmp_path: 
 
 
 def test_resume_may_change_only_what_the_checkpoints_do_not_hold(tmp_path: Path):
-    from conftest import rlctl
-
     from rlctl.config import dump, with_resume_overrides
+    from tests.helpers import rlctl
 
     cfg = resolve(preset="tiny-demo")
     changed = with_resume_overrides(cfg, ["rl.micro_batch_size=4", "model.gradient_checkpointing=true"])

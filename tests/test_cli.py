@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import RLCTL, rlctl
+from tests.helpers import RLCTL, rlctl
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from rlctl.config import presets
-from tests.conftest import RLCTL, rlctl
+from tests.helpers import RLCTL, rlctl
 
 NARROW = {"COLUMNS": "80"}
 RECIPES = [name for name, p in presets.all_presets().items() if p.kind == "recipes"]

@@ -10,7 +10,7 @@ import pytest
 
 from rlctl import data
 from rlctl.errors import UserError
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 
 RL_ROWS = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+3=", "answer": "5"}, {"prompt": "9+9=", "answer": "18"}]
 

@@ -83,7 +83,7 @@ def test_relative_links_resolve():
 
 # ---------------------------------------------------------------------------------- the CLI's feel
 def test_shell_completion_knows_the_new_commands():
-    from tests.conftest import rlctl
+    from tests.helpers import rlctl
 
     script = rlctl("--show-completion", "bash", env={"SHELL": "/bin/bash"})
     assert script.returncode == 0 and "_rlctl_completion" in script.stdout
@@ -94,7 +94,7 @@ def test_shell_completion_knows_the_new_commands():
 
 
 def test_quiet_keeps_errors_and_results_and_output_has_no_colour_codes(tmp_path):
-    from tests.conftest import rlctl
+    from tests.helpers import rlctl
 
     (tmp_path / "s.jsonl").write_text('{"prompt": "1+1=", "completion": "2", "answer": "2"}\n')
     quiet = rlctl("-q", "rewards", "test", "--data", str(tmp_path / "s.jsonl"), "-r", "exact_match")

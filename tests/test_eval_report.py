@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlctl.rollout.evaluate import ks_for, pass_at_k
-from tests.conftest import rlctl, summary
+from tests.helpers import rlctl, summary
 
 
 def test_pass_at_k_by_hand():

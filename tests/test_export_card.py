@@ -8,10 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import rlctl, summary
-
 from rlctl.after import export
 from rlctl.config import RunConfig
+from tests.helpers import rlctl, summary
 
 EXPORT_AND_LIST_MODEL_CLASSES = """
 import sys

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import rlctl, strict_records, summary
-
 from rlctl import checkpoint
+from tests.helpers import rlctl, strict_records, summary
 
 SFT_ONLY = ["--preset", "tiny-demo", "--set", "stages=[sft]", "--set", "sft.max_steps=6", "--set", "sft.save_every=2"]
 RL_ONLY = [

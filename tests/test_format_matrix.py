@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import rlctl, strict_records, summary
+from tests.helpers import rlctl, strict_records, summary
 
 PAIRS = [(a, b) for a in range(1, 7) for b in range(1, 4)]  # 18 sums
 

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import RLCTL, rlctl, summary
-from tests.test_resume_exact import _kill_after_checkpoint, _records
+from tests.helpers import RLCTL, free_port, kill_after_checkpoint, records, rlctl, summary
 
 HERE = Path(__file__).resolve().parent
 SHARDED = ("--set", "hardware.num_processes=2", "--set", "hardware.strategy=fsdp2")
@@ -55,19 +53,13 @@ def test_plan_shards_the_rlctl_loop_on_cpu_and_says_which_stages_run_ddp():
     assert plan["accelerate"]["distributed_type"] == "MULTI_GPU" and "fsdp_config" not in plan["accelerate"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def parity(tmp_path_factory) -> tuple[Path, Path]:
     """tests/fsdp2_worker.py on 2 FSDP2 processes, then on 1 process (which also resumes the 2-process checkpoint)."""
     two, one = tmp_path_factory.mktemp("fsdp2-two"), tmp_path_factory.mktemp("fsdp2-one")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     worker = str(HERE / "fsdp2_worker.py")
-    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port())]
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]
     for cmd in ([*run, worker, str(two)], [sys.executable, worker, str(one), str(two)]):
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         aborted = "terminate called without an active exception" in proc.stderr
@@ -161,9 +153,9 @@ def test_the_sharded_loop_checkpoints_one_shard_per_process_and_exports(loop_run
 @pytest.mark.slow
 def test_kill_9_mid_run_then_resume_ends_bit_identical(loop_run: Path, tmp_path: Path):
     broken = tmp_path / "run"
-    _kill_after_checkpoint(broken, [RLCTL, "train", *LOOP_RUN, "--run-dir", str(broken)], "rl", 2)
+    kill_after_checkpoint(broken, [RLCTL, "train", *LOOP_RUN, "--run-dir", str(broken)], "rl", 2)
     proc = rlctl("resume", str(broken))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert [r["stage"] for r in _records(broken) if r.get("event") == "start"] == ["rl", "rl"]
+    assert [r["stage"] for r in records(broken) if r.get("event") == "start"] == ["rl", "rl"]
     a, b = _safetensors(loop_run / "rl" / "final"), _safetensors(broken / "rl" / "final")
     assert a.keys() == b.keys() and _close(a, b) == 0.0

@@ -14,7 +14,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rlctl.rollout.generate import HFGenerator
 from rlctl.stages.tiny import train_tokenizer
-from tests.test_fsdp2 import _free_port
+from tests.helpers import free_port
 
 
 def _policy():
@@ -64,7 +64,7 @@ def test_sharded_generation_keeps_every_process_in_step(tmp_path):
     expected = [[gen.generate(prompts, greedy=True), []], [[], gen.generate(prompts[:1], greedy=True)]]
 
     worker = Path(__file__).resolve().parent / "synced_generate_worker.py"
-    port = str(_free_port())
+    port = str(free_port())
     run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = [*run, str(worker), str(tmp_path), str(tmp_path)]

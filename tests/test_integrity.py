@@ -14,7 +14,7 @@ import pytest
 from rlctl import checkpoint, strictjson
 from rlctl.checkpoint import integrity, verify
 from rlctl.errors import UserError
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 
 
 def _safetensors(path: Path, n: int) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlctl.stages.layout import NO_OP, mismatches, offload_record
-from tests.conftest import rlctl, summary
+from tests.helpers import assert_cpu_precision, rlctl, summary
 
 SFT_ONLY = ("--preset", "tiny-demo", "--stages", "sft", "--set", "sft.max_steps=3", "--set", "sft.save_every=3")
 
@@ -21,19 +21,6 @@ if "rlctl.launch.runner" in " ".join(sys.orig_argv):
     import rlctl.stages.common as common
     common.lora_config = lambda ctx, task_type="CAUSAL_LM": None
 """
-
-
-def assert_cpu_precision(layout: dict) -> None:
-    """Every stage ran what its plan said, and in the CPU plan's one precision: fp32 weights that train and fp32
-    frozen ones, no autocast, 4-bit layers computing in fp32, fp32 reference, reward model and critic."""
-    for stage, record in layout.items():
-        assert record["mismatches"] == [], (stage, record["mismatches"])
-        live = record["observed"]
-        assert record["planned"]["autocast"] == live["autocast"] == "no", stage
-        assert live["trainable_dtype"] == "float32" and live["frozen_dtype"] in ("", "float32"), stage
-        for key in ("linear4bit_compute_dtype", "reference_dtype", "reward_model_dtype", "critic_dtype"):
-            assert live.get(key, "float32") == "float32", (stage, key, live.get(key))
-        assert live["optimizer_state"]["dtypes"] == ["float32"], stage
 
 
 def test_mismatches_name_both_values():
@@ -56,14 +43,15 @@ def test_optimizer_offload_is_recorded_as_it_ran():
     opt = torch.optim.AdamW(model.parameters())
     assert offload_record(None, []) == {"phase_offload": "off"}
     model(torch.ones(2, 8)).sum().backward()
-    engine.reload_optimizer_state(opt)
+    offloaded = engine.Offloaded()
+    engine.reload_optimizer_state(opt, offloaded)
     opt.step()
-    assert engine.offload_optimizer_state(opt) == 0, "CPU to CPU: nothing moves"
-    live = offload_record(getattr(opt, engine.SWITCHES), ["cpu"])
+    assert engine.offload_optimizer_state(opt, offloaded) == 0, "CPU to CPU: nothing moves"
+    live = offload_record(offloaded.switches, ["cpu"])
     assert live == {"phase_offload": NO_OP, "optimizer_switches": {"calls": 2, "bytes_moved": 0}}
     moments = 2 * (8 * 4 + 4) * 4  # exp_avg and exp_avg_sq of weight and bias, fp32
-    assert engine.offload_optimizer_state(opt, device="meta") == moments
-    live = offload_record(getattr(opt, engine.SWITCHES), ["meta"])
+    assert engine.offload_optimizer_state(opt, offloaded, device="meta") == moments
+    live = offload_record(offloaded.switches, ["meta"])
     assert live["phase_offload"] == "between phases"
     offload = live["optimizer_switches"]["offload"]
     assert offload["switches"] == 1 and offload["bytes_per_switch"] == moments and offload["seconds_per_switch"] > 0

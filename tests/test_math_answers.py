@@ -15,7 +15,7 @@ import pytest
 
 from rlctl import rewards
 from rlctl.rewards import answers, builtin
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -153,11 +153,12 @@ def test_boxed_in_its_reward_worker(capfd):
     """Where training runs rewards (the main thread of a worker process): the attack prints nothing there either."""
     from rlctl.rewards import worker
 
-    fn = worker.remote("boxed", "answer", timeout_s=120)
+    workers = worker.Workers()
+    fn = workers.remote("boxed", "answer", timeout_s=120)
     try:
         got = fn(["", ""], [r"\boxed{print(12345)}", r"\boxed{\binom{5}{2}}"], answer=["12345", "10"])
     finally:
-        worker.stop_all()
+        workers.stop_all()
     assert got == [0.0, 1.0]
     out, err = capfd.readouterr()
     assert "12345" not in out + err

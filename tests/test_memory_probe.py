@@ -89,17 +89,17 @@ def test_summary_puts_measured_beside_planned(tmp_path: Path):
 
 
 def test_out_of_memory_text_has_the_peaks_so_far(tmp_path: Path):
-    ctx = SimpleNamespace(stage=SimpleNamespace(name="rl"), run_dir=tmp_path, device="cpu", log=None)
-    memory_probe.start(ctx)
+    ctx = SimpleNamespace(stage=SimpleNamespace(name="rl"), run_dir=tmp_path, device="cpu", log=None, probe=None)
+    probe = memory_probe.start(ctx)
     try:
-        memory_probe.lap("generate")  # the RL loop's lap names map to memory phases
-        text = memory_probe.so_far(PLAN, "rl")
+        memory_probe.lap(ctx, "generate")  # the RL loop's lap names map to memory phases
+        text = memory_probe.so_far(ctx, PLAN)
         assert "; measured peaks of this process (resident set): rl/generation " in text
         assert "GiB, planned 3.0" in text and "GiB in the phase that failed" in text
-        assert memory_probe.so_far(PLAN, "sft") == ""
+        assert memory_probe.so_far(SimpleNamespace(stage=SimpleNamespace(name="sft"), probe=probe), PLAN) == ""
     finally:
-        memory_probe.finish()
-    assert memory_probe.so_far(PLAN, "rl") == ""  # nothing measured any more
+        memory_probe.finish(ctx)
+    assert memory_probe.so_far(ctx, PLAN) == ""  # nothing measured any more
     assert "generation" in json.loads((tmp_path / "rl" / "memory" / "rank0.json").read_text())["phases"]
 
 

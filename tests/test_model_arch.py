@@ -13,7 +13,7 @@ from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
 from rlctl.plan import planner as plan
 from rlctl.plan.memory_arch import Arch
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 
 QWEN25_3B = {
     "model_type": "qwen2", "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,

@@ -5,12 +5,10 @@ address, the SLURM script line by line, and a real 2-node x 1-process CPU run th
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import time
 from pathlib import Path
 
-from conftest import RLCTL, rlctl
+from tests.helpers import RLCTL, free_port, rlctl
 
 MULTI = ("--hardware", "2x8xH100-80GB", "--nodes", "2", "--node-rank", "1", "--main-address", "10.0.0.1:29500")
 
@@ -127,12 +125,6 @@ def test_multinode_train_needs_a_run_dir():
     assert "needs --run-dir" in proc.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
     """Two `rlctl train` processes, node ranks 0 and 1, meet over torch.distributed (gloo) at 127.0.0.1."""
     run = tmp_path / "run"
@@ -151,7 +143,7 @@ def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
         "--nodes",
         "2",
         "--main-address",
-        f"127.0.0.1:{_free_port()}",
+        f"127.0.0.1:{free_port()}",
         "--run-dir",
         str(run),
     ]
@@ -160,7 +152,6 @@ def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
         subprocess.Popen([RLCTL, *args, "--node-rank", str(r)], stdout=logs[r], stderr=subprocess.STDOUT)
         for r in (0, 1)
     ]
-    started = time.monotonic()
     try:
         codes = [p.wait(timeout=600) for p in procs]
     finally:
@@ -176,7 +167,6 @@ def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
     accel = json.loads((run / "plan.json").read_text())["accelerate"]
     assert (accel["num_machines"], accel["num_processes"], accel["main_process_ip"]) == (2, 2, "127.0.0.1")
     assert (run / "sft" / "final").is_dir()
-    print(f"2-node CPU run: {time.monotonic() - started:.0f} s")
 
 
 def test_each_node_keeps_its_own_launch_log(tmp_path: Path):

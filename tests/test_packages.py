@@ -15,17 +15,9 @@ from rlctl.errors import UserError
 from rlctl.plan import engine, packages
 from rlctl.plan import hardware as hw
 from rlctl.plan import planner as plan
-from tests.conftest import rlctl
+from tests.helpers import rlctl, without
 
 REPO = Path(__file__).resolve().parent.parent
-
-# An interpreter on which these modules are absent: a None in sys.modules is what Python's import system reads as
-# "not importable" (import raises ImportError, importlib.util.find_spec answers None).
-HIDE = """
-import sys
-for name in {names!r}:
-    sys.modules[name] = None
-"""
 
 # (modules hidden, --set that needs them, the install command the message must hold)
 LAYOUTS = [
@@ -36,16 +28,9 @@ LAYOUTS = [
 ]
 
 
-def _without(tmp_path: Path, names: list[str]) -> dict[str, str]:
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(HIDE.format(names=names))
-    return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
-
-
 @pytest.mark.parametrize(("hidden", "setting", "command"), LAYOUTS, ids=[x[1] for x in LAYOUTS])
 def test_a_layout_without_its_package_exits_2_from_plan_and_train(tmp_path: Path, hidden, setting, command):
-    env = _without(tmp_path, hidden)
+    env = without(tmp_path, hidden)
     run_dir = tmp_path / "run"
     for verb in ("plan", "train"):
         args = [verb, "--preset", "tiny-demo", "--set", setting, "--run-dir", str(run_dir)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RLCTL, rlctl, summary
+from tests.helpers import RLCTL, rlctl, summary
 
 pytestmark = pytest.mark.slow
 

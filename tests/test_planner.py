@@ -18,7 +18,7 @@ from rlctl.errors import UserError
 from rlctl.plan import engine as choice
 from rlctl.plan import hardware, memory, memory_arch, memory_model, memory_search
 from rlctl.plan import planner as plan
-from tests.conftest import RLCTL
+from tests.helpers import RLCTL
 
 GiB = 2**30
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from rlctl.errors import UserError
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 from tests.hub_stub import HubStub
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,7 @@ from rlctl import config
 from rlctl.errors import UserError
 from rlctl.plan import packages
 from rlctl.plan import planner as plan
-from tests.conftest import rlctl, summary
-from tests.test_layout import assert_cpu_precision
+from tests.helpers import assert_cpu_precision, rlctl, summary
 
 
 def _plan(preset: str, spec: str, *sets: str) -> plan.Plan:

@@ -16,7 +16,7 @@ import yaml
 from rlctl.config import ModelConfig, load_run_config
 from rlctl.plan import gguf
 from rlctl.stages import gguf_import, sft
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 

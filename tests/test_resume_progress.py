@@ -5,7 +5,6 @@ faults at a checkpoint named for what they are."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +14,7 @@ from rlctl import checkpoint, config
 from rlctl.checkpoint import faults
 from rlctl.errors import RewardError, UserError
 from rlctl.launch import progress, resume_check
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 
 QWEN2 = {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
 QWEN2 |= {"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 400}
@@ -30,12 +29,11 @@ def _run_dir(tmp_path: Path, sets: list[str], completed: list[str]) -> tuple[Pat
     return run, cfg
 
 
-def test_resume_of_a_finished_run_says_so_and_exits_0_fast(tmp_path: Path):
+def test_resume_of_a_finished_run_says_so_and_exits_0_without_launching(tmp_path: Path):
     run, _ = _run_dir(tmp_path, ["stages=[sft]"], ["sft"])
-    started = time.monotonic()
     proc = rlctl("resume", str(run))
     assert proc.returncode == 0 and "finished" in proc.stdout, proc.stdout + proc.stderr
-    assert time.monotonic() - started < 2 + 3, "no accelerate launch (the CLI start-up alone is ~1 s here)"
+    assert "accelerate launch" not in proc.stdout + proc.stderr, "no accelerate launch"
     assert not (run / "logs").exists()
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from rlctl import rewards
 from rlctl.errors import UserError
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGINS = REPO / "plugins"

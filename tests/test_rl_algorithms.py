@@ -14,7 +14,7 @@ import pytest
 from rlctl import config
 from rlctl.config import presets
 from rlctl.errors import UserError
-from tests.conftest import rlctl, summary
+from tests.helpers import rlctl, summary
 
 RL_ALGORITHMS = list(config.RL_ALGORITHM_PATHS)
 ALL_ALGORITHMS = [*RL_ALGORITHMS, *config.OFFLINE_ALGORITHMS]

@@ -10,10 +10,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import rlctl
 
 from rlctl.checkpoint import safewrite
 from rlctl.errors import UserError
+from tests.helpers import rlctl
 
 
 def _folder(path: Path, files: dict[str, str]) -> Path:

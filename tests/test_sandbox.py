@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlctl import sandbox
-from tests.conftest import rlctl
+from tests.helpers import rlctl
 
 LIMITS = sandbox.Limits(wall_s=3.0, cpu_s=2, memory_mb=256)
 TESTS = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
-from conftest import rlctl, strict_records, summary
+
+from tests.helpers import rlctl, strict_records, summary
 
 pytestmark = pytest.mark.slow
 
@@ -92,13 +92,11 @@ def test_a_damaged_newest_checkpoint_resumes_from_the_previous_one_bit_exact(tmp
 def test_a_hanging_reward_stops_the_run_naming_it(tmp_path: Path, plugin: Path):
     run_dir = tmp_path / "run"
     reward = f"rl.rewards=[{{name: '{plugin}:sleepy', timeout_s: 2}}]"
-    start = time.monotonic()
     proc = rlctl("train", *RL_ONLY, "--set", reward, "--run-dir", str(run_dir))
     text = _one_line(proc)
     assert proc.returncode == 1, text
     assert f"Reward '{plugin}:sleepy' did not return within its timeout_s=2 s on a batch of 8 completions" in text
     assert "slow reward" in text and "Traceback" not in proc.stdout
-    assert time.monotonic() - start < 120
     strict_records(run_dir)
 
 

@@ -16,8 +16,7 @@ import pytest
 
 from rlctl.launch import trackers
 from rlctl.launch.tbevents import Scalars
-from tests.conftest import rlctl, strict_records
-from tests.test_packages import _without
+from tests.helpers import rlctl, strict_records, without
 
 wandb = pytest.importorskip("wandb")
 mlflow = pytest.importorskip("mlflow")
@@ -174,6 +173,6 @@ def test_a_failing_tracker_is_dropped_with_one_warning(tmp_path: Path, monkeypat
 
 
 def test_tensorboard_needs_no_package(tmp_path: Path):
-    env = _without(tmp_path, ["tensorboard", "tensorboardX"])
+    env = without(tmp_path, ["tensorboard", "tensorboardX"])
     proc = rlctl("plan", "--preset", "tiny-demo", "--set", "logging.report_to=[tensorboard]", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr

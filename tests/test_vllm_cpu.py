@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import rlctl, summary
+from tests.helpers import rlctl, summary
 
 pytestmark = [
     pytest.mark.vllm,

@@ -3,6 +3,7 @@ run commands share."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,6 +17,7 @@ from rlctl.errors import UserError
 if TYPE_CHECKING:  # the config schema loads on demand, keeping `rlctl --help` fast
     import click
 
+    from rlctl.cli.cockpit import UI
     from rlctl.config import RunConfig
 
 app = typer.Typer(
@@ -28,12 +30,18 @@ presets_app = typer.Typer(help="Browse the shipped presets.", no_args_is_help=Tr
 app.add_typer(presets_app, name="presets")
 rewards_app = typer.Typer(help="Reward functions: the built-ins, and a dry run on your data.", no_args_is_help=True)
 app.add_typer(rewards_app, name="rewards")
-console = Console(highlight=False, emoji=False)
-err_console = Console(stderr=True, highlight=False, emoji=False)
-# Off a terminal (a pipe, a file, CI logs) a printed line stays one line: nothing is wrapped at COLUMNS, so paths,
-# commands and YAML come out whole. On a terminal prose wraps at spaces; print commands with soft_wrap=True.
-console.soft_wrap = not console.is_terminal
-err_console.soft_wrap = not err_console.is_terminal
+
+
+def make_console(stderr: bool = False, quiet: bool = False) -> Console:
+    """A console for rlctl's output. Off a terminal (a pipe, a file, CI logs) a printed line stays one line: nothing
+    is wrapped at COLUMNS, so paths, commands and YAML come out whole. On a terminal prose wraps at spaces; print
+    commands with soft_wrap=True."""
+    out = Console(stderr=stderr, quiet=quiet, highlight=False, emoji=False)
+    out.soft_wrap = not out.is_terminal
+    return out
+
+
+err_console = make_console(stderr=True)  # errors and notes beside machine-readable stdout; never quiet
 
 PresetOpt = Annotated[
     str | None, typer.Option("--preset", "-p", metavar="NAME", help="Preset to start from (rlctl presets list).")
@@ -75,15 +83,13 @@ MainOpt = Annotated[
 
 def _version(value: bool) -> None:
     if value:
-        console.print(f"rlctl {__version__}")
+        make_console().print(f"rlctl {__version__}")
         raise typer.Exit()
-
-
-VERBOSE = {"on": False}
 
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
     ] = False,
@@ -95,10 +101,11 @@ def _root(
 ) -> None:
     """rlctl: no-code post-training for LLMs. Colours turn off when output is not a terminal (or NO_COLOR is set).
     Shell completion: rlctl --install-completion."""
+    from rlctl.cli.cockpit import UI
+
     if quiet and verbose:
         raise UserError("--quiet and --verbose contradict each other; pick one.")
-    console.quiet = quiet
-    VERBOSE["on"] = verbose
+    ctx.obj = UI(make_console(quiet=quiet), verbose)  # the commands' output, through `_ui()`
 
 
 def _resolve(
@@ -175,8 +182,8 @@ def cli_command() -> click.Command:
     return for_terminal(typer.main.get_command(app))
 
 
-def _ui(stderr: bool = False):
-    """The console commands print to; `stderr=True` when stdout carries JSON (`--json`)."""
-    from rlctl.cli.cockpit import UI
-
-    return UI(err_console if stderr else console, VERBOSE["on"])
+def _ui(ctx: typer.Context, stderr: bool = False) -> UI:
+    """Where a command prints: the UI the root command made of --quiet and --verbose (`ctx.obj`); `stderr=True`
+    when stdout carries JSON (`--json`)."""
+    ui: UI = ctx.obj
+    return dataclasses.replace(ui, console=err_console) if stderr else ui

@@ -23,7 +23,6 @@ from rlctl.cli.app import (
     _resolve,
     _ui,
     app,
-    console,
     err_console,
     presets_app,
     rewards_app,
@@ -72,6 +71,7 @@ def data_block(cfg: RunConfig, files: dict[str, Path], directory: Path) -> str:
 
 @app.command()
 def init(
+    ctx: typer.Context,
     directory: Annotated[Path, typer.Argument(help="Project folder to create.")] = Path("."),
     preset: Annotated[
         str, typer.Option("--preset", "-p", metavar="NAME", help="Recipe the project starts from.")
@@ -85,6 +85,7 @@ def init(
     from rlctl.config import presets
     from rlctl.resources import data_dir
 
+    console = _ui(ctx).console
     if presets.get(preset).kind != "recipes":
         raise UserError(f"{preset} is not a recipe; rlctl init starts from one of: {', '.join(_recipe_names())}.")
     if directory.exists() and not directory.is_dir():
@@ -153,6 +154,7 @@ def recipe_rows() -> list[RecipeRow]:
 
 @presets_app.command("list")
 def presets_list(
+    ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the presets as JSON.")] = False,
 ) -> None:
     """Every preset: recipes (name, model, algorithm, stages, minimum hardware), then the building blocks."""
@@ -160,6 +162,7 @@ def presets_list(
 
     from rlctl.config import presets
 
+    console = _ui(ctx).console
     recipes = recipe_rows()
     blocks: dict[str, list[str]] = {"algorithms": [], "models": [], "hardware": []}
     for name, p in presets.all_presets().items():
@@ -211,15 +214,16 @@ def presets_show(
 
 
 @rewards_app.command("list")
-def rewards_list() -> None:
+def rewards_list(ctx: typer.Context) -> None:
     """The built-in rewards with their arguments, and rewards installed as `rlctl.rewards` entry points."""
     from rlctl.cli import cockpit
 
-    cockpit.rewards_list(_ui())
+    cockpit.rewards_list(_ui(ctx))
 
 
 @rewards_app.command("test")
 def rewards_test(
+    ctx: typer.Context,
     data_file: Annotated[str, typer.Option("--data", "-d", help="Samples: prompt, completion, ground truth.")],
     reward: RewardOpt = None,
     run: Annotated[Path | None, typer.Option("--run", help="Use this run's rewards (and its reward model).")] = None,
@@ -247,4 +251,4 @@ def rewards_test(
     specs, answer_field, columns, rm_dir = cockpit.reward_setup(run, cfg, reward)
     columns.update(cockpit.columns_opt(column))
     encoding = cfg.data.encoding if cfg else "utf-8"
-    cockpit.rewards_test(_ui(), data_file, specs, answer_field, columns, rm_dir, limit, as_json, encoding)
+    cockpit.rewards_test(_ui(ctx), data_file, specs, answer_field, columns, rm_dir, limit, as_json, encoding)

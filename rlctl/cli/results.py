@@ -16,12 +16,12 @@ from rlctl.cli.app import (
     RewardOpt,
     _ui,
     app,
-    console,
 )
 
 
 @app.command()
 def export(
+    ctx: typer.Context,
     run_dir: Annotated[Path, typer.Argument(help="Run directory to export from.")],
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Folder to write the model to (default RUN_DIR/export).")
@@ -48,20 +48,23 @@ def export(
 
     from rlctl.after import export as export_mod
 
+    ui = _ui(ctx)
+    console = ui.console
     out = out or run_dir / "export"
     with console.status("Exporting the model..."):
         folder, note = export_mod.export(run_dir, out, adapter=adapter, repo_id=push, force=force)
     if note:
         console.print(f"[yellow]warning:[/] {escape(note)}")
-    _ui().results().print(f"[green]Exported[/] {folder}")
+    ui.results().print(f"[green]Exported[/] {folder}")
     if push:
         console.print(f"Pushing to {push}{' (private)' if private else ''}...")
         url = export_mod.push(folder, push, private=private, quiet=console.quiet)
-        _ui().results().print(f"[green]Pushed[/] {url}")
+        ui.results().print(f"[green]Pushed[/] {url}")
 
 
 @app.command("eval")
 def eval_(
+    ctx: typer.Context,
     target: Annotated[Path, typer.Argument(help="Run directory, exported model folder, or Hub model id.")],
     data_file: Annotated[str, typer.Option("--data", "-d", help="Held-out prompts with ground truth (any format).")],
     stage: Annotated[str | None, typer.Option("--stage", help="For a run: evaluate this stage's model.")] = None,
@@ -118,7 +121,7 @@ def eval_(
         out=out,
         force=force,
     )
-    metrics = cockpit.evaluate_command(_ui(stderr=as_json), target, data_file, options)
+    metrics = cockpit.evaluate_command(_ui(ctx, stderr=as_json), target, data_file, options)
     if as_json:
         from rlctl import strictjson
 
@@ -127,6 +130,7 @@ def eval_(
 
 @app.command()
 def report(
+    ctx: typer.Context,
     run_dir: Annotated[Path, typer.Argument(help="Run directory (finished, running, or interrupted).")],
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Folder for the report (default RUN_DIR/report).")
@@ -142,11 +146,12 @@ def report(
     TensorBoard event files (RUN_DIR/tensorboard)."""
     from rlctl.cli import cockpit
 
-    cockpit.report_command(_ui(), run_dir, out, force)
+    cockpit.report_command(_ui(ctx), run_dir, out, force)
 
 
 @app.command()
 def doctor(
+    ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
     offline: Annotated[bool, typer.Option("--offline", help="Do not contact the Hub to verify the token.")] = False,
 ) -> None:
@@ -155,11 +160,12 @@ def doctor(
     Exits 1 when something needs fixing."""
     from rlctl.cli import cockpit
 
-    raise typer.Exit(cockpit.doctor_command(_ui(), online=not offline, as_json=as_json))
+    raise typer.Exit(cockpit.doctor_command(_ui(ctx), online=not offline, as_json=as_json))
 
 
 @app.command()
 def verify(
+    ctx: typer.Context,
     run_dir: Annotated[Path, typer.Argument(help="Run directory, or a folder written by `rlctl export`.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
 ) -> None:
@@ -169,4 +175,4 @@ def verify(
     Exits 1 when something is damaged."""
     from rlctl.cli import cockpit
 
-    raise typer.Exit(cockpit.verify_command(_ui(), run_dir, as_json))
+    raise typer.Exit(cockpit.verify_command(_ui(ctx), run_dir, as_json))

@@ -14,11 +14,14 @@ import typer
 from rlctl.errors import UserError
 
 if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
+    from rich.console import Console
+
+    from rlctl.cli.cockpit import UI
     from rlctl.config import RunConfig
+    from rlctl.launch import preflight
     from rlctl.plan import Plan
 
 from rlctl.cli.app import (
-    VERBOSE,
     AlgoOpt,
     ConfigOpt,
     HwOpt,
@@ -32,7 +35,6 @@ from rlctl.cli.app import (
     _resolve,
     _ui,
     app,
-    console,
     err_console,
 )
 
@@ -79,7 +81,7 @@ def _check_rendezvous(cfg: RunConfig, nodes: int) -> None:
         )
 
 
-def _wait_for_rank0(run_dir: Path, timeout: float) -> None:
+def _wait_for_rank0(console: Console, run_dir: Path, timeout: float) -> None:
     """Nodes other than 0 join the run directory node 0 prepares (a shared filesystem)."""
     deadline = time.monotonic() + timeout
     if not (run_dir / "config.yaml").is_file():
@@ -93,7 +95,7 @@ def _wait_for_rank0(run_dir: Path, timeout: float) -> None:
         time.sleep(1.0)
 
 
-def _launch(the_plan: Plan, resuming: bool) -> int:
+def _launch(console: Console, the_plan: Plan, resuming: bool) -> int:
     """Run the plan; nodes other than 0 do not take the run directory's lock (node 0 holds it)."""
     from rlctl import launch
     from rlctl.plan import packages
@@ -109,18 +111,16 @@ def _default_run_dir(cfg: RunConfig, preset: str | None) -> Path:
     return Path("runs") / f"{preset or cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _print_recognised() -> None:
-    """One line per dataset validated in this process: its source and recognised format."""
-    from rlctl import data
+def _print_recognised(console: Console, report: preflight.Report) -> None:
+    """One line per dataset the pre-flight validated: its source and recognised format; then the lengths."""
     from rlctl.launch import preflight
 
-    for role, info in data.RECOGNISED.items():
+    for role, info in report.recognised().items():
         console.print(f"[bold]Data[/] {role}: {info.source}: {info.describe()}")
-    for report in preflight.LAST:
-        preflight.show_lengths(console, report)
+    preflight.show_lengths(console, report)
 
 
-def _print_plan(plan: Plan) -> None:
+def _print_plan(console: Console, plan: Plan) -> None:
     from rich import box
     from rich.markup import escape
     from rich.table import Table
@@ -196,6 +196,7 @@ def _print_plan(plan: Plan) -> None:
 
 @app.command()
 def plan(
+    ctx: typer.Context,
     preset: PresetOpt = None,
     config: ConfigOpt = None,
     algorithm: AlgoOpt = None,
@@ -212,6 +213,7 @@ def plan(
     anything."""
     from rlctl.plan import planner as plan_mod
 
+    console = _ui(ctx).console
     cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
     _apply_nodes(cfg, nodes, node_rank, main_address)
     from rlctl.launch import preflight
@@ -227,7 +229,7 @@ def plan(
         out["data"], out["preflight"] = report.data, report.to_json()
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
-        _print_plan(the_plan)
+        _print_plan(console, the_plan)
         preflight.show(console, report)
     preflight.require(report)
 
@@ -248,6 +250,7 @@ def _refuse_foreign(run_dir: Path) -> None:
 
 @app.command()
 def train(
+    ctx: typer.Context,
     preset: PresetOpt = None,
     config: ConfigOpt = None,
     algorithm: AlgoOpt = None,
@@ -266,6 +269,8 @@ def train(
     (torch.distributed static rendezvous through accelerate)."""
     from rlctl import launch
 
+    ui = _ui(ctx)
+    console = ui.console
     cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
     _apply_nodes(cfg, nodes, node_rank, main_address)
     count = _node_count(cfg)
@@ -277,26 +282,27 @@ def train(
         from rlctl import config as config_mod
         from rlctl.plan import planner as plan_mod
 
-        _wait_for_rank0(run_dir, float(os.environ.get("RLCTL_NODE_WAIT", "600")))
+        _wait_for_rank0(console, run_dir, float(os.environ.get("RLCTL_NODE_WAIT", "600")))
         shared = config_mod.load_run_config(run_dir / "config.yaml")  # node 0's config, this node's rank
         _apply_nodes(shared, count, cfg.hardware.node_rank, main_address)
         shared.hardware.main_address, shared.hardware.main_port = cfg.hardware.main_address, cfg.hardware.main_port
         node_plan = plan_mod.build(shared, run_dir)
-        raise typer.Exit(_finish(_launch(node_plan, resuming=False), node_plan))
+        raise typer.Exit(_finish(ui, _launch(console, node_plan, resuming=False), node_plan))
     if (run_dir / "config.yaml").exists():
         raise UserError(
             f"{run_dir} already holds a run; continue it with `rlctl resume {run_dir}` or pick another --run-dir."
         )
     _refuse_foreign(run_dir)
-    the_plan = launch.prepare(cfg, run_dir)
-    if VERBOSE["on"]:
-        _print_plan(the_plan)
-    _print_recognised()
-    raise typer.Exit(_finish(launch.run(the_plan, console), the_plan))
+    prepared = launch.prepare(cfg, run_dir)
+    if ui.verbose:
+        _print_plan(console, prepared.plan)
+    _print_recognised(console, prepared.report)
+    raise typer.Exit(_finish(ui, launch.run(prepared.plan, console), prepared.plan))
 
 
 @app.command()
 def resume(
+    ctx: typer.Context,
     run_dir: Annotated[Path, typer.Argument(help="Run directory to continue.")],
     nodes: NodesOpt = None,
     node_rank: NodeRankOpt = None,
@@ -315,6 +321,8 @@ def resume(
     from rlctl import strictjson
     from rlctl.plan import planner as plan_mod
 
+    ui = _ui(ctx)
+    console = ui.console
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
@@ -345,7 +353,7 @@ def resume(
     if cfg.hardware.node_rank == 0:  # node 0 verifies the checkpoints before any trainer reads them
         for note in verify.resume_check(run_dir, cfg.stages):
             console.print(f"[yellow]Damaged checkpoint:[/] {note}", markup=True)
-    raise typer.Exit(_finish(_launch(the_plan, resuming=True), the_plan))
+    raise typer.Exit(_finish(ui, _launch(console, the_plan, resuming=True), the_plan))
 
 
 @app.command()
@@ -406,15 +414,15 @@ def slurm(
     sys.stdout.write(text)
 
 
-def _finish(code: int, the_plan: Plan) -> int:
+def _finish(ui: UI, code: int, the_plan: Plan) -> int:
     """With --quiet the live display is silent: still say where the run ended up (and why, on failure)."""
     from rlctl.launch import node_log
 
     run_dir = Path(the_plan.run_dir)
     log = node_log(run_dir, the_plan.config.hardware.node_rank)
-    if console.quiet:
+    if ui.console.quiet:
         if code == 0:
-            _ui().results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})", soft_wrap=True)
+            ui.results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})", soft_wrap=True)
         else:
             err_console.print(
                 f"[red]Training stopped (exit {code}).[/] Log: {log}. After fixing the cause: rlctl resume {run_dir}",

@@ -154,10 +154,6 @@ def _label(value: Any) -> bool | None:
     return None
 
 
-# The last dataset recognised for each role in this process (what `rlctl train` reports after validating).
-RECOGNISED: dict[str, DataInfo] = {}
-
-
 @dataclass
 class DataInfo:
     """What was recognised in a dataset: shown by `rlctl plan` and `rlctl train`."""
@@ -336,9 +332,7 @@ def load(
     table = read(spec, role, encoding)
     if columns:
         table = Table([map_columns(r, columns) for r in table.rows], table.where, table.source)
-    rows, info = normalise(table, role, answer_field)
-    RECOGNISED[role] = info
-    return rows, info
+    return normalise(table, role, answer_field)
 
 
 def check(

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,7 +79,16 @@ def check_inputs(
     return report
 
 
-def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
+@dataclass
+class Prepared:
+    """A new run directory's plan, and the pre-flight report of its inputs (what was recognised in the data, the
+    rows over their length limits)."""
+
+    plan: plan_mod.Plan
+    report: preflight.Report
+
+
+def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
     """Validate everything, then write config.yaml, accelerate.yaml and the data into a new run directory."""
     cfg = _absolute(cfg)
     the_plan = plan_mod.build(cfg, run_dir)
@@ -106,7 +116,7 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> plan_mod.Plan:
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
     (run_dir / "plan.json").write_text(json.dumps(the_plan.to_json(), indent=2))
     (run_dir / "config.yaml").write_text(config_mod.dump(cfg))
-    return the_plan
+    return Prepared(the_plan, report)
 
 
 def import_model(the_plan: plan_mod.Plan, console: Console, quiet: bool) -> dict | None:

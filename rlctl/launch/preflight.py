@@ -47,8 +47,9 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         return {"checks": self.checks, "lengths": self.lengths, "errors": self.errors}
 
-
-LAST: list[Report] = []  # the latest report of this process (what `rlctl train` prints after validating)
+    def recognised(self) -> dict[str, data.DataInfo]:
+        """What was recognised in each dataset, by data role (a role read by two stages once)."""
+        return {info.role: info for info in self.infos.values()}
 
 
 # --------------------------------------------------------------------------------------------------- model
@@ -402,7 +403,6 @@ def run(
     tok = tokenizer(cfg, folder, template, paths or plan_mod.data_paths(cfg, run_dir), full, report)
     if tok is not None:
         count_lengths(cfg, tok, rows, full, report)
-    LAST[:] = [report]
     return report
 
 

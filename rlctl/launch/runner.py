@@ -20,6 +20,7 @@ from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import resume_check, trackers
 from rlctl.plan import planner as plan_mod
+from rlctl.rewards.worker import Workers
 from rlctl.stages import alarms, common, context
 
 
@@ -40,9 +41,9 @@ def main(run_dir: Path) -> None:
     from rlctl.launch import die_with_parent, node_log
 
     die_with_parent()  # no trainer outlives its launcher
-    common.install_stop_handlers()
+    stop, workers = common.install_stop_handlers(), Workers()
     try:
-        _main(run_dir)
+        _main(run_dir, stop, workers)
     except Exception as e:
         if isinstance(e, UserError):
             message, code = str(e), 2
@@ -51,9 +52,11 @@ def main(run_dir: Path) -> None:
             message, code = faults.unexpected(e, run_dir, "setup", node_log(run_dir, 0)), 1
         print(f"rlctl: {message}", file=sys.stderr)
         sys.exit(code)
+    finally:
+        workers.stop_all()
 
 
-def _main(run_dir: Path) -> None:
+def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     from accelerate import PartialState
 
     from rlctl.launch import node_log
@@ -81,7 +84,9 @@ def _main(run_dir: Path) -> None:
     state.wait_for_everyone()
 
     def stage_context(stage: plan_mod.StagePlan) -> context.StageContext:
-        return context.StageContext(cfg, the_plan, stage, run_dir, paths, log, state.is_main_process, state.device)
+        return context.StageContext(
+            cfg, the_plan, stage, run_dir, paths, log, state.is_main_process, state.device, stop=stop, workers=workers
+        )
 
     @contextlib.contextmanager
     def explained(ctx: context.StageContext):
@@ -96,11 +101,11 @@ def _main(run_dir: Path) -> None:
             if isinstance(e, UserError | context.Stopped):
                 message = str(e)
             else:
-                measured = memory_probe.so_far(the_plan.memory, ctx.stage.name)
+                measured = memory_probe.so_far(ctx, the_plan.memory)
                 message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process, measured)
             if message is None:
                 message = faults.unexpected(e, run_dir, ctx.stage.name, node_log(run_dir, cfg.hardware.node_rank))
-            if not isinstance(e, UserError | common.Stopped):
+            if not isinstance(e, UserError | context.Stopped):
                 traceback.print_exc()  # the full story in logs/train.log; the user sees the message
             code = 2 if isinstance(e, UserError) else 1
             log.write(stage=ctx.stage.name, event="error", message=message, exit_code=code)
@@ -133,8 +138,8 @@ def _main(run_dir: Path) -> None:
                 summary.setdefault("data", {})[stage.name] = ctx.notes
             with explained(ctx):
                 metrics = heldout.score_saved(ctx, str(ctx.final)) if heldout.can_score(ctx) else {}
-            memory_probe.lap("evaluation")  # the final save and the held-out evaluation
-        memory_probe.finish()
+            memory_probe.lap(ctx, "evaluation")  # the final save and the held-out evaluation
+        memory_probe.finish(ctx)
         if state.is_main_process:
             measured = memory_probe.summary(run_dir, stage.name, the_plan.memory)
             if measured is not None:

@@ -13,24 +13,25 @@ import struct
 import time
 from pathlib import Path
 
-_CRC_TABLE: list[int] = []
+
+def _crc_table() -> tuple[int, ...]:
+    """CRC-32C (Castagnoli, reflected) of every byte value."""
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return tuple(table)
 
 
-def _crc_table() -> list[int]:
-    if not _CRC_TABLE:
-        for n in range(256):
-            c = n
-            for _ in range(8):
-                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1  # CRC-32C (Castagnoli), reflected
-            _CRC_TABLE.append(c)
-    return _CRC_TABLE
+CRC_TABLE = _crc_table()
 
 
 def crc32c(data: bytes) -> int:
-    table = _crc_table()
     crc = 0xFFFFFFFF
     for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+        crc = CRC_TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
 
 

@@ -163,9 +163,12 @@ def guarded(
     return call_guarded
 
 
-def stage_rewards(specs: Sequence, answer_field: str, errors: dict[str, int], notify: Notify | None = None) -> list:
+def stage_rewards(
+    specs: Sequence, answer_field: str, errors: dict[str, int], workers: worker.Workers, notify: Notify | None = None
+) -> list:
     """The rl.rewards entries as the stages call them, in order (None for a model reward): each in its worker
-    process with its deadline (in-process when timeout_s is 0), guarded per its on_error, sharing one NanSteps."""
+    process among `workers` with its deadline (in-process when timeout_s is 0), guarded per its on_error, sharing
+    one NanSteps."""
     nan_steps = NanSteps(len(specs))
     out: list[RewardFn | None] = []
     for slot, spec in enumerate(specs):
@@ -178,7 +181,7 @@ def stage_rewards(specs: Sequence, answer_field: str, errors: dict[str, int], no
                 notify("reward_slow", reward=name, seconds=round(seconds, 1), timeout_s=limit)
 
         if spec.timeout_s:
-            fn = worker.remote(spec.name, answer_field, spec.timeout_s, slow)
+            fn = workers.remote(spec.name, answer_field, spec.timeout_s, slow)
         else:
             fn = resolve(spec.name, answer_field)
         out.append(guarded(fn, spec.name, spec.on_error, errors, nan_steps, slot, spec.timeout_s or None))
@@ -277,9 +280,10 @@ def dry_run(
         [{"role": "assistant", "content": t}] if isinstance(p, list) else t for p, t in zip(prompts, texts, strict=True)
     ]
     columns = {**columns_of(rows), "completion_ids": [list(range(len(t))) for t in texts]}
+    workers = worker.Workers()
     try:
         for name, fn, timeout_s in fns:
-            runner = worker.remote(name, answer_field, timeout_s) if timeout_s else fn
+            runner = workers.remote(name, answer_field, timeout_s) if timeout_s else fn
             values = checked(runner, name, prompts, completions, columns)
             bad = next((i for i, v in enumerate(values) if v is not None and not math.isfinite(v)), None)
             if bad is not None:
@@ -288,4 +292,4 @@ def dry_run(
                     f"truth of row {bad + 1}); rewards must be finite numbers or None."
                 )
     finally:
-        worker.stop_all()
+        workers.stop_all()

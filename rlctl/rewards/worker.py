@@ -1,7 +1,8 @@
 """Rewards in a worker process, where a deadline can stop them (a Python thread that never returns cannot be).
 
-One worker per reward name and process (a Python process running `serve(NAME, ANSWER_FIELD)`) resolves the reward
-itself and then answers batch calls over its stdin/stdout (length-prefixed pickles); whatever the reward prints
+One worker per reward name in a `Workers` pool (a Python process running `serve(NAME, ANSWER_FIELD)`; the pool's
+owner, a run's stages or a dry run, stops them) resolves the reward itself and then answers batch calls over its
+stdin/stdout (length-prefixed pickles); whatever the reward prints
 goes to stderr, i.e. the run's log. A call that overruns its deadline kills the worker (SIGKILL: a reward stuck in
 C code or a socket stops too) and raises RewardTimeout; the next call starts a fresh one. Halfway to the deadline
 `on_slow` is told, so the console can say which reward is slow before anything is stopped. Workers die with the
@@ -10,7 +11,6 @@ process that started them.
 
 from __future__ import annotations
 
-import atexit
 import builtins
 import contextlib
 import ctypes
@@ -140,18 +140,6 @@ class Worker:
         self.proc = None
 
 
-_WORKERS: dict[tuple[str, str], Worker] = {}
-
-
-def stop_all() -> None:
-    """Stop every worker of this process (they are idle between calls; a later call starts them again)."""
-    for worker in _WORKERS.values():
-        worker.stop()
-
-
-atexit.register(stop_all)
-
-
 def _portable(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments that can be sent to a worker (TRL's callables and unpicklable values stay here)."""
     out = {}
@@ -166,17 +154,29 @@ def _portable(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def remote(name: str, answer_field: str, timeout_s: float, on_slow: Callable[[float], None] | None = None):
-    """The reward `name` as a function that runs it in this process's worker for it, with a deadline."""
-    from rlctl.rewards.resolve import split_call
+class Workers:
+    """The worker processes of one owner (a run's stages, a dry run), one per (reward, answer field): a reward named
+    twice, or scored again at a checkpoint, reuses its worker."""
 
-    worker = _WORKERS.setdefault((name, answer_field), Worker(name, answer_field))
+    def __init__(self) -> None:
+        self.by_reward: dict[tuple[str, str], Worker] = {}
 
-    def call(prompts: list, completions: list, **kwargs: Any) -> Any:
-        return worker.call((list(prompts), list(completions), _portable(kwargs)), timeout_s, on_slow)
+    def remote(self, name: str, answer_field: str, timeout_s: float, on_slow: Callable[[float], None] | None = None):
+        """The reward `name` as a function that runs it in its worker, with a deadline."""
+        from rlctl.rewards.resolve import split_call
 
-    call.__name__ = split_call(name)[0].rpartition(":")[2]
-    return call
+        worker = self.by_reward.setdefault((name, answer_field), Worker(name, answer_field))
+
+        def call(prompts: list, completions: list, **kwargs: Any) -> Any:
+            return worker.call((list(prompts), list(completions), _portable(kwargs)), timeout_s, on_slow)
+
+        call.__name__ = split_call(name)[0].rpartition(":")[2]
+        return call
+
+    def stop_all(self) -> None:
+        """Stop every worker (they are idle between calls; a later call starts them again)."""
+        for worker in self.by_reward.values():
+            worker.stop()
 
 
 def serve(name: str, answer_field: str) -> None:

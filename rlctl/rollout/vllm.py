@@ -6,8 +6,9 @@
 * `ColocatedVLLM` is the generation engine of rlctl's own RL loop (ppo, dapo, reinforce-pp, remax, pf-ppo) on
   TRL's `VLLMGeneration`, built from `vllm_generation_kwargs(plan)`: the same engine, arguments and sleep
   cycle as the TRL stages.
-* `offload_optimizer_state` / `reload_optimizer_state` and `callbacks(plan)` move the training-only state (AdamW
-  moments) to host RAM outside the optimizer step when the plan says memory requires it.
+* `offload_optimizer_state` / `reload_optimizer_state` and `callbacks(plan, offloaded)` move the training-only state
+  (AdamW moments) to host RAM outside the optimizer step when the plan says memory requires it; `Offloaded` keeps
+  where each moved tensor lived and the switches so far.
 
 Which engine a plan uses is decided at plan time (`rlctl.plan.engine`). Importing this module is cheap (no torch,
 no vllm): torch and transformers are imported inside the functions that need them.
@@ -15,6 +16,7 @@ no vllm): torch and transformers are imported inside the functions that need the
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rlctl.plan import engine as choice
@@ -200,33 +202,37 @@ class ColocatedVLLM:
 
 # --- Training state between phases --------------------------------------------------------------------------------
 
-_HOME = "_rlctl_state_devices"  # optimizer attribute: where each offloaded state tensor lived
-SWITCHES = "_rlctl_switches"  # optimizer attribute: {offload|reload: calls, moves, bytes, seconds} (layout records)
+
+@dataclass
+class Offloaded:
+    """One optimizer's state moved out between phases: where each moved tensor lived ({(id(param), key): device}),
+    and the switches so far ({offload|reload: calls, moves, bytes, seconds}, for the layout records)."""
+
+    homes: dict[tuple[int, str], Any] = field(default_factory=dict)
+    switches: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def tally(self, direction: str, moved: int, start: float) -> None:
+        """Count one offload or reload call; the bytes and seconds of those that moved something."""
+        import time
+
+        entry = self.switches.setdefault(direction, {"calls": 0, "moves": 0, "bytes": 0, "seconds": 0.0})
+        entry["calls"] += 1
+        if moved:
+            entry["moves"] += 1
+            entry["bytes"] += moved
+            entry["seconds"] += time.perf_counter() - start
 
 
-def _tally(optimizer: Any, direction: str, moved: int, start: float) -> None:
-    """Count one offload or reload call; the bytes and seconds of those that moved something."""
-    import time
-
-    tally = getattr(optimizer, SWITCHES, {})
-    entry = tally.setdefault(direction, {"calls": 0, "moves": 0, "bytes": 0, "seconds": 0.0})
-    entry["calls"] += 1
-    if moved:
-        entry["moves"] += 1
-        entry["bytes"] += moved
-        entry["seconds"] += time.perf_counter() - start
-    setattr(optimizer, SWITCHES, tally)
-
-
-def offload_optimizer_state(optimizer: Any, device: Any = "cpu") -> int:
-    """Move every non-scalar optimizer state tensor (AdamW's exp_avg, exp_avg_sq) to `device`, remembering
-    where it lived; returns the bytes moved. Scalars (`step`) stay. Uses pinned host memory when CUDA is up."""
+def offload_optimizer_state(optimizer: Any, offloaded: Offloaded, device: Any = "cpu") -> int:
+    """Move every non-scalar optimizer state tensor (AdamW's exp_avg, exp_avg_sq) to `device`, remembering in
+    `offloaded` where it lived; returns the bytes moved. Scalars (`step`) stay. Uses pinned host memory when CUDA
+    is up."""
     import time
 
     import torch
 
     start = time.perf_counter()
-    homes: dict[tuple[int, str], torch.device] = getattr(optimizer, _HOME, {})
+    homes = offloaded.homes
     target = torch.device(device)
     pin = target.type == "cpu" and torch.cuda.is_available()
     moved = 0
@@ -244,22 +250,21 @@ def offload_optimizer_state(optimizer: Any, device: Any = "cpu") -> int:
                 else:
                     state[key] = value.to(target)
                 moved += value.numel() * value.element_size()
-    setattr(optimizer, _HOME, homes)
     if pin:
         torch.cuda.synchronize()
-    _tally(optimizer, "offload", moved, start)
+    offloaded.tally("offload", moved, start)
     return moved
 
 
-def reload_optimizer_state(optimizer: Any) -> int:
-    """Bring offloaded optimizer state back to where it lived (the parameter's device when not recorded);
-    returns the bytes moved (timed to the end of the copies)."""
+def reload_optimizer_state(optimizer: Any, offloaded: Offloaded) -> int:
+    """Bring offloaded optimizer state back to where `offloaded` says it lived (the parameter's device when not
+    recorded); returns the bytes moved (timed to the end of the copies)."""
     import time
 
     import torch
 
     start = time.perf_counter()
-    homes: dict[tuple[int, Any], Any] = getattr(optimizer, _HOME, {})
+    homes = offloaded.homes
     moved = 0
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -273,12 +278,13 @@ def reload_optimizer_state(optimizer: Any) -> int:
                     moved += value.numel() * value.element_size()
     if moved and torch.cuda.is_available():
         torch.cuda.synchronize()  # the optimizer step needs them anyway; the switch's seconds are then real
-    _tally(optimizer, "reload", moved, start)
+    offloaded.tally("reload", moved, start)
     return moved
 
 
-def callbacks(plan: Plan) -> list:
-    """Trainer callbacks the plan needs: the optimizer-state offload between phases when the planner chose it."""
+def callbacks(plan: Plan, offloaded: Offloaded) -> list:
+    """Trainer callbacks the plan needs: the optimizer-state offload between phases when the planner chose it
+    (recorded in `offloaded`)."""
     if not plan.phase_offload:
         return []
     from transformers import TrainerCallback
@@ -289,14 +295,14 @@ def callbacks(plan: Plan) -> list:
 
         def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
             if optimizer is not None:
-                offload_optimizer_state(optimizer)
+                offload_optimizer_state(optimizer, offloaded)
 
         def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
             if optimizer is not None:
-                reload_optimizer_state(optimizer)
+                reload_optimizer_state(optimizer, offloaded)
 
         def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
             if optimizer is not None:
-                offload_optimizer_state(optimizer)
+                offload_optimizer_state(optimizer, offloaded)
 
     return [OffloadOptimizerBetweenPhases()]

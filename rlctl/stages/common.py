@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 
 from rlctl import checkpoint
 from rlctl.stages import layout, models, sharding
-from rlctl.stages.context import Interrupted, NonFiniteError, StageContext, Stopped
+from rlctl.stages.context import Interrupted, StageContext, StopFlag, Trained
 
 # Trainer log keys worth streaming, renamed to rlctl's metric names.
 _LOG_KEYS = {
@@ -40,19 +40,19 @@ _LOG_KEYS = {
 }
 
 
-_stop = {"signal": 0}
-
-
-def install_stop_handlers() -> None:
-    """First SIGINT/SIGTERM: stop at the next step boundary with a checkpoint. A second one: stop at once."""
+def install_stop_handlers() -> StopFlag:
+    """First SIGINT/SIGTERM: stop at the next step boundary with a checkpoint. A second one: stop at once.
+    Returns the flag the handlers set, for every stage's context."""
+    stop = StopFlag()
 
     def handler(signum, frame) -> None:
-        if _stop["signal"]:
+        if stop.signal:
             os._exit(128 + signum)
-        _stop["signal"] = signum
+        stop.signal = signum
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
+    return stop
 
 
 def over_ranks(value: int, op: str = "sum") -> int:
@@ -76,10 +76,10 @@ def alarm_stop(ctx: StageContext) -> bool:
     return bool(over_ranks(int(watch is not None and watch.stop is not None), op="max"))
 
 
-def stop_signal() -> int:
+def stop_signal(ctx: StageContext) -> int:
     """The stop signal any rank received (0 for none), agreed across processes so all stop at the same step."""
-    _stop["signal"] = over_ranks(_stop["signal"], op="max")
-    return _stop["signal"]
+    ctx.stop.signal = over_ranks(ctx.stop.signal, op="max")
+    return ctx.stop.signal
 
 
 class StreamMetrics(TrainerCallback):
@@ -89,8 +89,8 @@ class StreamMetrics(TrainerCallback):
     def __init__(self, ctx: StageContext, reward_errors: dict[str, int] | None = None):
         self.ctx = ctx
         self.reward_errors = reward_errors  # RL: completions scored 0 by rewards with on_error=zero, per reward
-        self.non_finite: str | None = None
-        self.broken_sync: str | None = None  # vLLM generated with weights other than the policy's
+        self.non_finite: tuple[str, float, int] | None = None  # (key, value, step) of the first NaN/inf
+        self.broken_sync: tuple[float, float] | None = None  # the sync check's (mean, max) gap beyond tolerance
         self.stopped_by_alarm = False  # an alarm asked to stop (logging.alarms: stop)
         self.begin = 0  # the step this attempt started from (a resume's checkpoint)
 
@@ -107,7 +107,7 @@ class StreamMetrics(TrainerCallback):
         self.stopped_by_alarm = self.stopped_by_alarm or alarm_stop(self.ctx)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if stop_signal():
+        if stop_signal(self.ctx):
             control.should_save = True
             control.should_training_stop = True
 
@@ -119,7 +119,7 @@ class StreamMetrics(TrainerCallback):
             value = logs.get(key)
             if isinstance(value, int | float):
                 if not math.isfinite(value) and key in ("loss", "reward", "grad_norm"):
-                    self.non_finite = f"{key} became {value} at step {state.global_step}"
+                    self.non_finite = (key, value, state.global_step)
                     control.should_save = False
                     control.should_training_stop = True
                 elif math.isfinite(value):
@@ -128,10 +128,7 @@ class StreamMetrics(TrainerCallback):
             values["reward_errors"] = over_ranks(sum(self.reward_errors.values()))
         gap, tolerance = values.get("sync_logp_diff_mean", 0.0), getattr(self.ctx.settings, "sync_tolerance", 0)
         if tolerance and gap > tolerance:
-            self.broken_sync = (
-                f"vLLM generated with weights other than the policy's (mean |log-prob difference| on its sampled "
-                f"tokens {gap:.4f}, max {values.get('sync_logp_diff_max', 0.0):.4f}; rl.sync_tolerance {tolerance})"
-            )
+            self.broken_sync = (gap, values.get("sync_logp_diff_max", 0.0))
             control.should_save = False
             control.should_training_stop = True
         self.ctx.log.write(stage=self.ctx.stage.name, step=state.global_step, max_steps=state.max_steps, **values)
@@ -184,51 +181,51 @@ def resume_point(ctx: StageContext) -> str | None:
     return str(last) if last else None
 
 
-def check_stopped(ctx: StageContext, trainer) -> None:
-    """After training returned: raise if it ended early because of a signal or a non-finite value."""
+def signalled(ctx: StageContext) -> Interrupted | None:
+    """The stop a signal asked for, if one did."""
+    return Interrupted(ctx.stop.signal) if ctx.stop.signal else None
+
+
+def train(ctx: StageContext, trainer, tokenizer) -> Trained:
+    """Train a TRL trainer from the stage's last complete checkpoint; what it trained, and why it ended early if
+    it did (a non-finite value, a broken weight sync, an alarm, a signal)."""
+    trainer.train(resume_from_checkpoint=resume_point(ctx))
     guard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StreamMetrics)), None)
+    stopped: Exception | None
     if guard is not None and guard.non_finite:
-        last = checkpoint.last_complete(ctx.checkpoints)
-        raise NonFiniteError(
-            f"Stage {ctx.stage.name} stopped: {guard.non_finite}. The last good checkpoint is "
-            f"{last or 'none (the stage restarts from its start)'}. Lower {ctx.stage.name}.learning_rate or "
-            f"check the rewards and data, then `rlctl resume {ctx.run_dir}`."
-        )
-    if guard is not None and guard.broken_sync:
-        last = checkpoint.last_complete(ctx.checkpoints)
-        raise Stopped(
-            f"Stage {ctx.stage.name} stopped at step {trainer.state.global_step}: {guard.broken_sync}. Likely causes: "
-            "LoRA adapters pushed unmerged, a tied embedding / LM head not refreshed, a stale engine after wake-up "
-            f"(weights not reloaded), or a parameter pushed under the wrong name. The last good checkpoint is "
-            f"{last or 'none'}. Report it with logs/train.log; to run anyway, resume with --set rl.use_vllm=false."
-        )
-    if guard is not None and guard.stopped_by_alarm:
-        raise ctx.alarm_stopped(trainer.state.global_step)
-    if _stop["signal"]:
-        raise Interrupted(_stop["signal"])
+        stopped = ctx.non_finite_stopped(*guard.non_finite)
+    elif guard is not None and guard.broken_sync:
+        stopped = ctx.sync_stopped(trainer.state.global_step, *guard.broken_sync)
+    elif guard is not None and guard.stopped_by_alarm:
+        stopped = ctx.alarm_stopped(trainer.state.global_step)
+    else:
+        stopped = signalled(ctx)
+    return Trained(trainer.accelerator, trainer.model, tokenizer, stopped)
 
 
-def save_final(ctx: StageContext, trainer, tokenizer) -> None:
+def save_final(ctx: StageContext, trained: Trained) -> None:
     """Save the trained model (LoRA merged into full weights) and tokenizer to the stage's final folder.
 
-    A stage interrupted by a signal or stopped by a NaN does not get a final folder: it raises instead."""
+    A stage that ended early (a signal, a NaN, an alarm, a broken weight sync) does not get a final folder: the
+    reason is raised instead."""
     import shutil
 
-    check_stopped(ctx, trainer)
-    acc = trainer.accelerator
+    if trained.stopped is not None:
+        raise trained.stopped
+    acc = trained.accelerator
     acc.wait_for_everyone()
-    model = acc.unwrap_model(trainer.model)
+    model = acc.unwrap_model(trained.model)
     if sharding.owns(ctx):  # sharded by rlctl itself (its RL loop): gathered one weight at a time, LoRA merged
         state_dict, model = sharding.gathered_state_dict(model, keep=ctx.is_main), sharding.base_of(model)
     else:
-        state_dict = acc.get_state_dict(trainer.model)  # gathered from every shard under accelerate's FSDP
+        state_dict = acc.get_state_dict(trained.model)  # gathered from every shard under accelerate's FSDP
         if hasattr(model, "merge_and_unload"):
             model, state_dict = _merged(ctx, model), None
     if ctx.is_main:
         tmp = ctx.final.with_name("final.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp, state_dict=state_dict)
-        tokenizer.save_pretrained(tmp)
+        trained.tokenizer.save_pretrained(tmp)
         shutil.rmtree(ctx.final, ignore_errors=True)
         tmp.rename(ctx.final)
     acc.wait_for_everyone()
@@ -297,8 +294,7 @@ def train_causal_lm(ctx: StageContext, trainer_cls, args, rows: list[dict], tok)
         callbacks=[StreamMetrics(ctx)],
     )
     layout.follow_plan(ctx, trainer)
-    trainer.train(resume_from_checkpoint=resume_point(ctx))
-    save_final(ctx, trainer, tok)
+    save_final(ctx, train(ctx, trainer, tok))
     return trainer
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from rlctl import checkpoint, strictjson
 from rlctl.config import RunConfig
 from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
+from rlctl.rewards.worker import Workers
 from rlctl.stages import alarms
 
 
@@ -50,7 +51,18 @@ class MetricsLog:
 
 
 @dataclass
+class StopFlag:
+    """The stop signal this process received (0: none): set by the runner's SIGINT/SIGTERM handler, agreed across
+    processes at step boundaries (rlctl.stages.common.stop_signal)."""
+
+    signal: int = 0
+
+
+@dataclass
 class StageContext:
+    """What a stage runs with. The runner hands every stage it starts the same `stop` flag and reward `workers`;
+    `probe` is the memory probe measuring this stage."""
+
     cfg: RunConfig
     plan: Plan
     stage: StagePlan
@@ -60,6 +72,9 @@ class StageContext:
     is_main: bool
     device: Any = "cpu"
     notes: dict[str, Any] = field(default_factory=dict)  # data facts for summary.json (rows dropped as too long)
+    stop: StopFlag = field(default_factory=StopFlag)
+    probe: Any = None  # rlctl.stages.memory_probe.Probe (memory_probe.start), None when nothing is measured
+    workers: Workers = field(default_factory=Workers)
 
     @property
     def settings(self):
@@ -89,6 +104,32 @@ class StageContext:
             f"`rlctl resume {self.run_dir} --set logging.alarms=warn`."
         )
 
+    def non_finite_stopped(self, key: str, value: float, step: int) -> NonFiniteError:
+        """The error that ends the stage when `key` (a loss, reward or grad norm) became NaN/inf at `step`; that
+        state is not saved."""
+        last = checkpoint.last_complete(self.checkpoints)
+        name = self.stage.name
+        return NonFiniteError(
+            f"Stage {name} stopped: {key} became {value} at step {step}. The last good checkpoint is "
+            f"{last or 'none (the stage restarts from its start)'}. Lower {name}.learning_rate or "
+            f"check the rewards and data, then `rlctl resume {self.run_dir}`."
+        )
+
+    def sync_stopped(self, step: int, gap: float, worst: float, untrained: bool = False) -> SyncMismatch:
+        """The error that ends the stage when vLLM generated with weights other than the policy's: the weight-sync
+        check's mean and max |log-prob difference| beyond rl.sync_tolerance. `untrained`: stopped before the step
+        trained (rlctl's loop checks before its update)."""
+        last = checkpoint.last_complete(self.checkpoints)
+        where = "Nothing of this step was trained; the last" if untrained else "The last"
+        return SyncMismatch(
+            f"Stage {self.stage.name} stopped at step {step}: vLLM generated with weights other than the policy's "
+            f"(mean |log-prob difference| on its sampled tokens {gap:.4f}, max {worst:.4f}; rl.sync_tolerance "
+            f"{self.cfg.rl.sync_tolerance}). Likely causes: LoRA adapters pushed unmerged, a tied embedding / LM "
+            "head not refreshed, a stale engine after wake-up (weights not reloaded), or a parameter pushed under "
+            f"the wrong name. {where} good checkpoint is {last or 'none'}. Report it with logs/train.log; to run "
+            "anyway, resume with --set rl.use_vllm=false."
+        )
+
 
 class Interrupted(Exception):
     """A stop was asked for (SIGINT/SIGTERM); the stage saved a checkpoint at a step boundary."""
@@ -104,6 +145,22 @@ class Stopped(RuntimeError):
 
 class NonFiniteError(Stopped):
     """A loss or reward became NaN/inf; the stage stopped without saving that state."""
+
+
+class SyncMismatch(Stopped):
+    """vLLM generated with weights other than the policy's."""
+
+
+@dataclass
+class Trained:
+    """What a stage's training hands its final save (`rlctl.stages.common.save_final`), from TRL's trainers and
+    rlctl's RL loop alike: the accelerator, the trained model as trained (wrapped or not), its tokenizer, and why
+    training ended early (None: it ran to the end), which the final save raises instead of saving."""
+
+    accelerator: Any
+    model: Any
+    tokenizer: Any
+    stopped: Exception | None = None
 
 
 class PhaseClock:

@@ -105,7 +105,7 @@ def _score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool, scope: S
         cfg = ctx.cfg
         rows, info = _eval(ctx)
         rows = rows[:limit]
-        guarded = rewards.stage_rewards(cfg.rl.rewards, cfg.data.answer_field, {}, ctx.notify)
+        guarded = rewards.stage_rewards(cfg.rl.rewards, cfg.data.answer_field, {}, ctx.workers, ctx.notify)
         fns = [(fn, r.weight) for fn, r in zip(guarded, cfg.rl.rewards, strict=True) if fn is not None]
         accuracy = scoring.accuracy_name(cfg.rl.rewards, info.format)
         agent = multiturn.agent_for(cfg.rl, tokenizer) if "rl" in cfg.stages else None  # eval as RL will roll out
@@ -155,4 +155,4 @@ def publish_checkpoint(ctx: StageContext, step: int, model: Any, tokenizer: Any)
     if ctx.is_main:
         checkpoint.publish(ctx.checkpoints, step, metric, ctx.cfg.checkpoint.keep_last, keep_best)
     _barrier()
-    memory_probe.lap("checkpoint")  # the save and its held-out scoring
+    memory_probe.lap(ctx, "checkpoint")  # the save and its held-out scoring

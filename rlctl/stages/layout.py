@@ -21,7 +21,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
-from rlctl.rollout.vllm import SWITCHES
+from rlctl.rollout.vllm import Offloaded
 from rlctl.stages import memory_probe
 from rlctl.stages.context import StageContext, Stopped
 from rlctl.stages.models import torch_dtype
@@ -33,30 +33,31 @@ class LayoutMismatch(Stopped):
     """The live objects contradict the plan; raised at the stage's first step."""
 
 
-def follow_plan(ctx: StageContext, trainer: Any) -> None:
+def follow_plan(ctx: StageContext, trainer: Any, offloaded: Offloaded | None = None) -> None:
     """Before a TRL trainer trains: its weights in the plan's precision, and the layout check at its first step.
 
     Adapters train in fp32, as the plan counts them and as autocast expects master weights: TRL 1.16's trainers
     cast a 4-bit model's trainable weights (LoRA adapters, the reward head) to bf16, and a LoRA reward model's
     head is a trainable copy in the bf16 base's dtype (on CPU, where 4-bit layers compute in fp32, a bf16 reward
     head would not even multiply with its fp32 input). The memory probe learns the trainer's phase boundaries
-    here too."""
+    here too. `offloaded`: the optimizer offload between phases, when the stage's callbacks run it."""
     if ctx.plan.adapter != "full":
         import torch
 
         for param in trainer.model.parameters():
             if param.requires_grad and param.dtype != torch.float32:
                 param.data = param.data.float()
-    trainer.add_callback(LayoutCheck(ctx, trainer))
-    memory_probe.install(trainer)
+    trainer.add_callback(LayoutCheck(ctx, trainer, offloaded))
+    memory_probe.install(ctx, trainer)
 
 
 class LayoutCheck(TrainerCallback):
     """`check` at the end of a TRL trainer's first optimizer step (the optimizer state exists by then), and the
     offload's switches when it ends."""
 
-    def __init__(self, ctx: StageContext, trainer: Any):
+    def __init__(self, ctx: StageContext, trainer: Any, offloaded: Offloaded | None = None):
         self.ctx, self.trainer, self.done = ctx, trainer, False
+        self.switches = offloaded.switches if offloaded is not None else None
         self.engine = None
         if ctx.stage.name == "rl":
             self.engine = "vllm" if getattr(trainer, "use_vllm", False) else "transformers"
@@ -67,11 +68,11 @@ class LayoutCheck(TrainerCallback):
             t = self.trainer
             rewards = getattr(t, "reward_funcs", [])
             beside = Beside(t.accelerator.mixed_precision, getattr(t, "ref_model", None), rewards)
-            check(self.ctx, model, optimizer, self.engine, beside)
+            check(self.ctx, model, optimizer, self.engine, beside, self.switches)
 
     def on_train_end(self, args, state, control, optimizer=None, **kwargs):
         if self.done and optimizer is not None:
-            finish(self.ctx, optimizer)
+            finish(self.ctx, self.switches)
 
 
 class Beside:
@@ -140,8 +141,11 @@ def _planned_beside(ctx: StageContext) -> dict[str, Any]:
     return out
 
 
-def observed(model: Any, optimizer: Any = None, engine: str | None = None) -> dict[str, Any]:
-    """The layout read from `model` (wrapped or not), its optimizer and the process group."""
+def observed(
+    model: Any, optimizer: Any = None, engine: str | None = None, switches: dict | None = None
+) -> dict[str, Any]:
+    """The layout read from `model` (wrapped or not), its optimizer (with the offload `switches` of
+    `rlctl.rollout.vllm.Offloaded`, None when it never ran) and the process group."""
     import torch
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
@@ -192,7 +196,7 @@ def observed(model: Any, optimizer: Any = None, engine: str | None = None) -> di
         out["linear4bit_compute_dtype"] = "/".join(sorted(compute))
     if optimizer is not None:
         out["optimizer_state"] = _optimizer_state(optimizer)
-        out |= offload_record(getattr(optimizer, SWITCHES, None), out["optimizer_state"]["devices"])
+        out |= offload_record(switches, out["optimizer_state"]["devices"])
     if engine is not None:
         out["generation_engine"] = engine
     return out
@@ -283,9 +287,11 @@ def mismatches(plan_side: dict[str, Any], live: dict[str, Any]) -> list[str]:
     return out
 
 
-def check(ctx: StageContext, model: Any, optimizer: Any, engine: str | None, beside: Beside) -> dict[str, Any]:
+def check(
+    ctx: StageContext, model: Any, optimizer: Any, engine: str | None, beside: Beside, switches: dict | None = None
+) -> dict[str, Any]:
     """Record this process's layout and stop the stage when it contradicts the plan."""
-    live = observed(model, optimizer, engine) | observed_beside(ctx, model, beside)
+    live = observed(model, optimizer, engine, switches) | observed_beside(ctx, model, beside)
     if ctx.stage.name != "rl":
         live.pop("phase_offload", None)  # only the RL stage offloads between phases
     promised = planned(ctx, engine)
@@ -304,7 +310,7 @@ def check(ctx: StageContext, model: Any, optimizer: Any, engine: str | None, bes
     return record
 
 
-def finish(ctx: StageContext, optimizer: Any) -> None:
+def finish(ctx: StageContext, switches: dict | None) -> None:
     """When the stage ends: this process's record gets the offload's switches over the whole stage."""
     path = ctx.run_dir / ctx.stage.name / "layout" / f"rank{_rank()}.json"
     if ctx.stage.name != "rl" or not path.exists():
@@ -312,7 +318,7 @@ def finish(ctx: StageContext, optimizer: Any) -> None:
     record = json.loads(path.read_text())
     live = record["observed"]
     live.pop("optimizer_switches", None)
-    live |= offload_record(getattr(optimizer, SWITCHES, None), live["optimizer_state"]["devices"])
+    live |= offload_record(switches, live["optimizer_state"]["devices"])
     checkpoint.write_json_atomic(path, record)
 
 

@@ -26,17 +26,25 @@ import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
 
+if TYPE_CHECKING:
+    from rlctl.stages.context import StageContext
+
 GiB = float(2**30)
 SAMPLE_SECONDS = 0.05
 # the RL loop's PhaseClock laps, by memory phase
-LOOP_PHASES = {"sync": "generation", "generate": "generation", "score": "generation", "prepare": "training"}
-LOOP_PHASES["update"] = "training"
+LOOP_PHASES = {
+    "sync": "generation",
+    "generate": "generation",
+    "score": "generation",
+    "prepare": "training",
+    "update": "training",
+}
 UNPLANNED = ("checkpoint", "evaluation")  # measured phases the plan does not model
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -176,68 +184,65 @@ def _gib(phases: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     return {p: {f"{k}_gib": round(v / GiB, 3) for k, v in m.items()} for p, m in phases.items()}
 
 
-# --- The process's active probe: the stages and the runner mark phases through these ------------------------------
-
-_active: dict[str, Probe] = {}
+# --- The stage's probe, carried by its context: the stages and the runner mark phases through these --------------
 
 
-def start(ctx: Any) -> Probe:
-    """Start measuring `ctx`'s stage in this process (the runner, before the stage runs)."""
+def start(ctx: StageContext) -> Probe:
+    """Start measuring `ctx`'s stage in this process (the runner, before the stage runs): `ctx.probe`."""
     import torch.distributed as dist
 
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    finish()
-    probe = Probe(ctx.stage.name, ctx.run_dir / ctx.stage.name / "memory", rank, ctx.device, ctx.log)
-    _active["probe"] = probe
-    return probe
+    ctx.probe = Probe(ctx.stage.name, ctx.run_dir / ctx.stage.name / "memory", rank, ctx.device, ctx.log)
+    return ctx.probe
 
 
-def lap(phase: str) -> None:
+def lap(ctx: StageContext, phase: str) -> None:
     """End the current phase interval as `phase` (a no-op when nothing is measured)."""
-    probe = _active.get("probe")
-    if probe is not None:
-        probe.lap(LOOP_PHASES.get(phase, phase))
+    if ctx.probe is not None:
+        ctx.probe.lap(LOOP_PHASES.get(phase, phase))
 
 
-def flush(step: int) -> None:
-    probe = _active.get("probe")
-    if probe is not None:
-        probe.flush(step)
+def flush(ctx: StageContext, step: int) -> None:
+    if ctx.probe is not None:
+        ctx.probe.flush(step)
 
 
-def finish() -> None:
+def finish(ctx: StageContext) -> None:
     """Stop measuring and write the stage's record."""
-    probe = _active.pop("probe", None)
-    if probe is not None:
-        probe.close()
+    if ctx.probe is not None:
+        ctx.probe.close()
+        ctx.probe = None
 
 
 class TrainerPhases(TrainerCallback):
     """TRL trainers' phase boundaries around the optimizer step, and a memory record at each log."""
 
+    def __init__(self, ctx: StageContext):
+        self.ctx = ctx
+
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        lap("training")
+        lap(self.ctx, "training")
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        lap("optimizer step")
+        lap(self.ctx, "optimizer step")
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        flush(state.global_step)
+        flush(self.ctx, state.global_step)
 
 
-def install(trainer: Any) -> None:
+def install(ctx: StageContext, trainer: Any) -> None:
     """Measure a TRL trainer's phases; GRPO's and RLOO's generation (and scoring) is its own phase."""
-    trainer.add_callback(TrainerPhases())
+    trainer.add_callback(TrainerPhases(ctx))
     generate = getattr(trainer, "_generate_and_score_completions", None)
     if generate is None:
         return
 
     def measured(*args: Any, **kwargs: Any) -> Any:
-        lap("training")
+        lap(ctx, "training")
         try:
             return generate(*args, **kwargs)
         finally:
-            lap("generation")
+            lap(ctx, "generation")
 
     trainer._generate_and_score_completions = measured
 
@@ -306,10 +311,10 @@ def summary(run_dir: Path, stage: str, plan_memory: dict[str, Any]) -> dict[str,
     return out
 
 
-def so_far(plan_memory: dict[str, Any], stage: str) -> str:
-    """The out-of-memory message's measured part: this process's peak per finished phase interval (beside the
-    plan's) and of the interval that failed; empty when nothing was measured."""
-    probe = _active.get("probe")
+def so_far(ctx: StageContext, plan_memory: dict[str, Any]) -> str:
+    """The out-of-memory message's measured part: this process's peak per finished phase interval of `ctx`'s
+    stage (beside the plan's) and of the interval that failed; empty when nothing was measured."""
+    probe, stage = ctx.probe, ctx.stage.name
     if probe is None or probe.stage != stage:
         return ""
     parts = []

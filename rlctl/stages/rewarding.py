@@ -21,7 +21,7 @@ def reward_sources(ctx: StageContext, errors: dict[str, int]) -> tuple[list, lis
     """(reward functions or models, their tokenizers, weights) in the order of rl.rewards; each function runs
     in its worker with its deadline, its failures follow its `on_error`, counted per reward name in `errors`."""
     funcs, tokenizers, weights = [], [], []
-    guarded = rewards.stage_rewards(ctx.cfg.rl.rewards, ctx.cfg.data.answer_field, errors, ctx.notify)
+    guarded = rewards.stage_rewards(ctx.cfg.rl.rewards, ctx.cfg.data.answer_field, errors, ctx.workers, ctx.notify)
     for spec, fn in zip(ctx.cfg.rl.rewards, guarded, strict=True):
         if fn is None:
             path = str(final_dir(ctx.run_dir, "rm"))

@@ -17,8 +17,8 @@ from rlctl.stages.common import (
     StageContext,
     StreamMetrics,
     lora_config,
-    resume_point,
     save_final,
+    train,
     training_args,
 )
 from rlctl.stages.rewarding import overlong_buffer_tokens, reward_sources
@@ -107,6 +107,7 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         **vllm.trl_kwargs(ctx.plan),  # use_vllm and the vllm_* arguments the memory plan chose
     )
     args = dataclasses.replace(args, generation_batch_size=None, **batching)
+    offloaded = vllm.Offloaded()
     trainer = Trainer(
         model=models.causal_lm(ctx, ctx.stage.init_from),
         reward_funcs=funcs,
@@ -115,10 +116,9 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         processing_class=tok,
         reward_processing_classes=reward_tokenizers,
         peft_config=lora_config(ctx),
-        callbacks=[StreamMetrics(ctx, reward_errors), *vllm.callbacks(ctx.plan)],
+        callbacks=[StreamMetrics(ctx, reward_errors), *vllm.callbacks(ctx.plan, offloaded)],
     )
     if getattr(trainer, "use_vllm", False):
         vllm.adapt(trainer.vllm_generation, ctx.plan)
-    layout.follow_plan(ctx, trainer)
-    trainer.train(resume_from_checkpoint=resume_point(ctx))
-    save_final(ctx, trainer, tok)
+    layout.follow_plan(ctx, trainer, offloaded)
+    save_final(ctx, train(ctx, trainer, tok))

@@ -28,15 +28,14 @@ processes and models.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from rlctl import checkpoint
 from rlctl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
@@ -59,8 +58,8 @@ from rlctl.rollout import generate, multiturn, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
 from rlctl.stages import layout, lengths, loop_checkpoint, memory_probe, models, sharding
-from rlctl.stages.common import alarm_stop, over_ranks, save_final, stop_signal
-from rlctl.stages.context import Interrupted, NonFiniteError, PhaseClock, StageContext
+from rlctl.stages.common import alarm_stop, over_ranks, save_final, signalled, stop_signal
+from rlctl.stages.context import Interrupted, PhaseClock, StageContext, Trained
 from rlctl.stages.rewarding import Scorer
 from rlctl.stages.rl_models import (
     load_models,
@@ -101,6 +100,7 @@ class Loop:
     clock: PhaseClock
     agent: multiturn.Agent | None  # multi-turn rollouts with rl.tools, else None (single-turn)
     shards: dict = field(default_factory=dict)  # sharded (model, optimizer) pairs DCP checkpoints, by name
+    offloaded: vllm.Offloaded = field(default_factory=vllm.Offloaded)  # the policy's AdamW state between phases
 
     @property
     def rl(self):
@@ -179,7 +179,7 @@ def setup(ctx: StageContext) -> Loop:
         norm_len=rl.max_new_tokens,
     )
     adv_cfg = AdvantageConfig(gamma=rl.gamma, lam=rl.lam)
-    clock = PhaseClock(acc.device.type == "cuda", on_lap=memory_probe.lap)
+    clock = PhaseClock(acc.device.type == "cuda", on_lap=functools.partial(memory_probe.lap, ctx))
     return Loop(
         ctx, acc, tok, policy, ref, critic, opt, sched, c_opt, c_sched, kl_ctl, stream, scorer, generator,
         loss_cfg, adv_cfg, shard, mini, micro, clock, agent, shards,
@@ -199,11 +199,18 @@ def restore(loop: Loop) -> int:
     else:
         set_seed(loop.ctx.cfg.seed + loop.rank)  # each process samples different completions
     if loop.ctx.plan.phase_offload:  # AdamW moments live in host RAM except around the policy's optimizer step
-        vllm.offload_optimizer_state(loop.opt)
+        vllm.offload_optimizer_state(loop.opt, loop.offloaded)
     return start
 
 
 def run(ctx: StageContext) -> None:
+    """Train the policy with rlctl's loop, then save it (`rlctl.stages.common.save_final`)."""
+    save_final(ctx, train(ctx))
+
+
+def train(ctx: StageContext) -> Trained:
+    """Every step from the last complete checkpoint on; what it trained, and why it ended early if it did (an
+    alarm, a signal between the last step and the save). A NaN or a broken weight sync raises at its step."""
     loop = setup(ctx)
     start = restore(loop)
     for step in range(start + 1, loop.rl.max_steps + 1):
@@ -215,22 +222,20 @@ def run(ctx: StageContext) -> None:
         if step == start + 1:  # the first step of this process: does it run what the plan chose?
             engine = "vllm" if isinstance(loop.generator, vllm.ColocatedVLLM) else "transformers"
             beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic)
-            layout.check(ctx, loop.policy, loop.opt, engine, beside)
+            layout.check(ctx, loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
         log_step(loop, step, rollout_, prepared, train, stats)
-        signum = stop_signal()
+        signum = stop_signal(ctx)
         if step % loop.rl.save_every == 0 or step == loop.rl.max_steps or signum:
             state = {"step": step, "cursor": loop.stream.cursor, "kl_coef": loop.kl_ctl.value}
             state["world"] = loop.acc.num_processes
             loop_checkpoint.save(ctx, loop.acc, step, state, loop.policy, loop.tok, loop.shards)
         if signum:
             raise Interrupted(signum)
-    layout.finish(ctx, loop.opt)
+    layout.finish(ctx, loop.offloaded.switches)
     trained = max(0, loop.rl.max_steps - start)
     ctx.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
-    if alarm_stop(ctx):
-        raise ctx.alarm_stopped(start + trained)
-    no_callbacks = SimpleNamespace(callbacks=[])
-    save_final(ctx, SimpleNamespace(accelerator=loop.acc, model=loop.policy, callback_handler=no_callbacks), loop.tok)
+    stopped = ctx.alarm_stopped(start + trained) if alarm_stop(ctx) else signalled(ctx)
+    return Trained(loop.acc, loop.policy, loop.tok, stopped)
 
 
 # ----------------------------------------------------------------------------------------------- 1. rollout
@@ -443,15 +448,15 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
 def optimizer_step(loop: Loop) -> None:
     """The policy's optimizer step; with phase offload its AdamW moments come back from host RAM only for it."""
     offload = loop.ctx.plan.phase_offload
-    memory_probe.lap("training")
+    memory_probe.lap(loop.ctx, "training")
     if offload:
-        vllm.reload_optimizer_state(loop.opt)
+        vllm.reload_optimizer_state(loop.opt, loop.offloaded)
     loop.opt.step()
     loop.sched.step()
     loop.opt.zero_grad(set_to_none=True)
     if offload:
-        vllm.offload_optimizer_state(loop.opt)
-    memory_probe.lap("optimizer step")
+        vllm.offload_optimizer_state(loop.opt, loop.offloaded)
+    memory_probe.lap(loop.ctx, "optimizer step")
 
 
 # ----------------------------------------------------------------------------------------------- 5. log
@@ -477,17 +482,12 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
         record.update(multiturn.metrics(r.generated))
     finite = {k: v for k, v in record.items() if math.isfinite(v)}
     ctx.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
-    memory_probe.flush(step)
+    memory_probe.flush(ctx, step)
     if alarm_stop(ctx):
         raise ctx.alarm_stopped(step)
     bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]
     if bad:
-        last = checkpoint.last_complete(ctx.checkpoints)
-        raise NonFiniteError(
-            f"Stage rl stopped: {bad[0]} became {record[bad[0]]} at step {step}. The last good "
-            f"checkpoint is {last or 'none (the stage restarts from its start)'}. Lower rl.learning_rate or "
-            f"check the rewards and data, then `rlctl resume {ctx.run_dir}`."
-        )
+        raise ctx.non_finite_stopped(bad[0], record[bad[0]], step)
 
 
 def _add(stats: dict[str, list[float]], **values: float) -> None:

@@ -7,8 +7,8 @@ from rlctl.stages.common import (
     StageContext,
     StreamMetrics,
     lora_config,
-    resume_point,
     save_final,
+    train,
     training_args,
 )
 
@@ -29,5 +29,4 @@ def run(ctx: StageContext) -> None:
         callbacks=[StreamMetrics(ctx)],
     )
     layout.follow_plan(ctx, trainer)
-    trainer.train(resume_from_checkpoint=resume_point(ctx))
-    save_final(ctx, trainer, tok)
+    save_final(ctx, train(ctx, trainer, tok))

@@ -7,13 +7,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rlctl import checkpoint
 from rlctl.algorithms.mismatch import logprob_gap
-from rlctl.stages.context import StageContext, Stopped
-
-
-class SyncMismatch(Stopped):
-    """vLLM generated with weights other than the policy's."""
+from rlctl.stages.context import StageContext
 
 
 def sync_check(ctx: StageContext, acc, train: Tensor, rollout: Tensor, mask: Tensor, step: int) -> dict:
@@ -24,13 +19,5 @@ def sync_check(ctx: StageContext, acc, train: Tensor, rollout: Tensor, mask: Ten
     mean, worst = float(both[:, 0].mean()), float(both[:, 1].max())
     tolerance = ctx.cfg.rl.sync_tolerance
     if tolerance and mean > tolerance:
-        last = checkpoint.last_complete(ctx.checkpoints)
-        raise SyncMismatch(
-            f"Stage rl stopped at step {step}: vLLM generated with weights other than the policy's (mean |log-prob "
-            f"difference| on its sampled tokens {mean:.4f}, max {worst:.4f}; rl.sync_tolerance {tolerance}). "
-            "Likely causes: LoRA adapters pushed unmerged, a tied embedding / LM head not refreshed, a stale engine "
-            "after wake-up (weights not reloaded), or a parameter pushed under the wrong name. Nothing of this step "
-            f"was trained; the last good checkpoint is {last or 'none'}. Report it with logs/train.log; to run "
-            f"anyway, resume with --set rl.use_vllm=false."
-        )
+        raise ctx.sync_stopped(step, mean, worst, untrained=True)
     return {"sync_logp_diff_mean": mean, "sync_logp_diff_max": worst}

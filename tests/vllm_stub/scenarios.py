@@ -111,7 +111,7 @@ def loop(model_dir: str, run_dir: str, algorithm: str, *extra: str) -> dict:
         *extra,
     ]
     cfg = config.resolve("tiny-demo", None, algorithm, None, sets)
-    the_plan = launch.prepare(cfg, Path(run_dir))
+    the_plan = launch.prepare(cfg, Path(run_dir)).plan
     runner.main(Path(run_dir))
     rl = next(s for s in the_plan.stages if s.name == "rl")
     return {

@@ -1,0 +1,100 @@
+"""Plain helpers the test modules share (fixtures live in conftest.py): run the real `rlctl` CLI in a subprocess,
+read a run's records, kill a run after a checkpoint, a free local port, an interpreter without some packages."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RLCTL = shutil.which("rlctl", path=str(Path(sys.executable).parent)) or "rlctl"
+
+# An interpreter on which these modules are absent: a None in sys.modules is what Python's import system reads as
+# "not importable" (import raises ImportError, importlib.util.find_spec answers None).
+HIDE = """
+import sys
+for name in {names!r}:
+    sys.modules[name] = None
+"""
+
+
+def rlctl(*args: str, cwd: Path | None = None, timeout: float = 1800, env: dict | None = None):
+    """`rlctl ARGS` as a user would type it; returns the CompletedProcess (text output)."""
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.run([RLCTL, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def strict_records(run_dir: Path) -> list[dict]:
+    """metrics.jsonl as a strict JSON reader sees it (NaN and Infinity refused); every line must parse."""
+    from rlctl import strictjson
+
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [strictjson.loads(line) for line in lines if line.strip()]
+
+
+def summary(run_dir: Path) -> dict:
+    """summary.json of a run; its metrics.jsonl and summary.json must be strict JSON too."""
+    from rlctl import strictjson
+
+    strict_records(run_dir)
+    return strictjson.loads((run_dir / "summary.json").read_text())
+
+
+def records(run_dir: Path) -> list[dict]:
+    """metrics.jsonl of a run that may still be running (none yet: [])."""
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def kill_after_checkpoint(run_dir: Path, cmd: list[str], stage: str, every: int) -> None:
+    """Start `cmd`, wait until `stage` has a complete checkpoint and has trained past it, then kill -9 it all."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 400
+        while time.time() < deadline:
+            steps = [r["step"] for r in records(run_dir) if r.get("stage") == stage and "step" in r]
+            done = list((run_dir / stage / "checkpoints").glob("checkpoint-*/rlctl_complete"))
+            if done and steps and steps[-1] % every != 0 and steps[-1] > every:
+                break
+            assert proc.poll() is None, f"the run ended before {stage} could be interrupted"
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"{stage} never reached a checkpoint")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (closed again before it is returned)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def without(tmp_path: Path, names: list[str]) -> dict[str, str]:
+    """Environment for an `rlctl` subprocess on which the modules `names` are not importable."""
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(HIDE.format(names=names))
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+
+
+def assert_cpu_precision(layout: dict) -> None:
+    """Every stage ran what its plan said, and in the CPU plan's one precision: fp32 weights that train and fp32
+    frozen ones, no autocast, 4-bit layers computing in fp32, fp32 reference, reward model and critic."""
+    for stage, record in layout.items():
+        assert record["mismatches"] == [], (stage, record["mismatches"])
+        live = record["observed"]
+        assert record["planned"]["autocast"] == live["autocast"] == "no", stage
+        assert live["trainable_dtype"] == "float32" and live["frozen_dtype"] in ("", "float32"), stage
+        for key in ("linear4bit_compute_dtype", "reference_dtype", "reward_model_dtype", "critic_dtype"):
+            assert live.get(key, "float32") == "float32", (stage, key, live.get(key))
+        assert live["optimizer_state"]["dtypes"] == ["float32"], stage
