@@ -46,6 +46,8 @@ CASES = [
     ("bad-hardware-flag", {}, ["plan", "--preset", "tiny-demo", "--hardware", "1xH100"], ["1xH100"]),
     ("missing-config-file", {}, ["plan", "--config", "{tmp}/nope.yaml"], ["nope.yaml"]),
     ("malformed-config", {"c.yaml": "rl:\n  beta: [1, 2\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml:"]),
+    ("config-not-text", {"c.yaml": b"\xff\xfeseed: 1\n\x93"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "UTF-8"]),
+    ("config-is-a-folder", {"c.yaml/x": ""}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "folder"]),
     ("config-not-mapping", {"c.yaml": "- a\n- b\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "mapping"]),
     (
         "config-bad-default",
@@ -320,7 +322,8 @@ MARKS = {"vllm-on-cpu": pytest.mark.skipif(importlib.util.find_spec("vllm") is n
 )
 def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, files, argv, needles):
     for name, text in files.items():
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(text if isinstance(text, bytes) else text.encode())
     run_dir = tmp_path / "run"
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     if argv[0] == "train":

@@ -184,3 +184,12 @@ def test_eval_never_replaces_a_file_it_did_not_write(run_copy: Path, tmp_path: P
     proc = rlctl("eval", str(run_copy), "--data", str(run_copy / "data" / "eval.jsonl"), "--out", str(mine))
     assert proc.returncode == 2 and "not an earlier rlctl eval result" in " ".join(proc.stderr.split())
     assert mine.read_text() == '{"mine": 1}' and not mine.with_suffix(".samples.jsonl").exists()
+
+
+def test_a_config_yaml_that_is_not_text_is_named_damaged(tmp_path: Path):
+    from rlctl import strictjson
+    from rlctl.checkpoint import verify
+
+    (tmp_path / "config.yaml").write_bytes(b"\x93\xb7 random bytes \xff")
+    with pytest.raises(strictjson.DamagedFile, match=r"config\.yaml is damaged.*not a text YAML file.*plan\.json"):
+        verify.run_config(tmp_path)
