@@ -46,7 +46,7 @@ CASES = [
     ("bad-hardware-flag", {}, ["plan", "--preset", "tiny-demo", "--hardware", "1xH100"], ["1xH100"]),
     ("missing-config-file", {}, ["plan", "--config", "{tmp}/nope.yaml"], ["nope.yaml"]),
     ("malformed-config", {"c.yaml": "rl:\n  beta: [1, 2\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml:"]),
-    ("config-not-text", {"c.yaml": b"\xff\xfeseed: 1\n\x93"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "UTF-8"]),
+    ("config-not-text", {"c.yaml": b"\xff\xfeseed: 1\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "UTF-8"]),
     ("config-is-a-folder", {"c.yaml/x": ""}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "folder"]),
     ("config-not-mapping", {"c.yaml": "- a\n- b\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "mapping"]),
     (
