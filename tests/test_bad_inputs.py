@@ -262,6 +262,12 @@ CASES = [
         ["rl.jsonl:3", "prompt", "list of messages"],
     ),
     (
+        "answers-text-and-list",
+        {"rl.jsonl": '{"prompt": "a", "answer": 12}\n{"prompt": "b", "answer": [12]}\n'},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["rl.jsonl:2", "every answer text, or every answer a list"],
+    ),
+    (
         "rl-message-without-content",
         {"rl.jsonl": '{"prompt": [{"role": "user"}], "answer": "6"}\n'},
         ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],

@@ -149,7 +149,8 @@ def uniform(rows: list[dict[str, Any]], where: Callable[[int], str]) -> None:
                 raise UserError(
                     f"{where(i)}: {c.path} is {describe(c.second)} here but {describe(c.first)} in "
                     f"{where(first)}; a column holds one kind of value in every row (the training dataset stores "
-                    "it as one type). Make them the same (every prompt text, or every prompt a message list)."
+                    f"it as one type). Make them the same (every {c.path} {describe(c.first)}, or every {c.path} "
+                    f"{describe(c.second)})."
                 ) from None
 
 
