@@ -134,3 +134,22 @@ def test_strict_json_writes_null_with_the_reason():
     }
     with pytest.raises(ValueError, match="not strict JSON: NaN"):
         strictjson.loads('{"loss": NaN}')
+
+
+def test_export_never_copies_damaged_final_weights(tmp_path: Path):
+    from rlctl.after import export
+
+    final = tmp_path / "rl" / "final"
+    final.mkdir(parents=True)
+    _safetensors(final / "model.safetensors", 1000)
+    assert export.intact_source(tmp_path, "rl", final) == (final, "")
+    _halve(final / "model.safetensors")
+    with pytest.raises(strictjson.DamagedFile, match=r"rl/final is damaged: model\.safetensors .*No intact rl check"):
+        export.intact_source(tmp_path, "rl", final)
+    folder = tmp_path / "rl" / "checkpoints"
+    for step in (2, 4):
+        _publish(folder, step)
+    _halve(folder / "checkpoint-4" / "model.safetensors")
+    src, note = export.intact_source(tmp_path, "rl", final)
+    assert src == folder / "checkpoint-2", "the newest intact checkpoint, never the damaged final or checkpoint-4"
+    assert note.startswith(f"{final} is damaged (model.safetensors ") and "checkpoint-2" in note
