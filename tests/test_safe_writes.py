@@ -166,6 +166,16 @@ def test_the_cause_of_a_launch_failure_is_read_from_its_log():
     assert "without saying why" in failure("Killed\n")
 
 
+def test_a_stopped_run_names_its_stage_and_log(tmp_path: Path):
+    from rlctl.launch import _stopped_where
+
+    log = tmp_path / "logs" / "train.log"
+    said = _stopped_where({"stage": "rl", "message": "Reward 'r.py:f' raised KeyError: 'x' [red]."}, log)
+    assert said == f" in stage rl:[/] Reward 'r.py:f' raised KeyError: 'x' \\[red]. Full log: {log}."
+    named = f"Stage rl failed: OSError (raised at x.py:3). The full traceback is in {log}."
+    assert _stopped_where({"stage": "rl", "message": named}, log) == f":[/] {named}", "said once, not twice"
+
+
 def test_init_and_train_never_write_over_the_users_files(tmp_path: Path):
     proj = _folder(tmp_path / "proj", {"data/rl.jsonl": "mine\n"})
     proc = rlctl("init", str(proj))

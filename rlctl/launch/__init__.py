@@ -361,7 +361,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     if errors:
         # --quiet still prints why training stopped
         shown = Console(stderr=True, highlight=False, emoji=False) if console.quiet else console
-        shown.print(f"[red]Training stopped:[/] {errors[-1]['message']}")
+        shown.print(f"[red]Training stopped{_stopped_where(errors[-1], log_path)}")
         return errors[-1].get("exit_code", 1)  # 2: the runner found bad input (data) before training on it
     with log_path.open("rb") as f:
         f.seek(log_start)
@@ -371,6 +371,15 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         f"rlctl resume {run_dir}"
     )
     return 2 if code == 2 else 1
+
+
+def _stopped_where(error: dict, log_path: Path) -> str:
+    """An `error` event's paragraph as printed: its stage (when the message does not name it), its message, and
+    where the full log is (when the message does not say)."""
+    stage, message = error.get("stage"), str(error.get("message", "")).strip()
+    named = not stage or stage == "?" or f"Stage {stage} " in message or f"stage {stage}" in message
+    where = "" if str(log_path) in message else f" Full log: {log_path}."
+    return f"{'' if named else f' in stage {stage}'}:[/] {escape(message)}{where}"
 
 
 def failure(log: str) -> str:
