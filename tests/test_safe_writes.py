@@ -203,3 +203,20 @@ def test_a_config_yaml_that_is_not_text_is_named_damaged(tmp_path: Path):
     (tmp_path / "config.yaml").write_bytes(b"\x93\xb7 random bytes \xff")
     with pytest.raises(strictjson.DamagedFile, match=r"config\.yaml is damaged.*not a text YAML file.*plan\.json"):
         verify.run_config(tmp_path)
+
+
+def test_a_place_that_cannot_be_written_is_refused_before_anything_starts(tmp_path: Path):
+    blocker = _folder(tmp_path, {"afile": "mine"}) / "afile"
+    for target in (blocker / "out", Path("/proc/rlctl-no-such-place/out")):
+        with pytest.raises(UserError, match=r"^Cannot write .*; nothing was written"):
+            safewrite.check_target(target, "export", force=False)
+        with pytest.raises(UserError, match=r"^Cannot write "):
+            safewrite.check_file(target / "r.json", lambda _: True, force=False, what="eval result")
+        with pytest.raises(UserError, match=r"^Cannot write "), safewrite.lock(target, "export"):
+            pass
+    safewrite.check_target(tmp_path / "new" / "deeper", "export", force=False)  # missing folders are fine
+    for argv in (["init", str(blocker / "proj")], ["train", "--preset", "tiny-demo", "--run-dir", str(blocker / "r")]):
+        proc = rlctl(*argv)
+        said = " ".join(proc.stderr.split())
+        assert proc.returncode == 2 and f"Cannot write {blocker}/" in said and "Traceback" not in said, said
+    assert sorted(os.listdir(tmp_path)) == ["afile"] and blocker.read_text() == "mine", "nothing left behind"

@@ -99,6 +99,9 @@ def init(
             "an empty folder, or add --force to overwrite them with the scaffold's."
         )
     template = data_dir("templates") / "project"
+    from rlctl.checkpoint import safewrite
+
+    safewrite.check_writable(target)
     directory.mkdir(parents=True, exist_ok=True)
     files = project_data(cfg, directory / "data")
     text = (template / "rlctl.yaml").read_text()
