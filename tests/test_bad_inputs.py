@@ -311,6 +311,12 @@ CASES = [
     ),
     ("no-data-for-stage", {}, ["train", "--preset", "qwen7b-grpo"], ["data.rl"]),
     (
+        "parquet-not-parquet",
+        {"rl.parquet": b"PAR1 not really \x00\x01"},
+        ["plan", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.parquet"],
+        ["Cannot read parquet file", "rl.parquet"],
+    ),
+    (
         "json-not-array",
         {"rl.json": '"just a string"'},
         ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.json"],
