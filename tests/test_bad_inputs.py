@@ -317,6 +317,12 @@ CASES = [
         ["Cannot read parquet file", "rl.parquet"],
     ),
     (
+        "save-to-disk-folder-damaged",
+        {"ds/state.json": '{"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}', "ds/dataset_info.json": "{}"},
+        ["plan", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/ds"],
+        ["ds looks like a datasets save_to_disk folder but cannot be read", "FileNotFoundError"],
+    ),
+    (
         "json-not-array",
         {"rl.json": '"just a string"'},
         ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.json"],
