@@ -262,6 +262,21 @@ CASES = [
         ["rl.jsonl:3", "prompt", "list of messages"],
     ),
     (
+        "preference-text-then-message-replies",
+        {
+            "p.jsonl": '{"prompt": "a", "chosen": "b", "rejected": "c"}\n'
+            '{"prompt": "a", "chosen": [{"role": "assistant", "content": "b"}], "rejected": "c"}\n'
+        },
+        ["train", "--preset", "qwen7b-dpo", "--set", "data.preference={tmp}/p.jsonl"],
+        ["p.jsonl:2", "A text prompt whose completion, chosen or rejected is a message list counts as a message list"],
+    ),
+    (
+        "sft-assistant-message-without-content",
+        {"sft.jsonl": '{"messages": [{"role": "user", "content": "1+2="}, {"role": "assistant"}]}\n'},
+        ["train", "--preset", "qwen7b-sft", "--set", "data.sft={tmp}/sft.jsonl"],
+        ["sft.jsonl:1", "has an assistant message with no content (message 2)"],
+    ),
+    (
         "answers-text-and-list",
         {"rl.jsonl": '{"prompt": "a", "answer": 12}\n{"prompt": "b", "answer": [12]}\n'},
         ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
