@@ -81,6 +81,8 @@ CASES = [
         ["rl.rewards.0.weight", "finite"],
     ),
     ("temperature-inf", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.temperature=.inf"], ["rl.temperature"]),
+    ("negative-seed", {}, ["plan", "--preset", "tiny-demo", "--set", "seed=-1"], ["seed", "greater than or equal"]),
+    ("seed-over-32-bits", {}, ["plan", "--preset", "tiny-demo", "--set", "seed=4294967296"], ["seed", "4294967295"]),
     ("max-steps-true", {}, ["plan", "--preset", "tiny-demo", "--set", "sft.max_steps=true"], ["sft.max_steps"]),
     (
         "generate-and-files-in-one-layer",
