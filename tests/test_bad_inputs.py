@@ -31,6 +31,12 @@ CASES = [
     ("no-stages", {}, ["plan", "--preset", "tiny-demo", "--set", "stages=[]"], ["stages"]),
     ("stage-twice", {}, ["plan", "--preset", "tiny-demo", "--set", "stages=[sft,sft]"], ["stages", "twice"]),
     ("unknown-stage", {}, ["plan", "--preset", "tiny-demo", "--set", "stages=[sft,ppo]"], ["stages"]),
+    (
+        "kv-heads-not-dividing",
+        {},
+        ["plan", "--preset", "tiny-demo", "--set", "model.arch.kv_heads=3"],
+        ["kv_heads (3)"],
+    ),
     ("bad-dtype", {}, ["plan", "--preset", "tiny-demo", "--set", "model.dtype=fp8"], ["model.dtype"]),
     ("bad-adapter", {}, ["plan", "--preset", "tiny-demo", "--set", "model.adapter=qlora2"], ["model.adapter"]),
     ("bad-hw-key", {}, ["plan", "--preset", "tiny-demo", "--set", "hardware.spec=banana"], ["banana"]),
