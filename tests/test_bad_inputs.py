@@ -284,6 +284,37 @@ CASES = [
         ["train", "--preset", "qwen7b-sft", "--set", "data.sft={tmp}/sft.jsonl"],
         ["sft.jsonl:1", "has an assistant message with no content (message 2)"],
     ),
+    *[
+        (
+            f"code-tests-that-{what}",
+            {
+                "rl.jsonl": '{"prompt": "add", "tests": "assert add(1, 1) == 2"}\n{"prompt": "sub", "tests": '
+                + tests
+                + "}\n"
+            },
+            [
+                "plan",
+                "--preset",
+                "tiny-demo",
+                "--stages",
+                "rl",
+                "--set",
+                "data.generate=null",
+                "--set",
+                "data.rl={tmp}/rl.jsonl",
+                "--set",
+                "data.answer_field=tests",
+                "--set",
+                "rl.rewards=[{name: code_tests}]",
+            ],
+            ["data.rl row 2: its tests (for the code_tests reward)", said],
+        )
+        for what, tests, said in [
+            ("assert-nothing", '"x = 1"', "every completion, even an empty one, would pass"),
+            ("are-a-number", "5", "assert nothing"),
+            ("do-not-parse", '"assert sub(1, 1) =="', "are not Python"),
+        ]
+    ],
     (
         "answers-text-and-list",
         {"rl.jsonl": '{"prompt": "a", "answer": 12}\n{"prompt": "b", "answer": [12]}\n'},
