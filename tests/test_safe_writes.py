@@ -176,6 +176,17 @@ def test_a_stopped_run_names_its_stage_and_log(tmp_path: Path):
     assert _stopped_where({"stage": "rl", "message": named}, log) == f":[/] {named}", "said once, not twice"
 
 
+def test_a_launch_killed_without_a_word_names_its_stage(tmp_path: Path):
+    from rlctl.launch import _failed
+
+    log = tmp_path / "logs" / "train.log"
+    said = _failed("sft", -9, "The training process ended without saying why.", log, tmp_path)
+    assert said.startswith("[red]Training failed in stage sft (exit -9).[/] The training process ended without")
+    assert f"Full log: {log}." in said
+    named = "Stage rl failed: OSError (raised at x.py:3)."
+    assert _failed("rl", 1, named, log, tmp_path).startswith(f"[red]Training failed (exit 1).[/] {named}")
+
+
 def test_init_and_train_never_write_over_the_users_files(tmp_path: Path):
     proj = _folder(tmp_path / "proj", {"data/rl.jsonl": "mine\n"})
     proc = rlctl("init", str(proj))

@@ -284,6 +284,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     stopped = 0
     errors: list[dict] = []
     alarmed: list[dict] = []
+    last_stage = ""  # the stage the last record came from: where a launch that dies without a word was
     previous = signal.signal(signal.SIGTERM, _raise_signal)
     # Ctrl-C or kill -INT stops at a checkpoint even where SIGINT came in ignored (a background job of a script)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -319,6 +320,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                         records, offset = _read_new(metrics_path, offset)
                         for rec in records:
                             events.add(rec)
+                            last_stage = str(rec.get("stage") or last_stage)
                             if rec.get("event") == "error":
                                 errors.append(rec)
                             if rec.get("event") == "alarm":
@@ -366,11 +368,17 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     with log_path.open("rb") as f:
         f.seek(log_start)
         cause = failure(f.read().decode(errors="replace"))
-    console.print(
-        f"[red]Training failed (exit {code}).[/] {escape(cause)} Full log: {log_path}. After fixing the cause: "
-        f"rlctl resume {run_dir}"
-    )
+    console.print(_failed(last_stage, code, cause, log_path, run_dir))
     return 2 if code == 2 else 1
+
+
+def _failed(stage: str, code: int, cause: str, log_path: Path, run_dir: Path) -> str:
+    """The paragraph of a launch that ended without an `error` event: the stage it was in, the cause, the log."""
+    where = f" in stage {stage}" if stage and f"Stage {stage} " not in cause else ""
+    return (
+        f"[red]Training failed{escape(where)} (exit {code}).[/] {escape(cause)} Full log: {log_path}. After fixing "
+        f"the cause: rlctl resume {run_dir}"
+    )
 
 
 def _stopped_where(error: dict, log_path: Path) -> str:
