@@ -199,6 +199,18 @@ def test_init_and_train_never_write_over_the_users_files(tmp_path: Path):
     assert os.listdir(run_dir) == ["notes.txt"]
 
 
+def test_init_refuses_a_file_where_its_folder_goes_and_a_folder_where_its_file_goes(tmp_path: Path):
+    proj = _folder(tmp_path / "proj", {"data": "mine"})
+    (tmp_path / "proj2" / "data" / "rl.jsonl").mkdir(parents=True)
+    for folder, said in ((proj, "data in"), (tmp_path / "proj2", "data/rl.jsonl in")):
+        for force in ([], ["--force"]):
+            proc = rlctl("init", str(folder), *force)
+            text = " ".join(proc.stderr.split())
+            assert proc.returncode == 2 and said in text and "Traceback" not in text, text
+    assert os.listdir(proj) == ["data"] and (proj / "data").read_text() == "mine"
+    assert os.listdir(tmp_path / "proj2") == ["data"]
+
+
 def test_eval_never_replaces_a_file_it_did_not_write(run_copy: Path, tmp_path: Path):
     mine = tmp_path / "results.json"
     mine.write_text('{"mine": 1}')
