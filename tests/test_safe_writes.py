@@ -45,6 +45,25 @@ def test_publish_keeps_the_users_files(tmp_path: Path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folder or lock left"
 
 
+def test_a_folder_of_the_users_where_a_file_goes_is_never_replaced(tmp_path: Path):
+    target = _folder(tmp_path / "out", {"config.json/keep": "mine"})
+    (target / "empty").mkdir()
+    for force, said in ((False, r"did not write as its export \(config\.json/keep\)"), (True, r"\(config\.json\)")):
+        with pytest.raises(UserError, match=said):
+            safewrite.publish(_staged(target, {"config.json": "{}", "w.bin": "1"}), target, "export", force=force)
+    assert sorted(os.listdir(target)) == ["config.json", "empty"] and (target / "config.json" / "keep").is_file()
+    other = _folder(tmp_path / "other", {"notes": "mine"})
+    with pytest.raises(UserError, match=r"\(notes/a\.bin\)"):
+        safewrite.publish(_staged(other, {"notes/a.bin": "1"}), other, "export", force=True)
+    safewrite.publish(_staged(target / "empty", {"a/b/c.bin": "1"}), target / "empty", "export", force=False)
+    safewrite.publish(_staged(target, {"w.bin": "2"}), tmp_path / "fresh", "export", force=False)
+    mine = _folder(tmp_path / "mine", {})
+    (mine / "kept").mkdir(parents=True)
+    safewrite.publish(_staged(mine, {"w.bin": "1"}), mine, "export", force=False)
+    assert (mine / "kept").is_dir(), "an empty folder of the user's is kept too"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folder or lock left"
+
+
 def test_an_earlier_export_is_replaced_but_not_one_of_another_kind(tmp_path: Path):
     target = tmp_path / "out"
     safewrite.publish(_staged(target, {"a": "1", "b": "1"}), target, "export", force=False)

@@ -170,12 +170,15 @@ def _publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
         return target
     strangers, owned = foreign(target, kind)
     clash = sorted(new & set(strangers))
+    clash += [rel for rel in sorted(new) if (target / rel).is_dir() or _file_on_the_way(target, rel)]
     if clash:
         raise UserError(
-            f"{target} holds files of yours that the {kind} would have to replace ({_listed(clash)}); nothing was "
-            "changed. Move them away or pick another folder."
+            f"{target} holds files or folders of yours that the {kind} would have to replace ({_listed(clash)}); "
+            "nothing was changed. Move them away or pick another folder."
         )
-    if not strangers:  # only rlctl's files there: swap the folders
+    folders = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_dir()}
+    ours = {p.as_posix() for rel in owned for p in Path(rel).parents if str(p) != "."}
+    if not strangers and folders <= ours:  # only rlctl's files and folders there: swap the folders
         aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".rlctl-old", dir=target.parent))
         os.replace(target, aside / "old")
         os.replace(staged, target)
@@ -188,6 +191,11 @@ def _publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
         os.replace(staged / rel, target / rel)
     os.replace(staged / MANIFEST, target / MANIFEST)  # last: the manifest names only files already in place
     return target
+
+
+def _file_on_the_way(target: Path, rel: str) -> bool:
+    """Whether a file (not a folder) of `target` sits where a folder above `rel` has to go."""
+    return any((target / p).exists() and not (target / p).is_dir() for p in Path(rel).parents if str(p) != ".")
 
 
 def check_file(path: Path, ours: Callable[[Path], bool], force: bool, what: str) -> None:
