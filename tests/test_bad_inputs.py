@@ -31,6 +31,12 @@ CASES = [
     ("no-stages", {}, ["plan", "--preset", "tiny-demo", "--set", "stages=[]"], ["stages"]),
     ("stage-twice", {}, ["plan", "--preset", "tiny-demo", "--set", "stages=[sft,sft]"], ["stages", "twice"]),
     ("unknown-stage", {}, ["plan", "--preset", "tiny-demo", "--set", "stages=[sft,ppo]"], ["stages"]),
+    (
+        "kv-heads-not-dividing",
+        {},
+        ["plan", "--preset", "tiny-demo", "--set", "model.arch.kv_heads=3"],
+        ["kv_heads (3)"],
+    ),
     ("bad-dtype", {}, ["plan", "--preset", "tiny-demo", "--set", "model.dtype=fp8"], ["model.dtype"]),
     ("bad-adapter", {}, ["plan", "--preset", "tiny-demo", "--set", "model.adapter=qlora2"], ["model.adapter"]),
     ("bad-hw-key", {}, ["plan", "--preset", "tiny-demo", "--set", "hardware.spec=banana"], ["banana"]),
@@ -46,6 +52,8 @@ CASES = [
     ("bad-hardware-flag", {}, ["plan", "--preset", "tiny-demo", "--hardware", "1xH100"], ["1xH100"]),
     ("missing-config-file", {}, ["plan", "--config", "{tmp}/nope.yaml"], ["nope.yaml"]),
     ("malformed-config", {"c.yaml": "rl:\n  beta: [1, 2\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml:"]),
+    ("config-not-text", {"c.yaml": b"\xff\xfeseed: 1\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "UTF-8"]),
+    ("config-is-a-folder", {"c.yaml/x": ""}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "folder"]),
     ("config-not-mapping", {"c.yaml": "- a\n- b\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "mapping"]),
     (
         "config-bad-default",
@@ -79,6 +87,8 @@ CASES = [
         ["rl.rewards.0.weight", "finite"],
     ),
     ("temperature-inf", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.temperature=.inf"], ["rl.temperature"]),
+    ("negative-seed", {}, ["plan", "--preset", "tiny-demo", "--set", "seed=-1"], ["seed", "greater than or equal"]),
+    ("seed-over-32-bits", {}, ["plan", "--preset", "tiny-demo", "--set", "seed=4294967296"], ["seed", "4294967295"]),
     ("max-steps-true", {}, ["plan", "--preset", "tiny-demo", "--set", "sft.max_steps=true"], ["sft.max_steps"]),
     (
         "generate-and-files-in-one-layer",
@@ -260,6 +270,58 @@ CASES = [
         ["rl.jsonl:3", "prompt", "list of messages"],
     ),
     (
+        "preference-text-then-message-replies",
+        {
+            "p.jsonl": '{"prompt": "a", "chosen": "b", "rejected": "c"}\n'
+            '{"prompt": "a", "chosen": [{"role": "assistant", "content": "b"}], "rejected": "c"}\n'
+        },
+        ["train", "--preset", "qwen7b-dpo", "--set", "data.preference={tmp}/p.jsonl"],
+        ["p.jsonl:2", "A text prompt whose completion, chosen or rejected is a message list counts as a message list"],
+    ),
+    (
+        "sft-assistant-message-without-content",
+        {"sft.jsonl": '{"messages": [{"role": "user", "content": "1+2="}, {"role": "assistant"}]}\n'},
+        ["train", "--preset", "qwen7b-sft", "--set", "data.sft={tmp}/sft.jsonl"],
+        ["sft.jsonl:1", "has an assistant message with no content (message 2)"],
+    ),
+    *[
+        (
+            f"code-tests-that-{what}",
+            {
+                "rl.jsonl": '{"prompt": "add", "tests": "assert add(1, 1) == 2"}\n{"prompt": "sub", "tests": '
+                + tests
+                + "}\n"
+            },
+            [
+                "plan",
+                "--preset",
+                "tiny-demo",
+                "--stages",
+                "rl",
+                "--set",
+                "data.generate=null",
+                "--set",
+                "data.rl={tmp}/rl.jsonl",
+                "--set",
+                "data.answer_field=tests",
+                "--set",
+                "rl.rewards=[{name: code_tests}]",
+            ],
+            ["data.rl row 2: its tests (for the code_tests reward)", said],
+        )
+        for what, tests, said in [
+            ("assert-nothing", '"x = 1"', "every completion, even an empty one, would pass"),
+            ("are-a-number", "5", "assert nothing"),
+            ("do-not-parse", '"assert sub(1, 1) =="', "are not Python"),
+        ]
+    ],
+    (
+        "answers-text-and-list",
+        {"rl.jsonl": '{"prompt": "a", "answer": 12}\n{"prompt": "b", "answer": [12]}\n'},
+        ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
+        ["rl.jsonl:2", "every answer text, or every answer a list"],
+    ),
+    (
         "rl-message-without-content",
         {"rl.jsonl": '{"prompt": [{"role": "user"}], "answer": "6"}\n'},
         ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.jsonl"],
@@ -303,6 +365,18 @@ CASES = [
     ),
     ("no-data-for-stage", {}, ["train", "--preset", "qwen7b-grpo"], ["data.rl"]),
     (
+        "parquet-not-parquet",
+        {"rl.parquet": b"PAR1 not really \x00\x01"},
+        ["plan", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.parquet"],
+        ["Cannot read parquet file", "rl.parquet"],
+    ),
+    (
+        "save-to-disk-folder-damaged",
+        {"ds/state.json": '{"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}', "ds/dataset_info.json": "{}"},
+        ["plan", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/ds"],
+        ["ds looks like a datasets save_to_disk folder but cannot be read", "FileNotFoundError"],
+    ),
+    (
         "json-not-array",
         {"rl.json": '"just a string"'},
         ["train", "--preset", "qwen0.5b-grpo", "--set", "data.rl={tmp}/rl.json"],
@@ -320,7 +394,8 @@ MARKS = {"vllm-on-cpu": pytest.mark.skipif(importlib.util.find_spec("vllm") is n
 )
 def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, files, argv, needles):
     for name, text in files.items():
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(text if isinstance(text, bytes) else text.encode())
     run_dir = tmp_path / "run"
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     if argv[0] == "train":

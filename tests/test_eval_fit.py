@@ -90,3 +90,19 @@ def test_chat_sums_holds_out_its_eval_prompts_and_scores_the_replys_last_number(
     fn = resolve("gsm8k(strict=False)", "answer")
     said = [f"{a} + {b} = {a + b}", str(a + b + 1), "To solve this, we add."]
     assert fn(prompts=[first["prompt"]] * 3, completions=said, answer=[first["answer"]] * 3) == [1.0, 0.0, 0.0]
+
+
+def test_eval_of_damaged_weights_is_one_paragraph(tiny_folder: Path, tmp_path: Path):
+    import shutil
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(tiny_folder, folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    data = tmp_path / "eval.jsonl"
+    data.write_text('{"prompt": "What is 1 + 3?", "answer": "4"}\n')
+    proc = rlctl("eval", str(folder), "--data", str(data), "--out", str(tmp_path / "out.json"))
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2 and "Traceback" not in said, said
+    assert f"Cannot load a model from '{folder}': its weights are damaged" in said and "rlctl verify" in said, said
+    assert not (tmp_path / "out.json").exists()

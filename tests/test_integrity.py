@@ -111,10 +111,22 @@ def test_rlctl_verify_lists_checkpoints_finals_and_exports(tmp_path: Path):
     (tmp_path / "export").mkdir()
     (tmp_path / "export" / "config.json").write_text("{}")
     _safetensors(tmp_path / "export" / "model.safetensors", 10)
-    (tmp_path / "config.yaml").write_text("name: x\n")
+    from rlctl.config import dump, presets, validate
+
+    (tmp_path / "config.yaml").write_text(dump(validate(presets.load("tiny-demo"))))
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": NaN}\n{"step": 2}\n{"step": 3, "lo')  # a run going on
     ok = rlctl("verify", str(tmp_path))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "sft/checkpoints/checkpoint-2: intact" in ok.stdout and "export: intact" in ok.stdout
+    assert "config.yaml: intact" in ok.stdout and "metrics.jsonl: intact" in ok.stdout
+    (tmp_path / "summary.json").write_text('{"completed": ["sf')
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"st\n{"step": 3}\n')
+    run_files = dict(verify.run_file_problems(tmp_path))
+    (summary_problem,) = run_files["summary.json"]
+    assert summary_problem.startswith("it is not valid JSON") and "rebuilds it" in summary_problem
+    assert run_files["metrics.jsonl"] == ["line(s) 2 are not JSON records; `rlctl report` leaves them out"]
+    (tmp_path / "summary.json").unlink()
+    (tmp_path / "metrics.jsonl").unlink()
     _halve(tmp_path / "export" / "model.safetensors")
     bad = rlctl("verify", str(tmp_path), "--json")
     assert bad.returncode == 1
@@ -134,3 +146,22 @@ def test_strict_json_writes_null_with_the_reason():
     }
     with pytest.raises(ValueError, match="not strict JSON: NaN"):
         strictjson.loads('{"loss": NaN}')
+
+
+def test_export_never_copies_damaged_final_weights(tmp_path: Path):
+    from rlctl.after import export
+
+    final = tmp_path / "rl" / "final"
+    final.mkdir(parents=True)
+    _safetensors(final / "model.safetensors", 1000)
+    assert export.intact_source(tmp_path, "rl", final) == (final, "")
+    _halve(final / "model.safetensors")
+    with pytest.raises(strictjson.DamagedFile, match=r"rl/final is damaged: model\.safetensors .*No intact rl check"):
+        export.intact_source(tmp_path, "rl", final)
+    folder = tmp_path / "rl" / "checkpoints"
+    for step in (2, 4):
+        _publish(folder, step)
+    _halve(folder / "checkpoint-4" / "model.safetensors")
+    src, note = export.intact_source(tmp_path, "rl", final)
+    assert src == folder / "checkpoint-2", "the newest intact checkpoint, never the damaged final or checkpoint-4"
+    assert note.startswith(f"{final} is damaged (model.safetensors ") and "checkpoint-2" in note

@@ -177,6 +177,17 @@ def test_an_answer_past_the_timeout_scores_zero(monkeypatch):
     assert rewards.boxed([""], [r"\boxed{9^{9^{9^{9}}}}"], answer=["1"]) == [0.0]
 
 
+def test_a_timeout_never_echoes_the_model_text(monkeypatch, caplog):
+    """math-verify warns with the text it gave up on: model output (escape sequences too) would reach the terminal
+    and the logs from inside the reward. The timeout is a 0, said nowhere."""
+    import logging
+
+    monkeypatch.setattr(answers, "VERIFY_TIMEOUT_S", 1)
+    caplog.set_level(logging.WARNING)
+    assert rewards.boxed([""], ["\x1b[2J" + r"\boxed{9^{9^{9^{9}}}}"], answer=["1"]) == [0.0]
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("math_verify")] == []
+
+
 def test_gsm8k_compares_through_math_verify():
     assert rewards.gsm8k([""] * 3, ["#### 1,234", "#### 0.50", "#### 3"], answer=["1234", r"\frac{1}{2}", "4"]) == [
         1.0,

@@ -45,6 +45,25 @@ def test_publish_keeps_the_users_files(tmp_path: Path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folder or lock left"
 
 
+def test_a_folder_of_the_users_where_a_file_goes_is_never_replaced(tmp_path: Path):
+    target = _folder(tmp_path / "out", {"config.json/keep": "mine"})
+    (target / "empty").mkdir()
+    for force, said in ((False, r"did not write as its export \(config\.json/keep\)"), (True, r"\(config\.json\)")):
+        with pytest.raises(UserError, match=said):
+            safewrite.publish(_staged(target, {"config.json": "{}", "w.bin": "1"}), target, "export", force=force)
+    assert sorted(os.listdir(target)) == ["config.json", "empty"] and (target / "config.json" / "keep").is_file()
+    other = _folder(tmp_path / "other", {"notes": "mine"})
+    with pytest.raises(UserError, match=r"\(notes/a\.bin\)"):
+        safewrite.publish(_staged(other, {"notes/a.bin": "1"}), other, "export", force=True)
+    safewrite.publish(_staged(target / "empty", {"a/b/c.bin": "1"}), target / "empty", "export", force=False)
+    safewrite.publish(_staged(target, {"w.bin": "2"}), tmp_path / "fresh", "export", force=False)
+    mine = _folder(tmp_path / "mine", {})
+    (mine / "kept").mkdir(parents=True)
+    safewrite.publish(_staged(mine, {"w.bin": "1"}), mine, "export", force=False)
+    assert (mine / "kept").is_dir(), "an empty folder of the user's is kept too"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folder or lock left"
+
+
 def test_an_earlier_export_is_replaced_but_not_one_of_another_kind(tmp_path: Path):
     target = tmp_path / "out"
     safewrite.publish(_staged(target, {"a": "1", "b": "1"}), target, "export", force=False)
@@ -166,6 +185,27 @@ def test_the_cause_of_a_launch_failure_is_read_from_its_log():
     assert "without saying why" in failure("Killed\n")
 
 
+def test_a_stopped_run_names_its_stage_and_log(tmp_path: Path):
+    from rlctl.launch import _stopped_where
+
+    log = tmp_path / "logs" / "train.log"
+    said = _stopped_where({"stage": "rl", "message": "Reward 'r.py:f' raised KeyError: 'x' [red]."}, log)
+    assert said == f" in stage rl:[/] Reward 'r.py:f' raised KeyError: 'x' \\[red]. Full log: {log}."
+    named = f"Stage rl failed: OSError (raised at x.py:3). The full traceback is in {log}."
+    assert _stopped_where({"stage": "rl", "message": named}, log) == f":[/] {named}", "said once, not twice"
+
+
+def test_a_launch_killed_without_a_word_names_its_stage(tmp_path: Path):
+    from rlctl.launch import _failed
+
+    log = tmp_path / "logs" / "train.log"
+    said = _failed("sft", -9, "The training process ended without saying why.", log, tmp_path)
+    assert said.startswith("[red]Training failed in stage sft (exit -9).[/] The training process ended without")
+    assert f"Full log: {log}." in said
+    named = "Stage rl failed: OSError (raised at x.py:3)."
+    assert _failed("rl", 1, named, log, tmp_path).startswith(f"[red]Training failed (exit 1).[/] {named}")
+
+
 def test_init_and_train_never_write_over_the_users_files(tmp_path: Path):
     proj = _folder(tmp_path / "proj", {"data/rl.jsonl": "mine\n"})
     proc = rlctl("init", str(proj))
@@ -178,9 +218,61 @@ def test_init_and_train_never_write_over_the_users_files(tmp_path: Path):
     assert os.listdir(run_dir) == ["notes.txt"]
 
 
+def test_init_refuses_a_file_where_its_folder_goes_and_a_folder_where_its_file_goes(tmp_path: Path):
+    proj = _folder(tmp_path / "proj", {"data": "mine"})
+    (tmp_path / "proj2" / "data" / "rl.jsonl").mkdir(parents=True)
+    for folder, said in ((proj, "data in"), (tmp_path / "proj2", "data/rl.jsonl in")):
+        for force in ([], ["--force"]):
+            proc = rlctl("init", str(folder), *force)
+            text = " ".join(proc.stderr.split())
+            assert proc.returncode == 2 and said in text and "Traceback" not in text, text
+    assert os.listdir(proj) == ["data"] and (proj / "data").read_text() == "mine"
+    assert os.listdir(tmp_path / "proj2") == ["data"]
+
+
 def test_eval_never_replaces_a_file_it_did_not_write(run_copy: Path, tmp_path: Path):
     mine = tmp_path / "results.json"
     mine.write_text('{"mine": 1}')
     proc = rlctl("eval", str(run_copy), "--data", str(run_copy / "data" / "eval.jsonl"), "--out", str(mine))
     assert proc.returncode == 2 and "not an earlier rlctl eval result" in " ".join(proc.stderr.split())
     assert mine.read_text() == '{"mine": 1}' and not mine.with_suffix(".samples.jsonl").exists()
+
+
+def test_a_config_yaml_that_is_not_text_is_named_damaged(tmp_path: Path):
+    from rlctl import strictjson
+    from rlctl.checkpoint import verify
+
+    (tmp_path / "config.yaml").write_bytes(b"\x93\xb7 random bytes \xff")
+    with pytest.raises(strictjson.DamagedFile, match=r"config\.yaml is damaged.*not a text YAML file.*plan\.json"):
+        verify.run_config(tmp_path)
+
+
+def test_a_place_that_cannot_be_written_is_refused_before_anything_starts(tmp_path: Path):
+    blocker = _folder(tmp_path, {"afile": "mine"}) / "afile"
+    for target in (blocker / "out", Path("/proc/rlctl-no-such-place/out")):
+        with pytest.raises(UserError, match=r"^Cannot write .*; nothing was written"):
+            safewrite.check_target(target, "export", force=False)
+        with pytest.raises(UserError, match=r"^Cannot write "):
+            safewrite.check_file(target / "r.json", lambda _: True, force=False, what="eval result")
+        with pytest.raises(UserError, match=r"^Cannot write "), safewrite.lock(target, "export"):
+            pass
+    safewrite.check_target(tmp_path / "new" / "deeper", "export", force=False)  # missing folders are fine
+    for argv in (["init", str(blocker / "proj")], ["train", "--preset", "tiny-demo", "--run-dir", str(blocker / "r")]):
+        proc = rlctl(*argv)
+        said = " ".join(proc.stderr.split())
+        assert proc.returncode == 2 and f"Cannot write {blocker}/" in said and "Traceback" not in said, said
+    assert sorted(os.listdir(tmp_path)) == ["afile"] and blocker.read_text() == "mine", "nothing left behind"
+
+
+def test_a_damaged_data_lengths_record_is_named(tmp_path: Path):
+    from rlctl import strictjson
+    from rlctl.plan import planner
+
+    assert planner.prompt_tokens_of(tmp_path, None) is None
+    record = tmp_path / planner.PROMPT_LENGTHS
+    record.write_text('{"rl_longest_prompt": 5}')
+    assert planner.prompt_tokens_of(tmp_path, None) == 5 and planner.prompt_tokens_of(tmp_path, 9) == 9
+    for damaged in ('{"rl_long', '{"rl_longest_prompt": "x"}', "[5]"):
+        record.write_text(damaged)
+        with pytest.raises(strictjson.DamagedFile, match=r"data_lengths\.json is damaged.*data\.max_prompt_length"):
+            planner.prompt_tokens_of(tmp_path, None)

@@ -266,7 +266,7 @@ def adapter_source(run_dir: Path, cfg: RunConfig, stage: str) -> Path:
     ckpts = [
         c
         for c in complete_checkpoints(stage_dir(run_dir, stage) / "checkpoints")
-        if (c / "adapter_config.json").is_file()
+        if (c / "adapter_config.json").is_file() and not verify.checkpoint_problems(c)
     ]
     if not ckpts:
         raise UserError(
@@ -307,6 +307,7 @@ def export(
     source = _run(run_dir)
     cfg, summary = source.config, source.summary
     stage, src = final_policy(run_dir, cfg, summary.get("completed", []))
+    src, fallback = intact_source(run_dir, stage, src)
     ckpt = adapter_source(run_dir, cfg, stage) if adapter else None  # refuse before loading anything
     safewrite.check_target(out, kind(adapter), force)
     with safewrite.lock(out, "export"):
@@ -318,7 +319,31 @@ def export(
             safewrite.publish(tmp, out, kind(adapter), force)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return out, source.note
+    return out, " ".join(n for n in (source.note, fallback) if n)
+
+
+def intact_source(run_dir: Path, stage: str, final: Path) -> tuple[Path, str]:
+    """The folder to export `stage` from: its final folder when intact, else its newest intact checkpoint, with a
+    note saying so; a DamagedFile naming the damage when neither is left (weights are never copied damaged)."""
+    from rlctl.checkpoint import complete_checkpoints
+    from rlctl.checkpoint.integrity import folder_problems
+    from rlctl.plan import stage_dir
+
+    problems = folder_problems(final, None)
+    if not problems:
+        return final, ""
+    shown = "; ".join(problems[:2]) + (f" and {len(problems) - 2} more" if len(problems) > 2 else "")
+    for ckpt in reversed(complete_checkpoints(stage_dir(run_dir, stage) / "checkpoints")):
+        if not verify.checkpoint_problems(ckpt):
+            return ckpt, (
+                f"{final} is damaged ({shown}); exported the newest intact {stage} checkpoint instead, {ckpt} "
+                f"(it may be older than the stage's end). `rlctl verify {run_dir}` lists every damaged folder."
+            )
+    raise strictjson.DamagedFile(
+        final,
+        shown,
+        f"No intact {stage} checkpoint is left to export instead; `rlctl verify {run_dir}` lists what is left.",
+    )
 
 
 COPIED = ("*.safetensors", "*.safetensors.index.json", "*.json", "*.jinja", "*.model", "*.txt", "*.tiktoken", "*.py")

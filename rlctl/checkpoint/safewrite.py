@@ -53,9 +53,10 @@ def lock(target: Path, what: str) -> Iterator[None]:
     """Hold `.NAME.rlctl-lock` next to `target` while writing it (removed afterwards); a UserError naming the pid
     of the process that holds it. fcntl.flock, not the `filelock` package: the holder's pid must stay readable in
     the lock file, and filelock 3.x opens the lock file with O_TRUNC on every attempt to take it."""
-    target.parent.mkdir(parents=True, exist_ok=True)
     path = target.parent / f".{target.name}.rlctl-lock"
-    fd = _take(path, target, what)
+    with unwritable(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = _take(path, target, what)
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -67,8 +68,39 @@ def lock(target: Path, what: str) -> Iterator[None]:
 
 def staging(target: Path) -> Path:
     """A new, unique temporary folder next to `target` (same filesystem, so `publish` can rename it)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".rlctl-tmp", dir=target.parent))
+    with unwritable(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".rlctl-tmp", dir=target.parent))
+
+
+def check_writable(target: Path) -> None:
+    """A UserError when `target` could not be written next to (its folder, or the nearest one that exists, is not
+    a writable folder), found by creating and removing a temporary file there: nothing is left behind."""
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    with unwritable(target):
+        if not folder.is_dir():
+            raise NotADirectoryError(20, "Not a directory", str(folder))
+        try:
+            with tempfile.TemporaryFile(dir=folder, prefix=".rlctl-probe-"):
+                pass
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(folder)) from None
+
+
+@contextlib.contextmanager
+def unwritable(target: Path) -> Iterator[None]:
+    """A UserError naming `target` when its folder cannot be made or written (read-only, /proc, no permission),
+    before anything is written there."""
+    try:
+        yield
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and str(e.filename) != str(target) else ""
+        raise UserError(
+            f"Cannot write {target}: {e.strerror or type(e).__name__}{where}; nothing was written. Pick a folder "
+            "you can write to."
+        ) from None
 
 
 def recorded(folder: Path) -> tuple[str | None, set[str]]:
@@ -108,6 +140,7 @@ def check_target(target: Path, kind: str, force: bool, option: str = "--force") 
     unless `force`."""
     if target.exists() and not target.is_dir():
         raise UserError(f"{target} is a file, not a folder; pick another output folder.")
+    check_writable(target)
     if not target.is_dir() or force:
         return
     strangers, _ = foreign(target, kind)
@@ -137,12 +170,15 @@ def _publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
         return target
     strangers, owned = foreign(target, kind)
     clash = sorted(new & set(strangers))
+    clash += [rel for rel in sorted(new) if (target / rel).is_dir() or _file_on_the_way(target, rel)]
     if clash:
         raise UserError(
-            f"{target} holds files of yours that the {kind} would have to replace ({_listed(clash)}); nothing was "
-            "changed. Move them away or pick another folder."
+            f"{target} holds files or folders of yours that the {kind} would have to replace ({_listed(clash)}); "
+            "nothing was changed. Move them away or pick another folder."
         )
-    if not strangers:  # only rlctl's files there: swap the folders
+    folders = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_dir()}
+    ours = {p.as_posix() for rel in owned for p in Path(rel).parents if str(p) != "."}
+    if not strangers and folders <= ours:  # only rlctl's files and folders there: swap the folders
         aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".rlctl-old", dir=target.parent))
         os.replace(target, aside / "old")
         os.replace(staged, target)
@@ -157,11 +193,17 @@ def _publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
     return target
 
 
+def _file_on_the_way(target: Path, rel: str) -> bool:
+    """Whether a file (not a folder) of `target` sits where a folder above `rel` has to go."""
+    return any((target / p).exists() and not (target / p).is_dir() for p in Path(rel).parents if str(p) != ".")
+
+
 def check_file(path: Path, ours: Callable[[Path], bool], force: bool, what: str) -> None:
     """Refuse (UserError) to replace a file that `ours` does not recognise as an earlier rlctl `what`, unless
     `force`."""
     if path.is_dir():
         raise UserError(f"{path} is a folder; give a file name for the {what}.")
+    check_writable(path)
     if path.exists() and not force and not ours(path):
         raise UserError(
             f"{path} already exists and is not an earlier rlctl {what}; nothing was written. Pick another file, or "

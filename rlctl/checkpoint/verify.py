@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,10 +126,43 @@ def resume_check(run_dir: Path, stages: list[str]) -> list[str]:
     return notes
 
 
+def run_file_problems(run_dir: Path) -> list[tuple[str, list[str]]]:
+    """(file, its problems) for the run's own records: config.yaml complete, plan.json and summary.json JSON
+    objects, every metrics.jsonl line a JSON record (a half-written last line of a running run aside)."""
+    try:
+        run_config(run_dir)
+        out = [("config.yaml", [])]
+    except UserError as e:
+        out = [("config.yaml", [str(e).split(" is damaged: ", 1)[-1]])]
+    for name in ("plan.json", "summary.json"):
+        if (run_dir / name).exists():
+            works = "`rlctl resume` rebuilds it from metrics.jsonl" if name == "summary.json" else ""
+            try:
+                strictjson.read(run_dir / name)
+                out.append((name, []))
+            except strictjson.DamagedFile as e:
+                out.append((name, [f"{e.damage}{'; ' + works if works else ''}"]))
+    if (run_dir / "metrics.jsonl").is_file():
+        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8", errors="replace").splitlines()
+        bad = [n for n, line in enumerate(lines[:-1], 1) if line.strip() and not _is_record(line)]
+        shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        said = f"line(s) {shown} are not JSON records; `rlctl report` leaves them out"
+        out.append(("metrics.jsonl", [said] if bad else []))
+    return out
+
+
+def _is_record(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)  # NaN of older runs accepted, as `rlctl report` reads them
+    except json.JSONDecodeError:
+        return False
+
+
 def verify_run(run_dir: Path) -> list[tuple[str, list[str]]]:
-    """(folder relative to the run, its problems) for every complete checkpoint, final folder and export of a
-    run, in run order; an empty problem list means intact."""
-    out = []
+    """(file or folder relative to the run, its problems) for the run's own records (`run_file_problems`), then
+    every complete checkpoint, final folder and export of a run, in run order; an empty problem list means
+    intact."""
+    out = run_file_problems(run_dir)
     for stage_dir in sorted(p for p in run_dir.iterdir() if (p / "checkpoints").is_dir() or (p / "final").is_dir()):
         for ckpt in checkpoint.complete_checkpoints(stage_dir / "checkpoints"):
             out.append((str(ckpt.relative_to(run_dir)), checkpoint_problems(ckpt)))

@@ -94,6 +94,16 @@ def init(
     cfg = config_mod.validate(presets.load(preset), source=f"preset {preset}")
     ours = [Path("rlctl.yaml"), *(Path("data") / f"{k}.jsonl" for k in data_keys(cfg))]
     taken = [f.as_posix() for f in ours if (directory / f).exists()]
+    blocking = [
+        f for f in (Path("data"), *ours) if (directory / f).exists() and (f.suffix == "") != (directory / f).is_dir()
+    ]
+    if blocking:  # a file where the scaffold's folder goes, or a folder where one of its files goes: even --force
+        what = "a file" if blocking[0].suffix == "" else "a folder"
+        raise UserError(
+            f"{blocking[0].as_posix()} in {directory} is {what}, where the scaffold writes "
+            f"{'its data folder' if blocking[0].suffix == '' else 'a file'}; nothing was written. Move it away or "
+            "pick another project folder."
+        )
     if taken and not force:
         shown = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
         raise UserError(
@@ -101,6 +111,9 @@ def init(
             "an empty folder, or add --force to overwrite them with the scaffold's."
         )
     template = data_dir("templates") / "project"
+    from rlctl.checkpoint import safewrite
+
+    safewrite.check_writable(target)
     directory.mkdir(parents=True, exist_ok=True)
     files = project_data(cfg, directory / "data")
     text = (template / "rlctl.yaml").read_text()

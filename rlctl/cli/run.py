@@ -246,6 +246,9 @@ def _refuse_foreign(run_dir: Path) -> None:
             f"--run-dir {run_dir} already holds files that are not an rlctl run ({shown}); a run writes its own "
             "folders there, so it needs a new or empty folder. Nothing was written; pick another --run-dir."
         )
+    from rlctl.checkpoint import safewrite
+
+    safewrite.check_writable(run_dir / "config.yaml")  # a read-only or missing place is refused before the start
 
 
 @app.command()

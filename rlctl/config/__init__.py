@@ -83,7 +83,7 @@ __all__ = [
 class RunConfig(Section):
     name: str = Field("run", description="Run name, used for the default run directory.")
     description: str = Field("", description="What this run or preset is for.")
-    seed: int = Field(42, description="Seed for data order, sampling and initialisation.")
+    seed: int = Field(42, ge=0, le=2**32 - 1, description="Seed for data order, sampling and initialisation.")
     stages: list[StageName] = Field(
         default_factory=lambda: ["sft", "rm", "rl"],
         description="Stages to run; they always run in the order sft, dpo, kto, rm, rl.",

@@ -61,6 +61,12 @@ def read_yaml(path: Path) -> dict[str, Any]:
         data = yaml.load(path.read_text(), Loader=YAML_LOADER)
     except FileNotFoundError:
         raise UserError(f"Config file not found: {path}.") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a folder, not a YAML config file.") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not a text YAML file (byte {e.start} is not UTF-8).") from None
+    except OSError as e:
+        raise UserError(f"Cannot read {path}: {e.strerror or e}.") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

@@ -4,7 +4,7 @@ checkpoint and logging. The rl section lives in `rlctl.config.rl`; the whole run
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 StageName = Literal["sft", "dpo", "kto", "rm", "rl"]
@@ -44,6 +44,17 @@ class ModelArch(Section):
     max_position: int = Field(32768, ge=1, description="Context length the model supports.")
     tie_embeddings: bool = Field(False, description="Input and output embeddings share weights.")
     head_dim: int | None = Field(None, ge=1, description="Attention head size when not hidden / heads (Qwen3, Gemma).")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "ModelArch":
+        """Grouped-query attention shares key/value heads evenly (else the first forward pass fails, after launch)."""
+        if self.heads % self.kv_heads:
+            raise PydanticCustomError(
+                "heads",
+                "heads ({heads}) must be a multiple of kv_heads ({kv})",
+                {"heads": self.heads, "kv": self.kv_heads},
+            )
+        return self
 
 
 class ModelConfig(Section):

@@ -238,7 +238,7 @@ def _parquet(path: Path, encoding: str) -> Table:
     try:
         table = pq.read_table(path)
     except Exception as e:
-        raise UserError(f"Cannot read parquet file {path}: {e}.") from None
+        raise UserError(f"Cannot read parquet file {path}: {str(e).strip().rstrip('.')}.") from None
     return Table(table.to_pylist(), lambda i: f"{path} row {i + 1}", str(path))
 
 

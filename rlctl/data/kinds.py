@@ -104,12 +104,13 @@ def _message_problem(message: Any) -> str | None:
         return "has a message without a role"
     content, role = message.get("content"), message["role"]
     calls = role == "assistant" and message.get("tool_calls")
+    a = "an" if role[:1].lower() in "aeio" else "a"  # an assistant, a user
     if content is None and not calls:
-        return f"has a {role} message with {'no' if 'content' not in message else 'null'} content"
+        return f"has {a} {role} message with {'no' if 'content' not in message else 'null'} content"
     if content is not None and not isinstance(content, str):
-        return f"has a {role} message whose content is {describe(kind_of(content))}, not text"
+        return f"has {a} {role} message whose content is {describe(kind_of(content))}, not text"
     if content == "" and role != "system" and not calls:
-        return f"has a {role} message with empty content"
+        return f"has {a} {role} message with empty content"
     return None
 
 
@@ -128,6 +129,10 @@ def check_messages(rows: list[dict[str, Any]], where: Callable[[int], str]) -> N
                         f"{where(i)}: column {column} {problem} (message {n + 1}). Every message needs a role and "
                         "text content; fix or remove the row."
                     )
+
+
+# the prompt of a row whose replies are message lists is read as a user message (data._harmonised)
+_HARMONISED = " A text prompt whose completion, chosen or rejected is a message list counts as a message list."
 
 
 def uniform(rows: list[dict[str, Any]], where: Callable[[int], str]) -> None:
@@ -149,7 +154,8 @@ def uniform(rows: list[dict[str, Any]], where: Callable[[int], str]) -> None:
                 raise UserError(
                     f"{where(i)}: {c.path} is {describe(c.second)} here but {describe(c.first)} in "
                     f"{where(first)}; a column holds one kind of value in every row (the training dataset stores "
-                    "it as one type). Make them the same (every prompt text, or every prompt a message list)."
+                    f"it as one type). Make them the same (every {c.path} {describe(c.first)}, or every {c.path} "
+                    f"{describe(c.second)}).{_HARMONISED if c.path == 'prompt' else ''}"
                 ) from None
 
 

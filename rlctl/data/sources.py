@@ -125,7 +125,19 @@ def _default_split(splits: list[str], role: str) -> str:
 
 
 def _disk(source: Source, role: str) -> Table:
-    """A folder written by `datasets.save_to_disk`: the Arrow files listed in its state.json."""
+    """A folder written by `datasets.save_to_disk`: the Arrow files listed in its state.json; a UserError naming
+    the folder when its records or Arrow files are damaged (cut short, edited, missing)."""
+    try:
+        return _disk_table(source, role)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        what = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}".rstrip(": .")
+        raise UserError(
+            f"{source.path} looks like a datasets save_to_disk folder but cannot be read ({what}). Save it again "
+            "with save_to_disk, or export the rows to a .jsonl file."
+        ) from None
+
+
+def _disk_table(source: Source, role: str) -> Table:
     import pyarrow as pa
 
     folder = source.path

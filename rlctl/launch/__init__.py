@@ -303,6 +303,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     stopped = 0
     errors: list[dict] = []
     alarmed: list[dict] = []
+    last_stage = ""  # the stage the last record came from: where a launch that dies without a word was
     previous = signal.signal(signal.SIGTERM, _raise_signal)
     # Ctrl-C or kill -INT stops at a checkpoint even where SIGINT came in ignored (a background job of a script)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -334,6 +335,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                         records, offset = _read_new(metrics_path, offset)
                         for rec in records:
                             events.add(rec)
+                            last_stage = str(rec.get("stage") or last_stage)
                             if rec.get("event") == "error":
                                 errors.append(rec)
                             if rec.get("event") == "alarm":
@@ -376,16 +378,31 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     if errors:
         # --quiet still prints why training stopped
         shown = Console(stderr=True, highlight=False, emoji=False) if console.quiet else console
-        shown.print(f"[red]Training stopped:[/] {errors[-1]['message']}")
+        shown.print(f"[red]Training stopped{_stopped_where(errors[-1], log_path)}")
         return errors[-1].get("exit_code", 1)  # 2: the runner found bad input (data) before training on it
     with log_path.open("rb") as f:
         f.seek(log_start)
         cause = failure(f.read().decode(errors="replace"))
-    console.print(
-        f"[red]Training failed (exit {code}).[/] {escape(cause)} Full log: {log_path}. After fixing the cause: "
-        f"rlctl resume {run_dir}"
-    )
+    console.print(_failed(last_stage, code, cause, log_path, run_dir))
     return 2 if code == 2 else 1
+
+
+def _failed(stage: str, code: int, cause: str, log_path: Path, run_dir: Path) -> str:
+    """The paragraph of a launch that ended without an `error` event: the stage it was in, the cause, the log."""
+    where = f" in stage {stage}" if stage and f"Stage {stage} " not in cause else ""
+    return (
+        f"[red]Training failed{escape(where)} (exit {code}).[/] {escape(cause)} Full log: {log_path}. After fixing "
+        f"the cause: rlctl resume {run_dir}"
+    )
+
+
+def _stopped_where(error: dict, log_path: Path) -> str:
+    """An `error` event's paragraph as printed: its stage (when the message does not name it), its message, and
+    where the full log is (when the message does not say)."""
+    stage, message = error.get("stage"), str(error.get("message", "")).strip()
+    named = not stage or stage == "?" or f"Stage {stage} " in message or f"stage {stage}" in message
+    where = "" if str(log_path) in message else f" Full log: {log_path}."
+    return f"{'' if named else f' in stage {stage}'}:[/] {escape(message)}{where}"
 
 
 def failure(log: str) -> str:

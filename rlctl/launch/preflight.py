@@ -353,6 +353,20 @@ def runs_model_code(cfg: RunConfig) -> bool:
     return "rl" in cfg.stages and ("code_tests" in rewards or "python" in cfg.rl.tools)
 
 
+def check_code_tests(cfg: RunConfig, rows: list[dict[str, Any]], report: Report) -> None:
+    """With the code_tests reward, every RL row's `tests` must be Python that asserts something: tests that assert
+    nothing would pay every completion 1.0."""
+    from rlctl.rewards.builtin import code_tests_problem
+
+    if not any(r.name.split("(")[0].strip() == "code_tests" for r in cfg.rl.rewards):
+        return
+    for i, row in enumerate(rows):
+        problem = code_tests_problem(row["tests"]) if "tests" in row else None  # a missing column: the dry run
+        if problem:
+            report.errors.append(f"data.rl row {i + 1}: its tests (for the code_tests reward) {problem}.")
+            return
+
+
 def check_code_sandbox(cfg: RunConfig, report: Report) -> None:
     """Model-written code runs only in the bubblewrap sandbox: refused here when that cannot start, unless the
     user opted out with rl.allow_unconfined_code."""
@@ -399,6 +413,7 @@ def run(
     rows = report.rows = read_data(cfg, report, full, paths)
     if "rl" in cfg.stages:
         check_row_tools(cfg, rows.get("rl") or [], report)
+        check_code_tests(cfg, rows.get("rl") or [], report)
     template = chat_template(cfg, folder, rows, report)
     tok = tokenizer(cfg, folder, template, paths or plan_mod.data_paths(cfg, run_dir), full, report)
     if tok is not None:

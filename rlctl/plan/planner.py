@@ -278,12 +278,13 @@ def prompt_tokens_of(run_dir: str | Path, given: int | None) -> int | None:
     run directory recorded when it was prepared (so every rank and every resume plans the same), else None."""
     if given is not None:
         return given
-    path = Path(run_dir) / PROMPT_LENGTHS
-    if path.is_file():
-        import json
+    from rlctl import strictjson
 
-        return json.loads(path.read_text()).get("rl_longest_prompt")
-    return None
+    path, works = Path(run_dir) / PROMPT_LENGTHS, "Remove it, and the plan uses data.max_prompt_length instead."
+    longest = strictjson.read(path, works, missing={}).get("rl_longest_prompt")
+    if longest is not None and (isinstance(longest, bool) or not isinstance(longest, int) or longest < 1):
+        raise strictjson.DamagedFile(path, f"rl_longest_prompt is {longest!r}, not a count of tokens", works)
+    return longest
 
 
 def as_long_as_the_data(cfg: RunConfig, longest: int | None, decisions: list[dict[str, str]]) -> RunConfig:

@@ -10,6 +10,7 @@ timeouts are off and the reward's `timeout_s` deadline is the bound."""
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from typing import Any
@@ -68,6 +69,12 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+def _quiet_math_verify() -> None:
+    """math-verify warns on every timeout with the text it was parsing: model output (escape sequences and all)
+    would reach the terminal and the logs from inside a reward. A timeout is a 0, said nowhere."""
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+
 def _in_main_thread(seconds: int) -> int | None:
     """`seconds` in the main thread, where math-verify's signal.alarm timeouts work; None (no timeout) in any
     other thread, where setting the alarm would fail and math-verify would score every answer 0."""
@@ -95,6 +102,8 @@ def parse_answer(text: str) -> list:
     parse_expr)."""
     from math_verify import LatexExtractionConfig, parse
     from sympy import Integer
+
+    _quiet_math_verify()
 
     if _INTEGER.fullmatch(text):  # the number the grammar makes of it, without its ~20 ms parse (most answers)
         return [Integer(int(text.replace(",", ""))), text.strip()]

@@ -131,6 +131,25 @@ def code_tests(
         return list(pool.map(score, zip(completions, tests, strict=True)))
 
 
+def code_tests_problem(tests: Any) -> str | None:
+    """Why a row's `tests` cannot judge code (read, not run): not text, not Python, or without a single assertion
+    (no `assert`, no `assert...()` call), so that every completion, even an empty one, would pass; None when fine."""
+    import ast
+
+    if not isinstance(tests, str) or not tests.strip():
+        return f"are {type(tests).__name__ if not isinstance(tests, str) else 'empty'}, not test code"
+    try:
+        tree = ast.parse(tests)
+    except (SyntaxError, ValueError) as e:
+        return f"are not Python ({getattr(e, 'msg', e)}, line {getattr(e, 'lineno', '?')}): every completion would fail"
+    for node in ast.walk(tree):
+        func = node.func if isinstance(node, ast.Call) else None
+        name = getattr(func, "attr", None) or getattr(func, "id", None) or ""
+        if isinstance(node, ast.Assert) or name.lower().startswith("assert"):
+            return None
+    return "assert nothing (no `assert` statement or assert...() call): every completion, even an empty one, would pass"
+
+
 format_reward.__name__ = "format"
 BUILTINS: dict[str, RewardFn] = {
     "code_tests": code_tests,

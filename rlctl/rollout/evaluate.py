@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from rlctl import rewards as rewards_mod
 from rlctl.data import each_row
@@ -243,8 +244,14 @@ def load_causal_lm(path: str | Path, device: str, trust_remote_code: bool = Fals
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, SafetensorError) as e:
         first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
+        if isinstance(e, SafetensorError):  # weights cut short or overwritten: named, never a traceback
+            raise UserError(
+                f"Cannot load a model from '{path}': its weights are damaged ({first}). `rlctl verify` on the run "
+                "or folder names every damaged file; `rlctl export RUN` writes a run's newest intact checkpoint, "
+                "which eval reads."
+            ) from None
         raise UserError(
             f"Cannot load a model from '{path}': {first}. Give a run directory, an exported folder, or a Hub model id "
             "(online, or already in the Hugging Face cache)."
