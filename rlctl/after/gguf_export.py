@@ -196,9 +196,12 @@ def file_name(run_name: str, gguf_type: str) -> str:
     return f"{safe}-{gguf_type.upper()}.gguf"
 
 
-def export(run_dir: Path, out: Path, gguf_type: str = "f16", force: bool = False) -> tuple[Path, str, Verified]:
+def export(
+    run_dir: Path, out: Path, gguf_type: str = "f16", repo_id: str | None = None, force: bool = False
+) -> tuple[Path, str, Verified]:
     """Write `out/<run name>-<TYPE>.gguf` and a model card through `safewrite` (the user's files in `out` are never
-    touched): the HF export built in the staging folder, converted, verified (`verify`), then dropped. Returns the
+    touched): the HF export built in the staging folder, converted, verified (`verify`), then dropped; the card
+    loads it from `repo_id` when given (`--push`), else from `out`. Returns the
     folder, the note of a damaged summary.json (see export.Source) and what the verification showed."""
     from rlctl.after import export as hf_export
     from rlctl.plan import final_policy
@@ -218,8 +221,9 @@ def export(run_dir: Path, out: Path, gguf_type: str = "f16", force: bool = False
             convert(hf, tmp / name, gguf_type, cfg.name)
             verified = verify(hf, tmp, name, gguf_type)
             shutil.rmtree(hf)
-            card = hf_export.model_card(cfg, summary, stage, where=str(out.resolve()), gguf_file=name)
-            (tmp / "README.md").write_text(card)
+            card = hf_export.model_card(cfg, summary, stage, repo_id=repo_id, where=str(out.resolve()), gguf_file=name)
+            notes = "".join(f"\n**Note:** {w[0].upper()}{w[1:]}.\n" for w in verified.warnings)
+            (tmp / "README.md").write_text(card + notes)
             safewrite.publish(tmp, out, KIND, force)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -70,7 +70,7 @@ def export(
         out = out or run_dir / "export-gguf"
         with console.status(f"Exporting the model as GGUF ({gguf_type}) and loading it back..."):
             try:
-                folder, note, verified = gguf_export.export(run_dir, out, gguf_type, force=force)
+                folder, note, verified = gguf_export.export(run_dir, out, gguf_type, repo_id=push, force=force)
             except gguf_export.VerificationFailed as e:
                 console.print(f"[bold red]error:[/] {escape(str(e))}")
                 raise typer.Exit(1) from None
