@@ -16,7 +16,7 @@ import yaml
 from rlctl.config import ModelConfig, load_run_config
 from rlctl.plan import gguf
 from rlctl.stages import gguf_import, sft
-from tests.helpers import rlctl
+from tests.helpers import rlctl, strict_records, summary
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
@@ -231,3 +231,91 @@ def test_grpo_on_trls_path_takes_a_step(smollm2, tmp_path):
     assert load_run_config(run_dir / "config.yaml").rl.path == "trl-grpo"
     assert json.loads((run_dir / "plan.json").read_text())["stages"][0]["init_from"] == str(smollm2.folder)
     assert (run_dir / "rl" / "final" / "config.json").is_file()
+
+
+# ------------------------------------------------------------------------------------------ every path (issue 26)
+PAIR_SUMS = [(3, 4), (6, 2), (7, 5), (9, 9), (11, 3), (14, 6), (2, 8), (5, 13), (16, 4), (8, 7)]
+LORA_MODULES = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}  # PEFT's all-linear
+
+
+def _pair_rows() -> list[dict]:
+    """Conversational preference pairs: a shared prompt message list, chosen/rejected assistant turns."""
+    return [
+        {
+            "prompt": [{"role": "user", "content": f"What is {a} + {b}? Reply with only the number."}],
+            "chosen": [{"role": "assistant", "content": str(a + b)}],
+            "rejected": [{"role": "assistant", "content": str(a + b + 1)}],
+        }
+        for a, b in PAIR_SUMS
+    ]
+
+
+def _train(tmp: Path, body: dict, *args: str) -> Path:
+    run_dir = tmp / "run"
+    cmd = ("train", "--config", str(_config(tmp, body)), "--run-dir", str(run_dir), *args)
+    proc = rlctl(*cmd, env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    return run_dir
+
+
+def _losses(run_dir: Path, stage: str, key: str = "loss") -> list[float]:
+    return [r[key] for r in strict_records(run_dir) if r.get("stage") == stage and key in r and "event" not in r]
+
+
+SHORT = {"batch_size": 2, "max_length": 96, "eval_samples": 2, "learning_rate": 1e-5}
+
+
+@pytest.fixture(scope="module")
+def rm_ppo_run(smollm2, tmp_path_factory) -> Path:
+    """A reward model on conversational pairs (1 step), then PPO in rlctl's loop with its critic started from that
+    reward model (1 rollout batch of 2 prompts x 2 completions)."""
+    tmp = tmp_path_factory.mktemp("rm_ppo")
+    body = {
+        "stages": ["rm", "rl"],
+        "data": {
+            "preference": str(_jsonl(tmp / "pairs.jsonl", _pair_rows())),
+            "rl": str(_jsonl(tmp / "rl.jsonl", _sum_rows())),
+        },
+        "rm": {**SHORT, "max_steps": 1, "save_every": 1},
+        "rl": {"max_steps": 1, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "use_vllm": False,
+               "critic_init": "reward_model", "eval_samples": 2, "save_every": 1},
+        "checkpoint": {"keep_best": False},
+    }  # fmt: skip
+    return _train(tmp, body, "--algorithm", "ppo")
+
+
+def test_reward_model_on_conversational_pairs_scores_its_held_out_pairs(rm_ppo_run):
+    import math
+
+    from transformers import AutoModelForSequenceClassification
+
+    s = summary(rm_ppo_run)
+    assert s["completed"] == ["rm", "rl"], s["completed"]
+    acc = s["stages"]["rm"]["eval_accuracy"]
+    assert isinstance(acc, float) and 0 <= acc <= 1, acc  # pairwise accuracy on the held-out tenth
+    assert all(math.isfinite(x) for x in _losses(rm_ppo_run, "rm")) and _losses(rm_ppo_run, "rm")
+    model = AutoModelForSequenceClassification.from_pretrained(rm_ppo_run / "rm" / "final")
+    assert model.config.num_labels == 1 and model.score.weight.shape == (1, 576)
+
+
+def test_ppo_trains_a_critic_from_the_reward_model_in_rlctls_loop(rm_ppo_run):
+    import math
+
+    from safetensors.torch import load_file
+
+    cfg = load_run_config(rm_ppo_run / "config.yaml")
+    assert cfg.rl.algorithm == "ppo" and cfg.rl.path == "rlctl" and cfg.rl.advantage == "gae"
+    live = summary(rm_ppo_run)["layout"]["rl"]["observed"]
+    assert live["critic"], live
+    steps = [r for r in strict_records(rm_ppo_run) if r.get("stage") == "rl" and "step" in r and "event" not in r]
+    assert steps, "no rl step logged"
+    values = [v for r in steps for k, v in r.items() if isinstance(v, float)]
+    assert values and all(math.isfinite(v) for v in values), steps
+    assert all("value_loss" in r and "loss" in r for r in steps), steps  # logged only when finite
+    [ckpt] = (rm_ppo_run / "rl" / "checkpoints").glob("checkpoint-*")
+    critic = load_file(ckpt / "model_1.safetensors")  # accelerate's second model: the critic, with its value head
+    assert critic["score.weight"].shape == (1, 576) and len(critic) == len(load_file(ckpt / "model.safetensors")) + 2
+    assert all(bool(t.isfinite().all()) for t in critic.values())
+    final = rm_ppo_run / "rl" / "final"
+    assert json.loads((final / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert not any("score" in k or "value" in k for k in load_file(final / "model.safetensors")), "policy only"
