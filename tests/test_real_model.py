@@ -319,3 +319,73 @@ def test_ppo_trains_a_critic_from_the_reward_model_in_rlctls_loop(rm_ppo_run):
     final = rm_ppo_run / "rl" / "final"
     assert json.loads((final / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     assert not any("score" in k or "value" in k for k in load_file(final / "model.safetensors")), "policy only"
+
+
+def test_dpo_on_conversational_pairs_takes_a_step_and_scores_its_held_out_pairs(smollm2, tmp_path):
+    import math
+
+    from transformers import AutoModelForCausalLM
+
+    body = {
+        "stages": ["dpo"],
+        "data": {"preference": str(_jsonl(tmp_path / "pairs.jsonl", _pair_rows()))},
+        "dpo": {**SHORT, "max_steps": 1, "save_every": 1},
+        "checkpoint": {"keep_best": False},
+    }
+    run_dir = _train(tmp_path, body)
+    losses = _losses(run_dir, "dpo")
+    assert losses and all(math.isfinite(x) for x in losses), losses
+    (held,) = [r for r in strict_records(run_dir) if r.get("event") == "heldout"]
+    assert held["stage"] == "dpo" and held["pairs"] == 1, held
+    assert 0 <= held["preference_accuracy"] <= 1 and math.isfinite(held["preference_margin"]), held
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "dpo" / "final")
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # the tied head survives the save
+
+
+@pytest.mark.parametrize("adapter", ["lora", "qlora"])
+def test_adapter_sft_saves_its_adapter_and_export_merges_it(smollm2, tmp_path, adapter):
+    """One SFT step with LoRA (QLoRA: on the 4-bit NF4 base, bitsandbytes' CPU kernels) on chat messages: the
+    checkpoint holds the adapter on every linear layer, `rlctl export --adapter` writes it alone, `rlctl export`
+    the merged weights, which transformers loads as a plain model and which equal base + adapter merged."""
+    if adapter == "qlora":
+        pytest.importorskip("bitsandbytes")
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    body = {
+        "stages": ["sft"],
+        "data": {"sft": str(_jsonl(tmp_path / "chats.jsonl", [{"messages": chat} for chat in CHATS * 2]))},
+        "model": {"adapter": adapter},
+        "sft": {**SHORT, "max_steps": 1, "save_every": 1, "learning_rate": 1e-3},
+        "checkpoint": {"keep_best": False},
+    }
+    run_dir = _train(tmp_path, body)
+    live = summary(run_dir)["layout"]["sft"]["observed"]
+    assert live["adapter"] == adapter and 0 < live["trainable_parameters"] < live["total_parameters"], live
+    assert (live.get("linear4bit_modules", 0) > 0) == (adapter == "qlora"), live
+    [ckpt] = (run_dir / "sft" / "checkpoints").glob("checkpoint-*")
+    config = json.loads((ckpt / "adapter_config.json").read_text())
+    assert set(config["target_modules"]) == LORA_MODULES and config["r"] == 16, config
+    assert (ckpt / "adapter_model.safetensors").is_file()
+
+    alone = tmp_path / "adapter"
+    proc = rlctl("export", str(run_dir), "--adapter", "--out", str(alone))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (alone / "adapter_model.safetensors").is_file() and not (alone / "model.safetensors").exists()
+    merged = tmp_path / "merged"
+    proc = rlctl("export", str(run_dir), "--out", str(merged))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "quantization_config" not in json.loads((merged / "config.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32)
+    assert not hasattr(model, "peft_config") and {p.dtype for p in model.parameters()} == {torch.float32}
+    start = load_file(smollm2.folder / "model.safetensors")
+    base = AutoModelForCausalLM.from_pretrained(smollm2.folder, dtype=torch.float32)
+    want = PeftModel.from_pretrained(base, alone).merge_and_unload().state_dict()
+    have = model.state_dict()
+    assert want.keys() == have.keys()
+    for key, tensor in want.items():
+        assert torch.allclose(have[key], tensor, atol=1e-6), key
+    moved = {k.split(".")[-2] for k in start if not torch.equal(start[k], have[k])}
+    assert moved == LORA_MODULES, moved  # the adapter's step reached every targeted module, nothing else
