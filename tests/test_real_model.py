@@ -16,7 +16,7 @@ import yaml
 from rlctl.config import ModelConfig, load_run_config
 from rlctl.plan import gguf
 from rlctl.stages import gguf_import, sft
-from tests.helpers import rlctl, strict_records, summary
+from tests.helpers import RLCTL, kill_after_checkpoint, records, rlctl, strict_records, summary
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
@@ -389,3 +389,38 @@ def test_adapter_sft_saves_its_adapter_and_export_merges_it(smollm2, tmp_path, a
         assert torch.allclose(have[key], tensor, atol=1e-6), key
     moved = {k.split(".")[-2] for k in start if not torch.equal(start[k], have[k])}
     assert moved == LORA_MODULES, moved  # the adapter's step reached every targeted module, nothing else
+
+
+def test_sft_killed_after_a_checkpoint_resumes_bit_exact(smollm2, tmp_path):
+    """kill -9 of an SFT run after its checkpoint at step 2 of 4, then `rlctl resume`: the final weights equal an
+    uninterrupted run's bit for bit (no step trained twice or skipped: weights, AdamW state, schedule, data order)."""
+    import torch
+    from safetensors.torch import load_file
+
+    rows = [{"messages": chat} for chat in CHATS * 4]
+    body = {
+        "stages": ["sft"],
+        "data": {"sft": str(_jsonl(tmp_path / "chats.jsonl", rows))},
+        "sft": {**SHORT, "max_steps": 4, "save_every": 2},
+        "checkpoint": {"keep_best": False},
+    }
+    cfg = _config(tmp_path, body)
+    env = {"OMP_NUM_THREADS": "1"}
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    proc = rlctl("train", "--config", str(cfg), "--run-dir", str(straight), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    kill_after_checkpoint(broken, [RLCTL, "train", "--config", str(cfg), "--run-dir", str(broken)], "sft", 2)
+    assert not (broken / "sft" / "final").exists()
+    proc = rlctl("resume", str(broken), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    starts = [r["stage"] for r in records(broken) if r.get("event") == "start"]
+    assert starts == ["sft", "sft"], starts
+    steps = [r["step"] for r in records(broken) if r.get("stage") == "sft" and "step" in r and "event" not in r]
+    assert steps == [1, 2, 3, 3, 4], steps  # killed in step 4, resumed from checkpoint-2
+    a = load_file(straight / "sft" / "final" / "model.safetensors")
+    b = load_file(broken / "sft" / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and len(a) == 272
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, different
+    start = load_file(smollm2.folder / "model.safetensors")
+    assert any(not torch.equal(a[k], start[k]) for k in a), "the four steps moved the weights"
