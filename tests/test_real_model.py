@@ -16,7 +16,7 @@ import yaml
 from rlctl.config import ModelConfig, load_run_config
 from rlctl.plan import gguf
 from rlctl.stages import gguf_import, sft
-from tests.helpers import rlctl
+from tests.helpers import RLCTL, kill_after_checkpoint, records, rlctl, strict_records, summary
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
@@ -231,3 +231,246 @@ def test_grpo_on_trls_path_takes_a_step(smollm2, tmp_path):
     assert load_run_config(run_dir / "config.yaml").rl.path == "trl-grpo"
     assert json.loads((run_dir / "plan.json").read_text())["stages"][0]["init_from"] == str(smollm2.folder)
     assert (run_dir / "rl" / "final" / "config.json").is_file()
+
+
+# ------------------------------------------------------------------------------------------ every path (issue 26)
+PAIR_SUMS = [(3, 4), (6, 2), (7, 5), (9, 9), (11, 3), (14, 6), (2, 8), (5, 13), (16, 4), (8, 7)]
+LORA_MODULES = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}  # PEFT's all-linear
+
+
+def _pair_rows() -> list[dict]:
+    """Conversational preference pairs: a shared prompt message list, chosen/rejected assistant turns."""
+    return [
+        {
+            "prompt": [{"role": "user", "content": f"What is {a} + {b}? Reply with only the number."}],
+            "chosen": [{"role": "assistant", "content": str(a + b)}],
+            "rejected": [{"role": "assistant", "content": str(a + b + 1)}],
+        }
+        for a, b in PAIR_SUMS
+    ]
+
+
+def _train(tmp: Path, body: dict, *args: str) -> Path:
+    run_dir = tmp / "run"
+    cmd = ("train", "--config", str(_config(tmp, body)), "--run-dir", str(run_dir), *args)
+    proc = rlctl(*cmd, env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    return run_dir
+
+
+def _losses(run_dir: Path, stage: str, key: str = "loss") -> list[float]:
+    return [r[key] for r in strict_records(run_dir) if r.get("stage") == stage and key in r and "event" not in r]
+
+
+SHORT = {"batch_size": 2, "max_length": 96, "eval_samples": 2, "learning_rate": 1e-5}
+
+
+@pytest.fixture(scope="module")
+def rm_ppo_run(smollm2, tmp_path_factory) -> Path:
+    """A reward model on conversational pairs (1 step), then PPO in rlctl's loop with its critic started from that
+    reward model (1 rollout batch of 2 prompts x 2 completions)."""
+    tmp = tmp_path_factory.mktemp("rm_ppo")
+    body = {
+        "stages": ["rm", "rl"],
+        "data": {
+            "preference": str(_jsonl(tmp / "pairs.jsonl", _pair_rows())),
+            "rl": str(_jsonl(tmp / "rl.jsonl", _sum_rows())),
+        },
+        "rm": {**SHORT, "max_steps": 1, "save_every": 1},
+        "rl": {"max_steps": 1, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "use_vllm": False,
+               "critic_init": "reward_model", "eval_samples": 2, "save_every": 1},
+        "checkpoint": {"keep_best": False},
+    }  # fmt: skip
+    return _train(tmp, body, "--algorithm", "ppo")
+
+
+def test_reward_model_on_conversational_pairs_scores_its_held_out_pairs(rm_ppo_run):
+    import math
+
+    from transformers import AutoModelForSequenceClassification
+
+    s = summary(rm_ppo_run)
+    assert s["completed"] == ["rm", "rl"], s["completed"]
+    acc = s["stages"]["rm"]["eval_accuracy"]
+    assert isinstance(acc, float) and 0 <= acc <= 1, acc  # pairwise accuracy on the held-out tenth
+    assert all(math.isfinite(x) for x in _losses(rm_ppo_run, "rm")) and _losses(rm_ppo_run, "rm")
+    model = AutoModelForSequenceClassification.from_pretrained(rm_ppo_run / "rm" / "final")
+    assert model.config.num_labels == 1 and model.score.weight.shape == (1, 576)
+
+
+def test_ppo_trains_a_critic_from_the_reward_model_in_rlctls_loop(rm_ppo_run):
+    import math
+
+    from safetensors.torch import load_file
+
+    cfg = load_run_config(rm_ppo_run / "config.yaml")
+    assert cfg.rl.algorithm == "ppo" and cfg.rl.path == "rlctl" and cfg.rl.advantage == "gae"
+    live = summary(rm_ppo_run)["layout"]["rl"]["observed"]
+    assert live["critic"], live
+    steps = [r for r in strict_records(rm_ppo_run) if r.get("stage") == "rl" and "step" in r and "event" not in r]
+    assert steps, "no rl step logged"
+    values = [v for r in steps for k, v in r.items() if isinstance(v, float)]
+    assert values and all(math.isfinite(v) for v in values), steps
+    assert all("value_loss" in r and "loss" in r for r in steps), steps  # logged only when finite
+    [ckpt] = (rm_ppo_run / "rl" / "checkpoints").glob("checkpoint-*")
+    critic = load_file(ckpt / "model_1.safetensors")  # accelerate's second model: the critic, with its value head
+    assert critic["score.weight"].shape == (1, 576) and len(critic) == len(load_file(ckpt / "model.safetensors")) + 2
+    assert all(bool(t.isfinite().all()) for t in critic.values())
+    final = rm_ppo_run / "rl" / "final"
+    assert json.loads((final / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert not any("score" in k or "value" in k for k in load_file(final / "model.safetensors")), "policy only"
+
+
+def test_dpo_on_conversational_pairs_takes_a_step_and_scores_its_held_out_pairs(smollm2, tmp_path):
+    import math
+
+    from transformers import AutoModelForCausalLM
+
+    body = {
+        "stages": ["dpo"],
+        "data": {"preference": str(_jsonl(tmp_path / "pairs.jsonl", _pair_rows()))},
+        "dpo": {**SHORT, "max_steps": 1, "save_every": 1},
+        "checkpoint": {"keep_best": False},
+    }
+    run_dir = _train(tmp_path, body)
+    losses = _losses(run_dir, "dpo")
+    assert losses and all(math.isfinite(x) for x in losses), losses
+    (held,) = [r for r in strict_records(run_dir) if r.get("event") == "heldout"]
+    assert held["stage"] == "dpo" and held["pairs"] == 1, held
+    assert 0 <= held["preference_accuracy"] <= 1 and math.isfinite(held["preference_margin"]), held
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "dpo" / "final")
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # the tied head survives the save
+
+
+@pytest.mark.parametrize("adapter", ["lora", "qlora"])
+def test_adapter_sft_saves_its_adapter_and_export_merges_it(smollm2, tmp_path, adapter):
+    """One SFT step with LoRA (QLoRA: on the 4-bit NF4 base, bitsandbytes' CPU kernels) on chat messages: the
+    checkpoint holds the adapter on every linear layer, `rlctl export --adapter` writes it alone, `rlctl export`
+    the merged weights, which transformers loads as a plain model and which equal base + adapter merged."""
+    if adapter == "qlora":
+        pytest.importorskip("bitsandbytes")
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    body = {
+        "stages": ["sft"],
+        "data": {"sft": str(_jsonl(tmp_path / "chats.jsonl", [{"messages": chat} for chat in CHATS * 2]))},
+        "model": {"adapter": adapter},
+        "sft": {**SHORT, "max_steps": 1, "save_every": 1, "learning_rate": 1e-3},
+        "checkpoint": {"keep_best": False},
+    }
+    run_dir = _train(tmp_path, body)
+    live = summary(run_dir)["layout"]["sft"]["observed"]
+    assert live["adapter"] == adapter and 0 < live["trainable_parameters"] < live["total_parameters"], live
+    assert (live.get("linear4bit_modules", 0) > 0) == (adapter == "qlora"), live
+    [ckpt] = (run_dir / "sft" / "checkpoints").glob("checkpoint-*")
+    config = json.loads((ckpt / "adapter_config.json").read_text())
+    assert set(config["target_modules"]) == LORA_MODULES and config["r"] == 16, config
+    assert (ckpt / "adapter_model.safetensors").is_file()
+
+    alone = tmp_path / "adapter"
+    proc = rlctl("export", str(run_dir), "--adapter", "--out", str(alone))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (alone / "adapter_model.safetensors").is_file() and not (alone / "model.safetensors").exists()
+    merged = tmp_path / "merged"
+    proc = rlctl("export", str(run_dir), "--out", str(merged))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "quantization_config" not in json.loads((merged / "config.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32)
+    assert not hasattr(model, "peft_config") and {p.dtype for p in model.parameters()} == {torch.float32}
+    start = load_file(smollm2.folder / "model.safetensors")
+    base = AutoModelForCausalLM.from_pretrained(smollm2.folder, dtype=torch.float32)
+    want = PeftModel.from_pretrained(base, alone).merge_and_unload().state_dict()
+    have = model.state_dict()
+    assert want.keys() == have.keys()
+    for key, tensor in want.items():
+        assert torch.allclose(have[key], tensor, atol=1e-6), key
+    moved = {k.split(".")[-2] for k in start if not torch.equal(start[k], have[k])}
+    assert moved == LORA_MODULES, moved  # the adapter's step reached every targeted module, nothing else
+
+
+def test_sft_killed_after_a_checkpoint_resumes_bit_exact(smollm2, tmp_path):
+    """kill -9 of an SFT run after its checkpoint at step 2 of 4, then `rlctl resume`: the final weights equal an
+    uninterrupted run's bit for bit (no step trained twice or skipped: weights, AdamW state, schedule, data order)."""
+    import torch
+    from safetensors.torch import load_file
+
+    rows = [{"messages": chat} for chat in CHATS * 4]
+    body = {
+        "stages": ["sft"],
+        "data": {"sft": str(_jsonl(tmp_path / "chats.jsonl", rows))},
+        "sft": {**SHORT, "max_steps": 4, "save_every": 2},
+        "checkpoint": {"keep_best": False},
+    }
+    cfg = _config(tmp_path, body)
+    env = {"OMP_NUM_THREADS": "1"}
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    proc = rlctl("train", "--config", str(cfg), "--run-dir", str(straight), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    kill_after_checkpoint(broken, [RLCTL, "train", "--config", str(cfg), "--run-dir", str(broken)], "sft", 2)
+    assert not (broken / "sft" / "final").exists()
+    proc = rlctl("resume", str(broken), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    starts = [r["stage"] for r in records(broken) if r.get("event") == "start"]
+    assert starts == ["sft", "sft"], starts
+    steps = [r["step"] for r in records(broken) if r.get("stage") == "sft" and "step" in r and "event" not in r]
+    assert steps == [1, 2, 3, 3, 4], steps  # killed in step 4, resumed from checkpoint-2
+    a = load_file(straight / "sft" / "final" / "model.safetensors")
+    b = load_file(broken / "sft" / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and len(a) == 272
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, different
+    start = load_file(smollm2.folder / "model.safetensors")
+    assert any(not torch.equal(a[k], start[k]) for k in a), "the four steps moved the weights"
+
+
+def test_grpo_in_rlctls_loop_killed_after_a_checkpoint_resumes_bit_exact(smollm2, tmp_path):
+    """kill -9 of a GRPO run in rlctl's loop after its checkpoint at step 2 of 4, then `rlctl resume`: the final
+    weights equal an uninterrupted run's bit for bit (no step trained twice or skipped, sampling RNG restored). The
+    base model seldom answers with just the sum, so a small length penalty gives the groups their advantages.
+    (TRL's GRPOTrainer path, resumed the same way, ends about one float32 ulp away on this model: issue 26.)"""
+    import torch
+    from safetensors.torch import load_file
+
+    body = {
+        "stages": ["rl"],
+        "data": {"rl": str(_jsonl(tmp_path / "rl.jsonl", _sum_rows()))},
+        "rl": {
+            "max_steps": 4,
+            "save_every": 2,
+            "prompts_per_step": 2,
+            "group_size": 2,
+            "max_new_tokens": 8,
+            "use_vllm": False,
+            "trainer": "rlctl",
+            "eval_samples": 2,
+            "learning_rate": 1e-5,
+            "rewards": [{"name": "exact_match"}, {"name": "length_penalty(max_length=40, buffer=40)", "weight": 0.1}],
+        },
+        "checkpoint": {"keep_best": False},
+    }
+    cfg = _config(tmp_path, body)
+    env = {"OMP_NUM_THREADS": "1"}
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    proc = rlctl("train", "--config", str(cfg), "--run-dir", str(straight), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    cmd = [RLCTL, "train", "--config", str(cfg), "--run-dir", str(broken)]
+    kill_after_checkpoint(broken, cmd, "rl", 2)
+    assert not (broken / "rl" / "final").exists()
+    proc = rlctl("resume", str(broken), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert load_run_config(broken / "config.yaml").rl.path == "rlctl"
+    starts = [r["stage"] for r in records(broken) if r.get("event") == "start"]
+    assert starts == ["rl", "rl"], starts
+    steps = [r["step"] for r in records(broken) if r.get("stage") == "rl" and "step" in r and "event" not in r]
+    assert steps == [1, 2, 3, 3, 4], steps  # killed in step 4, resumed from checkpoint-2
+    a = load_file(straight / "rl" / "final" / "model.safetensors")
+    b = load_file(broken / "rl" / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and len(a) == 272
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, different
+    start = load_file(smollm2.folder / "model.safetensors")
+    assert any(not torch.equal(a[k], start[k]) for k in a), "the four steps moved the weights"
+    assert any(r.get("grad_norm", 0) > 0 for r in records(straight) if r.get("stage") == "rl")
