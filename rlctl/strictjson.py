@@ -82,7 +82,7 @@ def read(path: Path, works: str = "", missing: Any = _MISSING, shape: type = dic
     damage, followed by `works`: what still works without it."""
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a path under a file does not exist either
         if missing is not _MISSING:
             return missing
         raise DamagedFile(path, "it is missing", works) from None

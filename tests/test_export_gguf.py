@@ -8,10 +8,10 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from conftest import rlctl
 
 from rlctl.after import gguf_export
 from rlctl.errors import UserError
+from tests.helpers import rlctl
 
 
 @pytest.mark.parametrize(

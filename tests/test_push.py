@@ -138,10 +138,12 @@ def test_adapter_export_refusals(demo_run: Path, tmp_path: Path):
     proc = rlctl("export", str(demo_run), "--adapter", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "trained no LoRA adapter" in proc.stderr.replace("\n", " ")
     run = tmp_path / "stacked"
-    ckpt = run / "rl" / "checkpoints" / "checkpoint-3"
+    from rlctl import checkpoint
+
+    ckpt = checkpoint.incoming(run / "rl" / "checkpoints") / "checkpoint-3"
     ckpt.mkdir(parents=True)
-    (ckpt / "rlctl_complete").write_text("ok\n")
     (ckpt / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(run / "sft" / "final")}))
+    checkpoint.publish(run / "rl" / "checkpoints", 3, None, keep_last=2, keep_best=False)  # complete and intact
     from rlctl.config import RunConfig
 
     with pytest.raises(UserError, match="trained on top of an earlier stage"):

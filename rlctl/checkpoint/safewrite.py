@@ -81,7 +81,7 @@ def check_writable(target: Path) -> None:
         folder = folder.parent
     with unwritable(target):
         if not folder.is_dir():
-            raise NotADirectoryError(20, "Not a directory", str(folder))
+            raise NotADirectoryError(20, f"{folder} is a file, not a folder")
         try:
             with tempfile.TemporaryFile(dir=folder, prefix=".rlctl-probe-"):
                 pass
