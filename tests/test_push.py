@@ -94,9 +94,10 @@ def _lora_run(demo_run: Path, root: Path, base: Path | None = None) -> Path:
     model = get_peft_model(
         AutoModelForCausalLM.from_pretrained(base or demo_run / "base"), LoraConfig(r=4, target_modules="all-linear")
     )
-    ckpt = run / "sft" / "checkpoints" / "checkpoint-5"
-    model.save_pretrained(ckpt)
-    (ckpt / "rlctl_complete").write_text("ok\n")
+    from rlctl import checkpoint
+
+    model.save_pretrained(checkpoint.incoming(run / "sft" / "checkpoints") / "checkpoint-5")
+    checkpoint.publish(run / "sft" / "checkpoints", 5, None, keep_last=2, keep_best=False)  # complete and intact
     return run
 
 
