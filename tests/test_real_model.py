@@ -394,8 +394,6 @@ def test_adapter_sft_saves_its_adapter_and_export_merges_it(smollm2, tmp_path, a
 def test_sft_killed_after_a_checkpoint_resumes_bit_exact(smollm2, tmp_path):
     """kill -9 of an SFT run after its checkpoint at step 2 of 4, then `rlctl resume`: the final weights equal an
     uninterrupted run's bit for bit (no step trained twice or skipped: weights, AdamW state, schedule, data order)."""
-    import torch
-    from safetensors.torch import load_file
 
     rows = [{"messages": chat} for chat in CHATS * 4]
     body = {
@@ -413,17 +411,7 @@ def test_sft_killed_after_a_checkpoint_resumes_bit_exact(smollm2, tmp_path):
     assert not (broken / "sft" / "final").exists()
     proc = rlctl("resume", str(broken), env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    starts = [r["stage"] for r in records(broken) if r.get("event") == "start"]
-    assert starts == ["sft", "sft"], starts
-    steps = [r["step"] for r in records(broken) if r.get("stage") == "sft" and "step" in r and "event" not in r]
-    assert steps == [1, 2, 3, 3, 4], steps  # killed in step 4, resumed from checkpoint-2
-    a = load_file(straight / "sft" / "final" / "model.safetensors")
-    b = load_file(broken / "sft" / "final" / "model.safetensors")
-    assert a.keys() == b.keys() and len(a) == 272
-    different = [k for k in a if not torch.equal(a[k], b[k])]
-    assert not different, different
-    start = load_file(smollm2.folder / "model.safetensors")
-    assert any(not torch.equal(a[k], start[k]) for k in a), "the four steps moved the weights"
+    _resumed_to_the_straight_run(straight, broken, "sft", smollm2.folder)
 
 
 def test_grpo_in_rlctls_loop_killed_after_a_checkpoint_resumes_bit_exact(smollm2, tmp_path):
@@ -431,8 +419,6 @@ def test_grpo_in_rlctls_loop_killed_after_a_checkpoint_resumes_bit_exact(smollm2
     weights equal an uninterrupted run's bit for bit (no step trained twice or skipped, sampling RNG restored). The
     base model seldom answers with just the sum, so a small length penalty gives the groups their advantages.
     (TRL's GRPOTrainer path, resumed the same way, ends about one float32 ulp away on this model: issue 26.)"""
-    import torch
-    from safetensors.torch import load_file
 
     body = {
         "stages": ["rl"],
@@ -462,15 +448,24 @@ def test_grpo_in_rlctls_loop_killed_after_a_checkpoint_resumes_bit_exact(smollm2
     proc = rlctl("resume", str(broken), env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert load_run_config(broken / "config.yaml").rl.path == "rlctl"
+    _resumed_to_the_straight_run(straight, broken, "rl", smollm2.folder)
+    assert any(r.get("grad_norm", 0) > 0 for r in records(straight) if r.get("stage") == "rl")
+
+
+def _resumed_to_the_straight_run(straight: Path, broken: Path, stage: str, base: Path) -> None:
+    """`broken` (killed in step 4 of 4, resumed from checkpoint-2) ends with `straight`'s weights bit for bit, and
+    the four steps moved them from `base`."""
+    import torch
+    from safetensors.torch import load_file
+
     starts = [r["stage"] for r in records(broken) if r.get("event") == "start"]
-    assert starts == ["rl", "rl"], starts
-    steps = [r["step"] for r in records(broken) if r.get("stage") == "rl" and "step" in r and "event" not in r]
-    assert steps == [1, 2, 3, 3, 4], steps  # killed in step 4, resumed from checkpoint-2
-    a = load_file(straight / "rl" / "final" / "model.safetensors")
-    b = load_file(broken / "rl" / "final" / "model.safetensors")
+    assert starts == [stage, stage], starts
+    steps = [r["step"] for r in records(broken) if r.get("stage") == stage and "step" in r and "event" not in r]
+    assert steps == [1, 2, 3, 3, 4], steps
+    a = load_file(straight / stage / "final" / "model.safetensors")
+    b = load_file(broken / stage / "final" / "model.safetensors")
     assert a.keys() == b.keys() and len(a) == 272
     different = [k for k in a if not torch.equal(a[k], b[k])]
     assert not different, different
-    start = load_file(smollm2.folder / "model.safetensors")
+    start = load_file(base / "model.safetensors")
     assert any(not torch.equal(a[k], start[k]) for k in a), "the four steps moved the weights"
-    assert any(r.get("grad_norm", 0) > 0 for r in records(straight) if r.get("stage") == "rl")
