@@ -53,14 +53,23 @@ def plugin(tmp_path_factory) -> Path:
     return path
 
 
-def _stage(plugin: Path, *specs: tuple[str, str, float], notify=None, errors=None) -> list:
-    entries = [SimpleNamespace(name=f"{plugin}:{fn}", on_error=on_error, timeout_s=t) for fn, on_error, t in specs]
-    return rewards.stage_rewards(entries, "answer", {} if errors is None else errors, worker.Workers(), notify)
+@pytest.fixture
+def stage():
+    """`stage(plugin, *(function, on_error, timeout_s))`: the stage's reward functions; their workers are stopped
+    when the test ends (a worker left running would outlive the test, as the sandbox tests would notice)."""
+    workers = worker.Workers()
+
+    def make(plugin: Path, *specs: tuple[str, str, float], notify=None, errors=None) -> list:
+        entries = [SimpleNamespace(name=f"{plugin}:{fn}", on_error=on_error, timeout_s=t) for fn, on_error, t in specs]
+        return rewards.stage_rewards(entries, "answer", {} if errors is None else errors, workers, notify)
+
+    yield make
+    workers.stop_all()
 
 
-def test_a_hanging_reward_is_stopped_at_its_deadline_and_named(plugin: Path):
+def test_a_hanging_reward_is_stopped_at_its_deadline_and_named(plugin: Path, stage):
     events: list = []
-    (fn,) = _stage(plugin, ("sleepy", "raise", 2), notify=lambda event, **f: events.append((event, f)))
+    (fn,) = stage(plugin, ("sleepy", "raise", 2), notify=lambda event, **f: events.append((event, f)))
     with pytest.raises(RewardError) as info:
         fn(prompts=["1+1=", "2+2=", "3+3="], completions=["2", "4", "6"], answer=["2", "4", "6"])
     text = str(info.value)
@@ -70,9 +79,9 @@ def test_a_hanging_reward_is_stopped_at_its_deadline_and_named(plugin: Path):
                                        "timeout_s": 2})]  # fmt: skip
 
 
-def test_on_error_zero_scores_a_timed_out_batch_zero_counts_it_and_the_next_call_works(plugin: Path):
+def test_on_error_zero_scores_a_timed_out_batch_zero_counts_it_and_the_next_call_works(plugin: Path, stage):
     errors: dict[str, int] = {}
-    sleepy, digits = _stage(plugin, ("sleepy", "zero", 1), ("digits", "raise", 5), errors=errors)
+    sleepy, digits = stage(plugin, ("sleepy", "zero", 1), ("digits", "raise", 5), errors=errors)
     assert sleepy(prompts=["a", "b"], completions=["1", "2"], answer=["1", "3"]) == [0.0, 0.0]
     assert errors == {f"{plugin}:sleepy": 2}
     assert digits(prompts=["a", "b"], completions=["1", "2"], answer=["1", "3"]) == [1.0, 0.0]
@@ -101,43 +110,43 @@ def test_the_dry_run_accepts_a_tensor_of_the_right_shape_and_times_out_a_hang(pl
         rewards.dry_run([f"{plugin}:sleepy"], ROWS, timeouts=[1])
 
 
-def test_nan_and_inf_follow_on_error(plugin: Path):
+def test_nan_and_inf_follow_on_error(plugin: Path, stage):
     errors: dict[str, int] = {}
-    (zero,) = _stage(plugin, ("some_nan", "zero", 5), errors=errors)
+    (zero,) = stage(plugin, ("some_nan", "zero", 5), errors=errors)
     assert zero(prompts=["a", "b"], completions=["2", "5"], answer=["2", "4"]) == [1.0, 0.0]
     assert errors == {f"{plugin}:some_nan": 1}
-    (strict,) = _stage(plugin, ("some_nan", "raise", 0))  # timeout_s 0: in this process
+    (strict,) = stage(plugin, ("some_nan", "raise", 0))  # timeout_s 0: in this process
     with pytest.raises(RewardError, match=r"some_nan' returned inf for the completion '5' of the prompt 'b'"):
         strict(prompts=["a", "b"], completions=["2", "5"], answer=["2", "4"])
 
 
-def test_a_batch_where_every_reward_is_nan_stops_even_with_on_error_zero(plugin: Path):
-    nan, digits = _stage(plugin, ("nan", "zero", 5), ("digits", "zero", 5))
+def test_a_batch_where_every_reward_is_nan_stops_even_with_on_error_zero(plugin: Path, stage):
+    nan, digits = stage(plugin, ("nan", "zero", 5), ("digits", "zero", 5))
     kwargs = {"prompts": ["a"], "completions": ["2"], "answer": ["2"]}
     assert nan(**kwargs) == [0.0] and digits(**kwargs) == [1.0], "one NaN reward beside a finite one: counted"
-    nan, other_nan = _stage(plugin, ("nan", "zero", 5), ("nan", "zero", 0))
+    nan, other_nan = stage(plugin, ("nan", "zero", 5), ("nan", "zero", 0))
     nan(**kwargs)
     with pytest.raises(RewardError, match="Every reward returned NaN/inf for all 1 completions of a batch"):
         other_nan(**kwargs)
 
 
-def test_wrong_outputs_during_training_follow_on_error(plugin: Path):
+def test_wrong_outputs_during_training_follow_on_error(plugin: Path, stage):
     errors: dict[str, int] = {}
-    (words,) = _stage(plugin, ("words", "zero", 5), errors=errors)
+    (words,) = stage(plugin, ("words", "zero", 5), errors=errors)
     assert words(prompts=["a", "b"], completions=["1", "2"]) == [0.0, 0.0] and errors == {f"{plugin}:words": 2}
-    (words,) = _stage(plugin, ("words", "raise", 5))
+    (words,) = stage(plugin, ("words", "raise", 5))
     with pytest.raises(RewardError, match=r"words' returned 'high' \(a str\) for completion 1 on the completion '1'"):
         words(prompts=["a", "b"], completions=["1", "2"])
 
 
-def test_out_of_memory_in_a_worker_still_reads_as_out_of_memory(tmp_path: Path):
+def test_out_of_memory_in_a_worker_still_reads_as_out_of_memory(tmp_path: Path, stage):
     (tmp_path / "oom.py").write_text(
         "class OutOfMemoryError(RuntimeError):  # torch's, by name (importing torch here would take seconds)\n"
         "    pass\n"
         "def score(prompts, completions, **_):\n"
         "    raise OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')\n"
     )
-    (fn,) = _stage(tmp_path / "oom.py", ("score", "zero", 30))
+    (fn,) = stage(tmp_path / "oom.py", ("score", "zero", 30))
     with pytest.raises(Exception) as info:
         fn(prompts=["a"], completions=["b"])
     assert is_out_of_memory(info.value) and "Tried to allocate 2.00 GiB" in str(info.value)

@@ -103,11 +103,11 @@ def secrets_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_reward_hack_scores_zero_and_leaves_nothing(hack: str, secrets_in_env: None):
     from rlctl import rewards
 
-    before = _leftovers()
+    before, running = _leftovers(), _descendants()
     completion = f"```python\n{HACKS[hack]}\n```"
     fn = rewards.resolve("code_tests(timeout_s=3, memory_mb=256)")
     assert fn(prompts=["p"] * 3, completions=[completion] * 3, tests=[TESTS, UNITTEST, BUILTIN]) == [0.0] * 3
-    assert _descendants() == set()
+    assert _descendants() - running == set()
     assert _leftovers() == before
 
 
@@ -120,7 +120,7 @@ def test_honest_solution_still_scores_one():
 
 
 def test_python_tool_gives_away_no_secret_and_no_host_file(tmp_path: Path, secrets_in_env: None):
-    found = tools.resolve_all(["python"])
+    found, running = tools.resolve_all(["python"]), _descendants()
     victim = tmp_path / "victim"
     code = (
         "import os, sys, sqlite3, glob\n"
@@ -138,7 +138,7 @@ def test_python_tool_gives_away_no_secret_and_no_host_file(tmp_path: Path, secre
     shell = tools.call(found, "python", {"code": f"import os\nos.execv('/bin/sh', ['sh', '-c', 'touch {victim}.sh'])"})
     assert shell.error  # /bin/sh starts (exec is allowed) but sees no host folder and cannot fork
     assert list(tmp_path.iterdir()) == []
-    assert _descendants() == set()
+    assert _descendants() - running == set()
 
 
 def test_python_tool_output_is_capped():
