@@ -211,12 +211,30 @@ def test_init_and_train_never_write_over_the_users_files(tmp_path: Path):
     proc = rlctl("init", str(proj))
     assert proc.returncode == 2 and "data/rl.jsonl already exists" in " ".join(proc.stderr.split())
     assert sorted(os.listdir(proj)) == ["data"] and (proj / "data" / "rl.jsonl").read_text() == "mine\n"
-    assert rlctl("init", str(proj), "--force").returncode == 0 and (proj / "rlctl.yaml").is_file()
+    proc = rlctl("init", str(proj), "--force")  # --force replaces only what rlctl init wrote
+    assert proc.returncode == 2 and "data/rl.jsonl in" in " ".join(proc.stderr.split()) and "yours" in proc.stderr
+    assert sorted(os.listdir(proj)) == ["data"] and (proj / "data" / "rl.jsonl").read_text() == "mine\n"
     run_dir = _folder(tmp_path / "run", {"notes.txt": "mine"})
     proc = rlctl("train", "--preset", "tiny-demo", "--run-dir", str(run_dir))
     assert proc.returncode == 2 and "notes.txt" in proc.stderr, proc.stderr
     assert os.listdir(run_dir) == ["notes.txt"]
 
+
+
+def test_init_force_replaces_its_own_files_and_never_an_edited_one(tmp_path: Path):
+    proj = tmp_path / "proj"
+    assert rlctl("init", str(proj), "--preset", "tiny-demo").returncode == 0
+    (proj / "notes.txt").write_text("mine")
+    assert rlctl("init", str(proj), "--preset", "tiny-agent-demo").returncode == 2  # without --force: nothing
+    proc = rlctl("init", str(proj), "--preset", "tiny-agent-demo", "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert "tiny-agent-demo" in (proj / "rlctl.yaml").read_text() and (proj / "notes.txt").read_text() == "mine"
+    edited = (proj / "rlctl.yaml").read_text() + "# my change\n"
+    (proj / "rlctl.yaml").write_text(edited)
+    proc = rlctl("init", str(proj), "--force")
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "error: rlctl.yaml in" in text and "changed since" in text, text
+    assert (proj / "rlctl.yaml").read_text() == edited
 
 def test_init_refuses_a_file_where_its_folder_goes_and_a_folder_where_its_file_goes(tmp_path: Path):
     proj = _folder(tmp_path / "proj", {"data": "mine"})

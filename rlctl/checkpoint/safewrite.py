@@ -14,6 +14,7 @@ import fcntl
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,9 +25,19 @@ from rlctl.errors import UserError
 MANIFEST = "rlctl_files.json"  # {"kind": ..., "files": {relative path: {size, xxh3}}} of what rlctl wrote
 
 
-def _listed(names: list[str], n: int = 5) -> str:
+def listed(names: list[str], n: int = 5) -> str:
     shown = ", ".join(names[:n])
     return shown + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def _holder(fd: int) -> str:
+    """The pid in a lock file another process holds: it writes it just after taking the lock, so a file still
+    empty is read again for up to a second."""
+    for _ in range(50):
+        if text := os.pread(fd, 32, 0).decode(errors="replace").strip():
+            return text
+        time.sleep(0.02)
+    return "unknown"
 
 
 def _take(path: Path, target: Path, what: str) -> int:
@@ -36,7 +47,7 @@ def _take(path: Path, target: Path, what: str) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = _holder(fd)
             os.close(fd)
             raise UserError(
                 f"{target} is being written by another rlctl {what} (pid {holder}); wait for it to finish, or write "
@@ -103,16 +114,39 @@ def unwritable(target: Path) -> Iterator[None]:
         ) from None
 
 
-def recorded(folder: Path) -> tuple[str | None, set[str]]:
-    """(kind, files) of the manifest an earlier rlctl write left in `folder`; (None, empty) without a readable one."""
+def _manifest(folder: Path) -> tuple[str | None, dict[str, dict]]:
+    """(kind, {file: entry}) of the manifest an earlier rlctl write left in `folder`; (None, {}) without one."""
     path = folder / MANIFEST
     if not path.is_file():
-        return None, set()
+        return None, {}
     try:
         data = strictjson.loads(path.read_text(encoding="utf-8"))
-        return str(data["kind"]), set(data["files"])
+        return str(data["kind"]), dict(data["files"])
     except (OSError, ValueError, KeyError, TypeError):
-        return None, set()
+        return None, {}
+
+
+def recorded(folder: Path) -> tuple[str | None, set[str]]:
+    """(kind, files) of the manifest an earlier rlctl write left in `folder`; (None, empty) without a readable one."""
+    kind, files = _manifest(folder)
+    return kind, set(files)
+
+
+def not_as_written(folder: Path, rels: list[str], kind: str) -> list[str]:
+    """The files of `rels` in `folder` that are not as an earlier rlctl write of `kind` left them: never recorded
+    (the user's), or changed since (the user's now)."""
+    old_kind, files = _manifest(folder)
+    entries = files if old_kind == kind else {}
+    return [rel for rel in rels if (folder / rel).exists() and entries.get(rel) != integrity.file_entry(folder / rel)]
+
+
+def record(folder: Path, kind: str, rels: list[str]) -> None:
+    """Record the files `rels` of `folder` (a folder the user shares, e.g. a project) as written by rlctl, with
+    those an earlier write of `kind` recorded that are still as it left them."""
+    earlier = [rel for rel in recorded(folder)[1] if rel not in rels and (folder / rel).is_file()]
+    kept = set(earlier) - set(not_as_written(folder, earlier, kind))
+    files = {rel: integrity.file_entry(folder / rel) for rel in sorted({*rels, *kept})}
+    write_file(folder / MANIFEST, strictjson.dumps({"kind": kind, "files": files}, indent=2) + "\n")
 
 
 def _files(folder: Path) -> list[str]:
@@ -146,7 +180,7 @@ def check_target(target: Path, kind: str, force: bool, option: str = "--force") 
     strangers, _ = foreign(target, kind)
     if strangers:
         raise UserError(
-            f"{target} already holds files rlctl did not write as its {kind} ({_listed(strangers)}); nothing was "
+            f"{target} already holds files rlctl did not write as its {kind} ({listed(strangers)}); nothing was "
             f"changed. Pick an empty or new folder, or add {option} to write there anyway (only files rlctl wrote "
             "are replaced; yours are kept)."
         )
@@ -173,7 +207,7 @@ def _publish(staged: Path, target: Path, kind: str, force: bool) -> Path:
     clash += [rel for rel in sorted(new) if (target / rel).is_dir() or _file_on_the_way(target, rel)]
     if clash:
         raise UserError(
-            f"{target} holds files or folders of yours that the {kind} would have to replace ({_listed(clash)}); "
+            f"{target} holds files or folders of yours that the {kind} would have to replace ({listed(clash)}); "
             "nothing was changed. Move them away or pick another folder."
         )
     folders = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_dir()}

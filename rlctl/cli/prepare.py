@@ -76,12 +76,16 @@ def init(
     preset: Annotated[
         str, typer.Option("--preset", "-p", metavar="NAME", help="Recipe the project starts from.")
     ] = "tiny-demo",
-    force: Annotated[bool, typer.Option("--force", help="Overwrite files of the scaffold that already exist.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the files an earlier rlctl init wrote (unless you changed them).")
+    ] = False,
 ) -> None:
     """Scaffold a project that plans and trains as it is: an rlctl.yaml on the recipe with its datasets wired in
     (the recipe's generated task, or samples in the format each stage reads: replace them with yours) and a
-    reward plugin template. Files already in DIRECTORY are never overwritten without --force."""
+    reward plugin template. Files already in DIRECTORY are never overwritten; --force replaces those an earlier
+    rlctl init wrote, as it wrote them (recorded in rlctl_files.json)."""
     from rlctl import config as config_mod
+    from rlctl.checkpoint import safewrite
     from rlctl.config import presets
     from rlctl.resources import data_dir
 
@@ -93,6 +97,36 @@ def init(
     target = directory / "rlctl.yaml"
     cfg = config_mod.validate(presets.load(preset), source=f"preset {preset}")
     ours = [Path("rlctl.yaml"), *(Path("data") / f"{k}.jsonl" for k in data_keys(cfg))]
+    _check_folder(directory, ours, force)
+    template = data_dir("templates") / "project"
+    safewrite.check_writable(target)
+    plugin_ours = not safewrite.not_as_written(directory, ["rewards.py"], "project")
+    directory.mkdir(parents=True, exist_ok=True)
+    files = project_data(cfg, directory / "data")
+    text = (template / "rlctl.yaml").read_text()
+    target.write_text(text.replace("{preset}", preset).replace("{data}", data_block(cfg, files, directory)))
+    if not (directory / "rewards.py").exists():
+        shutil.copy(template / "rewards.py", directory / "rewards.py")
+    written = [f.as_posix() for f in ours] + (["rewards.py"] if plugin_ours else [])
+    safewrite.record(directory, "project", written)
+    console.print(f"[green]Created[/] {escape(str(directory))}/ from recipe [bold]{preset}[/]:", soft_wrap=True)
+    for key, path in files.items():
+        console.print(f"  {path.relative_to(directory).as_posix()}  (data.{key})", soft_wrap=True)
+    console.print("  rewards.py  (reward plugin template)\n  rlctl.yaml")
+    if not cfg.data.generate:
+        console.print("Sample data: replace the files above with yours (same formats; see the comments in rlctl.yaml).")
+    if cfg.hardware.spec != "cpu":
+        console.print(f"rlctl plan sizes the run for the recipe's {cfg.hardware.spec}; --hardware SPEC for yours.")
+    cd = "" if directory.resolve() == Path.cwd().resolve() else f"cd {shlex.quote(str(directory))} && "
+    console.print(f"Next: [bold]{escape(cd)}rlctl plan && rlctl train[/]", soft_wrap=True)
+
+
+def _check_folder(directory: Path, ours: list[Path], force: bool) -> None:
+    """Refuse (UserError; nothing written) a project folder where the scaffold would replace anything of the user's:
+    a file or folder in its way, an existing file without --force, and with it any file an earlier rlctl init did
+    not write or that was changed since."""
+    from rlctl.checkpoint import safewrite
+
     taken = [f.as_posix() for f in ours if (directory / f).exists()]
     blocking = [
         f for f in (Path("data"), *ours) if (directory / f).exists() and (f.suffix == "") != (directory / f).is_dir()
@@ -105,31 +139,22 @@ def init(
             "pick another project folder."
         )
     if taken and not force:
-        shown = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
         raise UserError(
-            f"{shown} already exists in {directory}; nothing was written (rlctl never overwrites your files). Pick "
-            "an empty folder, or add --force to overwrite them with the scaffold's."
+            f"{safewrite.listed(taken)} already exists in {directory}; nothing was written (rlctl never overwrites "
+            "your files). Pick an empty folder, or add --force to replace what an earlier rlctl init wrote there."
         )
-    template = data_dir("templates") / "project"
-    from rlctl.checkpoint import safewrite
-
-    safewrite.check_writable(target)
-    directory.mkdir(parents=True, exist_ok=True)
-    files = project_data(cfg, directory / "data")
-    text = (template / "rlctl.yaml").read_text()
-    target.write_text(text.replace("{preset}", preset).replace("{data}", data_block(cfg, files, directory)))
-    if not (directory / "rewards.py").exists():
-        shutil.copy(template / "rewards.py", directory / "rewards.py")
-    console.print(f"[green]Created[/] {escape(str(directory))}/ from recipe [bold]{preset}[/]:", soft_wrap=True)
-    for key, path in files.items():
-        console.print(f"  {path.relative_to(directory).as_posix()}  (data.{key})", soft_wrap=True)
-    console.print("  rewards.py  (reward plugin template)\n  rlctl.yaml")
-    if not cfg.data.generate:
-        console.print("Sample data: replace the files above with yours (same formats; see the comments in rlctl.yaml).")
-    if cfg.hardware.spec != "cpu":
-        console.print(f"rlctl plan sizes the run for the recipe's {cfg.hardware.spec}; --hardware SPEC for yours.")
-    cd = "" if directory.resolve() == Path.cwd().resolve() else f"cd {shlex.quote(str(directory))} && "
-    console.print(f"Next: [bold]{escape(cd)}rlctl plan && rlctl train[/]", soft_wrap=True)
+    if (directory / safewrite.MANIFEST).exists() and safewrite.recorded(directory)[0] != "project":
+        raise UserError(
+            f"{directory} holds an {safewrite.MANIFEST} that is not rlctl init's (an export or report folder?); "
+            "nothing was written. Pick another project folder."
+        )
+    theirs = safewrite.not_as_written(directory, taken, "project")
+    if theirs:
+        raise UserError(
+            f"{safewrite.listed(theirs)} in {directory} {'is' if len(theirs) == 1 else 'are'} yours (not written by "
+            "rlctl init, or changed since); nothing was written. --force replaces only the files rlctl init wrote "
+            "and you left as they were: move yours away, or pick another project folder."
+        )
 
 
 def _recipe_names() -> list[str]:
