@@ -49,6 +49,10 @@ ALIASES: tuple[Alias, ...] = (
         "the longest prompt in tokens (rlctl drops longer prompts, see data.over_length, rather than cutting "
         "them)",
     ),
+    Alias(
+        ("rl",), "max_staleness", "rl.async_rollout.max_staleness", True,
+        "how many policy versions a batch may lag (TRL's AsyncGRPO name)",
+    ),
     Alias(("rl",), "num_iterations", "rl.ppo_epochs", True, "passes over each rollout batch (GRPO's mu)"),
     Alias(("rl",), "epsilon", "rl.clip_low", True, "the ratio's lower clip, 1 - epsilon"),
     Alias(("rl",), "epsilon_high", "rl.clip_high", True, "the ratio's upper clip, 1 + epsilon_high"),

@@ -97,6 +97,28 @@ def _yaml(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
+class AsyncRollout(Section):
+    """rl.async_rollout: generation overlapped with training (one-step-off and bounded staleness)."""
+
+    enabled: bool = Field(
+        False,
+        description="Generate the next batches in a separate generator process (its own devices, or its own CPU "
+        "threads) while the trainer updates on the current one; weights are pushed to it after every update. "
+        "Runs in rlctl's loop for every algorithm; the plan shows the split (docs/algorithms.md, async RL).",
+    )
+    max_staleness: int = Field(
+        1,
+        ge=1,
+        description="Most policy versions a batch may lag the trainer (K; TRL's max_staleness, NeMo-RL's N-step "
+        "off-policy): the generator works up to K batches ahead.",
+    )
+    stale: Literal["regenerate", "drop"] = Field(
+        "regenerate",
+        description="A batch older than max_staleness (dynamic sampling can drain the pipeline): sampled again with "
+        "the current weights (regenerate: no prompt is lost) or dropped and counted (drop).",
+    )
+
+
 class RLConfig(TrainConfig):
     """The RL stage. `algorithm` picks the code path; the keys below it are the algorithm's knobs, which every
     algorithm preset sets in full (see presets/algorithms/ and docs/algorithms.md). `max_steps` counts rollout
@@ -222,9 +244,12 @@ class RLConfig(TrainConfig):
         description="vLLM only: the largest mean |log-prob difference| between the trainer and vLLM on the tokens "
         "vLLM just sampled before the run stops as a broken weight sync (checked every step); 0 = no check.",
     )
+    async_rollout: AsyncRollout = Field(
+        default_factory=AsyncRollout, description="Asynchronous RL: generation overlapped with training."
+    )
     rollout_correction: Literal["token_truncate", "sequence_mask", "off"] = Field(
         "token_truncate",
-        description="vLLM only: importance weights for the rollout-training mismatch: token_truncate (TIS, "
+        description="vLLM or async_rollout: importance weights for the rollout-training mismatch: token_truncate (TIS, "
         "min(ratio, cap) per token, verl), sequence_mask (drop sequences whose ratio leaves [1/cap, cap], TRL), off.",
     )
     rollout_correction_cap: float = Field(
@@ -277,9 +302,10 @@ class RLConfig(TrainConfig):
 
     @property
     def path(self) -> str | None:
-        """The code path of `algorithm`: trl-grpo, trl-rloo or rlctl (None for an offline algorithm)."""
+        """The code path of `algorithm`: trl-grpo, trl-rloo or rlctl (None for an offline algorithm); async
+        rollouts always run in rlctl's loop."""
         path = RL_ALGORITHM_PATHS.get(self.algorithm)
-        return "rlctl" if path and self.trainer == "rlctl" else path
+        return "rlctl" if path and (self.trainer == "rlctl" or self.async_rollout.enabled) else path
 
     def check(self, stages: list[str]) -> None:
         """Rules of the RL stage that span several keys; a ValueError naming the rule and the nearest valid setting."""

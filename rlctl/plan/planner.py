@@ -17,8 +17,8 @@ from rlctl import config as config_mod
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
+from rlctl.plan import async_split, epochs, gguf, memory, packages
 from rlctl.plan import engine as engine_mod
-from rlctl.plan import epochs, gguf, memory, packages
 from rlctl.plan import hardware as hw
 
 
@@ -63,6 +63,7 @@ class Plan:
     model: dict[str, Any] = field(default_factory=dict)  # params, arch, arch_source (where the numbers came from)
     generation: dict[str, Any] | None = None  # transformers generation: rollouts per process, per generate call
     model_import: gguf.GgufImport | None = None  # a GGUF file converted to a folder before launch
+    async_split: async_split.AsyncSplit | None = None  # rl.async_rollout: the generator process beside the trainers
 
     @property
     def command(self) -> str:
@@ -75,6 +76,7 @@ class Plan:
             "layout": self.layout,
             "model": self.model,
             "model_import": asdict(self.model_import) if self.model_import else None,
+            "async_split": self.async_split.to_dict() if self.async_split else None,
             "num_processes": self.num_processes,
             "strategy": self.strategy,
             "mixed_precision": self.mixed_precision,
@@ -312,6 +314,7 @@ def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None)
     cfg, arch_source = model_arch.resolve(cfg, warnings)
     precision = precision_for(cfg, hardware, warnings)
     engine = generation_engine(cfg, hardware, warnings)
+    async_on = cfg.rl.async_rollout.enabled
     batches: dict[str, tuple[int, int, int]] = {}  # stage -> (global batch, micro, accumulation)
     for name in cfg.stages:
         sc = getattr(cfg, name)
@@ -426,6 +429,7 @@ def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None)
         model=model_facts(cfg, arch_source),
         generation=generation,
         model_import=model_import,
+        async_split=async_split.split(hardware, procs, engine) if "rl" in cfg.stages and async_on else None,
     )
 
 
