@@ -110,12 +110,7 @@ class AsyncRollout(Section):
         1,
         ge=1,
         description="Most policy versions a batch may lag the trainer (K; TRL's max_staleness, NeMo-RL's N-step "
-        "off-policy): the generator works up to K batches ahead.",
-    )
-    stale: Literal["regenerate", "drop"] = Field(
-        "regenerate",
-        description="A batch older than max_staleness (dynamic sampling can drain the pipeline): sampled again with "
-        "the current weights (regenerate: no prompt is lost) or dropped and counted (drop).",
+        "off-policy): the generator works at most K rounds ahead, so no sample is ever older (none is dropped).",
     )
 
 

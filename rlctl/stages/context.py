@@ -130,6 +130,18 @@ class StageContext:
             "anyway, resume with --set rl.use_vllm=false."
         )
 
+    def push_stopped(self, step: int, version: int) -> SyncMismatch:
+        """The error that ends an async stage when the generator sampled with weights other than those pushed as
+        `version` (their per-tensor sums differ)."""
+        last = checkpoint.last_complete(self.checkpoints)
+        return SyncMismatch(
+            f"Stage {self.stage.name} stopped at step {step}: the async generator sampled with weights other than "
+            f"the policy version {version} the trainer pushed (their per-tensor sums differ). Likely causes: a "
+            "parameter pushed under the wrong name, or a tied embedding / LM head not refreshed. Nothing of this "
+            f"step was trained; the last good checkpoint is {last or 'none'}. Report it with logs/train.log; to run "
+            "anyway, resume with --set rl.async_rollout.enabled=false."
+        )
+
 
 class Interrupted(Exception):
     """A stop was asked for (SIGINT/SIGTERM); the stage saved a checkpoint at a step boundary."""

@@ -57,7 +57,7 @@ from rlctl.data.tokens import prompt_text
 from rlctl.rollout import generate, multiturn, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
-from rlctl.stages import layout, lengths, loop_checkpoint, memory_probe, models, sharding
+from rlctl.stages import layout, lengths, loop_checkpoint, memory_probe, models, rl_async, sharding
 from rlctl.stages.common import alarm_stop, over_ranks, save_final, signalled, stop_signal
 from rlctl.stages.context import Interrupted, PhaseClock, StageContext, Trained
 from rlctl.stages.rewarding import Scorer
@@ -101,6 +101,7 @@ class Loop:
     agent: multiturn.Agent | None  # multi-turn rollouts with rl.tools, else None (single-turn)
     shards: dict = field(default_factory=dict)  # sharded (model, optimizer) pairs DCP checkpoints, by name
     offloaded: vllm.Offloaded = field(default_factory=vllm.Offloaded)  # the policy's AdamW state between phases
+    pipeline: rl_async.Pipeline | None = None  # rl.async_rollout: rounds sampled by the generator process
 
     @property
     def rl(self):
@@ -208,29 +209,44 @@ def run(ctx: StageContext) -> None:
     save_final(ctx, train(ctx))
 
 
+def train_step(loop: Loop, step: int, first: bool) -> None:
+    """One step: rollout, prepare, advantages, update (then the async push), log, and a checkpoint when due."""
+    ctx = loop.ctx
+    loop.clock.start()
+    rollout_ = rollout(loop, step)
+    prepared = prepare(loop, rollout_.samples, step)
+    train = advantages(loop, rollout_.samples, prepared, step)
+    stats = update(loop, train, step)
+    if loop.pipeline is not None:
+        loop.pipeline.push(loop, step)
+        loop.clock.lap("push")
+    if first:  # the first step of this process: does it run what the plan chose?
+        engine = "vllm" if isinstance(loop.generator, vllm.ColocatedVLLM) else "transformers"
+        beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic)
+        layout.check(ctx, loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
+    log_step(loop, step, rollout_, prepared, train, stats)
+    signum = stop_signal(ctx)
+    if step % loop.rl.save_every == 0 or step == loop.rl.max_steps or signum:
+        cursor = loop.pipeline.resume_cursor(loop) if loop.pipeline else loop.stream.cursor
+        state = {"step": step, "cursor": cursor, "kl_coef": loop.kl_ctl.value, "world": loop.acc.num_processes}
+        loop_checkpoint.save(ctx, loop.acc, step, state, loop.policy, loop.tok, loop.shards)
+    if signum:
+        raise Interrupted(signum)
+
+
 def train(ctx: StageContext) -> Trained:
     """Every step from the last complete checkpoint on; what it trained, and why it ended early if it did (an
     alarm, a signal between the last step and the save). A NaN or a broken weight sync raises at its step."""
     loop = setup(ctx)
     start = restore(loop)
-    for step in range(start + 1, loop.rl.max_steps + 1):
-        loop.clock.start()
-        rollout_ = rollout(loop)
-        prepared = prepare(loop, rollout_.samples, step)
-        train = advantages(loop, rollout_.samples, prepared, step)
-        stats = update(loop, train, step)
-        if step == start + 1:  # the first step of this process: does it run what the plan chose?
-            engine = "vllm" if isinstance(loop.generator, vllm.ColocatedVLLM) else "transformers"
-            beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic)
-            layout.check(ctx, loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
-        log_step(loop, step, rollout_, prepared, train, stats)
-        signum = stop_signal(ctx)
-        if step % loop.rl.save_every == 0 or step == loop.rl.max_steps or signum:
-            state = {"step": step, "cursor": loop.stream.cursor, "kl_coef": loop.kl_ctl.value}
-            state["world"] = loop.acc.num_processes
-            loop_checkpoint.save(ctx, loop.acc, step, state, loop.policy, loop.tok, loop.shards)
-        if signum:
-            raise Interrupted(signum)
+    if loop.rl.async_rollout.enabled:
+        loop.pipeline = rl_async.Pipeline(loop, start)
+    try:
+        for step in range(start + 1, loop.rl.max_steps + 1):
+            train_step(loop, step, first=step == start + 1)
+    finally:
+        if loop.pipeline is not None:
+            loop.pipeline.close()
     layout.finish(ctx, loop.offloaded.switches)
     trained = max(0, loop.rl.max_steps - start)
     ctx.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
@@ -247,28 +263,20 @@ class Rollout:
     shortfall: int  # groups short of prompts_per_step after the last round
 
 
-def rollout(loop: Loop) -> Rollout:
-    """A full batch of scored groups, identical on every process: each process generates and scores its share of
-    each round, then all shares are gathered."""
+def rollout(loop: Loop, step: int) -> Rollout:
+    """A full batch of scored groups, identical on every process: each process generates (or, async, receives)
+    and scores its share of each round, then all shares are gathered."""
     from accelerate.utils import gather_object
 
-    rl, clock, generator = loop.rl, loop.clock, loop.generator
-    generator.sync(loop.acc.unwrap_model(loop.policy).eval())
-    clock.lap("sync")
+    rl, clock = loop.rl, loop.clock
+    if loop.pipeline is None:
+        loop.generator.sync(loop.acc.unwrap_model(loop.policy).eval())
+        clock.lap("sync")
     kept, spare, generated, rounds = [], [], [], 0
     max_rounds = rl.dynamic_sampling_rounds if rl.dynamic_sampling else 1
     while len(kept) < rl.prompts_per_step and rounds < max_rounds:
         rounds += 1
-        prompts = [(g, row, loop.prompt_ids(row)) for g, row in loop.stream.take(rl.prompts_per_step)]
-        round_samples = [Sample(g, row, list(ids)) for g, row, ids in prompts for _ in range(rl.group_size)]
-        mine = round_samples[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
-        if loop.agent is not None:
-            multiturn.rollout(loop.agent, generator, mine)
-        else:
-            for s, ids in zip(mine, generator.generate([s.prompt_ids for s in mine]), strict=True):
-                s.completion_ids, s.truncated = ids, loop.tok.eos_token_id not in ids
-            for s, lps in zip(mine, generator.logprobs or [], strict=False):
-                s.rollout_logprobs = lps
+        mine = loop.pipeline.next_round(loop, step) if loop.pipeline else sample_round(loop)
         clock.lap("generate")
         loop.scorer(mine)
         round_samples = gather_object(mine)
@@ -281,6 +289,21 @@ def rollout(loop: Loop) -> Rollout:
             (kept if varied[i] else spare).append(round_samples[i : i + rl.group_size])
     samples = [s for group in (kept + spare)[: rl.prompts_per_step] for s in group]
     return Rollout(samples, generated, rounds, max(0, rl.prompts_per_step - len(kept)))
+
+
+def sample_round(loop: Loop) -> list[Sample]:
+    """This process's share of a round of prompts_per_step prompts x group_size completions, sampled here."""
+    prompts = [(g, row, loop.prompt_ids(row)) for g, row in loop.stream.take(loop.rl.prompts_per_step)]
+    samples = [Sample(g, row, list(ids)) for g, row, ids in prompts for _ in range(loop.rl.group_size)]
+    mine = samples[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
+    if loop.agent is not None:
+        multiturn.rollout(loop.agent, loop.generator, mine)
+        return mine
+    for s, ids in zip(mine, loop.generator.generate([s.prompt_ids for s in mine]), strict=True):
+        s.completion_ids, s.truncated = ids, loop.tok.eos_token_id not in ids
+    for s, lps in zip(mine, loop.generator.logprobs or [], strict=False):
+        s.rollout_logprobs = lps
+    return mine
 
 
 # ----------------------------------------------------------------------------------------------- 2. prepare
@@ -316,7 +339,8 @@ def prepare(loop: Loop, samples: list[Sample], step: int) -> Prepared:
     rollout_logp = rollout_logprobs(mine, old_logp)
     is_weights, mismatch = None, {}
     if rollout_logp is not None:
-        mismatch = sync_check(loop.ctx, acc, old_logp, rollout_logp, batch.loss_mask, step)
+        if loop.pipeline is None:  # async: each push is checked by its weights' fingerprint instead
+            mismatch = sync_check(loop.ctx, acc, old_logp, rollout_logp, batch.loss_mask, step)
         weights, corr = correction_weights(
             old_logp, rollout_logp, batch.loss_mask, rl.rollout_correction, rl.rollout_correction_cap
         )
@@ -480,6 +504,8 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
         record.update(generation_rounds=r.rounds, groups_short=r.shortfall)
     if loop.agent is not None:
         record.update(multiturn.metrics(r.generated))
+    if loop.pipeline is not None:
+        record.update(loop.pipeline.metrics())
     finite = {k: v for k, v in record.items() if math.isfinite(v)}
     ctx.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
     memory_probe.flush(ctx, step)
