@@ -220,7 +220,6 @@ def test_init_and_train_never_write_over_the_users_files(tmp_path: Path):
     assert os.listdir(run_dir) == ["notes.txt"]
 
 
-
 def test_init_force_replaces_its_own_files_and_never_an_edited_one(tmp_path: Path):
     proj = tmp_path / "proj"
     assert rlctl("init", str(proj), "--preset", "tiny-demo").returncode == 0
@@ -235,6 +234,7 @@ def test_init_force_replaces_its_own_files_and_never_an_edited_one(tmp_path: Pat
     text = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "error: rlctl.yaml in" in text and "changed since" in text, text
     assert (proj / "rlctl.yaml").read_text() == edited
+
 
 def test_init_refuses_a_file_where_its_folder_goes_and_a_folder_where_its_file_goes(tmp_path: Path):
     proj = _folder(tmp_path / "proj", {"data": "mine"})

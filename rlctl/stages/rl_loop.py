@@ -497,6 +497,7 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
     groups = torch.tensor([s.group for s in r.samples])
     record["frac_reward_zero_std"] = 1.0 - groups_with_variance(scores, groups).float().mean().item()  # alarms
     record["truncated_ratio"] = sum(s.truncated for s in r.samples) / len(r.samples)
+    record["prompt_index"] = min(s.group for s in r.generated)  # the step's first prompt in the stream (resume)
     record.update(p.mismatch)
     if p.ref_logp is not None:
         record.update(kl=train.kl, beta=loop.kl_ctl.value)
