@@ -138,6 +138,7 @@ def split(cfg: RunConfig, hardware: hw.Hardware, procs: int, engine: str, batche
     engines = nodes * gen // tp
     per_engine = math.ceil(rollouts / engines)
     kind = f"{engines} vLLM engine(s) of {tp} GPU(s)" if engine == "vllm" else f"{engines} transformers generator(s)"
+    kind += f" over {nodes} nodes" if nodes > 1 else ""
     why = (
         f"{gpus} GPUs per node: {gen} for the generator ({kind}, {per_engine} rollouts each per step), "
         f"{trainers} for the trainer processes ({how})" + (f"; {idle} GPU(s) idle" if idle else "")
@@ -161,7 +162,7 @@ def split(cfg: RunConfig, hardware: hw.Hardware, procs: int, engine: str, batche
     return out if arch is None else _sized(out, arch, hardware, prompt)
 
 
-_RULE = "a quarter of the node or more, at most half, whole engines, leaving a trainer count that divides the batch"
+_RULE = "from a quarter of the node up to half, whole engines, the first count leaving trainers that divide the batch"
 
 
 def _sized(out: AsyncSplit, arch: Arch, hardware: hw.Hardware, prompt: int) -> AsyncSplit:
