@@ -11,15 +11,18 @@ from __future__ import annotations
 import shlex
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlctl import config as config_mod
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
-from rlctl.plan import async_split, epochs, gguf, memory, packages
 from rlctl.plan import engine as engine_mod
+from rlctl.plan import epochs, gguf, memory, packages
 from rlctl.plan import hardware as hw
+
+if TYPE_CHECKING:
+    from rlctl.plan.async_split import AsyncSplit
 
 
 @dataclass
@@ -63,7 +66,7 @@ class Plan:
     model: dict[str, Any] = field(default_factory=dict)  # params, arch, arch_source (where the numbers came from)
     generation: dict[str, Any] | None = None  # transformers generation: rollouts per process, per generate call
     model_import: gguf.GgufImport | None = None  # a GGUF file converted to a folder before launch
-    async_split: async_split.AsyncSplit | None = None  # rl.async_rollout: the generator process beside the trainers
+    async_split: AsyncSplit | None = None  # rl.async_rollout: the generator process beside the trainers
 
     @property
     def command(self) -> str:
@@ -326,6 +329,8 @@ def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None)
     global_batches = {name: _global_batch(cfg, name) for name in cfg.stages}
     split = None
     if "rl" in cfg.stages and cfg.rl.async_rollout.enabled:
+        from rlctl.plan import async_split  # loaded for async runs only: `rlctl plan` stays fast
+
         split = async_split.split(cfg, hardware, procs, engine, list(global_batches.values()))
         procs = split.trainer_gpus or procs  # on GPUs the trainer processes run on the trainer GPUs only
     world = procs * hardware.nodes
@@ -455,7 +460,7 @@ def _decide_memory(
     procs: int,
     engine: str,
     precision: str,
-    split: async_split.AsyncSplit | None,
+    split: AsyncSplit | None,
 ) -> memory.MemoryPlan | None:
     """memory.decide for the trainer processes: an async run's on its trainer GPUs with no engine beside them, its
     refusal saying that only the trainer side was planned there."""
@@ -476,11 +481,11 @@ def _global_batch(cfg: RunConfig, stage: str) -> int:
 
 
 def _async_sides(
-    split: async_split.AsyncSplit,
+    split: AsyncSplit,
     memory_json: dict[str, Any],
     vllm: dict[str, Any] | None,
     generation: dict[str, Any] | None,
-) -> tuple[async_split.AsyncSplit, dict[str, Any] | None, dict[str, Any] | None]:
+) -> tuple[AsyncSplit, dict[str, Any] | None, dict[str, Any] | None]:
     """An async run's split with the trainer side's planned peak, and the plan's vllm / generation sections: on
     GPUs those of the generator's engines (the trainer GPUs hold none), on CPU as planned."""
     if not split.on_gpus:
