@@ -156,3 +156,9 @@ def test_async_plan_is_torch_free():
     proc = subprocess.run([sys.executable, "-c", _ASYNC_PLAN], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "False"]
+
+
+def test_other_stages_are_told_they_train_on_the_trainer_gpus():
+    p = build("tiny-demo", "8xH100-80GB")
+    assert p.async_split is not None and p.num_processes == p.async_split.trainer_gpus
+    assert any(w.startswith("rl.async_rollout: sft, rm train on the trainer GPUs (0-3)") for w in p.warnings)

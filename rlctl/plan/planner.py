@@ -333,6 +333,13 @@ def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None)
 
         split = async_split.split(cfg, hardware, procs, engine, list(global_batches.values()))
         procs = split.trainer_gpus or procs  # on GPUs the trainer processes run on the trainer GPUs only
+        others = [name for name in cfg.stages if name != "rl"]
+        if split.on_gpus and others:
+            warnings.append(
+                f"rl.async_rollout: {', '.join(others)} train on the trainer GPUs "
+                f"({async_split.ids(split.trainer_gpu_ids)}) too, one launch runs every stage; run them without "
+                "async (or as a run of their own) to use every GPU"
+            )
     world = procs * hardware.nodes
     batches: dict[str, tuple[int, int, int]] = {}  # stage -> (global batch, micro, accumulation)
     for name, batch in global_batches.items():
