@@ -15,6 +15,7 @@ from rlctl.errors import UserError
 
 if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
     from rich.console import Console
+    from rich.table import Table
 
     from rlctl.cli.cockpit import UI
     from rlctl.config import RunConfig
@@ -189,9 +190,61 @@ def _print_plan(console: Console, plan: Plan) -> None:
                 f"({plan.memory.get('peak_phase')}) of "
                 f"{plan.memory.get('budget_gib'):g} GiB budget; per stage micro batch x accumulation above",
             )
+    if plan.async_split is not None:
+        tables.show(console, _async_table(plan))
     console.print(f"[bold]Launch[/] {escape(plan.command)}", soft_wrap=True)  # one line: it must paste as is
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def _async_table(plan: Plan) -> Table:
+    """rl.async_rollout: the generator's and the trainers' devices, what runs there and each side's memory."""
+    from rich import box
+    from rich.table import Table
+
+    s, hw = plan.async_split, plan.hardware
+    assert s is not None
+    nodes = f", on each of {hw.nodes} nodes" if hw.nodes > 1 else ""
+    table = Table(
+        title=f"Async RL split (rl.async_rollout{nodes})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for col in ("side", "devices", "runs"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("memory per " + ("process" if hw.is_cpu else "GPU"))
+    peak = plan.memory.get("peak_gib")
+    trainer_mem = f"peak {peak:.1f} of {plan.memory['budget_gib']:.1f} GiB" if peak is not None else "not estimated"
+    procs = f"{plan.num_processes} process(es)"
+    if not s.on_gpus:
+        gen_threads, threads = f"{s.generator_threads} CPU thread(s)", f"{s.trainer_threads} CPU thread(s) each"
+        table.add_row("generator", gen_threads, f"1 {s.generator_engine} process", "host RAM")
+        table.add_row("trainer", threads, procs, trainer_mem)
+        return table
+    if s.generator_gib_per_gpu is None:
+        gen_mem = "not estimated"
+    elif s.generator_engine == "vllm":
+        gen_mem = f"{s.generator_gib_per_gpu:.1f} GiB reserved (KV cache {s.generator_kv_cache_gib:.1f})"
+    else:
+        gen_mem = f"peak {s.generator_gib_per_gpu:.1f} of {s.budget_gib_per_gpu:.1f} GiB"
+    engines = s.engines // hw.nodes
+    runs = f"{engines} vLLM engine(s), TP {s.tensor_parallel_size}" if s.generator_engine == "vllm" else ""
+    runs = runs or f"{engines} transformers generator(s)"
+    table.add_row("generator", _gpus(s.generator_gpu_ids), runs, gen_mem)
+    table.add_row("trainer", _gpus(s.trainer_gpu_ids), f"{procs}, {plan.strategy}", trainer_mem)
+    if s.idle_gpus:
+        first = s.trainer_gpus + s.generator_gpus
+        table.add_row("idle", _gpus(tuple(range(first, first + s.idle_gpus))), "nothing", "")
+    return table
+
+
+def _gpus(gpu_ids: tuple[int, ...]) -> str:
+    from rlctl.plan.async_split import ids
+
+    return f"GPU{'s' if len(gpu_ids) > 1 else ''} {ids(gpu_ids)}"
 
 
 @app.command()

@@ -19,7 +19,7 @@ from rlctl.errors import UserError
 from rlctl.plan.memory_advice import nearest, refusal, safer
 from rlctl.plan.memory_arch import Arch
 from rlctl.plan.memory_explain import explain, render
-from rlctl.plan.memory_model import Attempt, Env, Generation, GiB, Setup, gib
+from rlctl.plan.memory_model import SEPARATE, Attempt, Env, Generation, GiB, Setup, gib
 from rlctl.plan.memory_search import environment, explicit_settings, search
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from rlctl.plan.hardware import Hardware
 
 # the API rlctl.plan, the display and the out-of-memory report use
-__all__ = ["GiB", "MemoryPlan", "decide", "disk_need", "gib", "render", "safer"]
+__all__ = ["SEPARATE", "GiB", "MemoryPlan", "decide", "disk_need", "gib", "render", "safer"]
 
 
 # --- The result ---------------------------------------------------------------------------------------------------

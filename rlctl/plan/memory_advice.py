@@ -139,7 +139,7 @@ def safer(plan: Any, stage: str) -> list[str]:
         options.append(("model.gradient_checkpointing", True))
     if plan.adapter in ("full", "lora"):
         options.append(("model.adapter", {"full": "lora", "lora": "qlora"}[plan.adapter]))
-    args = (plan.hardware, plan.num_processes, plan.generation_engine, plan.mixed_precision)
+    args = (plan.hardware, plan.num_processes, plan.memory_engine, plan.mixed_precision)
 
     def peaks(a: Attempt | None) -> dict[str, float]:
         return {p.label: p.peak for p in a.phases if p.stage == stage} if a else {}

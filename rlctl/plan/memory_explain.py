@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlctl.plan.memory_arch import Arch
-from rlctl.plan.memory_model import Setup, frozen_copy, gib_str, master_weights, model_state
+from rlctl.plan.memory_model import SEPARATE, Setup, frozen_copy, gib_str, master_weights, model_state
 from rlctl.plan.memory_search import micro_options, stage_fit
 
 if TYPE_CHECKING:
@@ -110,6 +110,8 @@ def explain(cfg: RunConfig, plan: Any, hardware: Hardware) -> list[dict[str, str
             )
         elif not s.cpu_offload:
             why = "the optimizer states fit on the GPU next to generation"
+            if env.engine == SEPARATE:
+                why = "the optimizer states fit on the trainer GPUs (the generator has GPUs of its own)"
             add("optimizer offload", "none", why, cfg.hardware.optimizer_offload is False)
         gen = rl_fit.generation
         if gen is not None and gen.engine == "vllm":

@@ -1,13 +1,17 @@
 """The generation phase of the RL stage in the memory model: colocated vLLM (its reservation, tensor parallelism,
-KV cache) or transformers `generate` in chunks of rollouts (pure arithmetic, no torch)."""
+KV cache) or transformers `generate` in chunks of rollouts; and an async run's generator on GPUs of its own
+(`dedicated`). Pure arithmetic, no torch."""
 
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from typing import TYPE_CHECKING
 
 from rlctl.plan.memory_model import (
+    CUDA_CONTEXT_GIB,
     SAMPLING_LOGIT_BYTES,
+    VLLM_DEDICATED_UTIL,
     VLLM_MIN_CONCURRENT,
     VLLM_RUNTIME_GIB,
     Env,
@@ -118,3 +122,37 @@ def transformers_generation(
     comps = nonzero(comps, env)
     phase = Phase(wl.stage, "generation", comps, env.budget)
     return Generation("transformers", wl.per_proc, concurrent=n, fits=phase.fits), phase
+
+
+class EngineSize(namedtuple("EngineSize", "per_gpu components concurrent fits")):
+    """An async run's generator engine, per GPU: per_gpu (bytes it reserves or peaks at), components (bytes by
+    name), concurrent (sequences it holds at once), fits."""
+
+    __slots__ = ()
+
+
+def dedicated(
+    arch: Arch, engine: str, total: float, budget: float, rollouts: int, prompt: int, seq: int, tp: int
+) -> EngineSize:
+    """An async run's generator engine on GPUs the trainer does not use, serving `rollouts` per step. It always
+    holds bf16 weights (the trainer pushes them whole).
+
+    vLLM (`tp` GPUs per engine) reserves VLLM_DEDICATED_UTIL x total: its CUDA context, its share of the weights and
+    its runtime; the KV cache takes the rest. transformers (one GPU): the weights, then the KV cache, prefill and
+    sampling logits of as many of the engine's `rollouts` at once as fit the budget. Either fits when it holds
+    min(rollouts, VLLM_MIN_CONCURRENT) sequences at once."""
+    context, weights = CUDA_CONTEXT_GIB * GiB, arch.params() * 2.0 / tp
+    kv_seq = seq * arch.kv_bytes_per_token(2.0) / tp
+    if engine == "vllm":
+        runtime = VLLM_RUNTIME_GIB * GiB + rollouts * arch.vocab * 4.0
+        reserved = VLLM_DEDICATED_UTIL * total
+        kv = max(reserved - context - weights - runtime, 0.0)
+        comps = {"CUDA context + framework": context, "vLLM weights": weights, "vLLM runtime": runtime}
+        comps["vLLM KV cache"] = kv
+        held = min(int(kv // kv_seq), rollouts)
+        return EngineSize(reserved, comps, held, held >= min(rollouts, VLLM_MIN_CONCURRENT))
+    per_seq = kv_seq + prompt * (3 * arch.intermediate + 2 * arch.hidden) * 2.0 + arch.vocab * SAMPLING_LOGIT_BYTES
+    held = min(max(int((budget - context - weights) // per_seq), 0), rollouts)
+    comps = {"CUDA context + framework": context, "policy weights (bf16)": weights}
+    comps["KV cache, prefill, sampling"] = held * per_seq
+    return EngineSize(sum(comps.values()), comps, held, held >= min(rollouts, VLLM_MIN_CONCURRENT))

@@ -12,7 +12,8 @@ The model, per GPU and per phase (generation and training for RL; training for S
   without gradient checkpointing, and the LM-head logits;
 * reference model, reward model, critic;
 * generation: vLLM colocated in sleep mode (its reservation `gpu_memory_utilization x total`: weights, runtime,
-  KV cache) or transformers `generate` (KV cache, prefill activations, sampling logits);
+  KV cache) or transformers `generate` (KV cache, prefill activations, sampling logits); none on an async RL
+  run's trainer GPUs (engine `separate`: the generator's own GPUs are sized in `rlctl.plan.async_split`);
 * a fixed CUDA context / framework overhead.
 
 The architecture counts live in `rlctl.plan.memory_arch`, the generation phase in `rlctl.plan.memory_generation`;
@@ -39,6 +40,8 @@ HOST_PROCESS_GIB = 2.0  # host RAM per training process (Python, torch, tokenize
 VLLM_RUNTIME_GIB = 1.0  # vLLM's profiled activations (max_num_batched_tokens=4096) + CUDA graphs
 VLLM_SLEEP_RESIDUE_GIB = 1.0  # what a sleeping vLLM (level 2) keeps on the GPU: graphs, non-tagged buffers
 VLLM_MIN_CONCURRENT = 16  # fewest rollouts vLLM must hold at once (or all of them, when fewer)
+VLLM_DEDICATED_UTIL = 0.90  # gpu_memory_utilization of a vLLM engine on GPUs of its own (vLLM's default; async RL)
+SEPARATE = "separate"  # Env.engine of an async trainer: the generator runs on other GPUs, none generates here
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit NF4 + 8-bit absmax per 64 + fp32 per 256 blocks (double quant)
 MAX_MICRO = 64  # largest micro-batch the planner considers
 TOKENS_PER_MICRO = 4096  # checkpointing stays off when a micro-batch of this many tokens fits without it
@@ -71,7 +74,7 @@ class Env(
 
     procs: processes per node; total: bytes of one device as the framework sees it; budget: bytes the plan may
     use per device; host_budget: host RAM per node the plan may use; precision: "bf16" or "no" (float32);
-    engine: "vllm", "transformers" or "none"."""
+    engine: "vllm", "transformers", "none" or "separate" (async RL: generation runs on other GPUs)."""
 
     __slots__ = ()
 

@@ -14,6 +14,7 @@ from rlctl.plan.memory_model import (
     HOST_PROCESS_GIB,
     HOST_RESERVE,
     MAX_MICRO,
+    SEPARATE,
     TOKENS_PER_MICRO,
     Attempt,
     Env,
@@ -36,14 +37,16 @@ if TYPE_CHECKING:
 
 
 def stage_fit(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> StageFit:
-    """Every phase of one stage at one micro-batch."""
+    """Every phase of one stage at one micro-batch (an async trainer's RL stage: training only, the generator has
+    GPUs of its own)."""
     phases = training_phases(arch, env, setup, wl, micro)
-    gen = None
-    if wl.stage == "rl" and env.engine == "vllm":
+    if wl.stage != "rl" or env.engine == SEPARATE:
+        return StageFit(wl, micro, phases)
+    if env.engine == "vllm":
         resident = generation_resident(arch, env, setup, wl)
         gen, vcomps = vllm_generation(arch, env, setup, wl, resident)
         phases.insert(0, Phase(wl.stage, "generation", {**resident, **vcomps}, env.budget))
-    elif wl.stage == "rl":  # the largest chunk of rollouts whose generation fits (on CPU: all at once)
+    else:  # the largest chunk of rollouts whose generation fits (on CPU: all at once)
         chunks = [wl.per_proc] if env.is_cpu else generation_chunks(wl, micro, env.world)
         for chunk in chunks:
             gen, phase = transformers_generation(arch, env, setup, wl, chunk)

@@ -11,15 +11,18 @@ from __future__ import annotations
 import shlex
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlctl import config as config_mod
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
-from rlctl.plan import async_split, epochs, gguf, memory, packages
 from rlctl.plan import engine as engine_mod
+from rlctl.plan import epochs, gguf, memory, packages
 from rlctl.plan import hardware as hw
+
+if TYPE_CHECKING:
+    from rlctl.plan.async_split import AsyncSplit
 
 
 @dataclass
@@ -63,11 +66,17 @@ class Plan:
     model: dict[str, Any] = field(default_factory=dict)  # params, arch, arch_source (where the numbers came from)
     generation: dict[str, Any] | None = None  # transformers generation: rollouts per process, per generate call
     model_import: gguf.GgufImport | None = None  # a GGUF file converted to a folder before launch
-    async_split: async_split.AsyncSplit | None = None  # rl.async_rollout: the generator process beside the trainers
+    async_split: AsyncSplit | None = None  # rl.async_rollout: the generator process beside the trainers
 
     @property
     def command(self) -> str:
         return shlex.join(self.launch)
+
+    @property
+    def memory_engine(self) -> str:
+        """The engine the memory model plans beside the trainer processes: `separate` when an async run's generator
+        has GPUs of its own, else the generation engine."""
+        return memory.SEPARATE if self.async_split is not None and self.async_split.on_gpus else self.generation_engine
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -179,9 +188,11 @@ def _accelerate_config(
     cpu_offload: bool = False,
     node_rank: int = 0,
     main: tuple[str | None, int] = (None, 29500),
+    gpu_ids: tuple[int, ...] | None = None,
 ) -> dict[str, Any]:
     """accelerate's config: `num_processes` counts every process of every node; a multi-node run adds this
-    node's rank and the rank-0 node's address (torch.distributed static rendezvous)."""
+    node's rank and the rank-0 node's address (torch.distributed static rendezvous); `gpu_ids` (async RL) the
+    GPUs of each node the processes run on (accelerate sets CUDA_VISIBLE_DEVICES to them)."""
     cfg: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "NO" if procs * hardware.nodes == 1 else "MULTI_GPU",
@@ -189,6 +200,8 @@ def _accelerate_config(
         "machine_rank": node_rank,
         "num_processes": procs * hardware.nodes,
     }
+    if gpu_ids is not None:
+        cfg["gpu_ids"] = ",".join(map(str, gpu_ids))
     if hardware.nodes > 1:
         cfg["main_process_ip"], cfg["main_process_port"] = main
     cfg |= {
@@ -306,7 +319,6 @@ def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None)
     data's longest RL prompt, counted by the pre-flight (else what the run directory recorded, else unknown)."""
     hardware = _nodes(cfg, hw.resolve(cfg.hardware.spec))
     procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
-    world = procs * hardware.nodes
     warnings = missing_data(cfg)
     lengths = epochs.resolve(cfg)
     trainer = loop_for_sharding(cfg, hardware)
@@ -314,14 +326,26 @@ def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None)
     cfg, arch_source = model_arch.resolve(cfg, warnings)
     precision = precision_for(cfg, hardware, warnings)
     engine = generation_engine(cfg, hardware, warnings)
-    async_on = cfg.rl.async_rollout.enabled
+    global_batches = {name: _global_batch(cfg, name) for name in cfg.stages}
+    split = None
+    if "rl" in cfg.stages and cfg.rl.async_rollout.enabled:
+        from rlctl.plan import async_split  # loaded for async runs only: `rlctl plan` stays fast
+
+        split = async_split.split(cfg, hardware, procs, engine, list(global_batches.values()))
+        procs = split.trainer_gpus or procs  # on GPUs the trainer processes run on the trainer GPUs only
+        others = [name for name in cfg.stages if name != "rl"]
+        if split.on_gpus and others:
+            warnings.append(
+                f"rl.async_rollout: {', '.join(others)} train on the trainer GPUs "
+                f"({async_split.ids(split.trainer_gpu_ids)}) too, one launch runs every stage; run them without "
+                "async (or as a run of their own) to use every GPU"
+            )
+    world = procs * hardware.nodes
     batches: dict[str, tuple[int, int, int]] = {}  # stage -> (global batch, micro, accumulation)
-    for name in cfg.stages:
-        sc = getattr(cfg, name)
-        batch = cfg.rl.prompts_per_step * cfg.rl.group_size if name == "rl" else sc.batch_size
-        batches[name] = (batch, *_batching(name, batch, sc.micro_batch_size, world))
+    for name, batch in global_batches.items():
+        batches[name] = (batch, *_batching(name, batch, getattr(cfg, name).micro_batch_size, world))
     mem_cfg = as_long_as_the_data(cfg, prompt_tokens_of(run_dir, prompt_tokens), trainer)
-    mem = memory.decide(mem_cfg, hardware, procs, engine, precision)
+    mem = _decide_memory(mem_cfg, hardware, procs, engine, precision, split)
     if mem is None:  # no architecture numbers: the defaults, unchecked
         strategy = cfg.hardware.strategy
         if strategy == "auto":
@@ -374,6 +398,9 @@ def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None)
                 "where the run directory lives (lower checkpoint.keep_last or free disk)"
             )
         memory_json = mem.to_json()
+    if split is not None:
+        split, vllm, generation = _async_sides(split, memory_json, vllm, generation)
+        decisions.append(split.decision())
     decisions += lengths + trainer + (embeddings if adapter in ("lora", "qlora") else [])
     per_stage = stage_strategies(cfg, hardware, strategy, decisions, warnings)
     here = hardware.is_cpu or hw.has_local_gpu()
@@ -396,7 +423,8 @@ def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None)
         )
         stages.append(stage_plan)
     main = (cfg.hardware.main_address, cfg.hardware.main_port)
-    accel = _accelerate_config(hardware, procs, strategy, precision, cpu_offload, cfg.hardware.node_rank, main)
+    gpu_ids = split.trainer_gpu_ids if split is not None and split.on_gpus else None
+    accel = _accelerate_config(hardware, procs, strategy, precision, cpu_offload, cfg.hardware.node_rank, main, gpu_ids)
     launch = launch_command(run_dir, hardware, cfg)
     if hardware.nodes > 1 and not cfg.hardware.main_address:
         warnings.append(
@@ -429,8 +457,49 @@ def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None)
         model=model_facts(cfg, arch_source),
         generation=generation,
         model_import=model_import,
-        async_split=async_split.split(hardware, procs, engine) if "rl" in cfg.stages and async_on else None,
+        async_split=split,
     )
+
+
+def _decide_memory(
+    cfg: RunConfig,
+    hardware: hw.Hardware,
+    procs: int,
+    engine: str,
+    precision: str,
+    split: AsyncSplit | None,
+) -> memory.MemoryPlan | None:
+    """memory.decide for the trainer processes: an async run's on its trainer GPUs with no engine beside them, its
+    refusal saying that only the trainer side was planned there."""
+    if split is None or not split.on_gpus:
+        return memory.decide(cfg, hardware, procs, engine, precision)
+    try:
+        return memory.decide(cfg, hardware, procs, memory.SEPARATE, precision)
+    except UserError as e:
+        raise UserError(
+            f"rl.async_rollout: the trainer side ({procs} of {hardware.gpus_per_node} GPUs per node; the generator has "
+            f"the other {hardware.gpus_per_node - procs}) does not fit. {e}"
+        ) from None
+
+
+def _global_batch(cfg: RunConfig, stage: str) -> int:
+    """Sequences per optimizer step of `stage` over all processes (RL: prompts x completions per prompt)."""
+    return cfg.rl.prompts_per_step * cfg.rl.group_size if stage == "rl" else getattr(cfg, stage).batch_size
+
+
+def _async_sides(
+    split: AsyncSplit,
+    memory_json: dict[str, Any],
+    vllm: dict[str, Any] | None,
+    generation: dict[str, Any] | None,
+) -> tuple[AsyncSplit, dict[str, Any] | None, dict[str, Any] | None]:
+    """An async run's split with the trainer side's planned peak, and the plan's vllm / generation sections: on
+    GPUs those of the generator's engines (the trainer GPUs hold none), on CPU as planned."""
+    if not split.on_gpus:
+        return split, vllm, generation
+    split = replace(split, trainer_gib_per_gpu=memory_json.get("peak_gib"))
+    settings = split.engine_settings()
+    return (split, settings, None) if split.generator_engine == "vllm" else (split, None, settings)
 
 
 def embeddings_for_adapters(cfg: RunConfig) -> list[dict[str, str]]:
