@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import queue
 import signal
 import time
@@ -38,7 +39,8 @@ class GeneratorSetup:
     model_config: Any  # the policy's transformers config
     tokenizer: Any
     rl: Any  # the run's rl section: sampling settings and tools
-    device: str  # cpu, or the generator's own cuda:N
+    device: str  # cpu, or cuda:0 of `visible_gpus`
+    visible_gpus: str | None  # the generator's own GPUs (CUDA_VISIBLE_DEVICES, physical ids), None on CPU
     threads: int  # torch CPU threads
     seed: int
     batch_size: int  # rollouts per generate call
@@ -140,6 +142,8 @@ def _die_with_parent() -> None:
 def serve(setup: GeneratorSetup, buffers: dict, lock: Any, version: Any, requests: Any, replies: Any) -> None:
     """The generator process: sample every round it is sent until it gets None."""
     _die_with_parent()
+    if setup.visible_gpus is not None:  # the trainer's processes see only their GPUs; this one only its own
+        os.environ["CUDA_VISIBLE_DEVICES"] = setup.visible_gpus
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the whole group: the trainer decides
     try:
         _serve(setup, buffers, lock, version, requests, replies)

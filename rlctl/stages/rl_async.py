@@ -44,9 +44,10 @@ class Pipeline:
         weights = sharding.full_weights(loop.acc.unwrap_model(loop.policy))
         if loop.acc.is_main_process:
             base = sharding.base_of(loop.acc.unwrap_model(loop.policy))
-            setup = GeneratorSetup(
-                base.config, loop.tok, rl, "cpu", split.generator_threads, loop.ctx.cfg.seed, loop.micro * 8
-            )
+            gpus = str(split.generator_gpu_ids[0]) if split.generator_gpu_ids else None  # transformers: one GPU
+            device = "cuda:0" if gpus else "cpu"
+            threads, seed = split.generator_threads, loop.ctx.cfg.seed
+            setup = GeneratorSetup(base.config, loop.tok, rl, device, gpus, threads, seed, loop.micro * 8)
             self.engine = AsyncEngine(setup, weights, version)
         elif sharding.owns(loop.ctx):  # a sharded policy gathers on every process
             for _ in weights:
