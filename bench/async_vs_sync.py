@@ -11,6 +11,7 @@ Usage: python bench/async_vs_sync.py [--set KEY=VALUE ...]
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -37,7 +38,7 @@ def _run(tmp: Path, name: str, sets: list[str], threads: int) -> dict:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [r for r in records if r.get("stage") == "rl" and "loss" in r]
     rl_start = next(r["time"] for r in records if r.get("stage") == "rl" and r.get("event") == "start")
-    gaps = [b["time"] - a["time"] for a, b in zip(steps, steps[1:], strict=False)]
+    gaps = [b["time"] - a["time"] for a, b in itertools.pairwise(steps)]
     summary = json.loads((run / "summary.json").read_text())["stages"]
     return {
         "wall_s": time.time() - start,

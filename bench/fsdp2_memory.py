@@ -22,7 +22,6 @@ from pathlib import Path
 
 from _common import RLCTL, report
 
-
 # glibc hands tensors over 1 MiB back to the OS when they are freed (no dynamic threshold, no kept heap top), so the
 # resident set follows the live training state, not the high-water mark of model loading before sharding
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(2**20), "MALLOC_TRIM_THRESHOLD_": str(2**20)}
