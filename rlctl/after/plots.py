@@ -38,6 +38,8 @@ LABELS = {
     "sync_logp_diff_mean": "weight sync: mean |log-prob diff| trainer vs vLLM",
     "sync_logp_diff_max": "weight sync: max |log-prob diff| trainer vs vLLM",
     "is_ratio_mean": "rollout correction: mean IS ratio",
+    "staleness_mean": "async: policy versions behind (mean)",
+    "staleness_max": "async: policy versions behind (max)",
     "eval_accuracy": "held-out accuracy (at checkpoints)",
     "eval_reward": "held-out reward (at checkpoints)",
     "eval_margin": "held-out reward margin (at checkpoints)",

@@ -9,7 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-MAIN_KEYS = ("loss", "reward", "kl", "sync_logp_diff_mean")  # the last: vLLM's weight-sync check, when it runs
+# when a step logs them: vLLM's weight-sync check, async RL's staleness and the rollout correction's mean IS ratio
+MAIN_KEYS = ("loss", "reward", "kl", "sync_logp_diff_mean", "staleness_mean", "is_ratio_mean")
 
 
 def duration(seconds: float) -> str:

@@ -70,7 +70,7 @@ class Pipeline:
     def next_round(self, loop: Loop, step: int) -> list[Sample]:
         """This process's share of the oldest round in flight, once sampled (its staleness recorded); a broken
         push stops the stage."""
-        from torch.distributed import broadcast_object_list
+        from accelerate.utils import broadcast_object_list
 
         self.fill(loop)
         key, _ = self.inflight.popleft()
