@@ -105,7 +105,7 @@ def for_plan(
     """The plan's generation engine for `policy` (the unwrapped model the loop syncs before each rollout). A
     sharded policy comes with `weights` (its gathered weights, one at a time: the vLLM push) and generates in step
     on every process; `stop_ids` end a completion besides EOS (a multi-turn rollout's end-of-turn token)."""
-    if plan.generation_engine == "vllm":
+    if plan.generation_engine == "vllm" and plan.async_split is None:  # async: the generator process samples
         from rlctl.rollout.vllm import ColocatedVLLM
 
         return ColocatedVLLM(plan, policy, accelerator, tokenizer, weights, stop_ids)

@@ -222,6 +222,7 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
         loop.clock.lap("push")
     if first:  # the first step of this process: does it run what the plan chose?
         engine = "vllm" if isinstance(loop.generator, vllm.ColocatedVLLM) else "transformers"
+        engine = None if loop.pipeline else engine  # async: the generator process samples, not this engine
         beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic)
         layout.check(ctx, loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
     log_step(loop, step, rollout_, prepared, train, stats)
