@@ -581,6 +581,34 @@ def test_plan_json_is_torch_free():
     assert torch_loaded == "False" and vllm_loaded == "False"
 
 
+def test_plan_counts_a_generated_task_and_plans_the_lengths_it_has_torch_free(tmp_path: Path):
+    # tiny-demo generates its data (data.generate): `rlctl plan` generates it into a scratch folder as `rlctl train`
+    # does, counts it with the builtin tokenizer trained as the launch trains it, and plans those lengths
+    script = (
+        "import sys, io, contextlib, json\n"
+        f"sys.argv = ['rlctl', 'plan', '--preset', 'tiny-demo', '--json', '--run-dir', {str(tmp_path / 'run')!r}]\n"
+        "from rlctl.cli import main\n"
+        "out = io.StringIO()\n"
+        "try:\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        main()\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "print(json.dumps({'plan': json.loads(out.getvalue()), 'torch': 'torch' in sys.modules}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    p, counted = result["plan"], result["plan"]["preflight"]["lengths"]
+    assert result["torch"] is False and not (tmp_path / "run").exists()
+    assert p["data"]["sft"]["source"] == "generated (arithmetic, data.generate)"
+    said = {d["setting"]: d["value"] for d in p["decisions"]}
+    for stage in ("sft", "rm"):  # shorter than their 16-token limits
+        assert counted[stage]["longest"] < counted[stage]["limit"] == 16
+        assert said[f"{stage} tokens per sequence (memory)"] == str(counted[stage]["longest"])
+    assert said["RL prompt tokens (memory)"] == str(counted["rl"]["longest"])
+
+
 def test_plan_json_carries_the_memory_section():
     proc = subprocess.run(
         [RLCTL, "plan", "--preset", "qwen7b-grpo", "--hardware", "8xH100-80GB", "--json", "--run-dir", "/tmp/x"],

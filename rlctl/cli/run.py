@@ -273,10 +273,10 @@ def plan(
 
     run_dir = run_dir or _default_run_dir(cfg, preset)
     the_plan = plan_mod.build(cfg, run_dir)
-    report = preflight.run(cfg, run_dir, bf16=the_plan.mixed_precision == "bf16")
-    longest = report.lengths.get("rl", {}).get("longest")
-    if longest and not report.errors:  # memory planned for the prompts the data has
-        the_plan = plan_mod.build(cfg, run_dir, prompt_tokens=longest)
+    report = _preflight_for_plan(cfg, run_dir, the_plan.mixed_precision == "bf16")
+    lengths = preflight.longest(report)
+    if lengths and not report.errors:  # memory planned for the lengths the data has, as `rlctl train` plans it
+        the_plan = plan_mod.build(cfg, run_dir, lengths=lengths)
     if as_json:
         out = the_plan.to_json()
         out["data"], out["preflight"] = report.data, report.to_json()
@@ -285,6 +285,27 @@ def plan(
         _print_plan(console, the_plan)
         preflight.show(console, report)
     preflight.require(report)
+
+
+def _preflight_for_plan(cfg: RunConfig, run_dir: Path, bf16: bool) -> preflight.Report:
+    """The pre-flight `rlctl plan` shows: on the config's datasets, sampled; a generated task (data.generate) is
+    generated into a scratch folder first, as `rlctl train` does, so its lengths are counted and planned alike."""
+    from rlctl.launch import preflight
+
+    if not cfg.data.generate:
+        return preflight.run(cfg, run_dir, bf16=bf16)
+    import tempfile
+
+    from rlctl.data import tasks
+    from rlctl.plan import planner as plan_mod
+
+    with tempfile.TemporaryDirectory(prefix="rlctl-plan-data-") as scratch:
+        tasks.GENERATORS[cfg.data.generate](Path(scratch) / "data", cfg.seed)
+        report = preflight.run(cfg, run_dir, paths=plan_mod.data_paths(cfg, scratch), bf16=bf16)
+    source = f"generated ({cfg.data.generate}, data.generate)"  # not the scratch file, gone now
+    for entry in report.data.values():
+        entry["source"] = source
+    return report
 
 
 def _refuse_foreign(run_dir: Path) -> None:

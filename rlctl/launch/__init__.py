@@ -102,15 +102,15 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
             tasks.GENERATORS[cfg.data.generate](Path(scratch) / "data", cfg.seed)
             paths = plan_mod.data_paths(cfg, scratch)
         report = check_inputs(cfg, run_dir, paths, the_plan.mixed_precision == "bf16")
-        longest = report.lengths.get("rl", {}).get("longest")
-        if longest:  # the memory model plans the prompts the data has (recorded: every rank and resume plans the same)
-            the_plan = plan_mod.build(cfg, run_dir, prompt_tokens=longest)
+        lengths = preflight.longest(report)
+        if lengths:  # the memory model plans the lengths the data has (recorded: every rank and resume plans the same)
+            the_plan = plan_mod.build(cfg, run_dir, lengths=lengths)
         packages.require(the_plan)  # after the inputs: a data problem is named whether or not the extras are here
         run_dir.mkdir(parents=True, exist_ok=True)
         if paths:
             shutil.move(Path(scratch) / "data", run_dir / "data")
-    if longest:
-        (run_dir / plan_mod.PROMPT_LENGTHS).write_text(json.dumps({"rl_longest_prompt": longest}))
+    if lengths:
+        (run_dir / plan_mod.DATA_LENGTHS).write_text(json.dumps(plan_mod.lengths_record(lengths)))
     if imported is not None:  # what the import fixed, kept with the run
         (run_dir / "model_import.json").write_text(json.dumps(imported, indent=2))
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))

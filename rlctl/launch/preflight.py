@@ -421,6 +421,12 @@ def run(
     return report
 
 
+def longest(report: Report) -> dict[str, int]:
+    """The lengths the memory model plans, {stage: tokens} (rlctl.plan.planner.LENGTH_KEYS): each training stage's
+    longest kept row as counted (RL: its longest prompt); a stage whose rows were not counted is left out."""
+    return {stage: n["longest"] for stage, n in report.lengths.items() if stage != "eval" and n.get("longest")}
+
+
 def require(report: Report) -> None:
     """Raise the report's problems as one UserError (exit 2)."""
     if report.errors:

@@ -8,6 +8,7 @@ May import: base, config, sandbox, data.
 """
 
 from rlctl.plan.planner import (
+    DATA_LENGTHS,
     PROMPT_LENGTHS,
     Plan,
     StagePlan,
@@ -22,6 +23,7 @@ from rlctl.plan.planner import (
 )
 
 __all__ = [
+    "DATA_LENGTHS",
     "PROMPT_LENGTHS",
     "Plan",
     "StagePlan",

@@ -285,42 +285,96 @@ def layout(hardware: hw.Hardware, procs: int, cfg: RunConfig) -> dict[str, Any]:
     }
 
 
-PROMPT_LENGTHS = "data_lengths.json"  # in the run directory: the data's longest RL prompt, as the plan used it
+DATA_LENGTHS = "data_lengths.json"  # in the run directory: the data's counted lengths, as the plan used them
+PROMPT_LENGTHS = DATA_LENGTHS  # its first name, from when it held the longest RL prompt alone
+# data_lengths.json's key for each stage's count: RL its longest prompt; the offline stages their longest row as the
+# trainer sees it (SFT: the whole sequence after the chat template, with EOS; rm, dpo: the prompt and the longer
+# reply; kto: the prompt and its completion), of the rows kept (at most the stage's length limit)
+LENGTH_KEYS = {
+    "rl": "rl_longest_prompt",
+    "sft": "sft_longest_row",
+    "rm": "rm_longest_row",
+    "dpo": "dpo_longest_row",
+    "kto": "kto_longest_row",
+}
+OFFLINE_STAGES = ("sft", "rm", "dpo", "kto")
 
 
-def prompt_tokens_of(run_dir: str | Path, given: int | None) -> int | None:
-    """The longest RL prompt in tokens the memory model plans: `given` (the pre-flight counted it), else what the
-    run directory recorded when it was prepared (so every rank and every resume plans the same), else None."""
+def lengths_record(lengths: dict[str, int]) -> dict[str, int]:
+    """What data_lengths.json holds for the pre-flight's counts ({stage: longest})."""
+    return {LENGTH_KEYS[stage]: n for stage, n in lengths.items() if stage in LENGTH_KEYS and n}
+
+
+def data_lengths_of(run_dir: str | Path, given: dict[str, int] | None) -> dict[str, int]:
+    """The data's counted lengths the memory model plans, {stage: tokens} (see LENGTH_KEYS): `given` (the pre-flight
+    counted them), else what the run directory recorded when it was prepared (so every rank and every resume plans
+    the same), else none."""
     if given is not None:
         return given
     from rlctl import strictjson
 
-    path, works = Path(run_dir) / PROMPT_LENGTHS, "Remove it, and the plan uses data.max_prompt_length instead."
-    longest = strictjson.read(path, works, missing={}).get("rl_longest_prompt")
-    if longest is not None and (isinstance(longest, bool) or not isinstance(longest, int) or longest < 1):
-        raise strictjson.DamagedFile(path, f"rl_longest_prompt is {longest!r}, not a count of tokens", works)
-    return longest
+    path = Path(run_dir) / DATA_LENGTHS
+    works = "Remove it, and the plan uses data.max_prompt_length and each stage's max_length instead."
+    record = strictjson.read(path, works, missing={})
+    out = {}
+    for stage, key in LENGTH_KEYS.items():
+        n = record.get(key)
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise strictjson.DamagedFile(path, f"{key} is {n!r}, not a count of tokens", works)
+        if n is not None:
+            out[stage] = n
+    return out
 
 
-def as_long_as_the_data(cfg: RunConfig, longest: int | None, decisions: list[dict[str, str]]) -> RunConfig:
-    """`cfg` for the memory model: RL prompts as long as the data's longest (TRL and rlctl's loop pad a batch to its
-    longest prompt, not to data.max_prompt_length) when that is known and shorter; multi-turn runs, whose
-    conversations grow past the prompt, keep data.max_prompt_length."""
-    limit = cfg.data.max_prompt_length
-    if longest is None or longest >= limit or "rl" not in cfg.stages or cfg.rl.tools:
-        return cfg
-    why = f"the longest prompt of data.rl (data.max_prompt_length={limit} bounds it); a batch pads to its longest"
-    decisions.append({"setting": "RL prompt tokens (memory)", "value": str(longest), "why": why})
-    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"max_prompt_length": max(longest, 1)})})
+def prompt_tokens_of(run_dir: str | Path, given: int | None) -> int | None:
+    """The longest RL prompt in tokens the memory model plans: `given`, else the run directory's record, else None."""
+    return given if given is not None else data_lengths_of(run_dir, None).get("rl")
 
 
-def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None) -> Plan:
-    """The plan for `cfg` in `run_dir`; a UserError (exit 2) when no plan fits the hardware. `prompt_tokens`: the
-    data's longest RL prompt, counted by the pre-flight (else what the run directory recorded, else unknown)."""
+def sequence_tokens(stage: str, longest: int, limit: int) -> tuple[int, str]:
+    """(tokens per sequence the memory model plans for an offline stage whose longest kept row has `longest` tokens,
+    why). TRL pads each micro-batch to its longest sequence, so no micro-batch is longer than the longest row; KTO's
+    KL pass pairs a prompt with another row's completion, which twice the longest row bounds. Never past `limit`."""
+    key = f"{stage}.max_length={limit} bounds it"
+    if stage == "kto":
+        why = f"twice the longest kto row: TRL's KL pass pairs a prompt with another row's completion ({key})"
+        return min(2 * longest, limit), why
+    row = "row (chat template and EOS included)" if stage == "sft" else "row (prompt + the longer reply)"
+    return min(longest, limit), f"the longest {stage} {row} of the data ({key}); TRL pads a batch to its longest"
+
+
+def as_long_as_the_data(cfg: RunConfig, lengths: dict[str, int], decisions: list[dict[str, str]]) -> RunConfig:
+    """`cfg` for the memory model: sequences as long as the data's where the pre-flight counted them and they are
+    shorter than the limits. RL prompts: the longest (TRL and rlctl's loop pad a batch to its longest prompt, not to
+    data.max_prompt_length); multi-turn runs, whose conversations grow past the prompt, keep data.max_prompt_length.
+    sft, rm, dpo, kto: the longest row (`sequence_tokens`), not `<stage>.max_length`."""
+    update: dict[str, Any] = {}
+    limit, longest = cfg.data.max_prompt_length, lengths.get("rl")
+    if longest is not None and longest < limit and "rl" in cfg.stages and not cfg.rl.tools:
+        why = f"the longest prompt of data.rl (data.max_prompt_length={limit} bounds it); a batch pads to its longest"
+        decisions.append({"setting": "RL prompt tokens (memory)", "value": str(longest), "why": why})
+        update["data"] = cfg.data.model_copy(update={"max_prompt_length": max(longest, 1)})
+    for stage in OFFLINE_STAGES:
+        if stage not in cfg.stages or not lengths.get(stage):
+            continue
+        sc = getattr(cfg, stage)
+        tokens, why = sequence_tokens(stage, lengths[stage], sc.max_length)
+        if tokens < sc.max_length:
+            decisions.append({"setting": f"{stage} tokens per sequence (memory)", "value": str(tokens), "why": why})
+            update[stage] = sc.model_copy(update={"max_length": tokens})
+    return cfg.model_copy(update=update) if update else cfg
+
+
+def build(
+    cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None, lengths: dict[str, int] | None = None
+) -> Plan:
+    """The plan for `cfg` in `run_dir`; a UserError (exit 2) when no plan fits the hardware. `lengths`: the data's
+    counted lengths by stage (see LENGTH_KEYS), `prompt_tokens` its longest RL prompt alone, as the pre-flight
+    counted them (else what the run directory recorded, else unknown: the configured limits)."""
     hardware = _nodes(cfg, hw.resolve(cfg.hardware.spec))
     procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
     warnings = missing_data(cfg)
-    lengths = epochs.resolve(cfg)
+    epoch_decisions = epochs.resolve(cfg)
     trainer = loop_for_sharding(cfg, hardware)
     embeddings = embeddings_for_adapters(cfg)
     cfg, arch_source = model_arch.resolve(cfg, warnings)
@@ -350,7 +404,8 @@ def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None)
     batches: dict[str, tuple[int, int, int]] = {}  # stage -> (global batch, micro, accumulation)
     for name, batch in global_batches.items():
         batches[name] = (batch, *_batching(name, batch, getattr(cfg, name).micro_batch_size, world))
-    mem_cfg = as_long_as_the_data(cfg, prompt_tokens_of(run_dir, prompt_tokens), trainer)
+    given = lengths if prompt_tokens is None else {**(lengths or {}), "rl": prompt_tokens}
+    mem_cfg = as_long_as_the_data(cfg, data_lengths_of(run_dir, given), trainer)
     mem = _decide_memory(mem_cfg, hardware, procs, engine, precision, split)
     if mem is None:  # no architecture numbers: the defaults, unchecked
         strategy = cfg.hardware.strategy
@@ -407,7 +462,7 @@ def build(cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None)
     if split is not None:
         split, vllm, generation = _async_sides(split, memory_json, vllm, generation)
         decisions.append(split.decision())
-    decisions += lengths + trainer + (embeddings if adapter in ("lora", "qlora") else [])
+    decisions += epoch_decisions + trainer + (embeddings if adapter in ("lora", "qlora") else [])
     per_stage = stage_strategies(cfg, hardware, strategy, decisions, warnings)
     here = hardware.is_cpu or hw.has_local_gpu()
     vllm_forced = engine == "vllm" and cfg.rl.use_vllm is True
