@@ -36,7 +36,7 @@ class Pipeline:
         split, rl = loop.ctx.plan.async_split, loop.rl
         self.depth = rl.async_rollout.max_staleness + 1
         self.version = version  # the policy version the trainer holds: the number of steps trained
-        self.inflight: deque[tuple[int, int]] = deque()  # (key, prompts) of each submitted round, oldest first
+        self.inflight: deque[int] = deque()  # the key (first prompt) of each submitted round, oldest first
         self.staleness: list[int] = []  # of the rounds the current step consumed
         self.engine: AsyncEngine | None = None
         if loop.ctx.plan.hardware.is_cpu:
@@ -55,7 +55,7 @@ class Pipeline:
 
     def resume_cursor(self, loop: Loop) -> int:
         """The first prompt not yet trained (that of the oldest round in flight): a checkpoint's resume point."""
-        return self.inflight[0][0] if self.inflight else loop.stream.cursor
+        return self.inflight[0] if self.inflight else loop.stream.cursor
 
     def fill(self, loop: Loop) -> None:
         """Submit rounds until `depth` are in flight (every process takes the same prompts from its stream)."""
@@ -63,7 +63,7 @@ class Pipeline:
             key = loop.stream.cursor
             prompts = [(g, row, loop.prompt_ids(row)) for g, row in loop.stream.take(loop.rl.prompts_per_step)]
             samples = [Sample(g, row, list(ids)) for g, row, ids in prompts for _ in range(loop.rl.group_size)]
-            self.inflight.append((key, len(prompts)))
+            self.inflight.append(key)
             if self.engine is not None:
                 self.engine.submit(Round(key, samples))
 
@@ -73,7 +73,7 @@ class Pipeline:
         from accelerate.utils import broadcast_object_list
 
         self.fill(loop)
-        key, _ = self.inflight.popleft()
+        key = self.inflight.popleft()
         sent: list[tuple[bool, Done] | None] = [None]
         if self.engine is not None:
             done = self.engine.receive()
