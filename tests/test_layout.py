@@ -18,8 +18,8 @@ SFT_ONLY = ("--preset", "tiny-demo", "--stages", "sft", "--set", "sft.max_steps=
 IGNORES_ADAPTER = """
 import sys
 if "rlctl.launch.runner" in " ".join(sys.orig_argv):
-    import rlctl.stages.common as common
-    common.lora_config = lambda ctx, task_type="CAUSAL_LM": None
+    import rlctl.runtime.models as models
+    models.lora_config = lambda ctx, task_type="CAUSAL_LM": None
 """
 
 

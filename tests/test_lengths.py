@@ -11,9 +11,9 @@ import pytest
 from rlctl.config import resolve
 from rlctl.errors import UserError
 from rlctl.plan import planner as plan_mod
+from rlctl.runtime.context import MetricsLog, StageContext
+from rlctl.runtime.rows import length, stage_rows, training_rows
 from rlctl.stages import tiny
-from rlctl.stages.context import MetricsLog, StageContext
-from rlctl.stages.lengths import length, stage_rows, training_rows
 
 
 @pytest.fixture(scope="module")

@@ -449,7 +449,7 @@ def test_transformers_generation_runs_in_chunks_that_fit(monkeypatch):
 def test_trl_generates_in_the_planned_chunks():
     from trl import GRPOConfig
 
-    from rlctl.stages.context import StageContext
+    from rlctl.runtime.context import StageContext
     from rlctl.stages.rl import trl_batching
 
     p = build("qwen7b-grpo", "1xH100-80GB", "rl.use_vllm=false")

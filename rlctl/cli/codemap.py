@@ -19,6 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("data",),
     ("rewards", "plan", "algorithms"),
     ("checkpoint", "rollout"),
+    ("runtime",),
     ("stages",),
     ("launch",),
     ("after",),

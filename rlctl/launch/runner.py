@@ -21,7 +21,8 @@ from rlctl.errors import UserError
 from rlctl.launch import resume_check, trackers
 from rlctl.plan import planner as plan_mod
 from rlctl.rewards.worker import Workers
-from rlctl.stages import alarms, common, context
+from rlctl.runtime import context
+from rlctl.stages import alarms
 
 
 def build_base(cfg: RunConfig, run_dir: Path) -> None:
@@ -41,7 +42,7 @@ def main(run_dir: Path) -> None:
     from rlctl.launch import die_with_parent, node_log
 
     die_with_parent()  # no trainer outlives its launcher
-    stop, workers = common.install_stop_handlers(), Workers()
+    stop, workers = context.install_stop_handlers(), Workers()
     try:
         _main(run_dir, stop, workers)
     except Exception as e:
@@ -114,13 +115,13 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
 
     first = stage_context(the_plan.stages[0])
     if cfg.data.over_length == "refuse" and state.is_main_process:  # every stage's data, before any training
-        from rlctl.stages import lengths, models
+        from rlctl.runtime import models, rows
 
         tok = models.tokenizer(first, first.stage.init_from)
         for stage in the_plan.stages:
             if stage.name not in summary["completed"]:
                 with explained(stage_context(stage)):
-                    lengths.training_rows(stage_context(stage), tok)
+                    rows.training_rows(stage_context(stage), tok)
     state.wait_for_everyone()
     if "base" not in summary["stages"] and "eval" in paths and first.stage.name != "rm" and state.is_main_process:
         with explained(first):

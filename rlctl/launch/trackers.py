@@ -1,6 +1,6 @@
 """The experiment trackers of `logging.report_to`: every metrics.jsonl record, fanned out as it is written.
 
-rlctl writes one record stream (rlctl.stages.context.MetricsLog, main process only) and sends the same scalars
+rlctl writes one record stream (rlctl.runtime.context.MetricsLog, main process only) and sends the same scalars
 to each tracker: every stage's steps (TRL's trainers and rlctl's own RL loop alike), the held-out evaluations,
 memory records and alarms, named as in TensorBoard (`stage/metric`, `stage/eval/metric`, `stage/memory/phase/x`,
 `stage/alarm/name`; rlctl.launch.tbevents.Scalars) at the stage's step. TRL's own callbacks are off

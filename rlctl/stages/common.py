@@ -4,15 +4,15 @@ that stream metrics and mark complete checkpoints, and the final save."""
 from __future__ import annotations
 
 import math
-import os
-import signal
 from typing import Any
 
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
-from rlctl.stages import layout, models, sharding
-from rlctl.stages.context import Interrupted, StageContext, StopFlag, Trained
+from rlctl.runtime import models
+from rlctl.runtime.context import StageContext, Trained, alarm_stop, over_ranks, resume_point, signalled, stop_signal
+from rlctl.runtime.models import lora_config
+from rlctl.stages import layout, sharding
 
 # Trainer log keys worth streaming, renamed to rlctl's metric names.
 _LOG_KEYS = {
@@ -38,48 +38,6 @@ _LOG_KEYS = {
     "sampling/importance_sampling_ratio/min": "is_ratio_min",
     "sampling/importance_sampling_ratio/max": "is_ratio_max",
 }
-
-
-def install_stop_handlers() -> StopFlag:
-    """First SIGINT/SIGTERM: stop at the next step boundary with a checkpoint. A second one: stop at once.
-    Returns the flag the handlers set, for every stage's context."""
-    stop = StopFlag()
-
-    def handler(signum, frame) -> None:
-        if stop.signal:
-            os._exit(128 + signum)
-        stop.signal = signum
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    return stop
-
-
-def over_ranks(value: int, op: str = "sum") -> int:
-    """`value` summed (or its max) over every process; itself when not distributed. All processes call it."""
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return value
-    total = torch.tensor([value], dtype=torch.int64)
-    if dist.get_backend() == "nccl":
-        total = total.cuda()
-    dist.all_reduce(total, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
-    return int(total.item())
-
-
-def alarm_stop(ctx: StageContext) -> bool:
-    """Whether an alarm asked to stop (logging.alarms: stop), agreed by every process (all call it at the same
-    point; alarms are computed on the main process, which writes the metrics)."""
-    watch = ctx.log.watch
-    return bool(over_ranks(int(watch is not None and watch.stop is not None), op="max"))
-
-
-def stop_signal(ctx: StageContext) -> int:
-    """The stop signal any rank received (0 for none), agreed across processes so all stop at the same step."""
-    ctx.stop.signal = over_ranks(ctx.stop.signal, op="max")
-    return ctx.stop.signal
 
 
 class StreamMetrics(TrainerCallback):
@@ -172,20 +130,6 @@ def training_args(ctx: StageContext, config_cls, **extra: Any):
     )
 
 
-def resume_point(ctx: StageContext) -> str | None:
-    """The last complete checkpoint of this stage (partial ones from a crash are removed first; `rlctl resume`
-    has set damaged ones aside, see rlctl.checkpoint.verify)."""
-    if ctx.is_main:
-        checkpoint.drop_partial(ctx.checkpoints)
-    last = checkpoint.last_complete(ctx.checkpoints)
-    return str(last) if last else None
-
-
-def signalled(ctx: StageContext) -> Interrupted | None:
-    """The stop a signal asked for, if one did."""
-    return Interrupted(ctx.stop.signal) if ctx.stop.signal else None
-
-
 def train(ctx: StageContext, trainer, tokenizer) -> Trained:
     """Train a TRL trainer from the stage's last complete checkpoint; what it trained, and why it ended early if
     it did (a non-finite value, a broken weight sync, an alarm, a signal)."""
@@ -254,30 +198,6 @@ def _merged(ctx: StageContext, peft_model):
             trust_remote_code=ctx.cfg.model.trust_remote_code,
         )
         return PeftModel.from_pretrained(base, adapters).merge_and_unload()
-
-
-def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
-    """The PEFT LoRA config when the plan trains adapters, else None."""
-    if ctx.plan.adapter not in ("lora", "qlora"):
-        return None
-    from peft import LoraConfig
-
-    m = ctx.cfg.model
-    # model.train_embeddings: the embeddings train whole beside the adapters, and a causal LM's output head with
-    # them (kept tied to them when the model ties the two)
-    embeddings = (["embed_tokens"] + (["lm_head"] if task_type == "CAUSAL_LM" else [])) if m.train_embeddings else None
-    return LoraConfig(
-        r=m.lora_r,
-        lora_alpha=m.lora_alpha,
-        lora_dropout=m.lora_dropout,
-        target_modules="all-linear",
-        # a value head (the critic's) trains whole: PEFT leaves it out of all-linear for SEQ_CLS only, and a head
-        # with LoRA in it cannot also be one of the task's modules_to_save
-        exclude_modules=["score", "classifier"] if task_type == "TOKEN_CLS" else None,
-        modules_to_save=embeddings,
-        ensure_weight_tying=bool(embeddings),
-        task_type=task_type,
-    )
 
 
 def train_causal_lm(ctx: StageContext, trainer_cls, args, rows: list[dict], tok):

@@ -14,10 +14,11 @@ from rlctl import checkpoint, data, rewards
 from rlctl.errors import DataRowError, RewardError, RowFailure
 from rlctl.rewards import scoring
 from rlctl.rollout import evaluate, multiturn
-from rlctl.stages import memory_probe, models
-from rlctl.stages.context import StageContext
+from rlctl.runtime import models
+from rlctl.runtime.context import StageContext
+from rlctl.runtime.rows import HOLDOUT, preference, preference_split
+from rlctl.stages import memory_probe
 
-HOLDOUT = data.PREFERENCE_HOLDOUT  # the fraction of preference pairs held out to score reward models
 CHECKPOINT_SHARE = 0.1  # held-out rows scored at a checkpoint per sequence the stage trained on since the last one
 CHECKPOINT_MIN_ROWS = 16
 
@@ -29,19 +30,6 @@ def checkpoint_rows(save_every: int, batch_size: int, eval_samples: int) -> int:
     return min(eval_samples, max(CHECKPOINT_MIN_ROWS, math.ceil(CHECKPOINT_SHARE * save_every * batch_size)))
 
 
-def preference_split(ctx: StageContext, role: str = "preference") -> tuple[list[dict], list[dict]]:
-    """(train, held-out) rows of data.preference, read as `role` (preference pairs, or kto rows); the held-out
-    tenth measures the reward model's accuracy."""
-    rows, _ = _preference(ctx, role)
-    return data.holdout(rows, HOLDOUT, ctx.cfg.seed)
-
-
-def _preference(ctx: StageContext, role: str = "preference") -> tuple[list[dict], data.DataInfo]:
-    stage = ctx.stage.name if ctx.stage.name in ("rm", "dpo", "kto") else "rm"
-    columns = data.stage_columns(ctx.cfg, stage)
-    return data.load(ctx.data["preference"], role, columns=columns, encoding=ctx.cfg.data.encoding)
-
-
 def _eval(ctx: StageContext) -> tuple[list[dict], data.DataInfo]:
     cfg = ctx.cfg
     columns = data.stage_columns(cfg, "eval")
@@ -51,7 +39,7 @@ def _eval(ctx: StageContext) -> tuple[list[dict], data.DataInfo]:
 def _row_failed(ctx: StageContext, failure: RowFailure) -> Exception:
     """A held-out row's failure, named by its file and line: a RewardError stays one (its resume advice holds)."""
     if ctx.stage.name == "rm":
-        rows, info = _preference(ctx)
+        rows, info = preference(ctx)
         place = info.row(data.held_out(len(rows), HOLDOUT, ctx.cfg.seed)[failure.index])
     else:
         place = _eval(ctx)[1].row(failure.index)

@@ -22,9 +22,9 @@ from transformers import TrainerCallback
 
 from rlctl import checkpoint
 from rlctl.rollout.vllm import Offloaded
+from rlctl.runtime.context import StageContext, Stopped
+from rlctl.runtime.models import torch_dtype
 from rlctl.stages import memory_probe
-from rlctl.stages.context import StageContext, Stopped
-from rlctl.stages.models import torch_dtype
 
 NO_OP = "no-op on CPU"  # the plan offloads the optimizer between phases, on a machine where it stays put
 

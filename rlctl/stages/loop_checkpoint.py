@@ -8,9 +8,8 @@ import json
 from pathlib import Path
 
 from rlctl import checkpoint
+from rlctl.runtime.context import StageContext, resume_point
 from rlctl.stages import heldout, sharding
-from rlctl.stages.common import resume_point
-from rlctl.stages.context import StageContext
 
 LOOP_STATE = "rlctl_loop.json"
 

@@ -33,7 +33,7 @@ from transformers import TrainerCallback
 from rlctl import checkpoint
 
 if TYPE_CHECKING:
-    from rlctl.stages.context import StageContext
+    from rlctl.runtime.context import StageContext
 
 GiB = float(2**30)
 SAMPLE_SECONDS = 0.05

@@ -12,16 +12,12 @@ from __future__ import annotations
 import dataclasses
 
 from rlctl.rollout import vllm
-from rlctl.stages import layout, lengths, models
-from rlctl.stages.common import (
-    StageContext,
-    StreamMetrics,
-    lora_config,
-    save_final,
-    train,
-    training_args,
-)
-from rlctl.stages.rewarding import overlong_buffer_tokens, reward_sources
+from rlctl.runtime import models
+from rlctl.runtime.models import lora_config
+from rlctl.runtime.rewarding import overlong_buffer_tokens, reward_sources
+from rlctl.runtime.rows import training_rows
+from rlctl.stages import layout
+from rlctl.stages.common import StageContext, StreamMetrics, save_final, train, training_args
 
 # rl.loss_agg -> TRL GRPOTrainer loss_type (policy_loss=cispo uses TRL's "cispo", which normalises like "dapo").
 TRL_LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
@@ -73,7 +69,7 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
     if ctx.plan.generation_engine == "vllm":
         vllm.process_environment(ctx.plan)
     tok = models.tokenizer(ctx, ctx.stage.init_from)
-    rows = lengths.training_rows(ctx, tok)
+    rows = training_rows(ctx, tok)
     reward_errors: dict[str, int] = {}
     funcs, reward_tokenizers, weights = reward_sources(ctx, reward_errors)
     if overlong_buffer_tokens(ctx):

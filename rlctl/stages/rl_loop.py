@@ -57,10 +57,21 @@ from rlctl.data.tokens import prompt_text
 from rlctl.rollout import generate, multiturn, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
-from rlctl.stages import layout, lengths, loop_checkpoint, memory_probe, models, rl_async, sharding
-from rlctl.stages.common import alarm_stop, over_ranks, save_final, signalled, stop_signal
-from rlctl.stages.context import Interrupted, PhaseClock, StageContext, Trained
-from rlctl.stages.rewarding import Scorer
+from rlctl.runtime import models
+from rlctl.runtime.context import (
+    Interrupted,
+    PhaseClock,
+    StageContext,
+    Trained,
+    alarm_stop,
+    over_ranks,
+    signalled,
+    stop_signal,
+)
+from rlctl.runtime.rewarding import Scorer
+from rlctl.runtime.rows import training_rows
+from rlctl.stages import layout, loop_checkpoint, memory_probe, rl_async, sharding
+from rlctl.stages.common import save_final
 from rlctl.stages.rl_models import (
     load_models,
     optimizer_and_schedule,
@@ -115,7 +126,7 @@ class Loop:
         if self.agent is not None:
             return self.agent.prompt_ids(row["prompt"], row)
         text = prompt_text(row["prompt"], self.tok)
-        return self.tok(text, add_special_tokens=False)["input_ids"]  # fits: lengths.training_rows
+        return self.tok(text, add_special_tokens=False)["input_ids"]  # fits: training_rows
 
     def forward_all(self, fn, model, batch: Batch) -> Tensor:
         """`fn(model, micro-batch)` over the whole batch without gradients, concatenated."""
@@ -136,7 +147,7 @@ def setup(ctx: StageContext) -> Loop:
     acc = Accelerator(cpu=ctx.plan.hardware.is_cpu, mixed_precision=ctx.plan.mixed_precision)
     set_seed(cfg.seed)
     tok = models.tokenizer(ctx, ctx.stage.init_from)
-    rows = lengths.training_rows(ctx, tok)
+    rows = training_rows(ctx, tok)
     sharded = sharding.owns(ctx)
     with sharding.full_loading():
         policy, ref, critic = load_models(ctx)

@@ -7,10 +7,9 @@ import torch
 from torch import Tensor
 
 from rlctl.rollout.samples import Batch
-from rlctl.stages import models
-from rlctl.stages.common import lora_config
-from rlctl.stages.context import StageContext
-from rlctl.stages.models import torch_dtype
+from rlctl.runtime import models
+from rlctl.runtime.context import StageContext
+from rlctl.runtime.models import lora_config, torch_dtype
 
 
 def token_logprobs(model, batch: Batch, temperature: float) -> Tensor:

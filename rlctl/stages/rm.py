@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from rlctl.stages import layout, lengths, models
-from rlctl.stages.common import (
-    StageContext,
-    StreamMetrics,
-    lora_config,
-    save_final,
-    train,
-    training_args,
-)
+from rlctl.runtime import models
+from rlctl.runtime.models import lora_config
+from rlctl.runtime.rows import training_rows
+from rlctl.stages import layout
+from rlctl.stages.common import StageContext, StreamMetrics, save_final, train, training_args
 
 
 def run(ctx: StageContext) -> None:
@@ -18,7 +14,7 @@ def run(ctx: StageContext) -> None:
     from trl import RewardConfig, RewardTrainer
 
     tok = models.tokenizer(ctx, ctx.stage.init_from)
-    train_rows = lengths.training_rows(ctx, tok)
+    train_rows = training_rows(ctx, tok)
     args = training_args(ctx, RewardConfig, max_length=ctx.settings.max_length)
     trainer = RewardTrainer(
         model=models.reward_model(ctx, ctx.stage.init_from, tok.pad_token_id),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlctl.stages import lengths, models
+from rlctl.runtime import models
+from rlctl.runtime.rows import training_rows
 from rlctl.stages.common import StageContext, train_causal_lm, training_args
 
 
@@ -31,6 +32,6 @@ def run(ctx: StageContext) -> None:
     from trl import SFTConfig, SFTTrainer
 
     tok = models.tokenizer(ctx, ctx.stage.init_from)
-    kept = assistant_turns(lengths.training_rows(ctx, tok))
+    kept = assistant_turns(training_rows(ctx, tok))
     args = training_args(ctx, SFTConfig, max_length=ctx.settings.max_length, packing=False)
     train_causal_lm(ctx, SFTTrainer, args, kept, tok)

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from rlctl.algorithms.mismatch import logprob_gap
-from rlctl.stages.context import StageContext
+from rlctl.runtime.context import StageContext
 
 
 def sync_check(ctx: StageContext, acc, train: Tensor, rollout: Tensor, mask: Tensor, step: int) -> dict:

@@ -1,9 +1,10 @@
-"""Loading models and tokenizers for the stages, with the plan's dtype and the user's trust setting."""
+"""Loading models and tokenizers for the stages, with the plan's dtype, quantization and LoRA config and the user's
+trust setting."""
 
 from __future__ import annotations
 
 from rlctl.data import tokens
-from rlctl.stages.context import StageContext
+from rlctl.runtime.context import StageContext
 
 
 def tokenizer(ctx: StageContext, path: str):
@@ -80,3 +81,27 @@ def torch_dtype(ctx: StageContext, trainable: bool = True):
     if ctx.plan.mixed_precision != "bf16":
         return torch.float32
     return torch.float32 if trainable and ctx.plan.adapter == "full" else torch.bfloat16
+
+
+def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
+    """The PEFT LoRA config when the plan trains adapters, else None."""
+    if ctx.plan.adapter not in ("lora", "qlora"):
+        return None
+    from peft import LoraConfig
+
+    m = ctx.cfg.model
+    # model.train_embeddings: the embeddings train whole beside the adapters, and a causal LM's output head with
+    # them (kept tied to them when the model ties the two)
+    embeddings = (["embed_tokens"] + (["lm_head"] if task_type == "CAUSAL_LM" else [])) if m.train_embeddings else None
+    return LoraConfig(
+        r=m.lora_r,
+        lora_alpha=m.lora_alpha,
+        lora_dropout=m.lora_dropout,
+        target_modules="all-linear",
+        # a value head (the critic's) trains whole: PEFT leaves it out of all-linear for SEQ_CLS only, and a head
+        # with LoRA in it cannot also be one of the task's modules_to_save
+        exclude_modules=["score", "classifier"] if task_type == "TOKEN_CLS" else None,
+        modules_to_save=embeddings,
+        ensure_weight_tying=bool(embeddings),
+        task_type=task_type,
+    )

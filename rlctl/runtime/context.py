@@ -1,9 +1,11 @@
 """What a stage runs with: its context (config, plan, run directory, metrics log), the clock of a step's phases,
-and the ways a stage stops.
-Imported by every stage module; imports nothing of the stages."""
+the ways a stage stops (a signal, an alarm, agreed over every process) and the checkpoint it resumes from.
+Imported by every stage, the trainer and the monitors; imports none of them."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -15,19 +17,19 @@ from rlctl import checkpoint, strictjson
 from rlctl.config import RunConfig
 from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
 from rlctl.rewards.worker import Workers
-from rlctl.stages import alarms
 
 
 class MetricsLog:
     """Appends one strict-JSON record per line to run_dir/metrics.jsonl (main process only; NaN/inf as null, see
-    rlctl.strictjson), followed by the alarms the record completes (`watch`), which are also printed. Each record
-    also goes to `to_trackers` (the experiment trackers of logging.report_to: rlctl.launch.trackers.Fanout.add)."""
+    rlctl.strictjson), followed by the alarms the record completes (`watch`, an `rlctl.monitors.alarms.Watch`
+    the runner hands in), which are also printed. Each record also goes to `to_trackers` (the experiment trackers
+    of logging.report_to: rlctl.launch.trackers.Fanout.add)."""
 
     def __init__(
         self,
         run_dir: Path,
         enabled: bool,
-        watch: alarms.Watch | None = None,
+        watch: Any = None,
         to_trackers: Callable[[dict[str, Any]], None] | None = None,
     ):
         self.path = run_dir / "metrics.jsonl"
@@ -53,7 +55,7 @@ class MetricsLog:
 @dataclass
 class StopFlag:
     """The stop signal this process received (0: none): set by the runner's SIGINT/SIGTERM handler, agreed across
-    processes at step boundaries (rlctl.stages.common.stop_signal)."""
+    processes at step boundaries (`stop_signal`)."""
 
     signal: int = 0
 
@@ -73,7 +75,7 @@ class StageContext:
     device: Any = "cpu"
     notes: dict[str, Any] = field(default_factory=dict)  # data facts for summary.json (rows dropped as too long)
     stop: StopFlag = field(default_factory=StopFlag)
-    probe: Any = None  # rlctl.stages.memory_probe.Probe (memory_probe.start), None when nothing is measured
+    probe: Any = None  # rlctl.monitors.memory_probe.Probe (memory_probe.start), None when nothing is measured
     workers: Workers = field(default_factory=Workers)
 
     @property
@@ -141,6 +143,62 @@ class StageContext:
             f"step was trained; the last good checkpoint is {last or 'none'}. Report it with logs/train.log; to run "
             "anyway, resume with --set rl.async_rollout.enabled=false."
         )
+
+
+def install_stop_handlers() -> StopFlag:
+    """First SIGINT/SIGTERM: stop at the next step boundary with a checkpoint. A second one: stop at once.
+    Returns the flag the handlers set, for every stage's context."""
+    stop = StopFlag()
+
+    def handler(signum, frame) -> None:
+        if stop.signal:
+            os._exit(128 + signum)
+        stop.signal = signum
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
+
+
+def over_ranks(value: int, op: str = "sum") -> int:
+    """`value` summed (or its max) over every process; itself when not distributed. All processes call it."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    total = torch.tensor([value], dtype=torch.int64)
+    if dist.get_backend() == "nccl":
+        total = total.cuda()
+    dist.all_reduce(total, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return int(total.item())
+
+
+def alarm_stop(ctx: StageContext) -> bool:
+    """Whether an alarm asked to stop (logging.alarms: stop), agreed by every process (all call it at the same
+    point; alarms are computed on the main process, which writes the metrics)."""
+    watch = ctx.log.watch
+    return bool(over_ranks(int(watch is not None and watch.stop is not None), op="max"))
+
+
+def stop_signal(ctx: StageContext) -> int:
+    """The stop signal any rank received (0 for none), agreed across processes so all stop at the same step."""
+    ctx.stop.signal = over_ranks(ctx.stop.signal, op="max")
+    return ctx.stop.signal
+
+
+def signalled(ctx: StageContext) -> Interrupted | None:
+    """The stop a signal asked for, if one did."""
+    return Interrupted(ctx.stop.signal) if ctx.stop.signal else None
+
+
+def resume_point(ctx: StageContext) -> str | None:
+    """The last complete checkpoint of this stage (partial ones from a crash are removed first; `rlctl resume`
+    has set damaged ones aside, see rlctl.checkpoint.verify)."""
+    if ctx.is_main:
+        checkpoint.drop_partial(ctx.checkpoints)
+    last = checkpoint.last_complete(ctx.checkpoints)
+    return str(last) if last else None
 
 
 class Interrupted(Exception):

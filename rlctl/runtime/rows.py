@@ -1,6 +1,7 @@
 """Each stage's training rows with the length policy applied. A row longer than its limit (RL prompts:
 `data.max_prompt_length`; sft, rm, dpo and kto sequences: the stage's `max_length`) is dropped and counted, or
-the run is refused naming it (`data.over_length`). Rows are never truncated, so no trainer truncates silently."""
+the run is refused naming it (`data.over_length`). Rows are never truncated, so no trainer truncates silently.
+The rm, dpo and kto stages train on data.preference less the tenth held out for scoring (`preference_split`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,25 @@ from rlctl import data
 from rlctl.data.tokens import length, limit_key, too_many_dropped
 from rlctl.errors import UserError
 from rlctl.rollout import tools
-from rlctl.stages.context import StageContext
-from rlctl.stages.heldout import preference_split
+from rlctl.runtime.context import StageContext
 
-__all__ = ["length", "limit_key", "stage_rows", "training_rows"]
+HOLDOUT = data.PREFERENCE_HOLDOUT  # the fraction of preference pairs held out to score reward models
+
+__all__ = ["length", "limit_key", "preference", "preference_split", "stage_rows", "training_rows"]
+
+
+def preference_split(ctx: StageContext, role: str = "preference") -> tuple[list[dict], list[dict]]:
+    """(train, held-out) rows of data.preference, read as `role` (preference pairs, or kto rows); the held-out
+    tenth measures the reward model's accuracy."""
+    rows, _ = preference(ctx, role)
+    return data.holdout(rows, HOLDOUT, ctx.cfg.seed)
+
+
+def preference(ctx: StageContext, role: str = "preference") -> tuple[list[dict], data.DataInfo]:
+    """Every row of data.preference read as `role`, with where each came from."""
+    stage = ctx.stage.name if ctx.stage.name in ("rm", "dpo", "kto") else "rm"
+    columns = data.stage_columns(ctx.cfg, stage)
+    return data.load(ctx.data["preference"], role, columns=columns, encoding=ctx.cfg.data.encoding)
 
 
 def stage_rows(ctx: StageContext) -> list[dict[str, Any]]:

@@ -13,8 +13,8 @@ from rlctl.data.tokens import prompt_text
 from rlctl.plan import final_dir
 from rlctl.rollout import evaluate, multiturn
 from rlctl.rollout.samples import Sample
-from rlctl.stages import models
-from rlctl.stages.context import StageContext
+from rlctl.runtime import models
+from rlctl.runtime.context import StageContext
 
 
 def reward_sources(ctx: StageContext, errors: dict[str, int]) -> tuple[list, list, list[float]]:
