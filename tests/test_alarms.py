@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlctl.after import report
-from rlctl.stages.alarms import Watch
+from rlctl.monitors.alarms import Watch
 
 
 def _feed(watch: Watch, records: list[dict]) -> list[dict]:

@@ -12,7 +12,7 @@ import pytest
 
 from rlctl.config import ModelArch
 from rlctl.launch import progress
-from rlctl.stages import heldout
+from rlctl.monitors import heldout
 from tests.helpers import rlctl
 
 ARCH = ModelArch(layers=2, hidden=64, heads=4, kv_heads=2, vocab=320, intermediate=128, max_position=64)

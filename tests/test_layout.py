@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlctl.stages.layout import NO_OP, mismatches, offload_record
+from rlctl.monitors.layout import NO_OP, mismatches, offload_record
 from tests.helpers import assert_cpu_precision, rlctl, summary
 
 SFT_ONLY = ("--preset", "tiny-demo", "--stages", "sft", "--set", "sft.max_steps=3", "--set", "sft.save_every=3")

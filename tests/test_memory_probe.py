@@ -1,4 +1,4 @@
-"""Measured memory per stage and phase (rlctl.stages.memory_probe): the per-phase resident-set peak on CPU, the
+"""Measured memory per stage and phase (rlctl.monitors.memory_probe): the per-phase resident-set peak on CPU, the
 sampler, summary.json's measured beside planned numbers, the out-of-memory text, and the tiny demo's record."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from rlctl.stages import memory_probe
+from rlctl.monitors import memory_probe
 
 MiB = 2**20
 

@@ -37,7 +37,7 @@ REGISTRIES = {
 }
 # Hooks into TRL objects, each built by the function that sets it (no state outlives that object).
 HOOKS = {
-    ("stages/memory_probe.py", "trainer._generate_and_score_completions"),  # the generation phase, measured
+    ("monitors/memory_probe.py", "trainer._generate_and_score_completions"),  # the generation phase, measured
     ("rollout/vllm.py", "self.vllm._iter_named_params"),  # rlctl's sharded weights pushed to vLLM
 }
 

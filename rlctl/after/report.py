@@ -28,7 +28,7 @@ from rlctl.after.plots import (
     preference_heldout,
 )
 from rlctl.errors import UserError
-from rlctl.stages.alarms import alarms_of
+from rlctl.monitors.alarms import alarms_of
 
 if TYPE_CHECKING:
     from rlctl.config import RunConfig

@@ -50,7 +50,7 @@ def _last_good(folder: Path) -> str:
 
 def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: bool, measured: str = "") -> str | None:
     """The user-facing explanation of `error` raised in `stage`, or None when it is not a known fault. `measured`:
-    the memory peaks measured so far (`rlctl.stages.memory_probe.so_far`), for an out-of-memory error."""
+    the memory peaks measured so far (`rlctl.monitors.memory_probe.so_far`), for an out-of-memory error."""
     run_dir = plan.run_dir
     if is_out_of_memory(error):
         return out_of_memory(error, plan, stage, measured)

@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rewards", "plan", "algorithms"),
     ("checkpoint", "rollout"),
     ("runtime",),
+    ("monitors",),
     ("stages",),
     ("launch",),
     ("after",),

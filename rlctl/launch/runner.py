@@ -19,10 +19,10 @@ from rlctl.config import RunConfig
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import resume_check, trackers
+from rlctl.monitors import alarms
 from rlctl.plan import planner as plan_mod
 from rlctl.rewards.worker import Workers
 from rlctl.runtime import context
-from rlctl.stages import alarms
 
 
 def build_base(cfg: RunConfig, run_dir: Path) -> None:
@@ -61,7 +61,8 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     from accelerate import PartialState
 
     from rlctl.launch import node_log
-    from rlctl.stages import dpo, heldout, kto, layout, memory_probe, rl, rm, sft
+    from rlctl.monitors import heldout, layout, memory_probe
+    from rlctl.stages import dpo, kto, rl, rm, sft
 
     cfg = verify.run_config(run_dir)
     the_plan = plan_mod.build(cfg, run_dir)

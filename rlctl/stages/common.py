@@ -9,10 +9,11 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
+from rlctl.monitors import heldout, layout
 from rlctl.runtime import models
 from rlctl.runtime.context import StageContext, Trained, alarm_stop, over_ranks, resume_point, signalled, stop_signal
 from rlctl.runtime.models import lora_config
-from rlctl.stages import layout, sharding
+from rlctl.stages import sharding
 
 # Trainer log keys worth streaming, renamed to rlctl's metric names.
 _LOG_KEYS = {
@@ -96,8 +97,6 @@ class StreamMetrics(TrainerCallback):
             control.should_training_stop = True
 
     def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
-        from rlctl.stages import heldout  # heldout loads models through this module
-
         heldout.publish_checkpoint(self.ctx, state.global_step, model, processing_class)
 
 

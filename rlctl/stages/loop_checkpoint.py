@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 from rlctl import checkpoint
+from rlctl.monitors import heldout
 from rlctl.runtime.context import StageContext, resume_point
-from rlctl.stages import heldout, sharding
+from rlctl.stages import sharding
 
 LOOP_STATE = "rlctl_loop.json"
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from rlctl.monitors import layout
 from rlctl.rollout import vllm
 from rlctl.runtime import models
 from rlctl.runtime.models import lora_config
 from rlctl.runtime.rewarding import overlong_buffer_tokens, reward_sources
 from rlctl.runtime.rows import training_rows
-from rlctl.stages import layout
 from rlctl.stages.common import StageContext, StreamMetrics, save_final, train, training_args
 
 # rl.loss_agg -> TRL GRPOTrainer loss_type (policy_loss=cispo uses TRL's "cispo", which normalises like "dapo").
@@ -116,5 +116,5 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
     )
     if getattr(trainer, "use_vllm", False):
         vllm.adapt(trainer.vllm_generation, ctx.plan)
-    layout.follow_plan(ctx, trainer, offloaded)
+    layout.follow_plan(ctx, trainer, offloaded.switches)
     save_final(ctx, train(ctx, trainer, tok))

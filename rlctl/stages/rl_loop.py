@@ -54,6 +54,7 @@ from rlctl.algorithms import (
 )
 from rlctl.algorithms.mismatch import correction_weights
 from rlctl.data.tokens import prompt_text
+from rlctl.monitors import layout, memory_probe
 from rlctl.rollout import generate, multiturn, vllm
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
@@ -70,7 +71,7 @@ from rlctl.runtime.context import (
 )
 from rlctl.runtime.rewarding import Scorer
 from rlctl.runtime.rows import training_rows
-from rlctl.stages import layout, loop_checkpoint, memory_probe, rl_async, sharding
+from rlctl.stages import loop_checkpoint, rl_async, sharding
 from rlctl.stages.common import save_final
 from rlctl.stages.rl_models import (
     load_models,

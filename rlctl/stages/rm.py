@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from rlctl.monitors import layout
 from rlctl.runtime import models
 from rlctl.runtime.models import lora_config
 from rlctl.runtime.rows import training_rows
-from rlctl.stages import layout
 from rlctl.stages.common import StageContext, StreamMetrics, save_final, train, training_args
 
 

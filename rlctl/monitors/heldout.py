@@ -12,12 +12,12 @@ from typing import Any, Literal
 
 from rlctl import checkpoint, data, rewards
 from rlctl.errors import DataRowError, RewardError, RowFailure
+from rlctl.monitors import memory_probe
 from rlctl.rewards import scoring
 from rlctl.rollout import evaluate, multiturn
 from rlctl.runtime import models
 from rlctl.runtime.context import StageContext
 from rlctl.runtime.rows import HOLDOUT, preference, preference_split
-from rlctl.stages import memory_probe
 
 CHECKPOINT_SHARE = 0.1  # held-out rows scored at a checkpoint per sequence the stage trained on since the last one
 CHECKPOINT_MIN_ROWS = 16

@@ -21,10 +21,9 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
-from rlctl.rollout.vllm import Offloaded
+from rlctl.monitors import memory_probe
 from rlctl.runtime.context import StageContext, Stopped
 from rlctl.runtime.models import torch_dtype
-from rlctl.stages import memory_probe
 
 NO_OP = "no-op on CPU"  # the plan offloads the optimizer between phases, on a machine where it stays put
 
@@ -33,21 +32,22 @@ class LayoutMismatch(Stopped):
     """The live objects contradict the plan; raised at the stage's first step."""
 
 
-def follow_plan(ctx: StageContext, trainer: Any, offloaded: Offloaded | None = None) -> None:
+def follow_plan(ctx: StageContext, trainer: Any, switches: dict | None = None) -> None:
     """Before a TRL trainer trains: its weights in the plan's precision, and the layout check at its first step.
 
     Adapters train in fp32, as the plan counts them and as autocast expects master weights: TRL 1.16's trainers
     cast a 4-bit model's trainable weights (LoRA adapters, the reward head) to bf16, and a LoRA reward model's
     head is a trainable copy in the bf16 base's dtype (on CPU, where 4-bit layers compute in fp32, a bf16 reward
     head would not even multiply with its fp32 input). The memory probe learns the trainer's phase boundaries
-    here too. `offloaded`: the optimizer offload between phases, when the stage's callbacks run it."""
+    here too. `switches`: those of the optimizer offload between phases (`Offloaded.switches` of
+    rlctl.trainer.offload), when the stage's callbacks run it."""
     if ctx.plan.adapter != "full":
         import torch
 
         for param in trainer.model.parameters():
             if param.requires_grad and param.dtype != torch.float32:
                 param.data = param.data.float()
-    trainer.add_callback(LayoutCheck(ctx, trainer, offloaded))
+    trainer.add_callback(LayoutCheck(ctx, trainer, switches))
     memory_probe.install(ctx, trainer)
 
 
@@ -55,9 +55,9 @@ class LayoutCheck(TrainerCallback):
     """`check` at the end of a TRL trainer's first optimizer step (the optimizer state exists by then), and the
     offload's switches when it ends."""
 
-    def __init__(self, ctx: StageContext, trainer: Any, offloaded: Offloaded | None = None):
+    def __init__(self, ctx: StageContext, trainer: Any, switches: dict | None = None):
         self.ctx, self.trainer, self.done = ctx, trainer, False
-        self.switches = offloaded.switches if offloaded is not None else None
+        self.switches = switches
         self.engine = None
         if ctx.stage.name == "rl":
             self.engine = "vllm" if getattr(trainer, "use_vllm", False) else "transformers"
@@ -145,7 +145,7 @@ def observed(
     model: Any, optimizer: Any = None, engine: str | None = None, switches: dict | None = None
 ) -> dict[str, Any]:
     """The layout read from `model` (wrapped or not), its optimizer (with the offload `switches` of
-    `rlctl.rollout.vllm.Offloaded`, None when it never ran) and the process group."""
+    `rlctl.trainer.offload.Offloaded`, None when it never ran) and the process group."""
     import torch
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
