@@ -1,5 +1,5 @@
 """Worker of tests/test_vllm_cpu.py::test_sharded_policy_syncs_into_each_process_engine (torchrun, 2 processes): a
-policy sharded by rlctl.stages.sharding (full, or LoRA with nonzero B) pushes its gathered weights, one at a time,
+policy sharded by rlctl.trainer.sharding (full, or LoRA with nonzero B) pushes its gathered weights, one at a time,
 into each process's colocated vLLM engine; greedy completions of vLLM and of the gathered model in transformers,
 before and after an update of the shards. Prints RESULT<rank> {round: [vllm, transformers]}."""
 
@@ -14,7 +14,7 @@ from rlctl import config
 from rlctl.plan import planner as plan
 from rlctl.rollout import vllm
 from rlctl.rollout.generate import HFGenerator
-from rlctl.stages import sharding
+from rlctl.trainer import sharding
 
 model_dir, run_dir, adapter = sys.argv[1:4]
 sets = [f"model.name_or_path={model_dir}", "rl.use_vllm=true", "hardware.num_processes=2", "hardware.strategy=fsdp2"]

@@ -1,7 +1,7 @@
-"""Worker of tests/test_fsdp2.py: 20 AdamW updates of the RL loop's policy loss (rl_loop.token_logprobs, the ppo
+"""Worker of tests/test_fsdp2.py: 20 AdamW updates of the RL loop's policy loss (token_logprobs, the ppo
 policy loss, the loop's micro-batch weights) on fixed batches of a small random Qwen2 model.
 
-* under torchrun (2 processes): the model sharded by rlctl.stages.sharding (FSDP2, gloo), each process on its half
+* under torchrun (2 processes): the model sharded by rlctl.trainer.sharding (FSDP2, gloo), each process on its half
   of every batch; a DCP checkpoint after update 10; per-update losses, each process's share of the parameters and
   the gathered final weights written to OUT;
 * alone (1 process): the plain model on whole batches; then a fresh model resumes from the 2-process checkpoint
@@ -19,11 +19,9 @@ import torch
 import torch.distributed as dist
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rlctl.algorithms import POLICY_LOSSES, PolicyLossConfig
-from rlctl.rollout.samples import Batch
-from rlctl.stages import sharding
-from rlctl.stages.rl_loop import loss_units
-from rlctl.stages.rl_models import token_logprobs
+from rlctl.algorithms import POLICY_LOSSES, PolicyLossConfig, loss_units
+from rlctl.rollout.samples import Batch, token_logprobs
+from rlctl.trainer import checkpoint, sharding
 
 STEPS, SAVED_AT, ROWS, MICRO, PROMPT, TOTAL = 20, 10, 8, 2, 4, 12
 
@@ -88,7 +86,7 @@ def train(policy, opt, first: int, rank: int, world: int, save: Path | None = No
     for step, (batch, adv) in enumerate(batches()[first:], start=first + 1):
         losses.append(update(policy, opt, batch, adv, rank, world))
         if save is not None and step == SAVED_AT:
-            sharding.save(save, {"policy": (policy, opt)})
+            checkpoint.save_shards(save, {"policy": (policy, opt)})
     return losses
 
 
@@ -112,7 +110,7 @@ def main(out: Path) -> None:
     losses = train(policy, torch.optim.AdamW(policy.parameters(), lr=3e-3), 0, 0, 1)
     resumed = model()
     opt = torch.optim.AdamW(resumed.parameters(), lr=3e-3)
-    sharding.load(Path(sys.argv[2]) / "ckpt", {"policy": (resumed, opt)})
+    checkpoint.load_shards(Path(sys.argv[2]) / "ckpt", {"policy": (resumed, opt)})
     after = train(resumed, opt, SAVED_AT, 0, 1)
     (out / "losses.json").write_text(json.dumps({"single": losses, "resumed": after}))
     torch.save({"single": dict(policy.state_dict()), "resumed": dict(resumed.state_dict())}, out / "weights.pt")

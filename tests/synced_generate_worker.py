@@ -1,5 +1,5 @@
 """Worker of tests/test_generation.py::test_sharded_generation_keeps_every_process_in_step (torchrun, 2 processes):
-a policy sharded by rlctl.stages.sharding generates greedily while the processes have different numbers of
+a policy sharded by rlctl.trainer.sharding generates greedily while the processes have different numbers of
 prompts (rank 0: six, two calls of four; rank 1: none, then one), as multi-turn rollouts do once some have
 answered. Writes OUT/rank<rank>.json: [first call, second call]."""
 
@@ -11,7 +11,7 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlctl.rollout.generate import HFGenerator
-from rlctl.stages import sharding
+from rlctl.trainer import sharding
 
 model_dir, out = sys.argv[1], Path(sys.argv[2])
 dist.init_process_group("gloo")

@@ -284,8 +284,7 @@ def test_tool_result_tokens_carry_no_gradient(tok):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from rlctl.algorithms import POLICY_LOSSES, PolicyLossConfig
-    from rlctl.rollout.samples import Sample, collate
-    from rlctl.stages.rl_models import token_logprobs
+    from rlctl.rollout.samples import Sample, collate, token_logprobs
 
     config = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, pad_token_id=tok.pad_token_id)  # fmt: skip

@@ -23,6 +23,7 @@ from rlctl.plan import engine as choice
 from rlctl.plan import hardware
 from rlctl.plan import planner as plan
 from rlctl.rollout import vllm
+from rlctl.trainer.offload import Offloaded, callbacks, offload_optimizer_state, reload_optimizer_state
 
 REPO = Path(__file__).resolve().parent.parent
 STUB = REPO / "tests" / "vllm_stub"
@@ -280,7 +281,7 @@ def test_vllm_code_lives_in_one_module():
     ]
     assert offenders == []
     rl = (REPO / "rlctl" / "stages" / "rl.py").read_text()
-    assert "vllm.trl_kwargs(ctx.plan)" in rl and "vllm.callbacks(ctx.plan, offloaded)" in rl
+    assert "vllm.trl_kwargs(ctx.plan)" in rl and "offload.callbacks(ctx.plan, offloaded)" in rl
 
 
 # --- Optimizer state between phases ------------------------------------------------------------------------------
@@ -291,16 +292,16 @@ def _train(steps: int, offload: bool) -> tuple[torch.Tensor, torch.optim.Optimiz
     model = torch.nn.Linear(8, 4)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     x, y = torch.randn(16, 8), torch.randn(16, 4)
-    offloaded = vllm.Offloaded()
+    offloaded = Offloaded()
     for _ in range(steps):
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         if offload:
-            vllm.reload_optimizer_state(opt, offloaded)
+            reload_optimizer_state(opt, offloaded)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if offload:
-            vllm.offload_optimizer_state(opt, offloaded)
+            offload_optimizer_state(opt, offloaded)
     return torch.cat([p.detach().flatten() for p in model.parameters()]), opt
 
 
@@ -318,30 +319,30 @@ def test_offload_moves_every_moment_and_reports_bytes():
     model(torch.randn(2, 8)).sum().backward()
     opt.step()
     # exp_avg and exp_avg_sq for 36 fp32 parameters: 2 x 36 x 4 = 288 bytes; `step` scalars stay
-    offloaded = vllm.Offloaded()
-    assert vllm.offload_optimizer_state(opt, offloaded, device="meta") == 288
+    offloaded = Offloaded()
+    assert offload_optimizer_state(opt, offloaded, device="meta") == 288
     for state in opt.state.values():
         assert state["exp_avg"].is_meta and state["exp_avg_sq"].is_meta and not state["step"].is_meta
-    assert vllm.offload_optimizer_state(opt, offloaded, device="meta") == 0  # already there
+    assert offload_optimizer_state(opt, offloaded, device="meta") == 0  # already there
 
 
 def test_reload_returns_state_to_where_it_lived():
     param = torch.nn.Parameter(torch.zeros(3, device="meta"))  # a parameter on another device
     opt = torch.optim.AdamW([param])
     opt.state[param] = {"step": torch.tensor(1.0), "exp_avg": torch.ones(3), "exp_avg_sq": torch.ones(3)}
-    assert vllm.reload_optimizer_state(opt, vllm.Offloaded()) == 2 * 3 * 4  # no record: to the parameter's device
+    assert reload_optimizer_state(opt, Offloaded()) == 2 * 3 * 4  # no record: to the parameter's device
     assert opt.state[param]["exp_avg"].is_meta and not opt.state[param]["step"].is_meta
 
 
 def test_callbacks_follow_the_plan(vllm_here):
     from transformers import TrainerCallback
 
-    assert vllm.callbacks(build("qwen7b-grpo", "8xH100-80GB"), vllm.Offloaded()) == []
+    assert callbacks(build("qwen7b-grpo", "8xH100-80GB"), Offloaded()) == []
     # AdamW leaves the GPU between phases here (tests/test_planner.py works the numbers out)
     p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192", "rl.algorithm=reinforce-pp")
     assert p.phase_offload
-    offloaded = vllm.Offloaded()
-    (cb,) = vllm.callbacks(p, offloaded)
+    offloaded = Offloaded()
+    (cb,) = callbacks(p, offloaded)
     assert isinstance(cb, TrainerCallback)
     # driven the way transformers' Trainer drives it (keyword `optimizer`), on CPU tensors
     torch.manual_seed(0)

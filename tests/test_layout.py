@@ -37,20 +37,20 @@ def test_optimizer_offload_is_recorded_as_it_ran():
     and seconds per switch."""
     import torch
 
-    from rlctl.rollout import vllm as engine
+    from rlctl.trainer import offload
 
     model = torch.nn.Linear(8, 4)
     opt = torch.optim.AdamW(model.parameters())
     assert offload_record(None, []) == {"phase_offload": "off"}
     model(torch.ones(2, 8)).sum().backward()
-    offloaded = engine.Offloaded()
-    engine.reload_optimizer_state(opt, offloaded)
+    offloaded = offload.Offloaded()
+    offload.reload_optimizer_state(opt, offloaded)
     opt.step()
-    assert engine.offload_optimizer_state(opt, offloaded) == 0, "CPU to CPU: nothing moves"
+    assert offload.offload_optimizer_state(opt, offloaded) == 0, "CPU to CPU: nothing moves"
     live = offload_record(offloaded.switches, ["cpu"])
     assert live == {"phase_offload": NO_OP, "optimizer_switches": {"calls": 2, "bytes_moved": 0}}
     moments = 2 * (8 * 4 + 4) * 4  # exp_avg and exp_avg_sq of weight and bias, fp32
-    assert engine.offload_optimizer_state(opt, offloaded, device="meta") == moments
+    assert offload.offload_optimizer_state(opt, offloaded, device="meta") == moments
     live = offload_record(offloaded.switches, ["meta"])
     assert live["phase_offload"] == "between phases"
     offload = live["optimizer_switches"]["offload"]

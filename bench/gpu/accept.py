@@ -121,8 +121,7 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
     from rlctl.plan import planner as plan
     from rlctl.rollout import vllm
     from rlctl.rollout.generate import HFGenerator
-    from rlctl.rollout.samples import Sample, collate
-    from rlctl.stages.rl_models import token_logprobs
+    from rlctl.rollout.samples import Sample, collate, token_logprobs
 
     cuda = torch.cuda.is_available()
     sets = [f"model.name_or_path={model_dir}", "rl.use_vllm=true", f"rl.max_new_tokens={opts.new_tokens}"]

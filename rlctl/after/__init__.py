@@ -2,6 +2,6 @@
 
 Owns: `export` (a Hugging Face folder with a model card, optional Hub push), `report` (plots and report.md),
 `doctor` (is this machine ready).
-May import: base, config, sandbox, data, rewards, plan, algorithms, checkpoint, rollout, runtime, monitors, stages,
-launch.
+May import: base, config, sandbox, data, rewards, plan, algorithms, checkpoint, rollout, runtime, monitors,
+trainer, stages, launch.
 """

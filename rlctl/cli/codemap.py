@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("checkpoint", "rollout"),
     ("runtime",),
     ("monitors",),
+    ("trainer",),
     ("stages",),
     ("launch",),
     ("after",),

@@ -48,7 +48,7 @@ AGG_MODES: tuple[str, ...] = get_args(LossAgg)
 PF_PPO_MODES: tuple[str, ...] = get_args(PFPPOMode)
 
 # The one code path that runs each RL algorithm (`rl.algorithm`): TRL where it implements the algorithm
-# faithfully, else rlctl's own loop (rlctl/stages/rl_loop.py). dpo and kto are offline stages, not rl.
+# faithfully, else rlctl's own loop (rlctl/trainer/loop.py). dpo and kto are offline stages, not rl.
 RL_ALGORITHM_PATHS: dict[str, str] = {
     "grpo": "trl-grpo",
     "dr-grpo": "trl-grpo",

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from rlctl.rollout.samples import Sample, collate
+from rlctl.rollout.samples import Sample, collate, token_logprobs
 
 POLL_S = 5.0  # how often a wait for the generator checks that it is still alive
 
@@ -156,7 +156,6 @@ def _serve(setup: GeneratorSetup, buffers: dict, lock: Any, version: Any, reques
 
     from rlctl.rollout import multiturn
     from rlctl.rollout.generate import HFGenerator
-    from rlctl.stages.rl_models import token_logprobs
 
     torch.set_num_threads(setup.threads)
     rl, tok = setup.rl, setup.tokenizer

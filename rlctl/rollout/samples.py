@@ -1,5 +1,6 @@
-"""A rollout batch's pieces: one completion of one prompt (`Sample`), the prompt stream that feeds the loop, and
-the padded tensors (`Batch`) the trainer's forward passes read."""
+"""A rollout batch's pieces: one completion of one prompt (`Sample`), the prompt stream that feeds the loop, the
+padded tensors (`Batch`) the trainer's forward passes read, and the log-probs of a batch's completion tokens
+(`token_logprobs`), which the trainer and the async generator process compute alike."""
 
 from __future__ import annotations
 
@@ -97,3 +98,17 @@ def rollout_logprobs(samples: list[Sample], like: Tensor) -> Tensor | None:
             if lp is not None and math.isfinite(lp):
                 out[i, t] = lp
     return out
+
+
+def token_logprobs(model, batch: Batch, temperature: float) -> Tensor:
+    """log π(y_t | x, y_<t) of the completion tokens, [b, T], from logits / temperature (as sampled)."""
+    t = batch.completion_ids.shape[1]
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+        logits_to_keep=t + 1,
+    )
+    logits = out.logits[:, :-1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)

@@ -1,5 +1,5 @@
-"""What a stage runs with: its context (config, plan, run directory, metrics log), the clock of a step's phases,
-the ways a stage stops (a signal, an alarm, agreed over every process) and the checkpoint it resumes from.
+"""What a stage runs with: its context (config, plan, run directory, metrics log), the ways a stage stops (a signal,
+an alarm, agreed over every process; a non-finite value, a broken weight sync) and the checkpoint it resumes from.
 Imported by every stage, the trainer and the monitors; imports none of them."""
 
 from __future__ import annotations
@@ -231,30 +231,3 @@ class Trained:
     model: Any
     tokenizer: Any
     stopped: Exception | None = None
-
-
-class PhaseClock:
-    """Seconds each phase of a step took (sync, generate, score, prepare, update), logged as `time_<phase>`.
-    On a GPU it waits for the queued kernels at each boundary, so work is charged to the phase that launched it.
-    `on_lap(phase)` is told of every boundary (the memory probe's phases)."""
-
-    def __init__(self, cuda: bool, on_lap: Callable[[str], None] | None = None):
-        self.cuda, self.on_lap = cuda, on_lap
-        self.start()
-
-    def start(self) -> None:
-        self.spent, self.mark = {}, time.perf_counter()
-
-    def lap(self, phase: str) -> None:
-        if self.cuda:
-            import torch
-
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        self.spent[phase] = self.spent.get(phase, 0.0) + now - self.mark
-        self.mark = now
-        if self.on_lap is not None:
-            self.on_lap(phase)
-
-    def times(self) -> dict[str, float]:
-        return {f"time_{phase}": round(seconds, 4) for phase, seconds in self.spent.items()}

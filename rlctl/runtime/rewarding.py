@@ -1,5 +1,5 @@
 """The RL stage's reward sources, shared by TRL's trainers (rlctl.stages.rl) and rlctl's loop
-(rlctl.stages.rl_loop): rl.rewards resolved to functions (in worker processes with deadlines, guarded by their
+(rlctl.trainer.loop): rl.rewards resolved to functions (in worker processes with deadlines, guarded by their
 on_error) or the trained reward model, DAPO's overlong buffer in tokens, and the loop's `Scorer` that sums them
 per completion."""
 

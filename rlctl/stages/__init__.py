@@ -1,7 +1,10 @@
-"""Training stages, run inside `accelerate launch` by rlctl.launch.runner. These modules import torch.
+"""Training stages, run inside `accelerate launch` by rlctl.launch.runner: one entry point per stage, `run(ctx)`.
+These modules import torch.
 
-Owns: each stage's training (sft, rm, dpo, kto on TRL's trainers; rl on TRL's GRPO/RLOO or rlctl's own loop,
-`rl_loop` with its models `rl_models` and `weight_sync` check), what they share (`common`) and the offline tiny
-model (`tiny`); what they run with is `rlctl.runtime`, what watches them `rlctl.monitors`.
-May import: base, config, sandbox, data, rewards, plan, algorithms, checkpoint, rollout, runtime, monitors.
+Owns: sft, rm, dpo and kto on TRL's trainers, and rl on TRL's GRPO/RLOO or rlctl's own trainer (`rlctl.trainer`);
+what the stages share (`common`: the TRL arguments from the plan, the callback that streams metrics and publishes
+checkpoints, the final save); the offline tiny model (`tiny`) and the GGUF import (`gguf_import`) the run starts
+from. What a stage runs with is `rlctl.runtime`, what watches it `rlctl.monitors`.
+May import: base, config, sandbox, data, rewards, plan, algorithms, checkpoint, rollout, runtime, monitors,
+trainer.
 """

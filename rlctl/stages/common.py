@@ -13,7 +13,7 @@ from rlctl.monitors import heldout, layout
 from rlctl.runtime import models
 from rlctl.runtime.context import StageContext, Trained, alarm_stop, over_ranks, resume_point, signalled, stop_signal
 from rlctl.runtime.models import lora_config
-from rlctl.stages import sharding
+from rlctl.trainer import sharding
 
 # Trainer log keys worth streaming, renamed to rlctl's metric names.
 _LOG_KEYS = {

@@ -3,7 +3,7 @@ user plugins and, optionally, the reward model trained in the rm stage.
 
 Each algorithm runs on exactly one code path (`rlctl.config.RL_ALGORITHM_PATHS`): TRL's GRPOTrainer for the
 GRPO family it implements faithfully (grpo, dr-grpo, gspo, cispo), TRL's RLOOTrainer for rloo, and rlctl's own
-loop (`rlctl.stages.rl_loop`) for everything else (ppo, dapo, reinforce-pp, reinforce-pp-baseline, remax,
+loop (`rlctl.trainer`) for everything else (ppo, dapo, reinforce-pp, reinforce-pp-baseline, remax,
 pf-ppo). This module translates the algorithm keys of `rl` into the TRL trainers' arguments.
 """
 
@@ -18,6 +18,7 @@ from rlctl.runtime.models import lora_config
 from rlctl.runtime.rewarding import overlong_buffer_tokens, reward_sources
 from rlctl.runtime.rows import training_rows
 from rlctl.stages.common import StageContext, StreamMetrics, save_final, train, training_args
+from rlctl.trainer import offload
 
 # rl.loss_agg -> TRL GRPOTrainer loss_type (policy_loss=cispo uses TRL's "cispo", which normalises like "dapo").
 TRL_LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
@@ -46,9 +47,9 @@ def trl_batching(ctx: StageContext) -> dict:
 def run(ctx: StageContext) -> None:
     path = ctx.cfg.rl.path
     if path == "rlctl":
-        from rlctl.stages import rl_loop
+        from rlctl.trainer import loop
 
-        rl_loop.run(ctx)
+        save_final(ctx, loop.train(ctx))
     elif path == "trl-rloo":
         _run_trl(ctx, rloo=True)
     else:
@@ -103,7 +104,7 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         **vllm.trl_kwargs(ctx.plan),  # use_vllm and the vllm_* arguments the memory plan chose
     )
     args = dataclasses.replace(args, generation_batch_size=None, **batching)
-    offloaded = vllm.Offloaded()
+    offloaded = offload.Offloaded()
     trainer = Trainer(
         model=models.causal_lm(ctx, ctx.stage.init_from),
         reward_funcs=funcs,
@@ -112,7 +113,7 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         processing_class=tok,
         reward_processing_classes=reward_tokenizers,
         peft_config=lora_config(ctx),
-        callbacks=[StreamMetrics(ctx, reward_errors), *vllm.callbacks(ctx.plan, offloaded)],
+        callbacks=[StreamMetrics(ctx, reward_errors), *offload.callbacks(ctx.plan, offloaded)],
     )
     if getattr(trainer, "use_vllm", False):
         vllm.adapt(trainer.vllm_generation, ctx.plan)

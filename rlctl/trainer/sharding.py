@@ -6,11 +6,11 @@ This module owns the sharded side of what the loop does with weights:
 
 * `shard`: parameters, gradients and AdamW states split over the processes (DTensor shards; the optimizer built
   on the sharded parameters holds only its shard's moments);
-* `save` / `load`: a checkpoint's models and optimizers through torch distributed checkpoint (DCP), one file per
-  process (`sharded/__R_0.distcp`) plus `.metadata`; a load reshards when the process count changed;
 * `full_weights`: the full weights under their Hugging Face names, one parameter (or one LoRA layer, merged on the
   fly without touching the trained weights) gathered at a time: the vLLM weight push and the final save read it,
   so no process ever gathers the whole model for a sync.
+
+A checkpoint's sharded models and optimizers are `rlctl.trainer.checkpoint`'s (DCP, one file per process).
 """
 
 from __future__ import annotations
@@ -19,10 +19,7 @@ import contextlib
 import functools
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-SHARDS = "sharded"  # a checkpoint's DCP folder: one __R_0.distcp per process and .metadata
 
 
 def owns(ctx: Any) -> bool:
@@ -79,34 +76,6 @@ def shard(model: Any, device_type: str, mixed_precision: str = "no") -> Any:
         fully_shard(layer, mesh=mesh, mp_policy=precision)
     fully_shard(model, mesh=mesh, mp_policy=precision)
     return model
-
-
-def _states(parts: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
-    """The sharded state dicts of each (model, optimizer) pair, keyed `NAME` and `NAME_optim`."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    state: dict[str, Any] = {}
-    for name, (model, optimizer) in parts.items():
-        state[name], state[f"{name}_optim"] = get_state_dict(model, optimizer)
-    return state
-
-
-def save(folder: Path, parts: dict[str, tuple[Any, Any]]) -> None:
-    """Write each (model, optimizer) of `parts` into `folder/sharded` with DCP; every process writes its shard."""
-    import torch.distributed.checkpoint as dcp
-
-    dcp.save(_states(parts), checkpoint_id=str(folder / SHARDS))
-
-
-def load(folder: Path, parts: dict[str, tuple[Any, Any]]) -> None:
-    """Read `folder/sharded` into each (model, optimizer) of `parts`, resharded for this process count."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_state_dict
-
-    state = _states(parts)
-    dcp.load(state, checkpoint_id=str(folder / SHARDS))
-    for name, (model, optimizer) in parts.items():
-        set_state_dict(model, optimizer, model_state_dict=state[name], optim_state_dict=state[f"{name}_optim"])
 
 
 def _full(tensor: Any) -> Any:

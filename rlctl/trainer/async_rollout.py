@@ -23,10 +23,10 @@ import torch
 
 from rlctl.rollout.async_engine import AsyncEngine, Done, GeneratorSetup, Round
 from rlctl.rollout.samples import Sample
-from rlctl.stages import sharding
+from rlctl.trainer import sharding
 
 if TYPE_CHECKING:
-    from rlctl.stages.rl_loop import Loop
+    from rlctl.trainer.state import Loop
 
 
 class Pipeline:

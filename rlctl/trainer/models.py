@@ -1,29 +1,16 @@
 """The RL loop's models: loading the policy, its frozen reference and the PPO critic, their optimizers, and the
-per-token forward passes (log-probs of the sampled tokens, values) every phase of a step uses."""
+per-token forward passes every phase of a step uses beside the policy's log-probs of the sampled tokens
+(`rlctl.rollout.samples.token_logprobs`, shared with the async generator): reference log-probs and critic values."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from rlctl.rollout.samples import Batch
+from rlctl.rollout.samples import Batch, token_logprobs
 from rlctl.runtime import models
 from rlctl.runtime.context import StageContext
 from rlctl.runtime.models import lora_config, torch_dtype
-
-
-def token_logprobs(model, batch: Batch, temperature: float) -> Tensor:
-    """log π(y_t | x, y_<t) of the completion tokens, [b, T], from logits / temperature (as sampled)."""
-    t = batch.completion_ids.shape[1]
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-        logits_to_keep=t + 1,
-    )
-    logits = out.logits[:, :-1].float() / temperature
-    return torch.log_softmax(logits, -1).gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
 
 
 def token_values(critic, batch: Batch) -> Tensor:

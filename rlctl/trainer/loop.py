@@ -1,37 +1,38 @@
 """rlctl's own RL loop: the algorithms TRL 1.16 does not run faithfully, i.e. PPO with a critic (GAE), DAPO
 (dynamic sampling with refill), REINFORCE++ (and -baseline), ReMax and PF-PPO.
 
-`run` reads top to bottom; each step calls, in order:
+`train` reads top to bottom: `setup` and `restore` (`rlctl.trainer.state`) build the `Loop` and bring back the last
+complete checkpoint, then each step (`train_step`) calls, in order:
 
 1. `rollout`: take prompts, sample a group of completions per prompt through the plan's generation engine
-   (`rlctl.rollout.generate.for_plan`: colocated vLLM in sleep mode when the plan has it, else transformers) and
-   score them (`rlctl.stages.rewarding.Scorer`). With dynamic sampling, groups whose rewards are all equal are
-   dropped and more prompts are sampled until the batch is full.
+   (`rlctl.rollout.generate.for_plan`: colocated vLLM in sleep mode when the plan has it, else transformers; with
+   rl.async_rollout the rounds the generator process sampled, `rlctl.trainer.async_rollout`) and score them
+   (`rlctl.runtime.rewarding.Scorer`). With dynamic sampling, groups whose rewards are all equal are dropped and
+   more prompts are sampled until the batch is full.
 2. `prepare`: each process computes old and reference log-probs and critic values for its share of the batch
-   (ReMax: the greedy baseline; vLLM: the weight-sync check and rollout-correction weights).
+   (ReMax: the greedy baseline; vLLM: the weight-sync check `sync_check` and rollout-correction weights).
 3. `advantages`: on the whole batch gathered from every process (so group statistics, whitening and PF-PPO
    resampling see what a single process would): outcome reward on the last token, KL folded into the token
    rewards if `kl_in_reward`, then `ADVANTAGE_ESTIMATORS[rl.advantage]`, then PF-PPO resampling.
 4. `update`: `ppo_epochs` passes of `ppo_mini_batches` optimizer updates of the policy (`POLICY_LOSSES[rl.policy_loss]`
    plus a KL loss term when the KL is not in the reward) and of the critic (`value_loss`), each accumulated over
    micro-batches with weights that make the sum equal the loss aggregated over the whole mini-batch. When the
-   plan offloads between phases, the policy's AdamW moments stay in host RAM except around its optimizer step.
+   plan offloads between phases, the policy's AdamW moments stay in host RAM except around its optimizer step
+   (`rlctl.trainer.offload`).
 5. `log_step` to metrics.jsonl (with the seconds each phase took: `time_sync`, `time_generate`, `time_score`,
-   `time_prepare`, `time_update`), then `loop_checkpoint.save` every `save_every` steps (models, optimizers,
-   schedulers, RNG, loop state; marked complete). At the end the policy alone (no critic) goes to the stage's
-   final folder.
+   `time_prepare`, `time_update`), then `rlctl.trainer.checkpoint.save` every `save_every` steps (models,
+   optimizers, schedulers, RNG, loop state; marked complete). `train` hands back the policy alone (no critic); the
+   rl stage (`rlctl.stages.rl`) saves it to the stage's final folder.
 
-The math lives in `rlctl.algorithms`, the models in `rlctl.stages.rl_models`; this module moves tensors between
+The math lives in `rlctl.algorithms`, the models in `rlctl.trainer.models`; this module moves tensors between
 processes and models.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -40,10 +41,6 @@ from rlctl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
     POLICY_LOSSES,
-    AdaptiveKLController,
-    AdvantageConfig,
-    FixedKLController,
-    PolicyLossConfig,
     agg_loss,
     groups_with_variance,
     kl_penalty_rewards,
@@ -52,16 +49,12 @@ from rlctl.algorithms import (
     pf_ppo_resample,
     value_loss,
 )
-from rlctl.algorithms.mismatch import correction_weights
-from rlctl.data.tokens import prompt_text
+from rlctl.algorithms.mismatch import correction_weights, logprob_gap
 from rlctl.monitors import layout, memory_probe
-from rlctl.rollout import generate, multiturn, vllm
-from rlctl.rollout.generate import Generator
-from rlctl.rollout.samples import Batch, PromptStream, Sample, collate, pad_to, rollout_logprobs
-from rlctl.runtime import models
+from rlctl.rollout import multiturn, vllm
+from rlctl.rollout.samples import Batch, Sample, collate, rollout_logprobs, token_logprobs
 from rlctl.runtime.context import (
     Interrupted,
-    PhaseClock,
     StageContext,
     Trained,
     alarm_stop,
@@ -69,156 +62,30 @@ from rlctl.runtime.context import (
     signalled,
     stop_signal,
 )
-from rlctl.runtime.rewarding import Scorer
-from rlctl.runtime.rows import training_rows
-from rlctl.stages import loop_checkpoint, rl_async, sharding
-from rlctl.stages.common import save_final
-from rlctl.stages.rl_models import (
-    load_models,
-    optimizer_and_schedule,
-    ref_logprobs,
-    token_logprobs,
-    token_values,
-)
-from rlctl.stages.weight_sync import sync_check
+from rlctl.trainer import async_rollout, checkpoint
+from rlctl.trainer.models import ref_logprobs, token_values
+from rlctl.trainer.state import Loop, restore, setup
 
 
 # ----------------------------------------------------------------------------------------------- the loop
-@dataclass
-class Loop:
-    """What every step works with, built once by `setup`: the accelerator, models, optimizers, prompt stream,
-    scorer and generation engine, and how each process splits the batch (`shard` rollouts per process, `mini`
-    per optimizer update, `micro` per forward/backward)."""
-
-    ctx: StageContext
-    acc: Any
-    tok: Any
-    policy: Any
-    ref: Any
-    critic: Any
-    opt: Any
-    sched: Any
-    c_opt: Any
-    c_sched: Any
-    kl_ctl: FixedKLController | AdaptiveKLController
-    stream: PromptStream
-    scorer: Scorer
-    generator: Generator
-    loss_cfg: PolicyLossConfig
-    adv_cfg: AdvantageConfig
-    shard: int
-    mini: int
-    micro: int
-    clock: PhaseClock
-    agent: multiturn.Agent | None  # multi-turn rollouts with rl.tools, else None (single-turn)
-    shards: dict = field(default_factory=dict)  # sharded (model, optimizer) pairs DCP checkpoints, by name
-    offloaded: vllm.Offloaded = field(default_factory=vllm.Offloaded)  # the policy's AdamW state between phases
-    pipeline: rl_async.Pipeline | None = None  # rl.async_rollout: rounds sampled by the generator process
-
-    @property
-    def rl(self):
-        return self.ctx.cfg.rl
-
-    @property
-    def rank(self) -> int:
-        return self.acc.process_index
-
-    def prompt_ids(self, row: dict) -> list[int]:
-        if self.agent is not None:
-            return self.agent.prompt_ids(row["prompt"], row)
-        text = prompt_text(row["prompt"], self.tok)
-        return self.tok(text, add_special_tokens=False)["input_ids"]  # fits: training_rows
-
-    def forward_all(self, fn, model, batch: Batch) -> Tensor:
-        """`fn(model, micro-batch)` over the whole batch without gradients, concatenated."""
-        with torch.no_grad():
-            return torch.cat([fn(model, batch[i : i + self.micro]) for i in range(0, len(batch.input_ids), self.micro)])
-
-    def gather_rows(self, x: Tensor) -> Tensor:
-        """This process's [shard, t] rows padded to max_new_tokens and gathered into [batch, max_new_tokens]."""
-        return self.acc.gather(pad_to(x, self.rl.max_new_tokens).contiguous())
-
-
-def setup(ctx: StageContext) -> Loop:
-    """Models, optimizers and the engine for the stage, prepared by accelerate (seeded first)."""
-    from accelerate import Accelerator
-    from accelerate.utils import set_seed
-
-    rl, cfg = ctx.cfg.rl, ctx.cfg
-    acc = Accelerator(cpu=ctx.plan.hardware.is_cpu, mixed_precision=ctx.plan.mixed_precision)
-    set_seed(cfg.seed)
-    tok = models.tokenizer(ctx, ctx.stage.init_from)
-    rows = training_rows(ctx, tok)
-    sharded = sharding.owns(ctx)
-    with sharding.full_loading():
-        policy, ref, critic = load_models(ctx)
-    if sharded:  # FSDP2 by rlctl: each decoder layer, then the root, over every process
-        models_ = (policy, ref, critic)
-        policy, ref, critic = (m and sharding.shard(m, acc.device.type, ctx.plan.mixed_precision) for m in models_)
-    shard = rl.prompts_per_step * rl.group_size // acc.num_processes
-    mini = shard // rl.ppo_mini_batches
-    micro = max(d for d in range(1, min(ctx.stage.micro_batch_size, mini) + 1) if mini % d == 0)
-    updates = rl.ppo_epochs * rl.ppo_mini_batches
-    opt, sched = optimizer_and_schedule(
-        ctx, policy, rl.learning_rate, (rl.max_steps - min(rl.critic_warmup_steps, rl.max_steps)) * updates
-    )
-    if not sharded:
-        policy, opt = acc.prepare(policy, opt)
-    acc.register_for_checkpointing(sched)
-    shards = {"policy": (policy, opt)} if sharded else {}  # what DCP checkpoints (accelerate: schedulers, RNG)
-    c_opt = c_sched = None
-    if critic is not None:
-        c_opt, c_sched = optimizer_and_schedule(ctx, critic, rl.critic_lr or rl.learning_rate, rl.max_steps * updates)
-        if not sharded:
-            critic, c_opt = acc.prepare(critic, c_opt)
-        acc.register_for_checkpointing(c_sched)
-        shards |= {"critic": (critic, c_opt)} if sharded else {}
-    if ref is not None and not sharded:
-        ref.to(acc.device)
-    kl_ctl = AdaptiveKLController(rl.beta, rl.kl_target, rl.kl_horizon) if rl.kl_target else FixedKLController(rl.beta)
-    stream = PromptStream(rows, cfg.seed)
-    with sharding.full_loading():
-        scorer = Scorer(ctx, tok, acc.device)
-    weights = sharding.full_weights if sharded else None
-    agent = multiturn.agent_for(rl, tok)
-    stops = agent.stop_ids if agent else ()
-    generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc, weights, stops)
-    loss_cfg = PolicyLossConfig(
-        clip_low=rl.clip_low,
-        clip_high=rl.clip_high if rl.policy_loss != "cispo" else 0.2,
-        dual_clip_c=rl.dual_clip,
-        cispo_max=rl.clip_high if rl.policy_loss == "cispo" else 5.0,
-        loss_agg_mode=rl.loss_agg,
-        norm_len=rl.max_new_tokens,
-    )
-    adv_cfg = AdvantageConfig(gamma=rl.gamma, lam=rl.lam)
-    clock = PhaseClock(acc.device.type == "cuda", on_lap=functools.partial(memory_probe.lap, ctx))
-    return Loop(
-        ctx, acc, tok, policy, ref, critic, opt, sched, c_opt, c_sched, kl_ctl, stream, scorer, generator,
-        loss_cfg, adv_cfg, shard, mini, micro, clock, agent, shards,
-    )  # fmt: skip
-
-
-def restore(loop: Loop) -> int:
-    """Resume from the last complete checkpoint (models, optimizers, RNG, loop state); returns the step it ended."""
-    from accelerate.utils import set_seed
-
-    start = 0
-    state = loop_checkpoint.load(loop.ctx, loop.acc, loop.shards)
-    if state:
-        start, loop.stream.cursor, loop.kl_ctl.value = state["step"], state["cursor"], state["kl_coef"]
-        if state.get("world", loop.acc.num_processes) != loop.acc.num_processes:  # each process samples anew
-            set_seed(loop.ctx.cfg.seed + loop.rank + start)
-    else:
-        set_seed(loop.ctx.cfg.seed + loop.rank)  # each process samples different completions
-    if loop.ctx.plan.phase_offload:  # AdamW moments live in host RAM except around the policy's optimizer step
-        vllm.offload_optimizer_state(loop.opt, loop.offloaded)
-    return start
-
-
-def run(ctx: StageContext) -> None:
-    """Train the policy with rlctl's loop, then save it (`rlctl.stages.common.save_final`)."""
-    save_final(ctx, train(ctx))
+def train(ctx: StageContext) -> Trained:
+    """Every step from the last complete checkpoint on; what it trained, and why it ended early if it did (an
+    alarm, a signal between the last step and the save). A NaN or a broken weight sync raises at its step."""
+    loop = setup(ctx)
+    start = restore(loop)
+    if loop.rl.async_rollout.enabled:
+        loop.pipeline = async_rollout.Pipeline(loop, start)
+    try:
+        for step in range(start + 1, loop.rl.max_steps + 1):
+            train_step(loop, step, first=step == start + 1)
+    finally:
+        if loop.pipeline is not None:
+            loop.pipeline.close()
+    layout.finish(ctx, loop.offloaded.switches)
+    trained = max(0, loop.rl.max_steps - start)
+    ctx.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
+    stopped = ctx.alarm_stopped(start + trained) if alarm_stop(ctx) else signalled(ctx)
+    return Trained(loop.acc, loop.policy, loop.tok, stopped)
 
 
 def train_step(loop: Loop, step: int, first: bool) -> None:
@@ -242,29 +109,9 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
     if step % loop.rl.save_every == 0 or step == loop.rl.max_steps or signum:
         cursor = loop.pipeline.resume_cursor(loop) if loop.pipeline else loop.stream.cursor
         state = {"step": step, "cursor": cursor, "kl_coef": loop.kl_ctl.value, "world": loop.acc.num_processes}
-        loop_checkpoint.save(ctx, loop.acc, step, state, loop.policy, loop.tok, loop.shards)
+        checkpoint.save(ctx, loop.acc, step, state, loop.policy, loop.tok, loop.shards)
     if signum:
         raise Interrupted(signum)
-
-
-def train(ctx: StageContext) -> Trained:
-    """Every step from the last complete checkpoint on; what it trained, and why it ended early if it did (an
-    alarm, a signal between the last step and the save). A NaN or a broken weight sync raises at its step."""
-    loop = setup(ctx)
-    start = restore(loop)
-    if loop.rl.async_rollout.enabled:
-        loop.pipeline = rl_async.Pipeline(loop, start)
-    try:
-        for step in range(start + 1, loop.rl.max_steps + 1):
-            train_step(loop, step, first=step == start + 1)
-    finally:
-        if loop.pipeline is not None:
-            loop.pipeline.close()
-    layout.finish(ctx, loop.offloaded.switches)
-    trained = max(0, loop.rl.max_steps - start)
-    ctx.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
-    stopped = ctx.alarm_stopped(start + trained) if alarm_stop(ctx) else signalled(ctx)
-    return Trained(loop.acc, loop.policy, loop.tok, stopped)
 
 
 # ----------------------------------------------------------------------------------------------- 1. rollout
@@ -378,6 +225,18 @@ def remax_baseline(loop: Loop, mine: list[Sample]) -> None:
         s.baseline = by_group[s.group]
 
 
+def sync_check(ctx: StageContext, acc, train: Tensor, rollout: Tensor, mask: Tensor, step: int) -> dict:
+    """The weight-sync check: trainer vs vLLM log-probs of the tokens vLLM just sampled, over every process;
+    a mean gap beyond rl.sync_tolerance stops the stage (the math: `rlctl.algorithms.mismatch`)."""
+    mean, worst = logprob_gap(train, rollout, mask)
+    both = acc.gather(torch.tensor([[mean, worst]], device=acc.device))
+    mean, worst = float(both[:, 0].mean()), float(both[:, 1].max())
+    tolerance = ctx.cfg.rl.sync_tolerance
+    if tolerance and mean > tolerance:
+        raise ctx.sync_stopped(step, mean, worst, untrained=True)
+    return {"sync_logp_diff_mean": mean, "sync_logp_diff_max": worst}
+
+
 # ----------------------------------------------------------------------------------------------- 3. advantages
 @dataclass
 class TrainBatch:
@@ -487,12 +346,12 @@ def optimizer_step(loop: Loop) -> None:
     offload = loop.ctx.plan.phase_offload
     memory_probe.lap(loop.ctx, "training")
     if offload:
-        vllm.reload_optimizer_state(loop.opt, loop.offloaded)
+        offload.reload_optimizer_state(loop.opt, loop.offloaded)
     loop.opt.step()
     loop.sched.step()
     loop.opt.zero_grad(set_to_none=True)
     if offload:
-        vllm.offload_optimizer_state(loop.opt, loop.offloaded)
+        offload.offload_optimizer_state(loop.opt, loop.offloaded)
     memory_probe.lap(loop.ctx, "optimizer step")
 
 

@@ -1,0 +1,187 @@
+"""What every step of rlctl's RL loop works with (`Loop`), built once by `setup` (seeded first: accelerate, models,
+optimizers, prompt stream, scorer, generation engine) and brought back to the last complete checkpoint by
+`restore`; and the clock of a step's phases (`PhaseClock`)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rlctl.algorithms import AdaptiveKLController, AdvantageConfig, FixedKLController, PolicyLossConfig
+from rlctl.data.tokens import prompt_text
+from rlctl.monitors import memory_probe
+from rlctl.rollout import generate, multiturn
+from rlctl.rollout.generate import Generator
+from rlctl.rollout.samples import Batch, PromptStream, pad_to
+from rlctl.runtime import models
+from rlctl.runtime.context import StageContext
+from rlctl.runtime.rewarding import Scorer
+from rlctl.runtime.rows import training_rows
+from rlctl.trainer import checkpoint, sharding
+from rlctl.trainer.models import load_models, optimizer_and_schedule
+from rlctl.trainer.offload import Offloaded, offload_optimizer_state
+
+
+@dataclass
+class Loop:
+    """What every step works with, built once by `setup`: the accelerator, models, optimizers, prompt stream,
+    scorer and generation engine, and how each process splits the batch (`shard` rollouts per process, `mini`
+    per optimizer update, `micro` per forward/backward)."""
+
+    ctx: StageContext
+    acc: Any
+    tok: Any
+    policy: Any
+    ref: Any
+    critic: Any
+    opt: Any
+    sched: Any
+    c_opt: Any
+    c_sched: Any
+    kl_ctl: FixedKLController | AdaptiveKLController
+    stream: PromptStream
+    scorer: Scorer
+    generator: Generator
+    loss_cfg: PolicyLossConfig
+    adv_cfg: AdvantageConfig
+    shard: int
+    mini: int
+    micro: int
+    clock: PhaseClock
+    agent: multiturn.Agent | None  # multi-turn rollouts with rl.tools, else None (single-turn)
+    shards: dict = field(default_factory=dict)  # sharded (model, optimizer) pairs DCP checkpoints, by name
+    offloaded: Offloaded = field(default_factory=Offloaded)  # the policy's AdamW state between phases
+    # rl.async_rollout: the rounds the generator process samples (an rlctl.trainer.async_rollout.Pipeline, which
+    # reads this Loop; set by `loop.train`), else None
+    pipeline: Any = None
+
+    @property
+    def rl(self):
+        return self.ctx.cfg.rl
+
+    @property
+    def rank(self) -> int:
+        return self.acc.process_index
+
+    def prompt_ids(self, row: dict) -> list[int]:
+        if self.agent is not None:
+            return self.agent.prompt_ids(row["prompt"], row)
+        text = prompt_text(row["prompt"], self.tok)
+        return self.tok(text, add_special_tokens=False)["input_ids"]  # fits: training_rows
+
+    def forward_all(self, fn, model, batch: Batch) -> Tensor:
+        """`fn(model, micro-batch)` over the whole batch without gradients, concatenated."""
+        with torch.no_grad():
+            return torch.cat([fn(model, batch[i : i + self.micro]) for i in range(0, len(batch.input_ids), self.micro)])
+
+    def gather_rows(self, x: Tensor) -> Tensor:
+        """This process's [shard, t] rows padded to max_new_tokens and gathered into [batch, max_new_tokens]."""
+        return self.acc.gather(pad_to(x, self.rl.max_new_tokens).contiguous())
+
+
+def setup(ctx: StageContext) -> Loop:
+    """Models, optimizers and the engine for the stage, prepared by accelerate (seeded first)."""
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    rl, cfg = ctx.cfg.rl, ctx.cfg
+    acc = Accelerator(cpu=ctx.plan.hardware.is_cpu, mixed_precision=ctx.plan.mixed_precision)
+    set_seed(cfg.seed)
+    tok = models.tokenizer(ctx, ctx.stage.init_from)
+    rows = training_rows(ctx, tok)
+    sharded = sharding.owns(ctx)
+    with sharding.full_loading():
+        policy, ref, critic = load_models(ctx)
+    if sharded:  # FSDP2 by rlctl: each decoder layer, then the root, over every process
+        models_ = (policy, ref, critic)
+        policy, ref, critic = (m and sharding.shard(m, acc.device.type, ctx.plan.mixed_precision) for m in models_)
+    shard = rl.prompts_per_step * rl.group_size // acc.num_processes
+    mini = shard // rl.ppo_mini_batches
+    micro = max(d for d in range(1, min(ctx.stage.micro_batch_size, mini) + 1) if mini % d == 0)
+    updates = rl.ppo_epochs * rl.ppo_mini_batches
+    opt, sched = optimizer_and_schedule(
+        ctx, policy, rl.learning_rate, (rl.max_steps - min(rl.critic_warmup_steps, rl.max_steps)) * updates
+    )
+    if not sharded:
+        policy, opt = acc.prepare(policy, opt)
+    acc.register_for_checkpointing(sched)
+    shards = {"policy": (policy, opt)} if sharded else {}  # what DCP checkpoints (accelerate: schedulers, RNG)
+    c_opt = c_sched = None
+    if critic is not None:
+        c_opt, c_sched = optimizer_and_schedule(ctx, critic, rl.critic_lr or rl.learning_rate, rl.max_steps * updates)
+        if not sharded:
+            critic, c_opt = acc.prepare(critic, c_opt)
+        acc.register_for_checkpointing(c_sched)
+        shards |= {"critic": (critic, c_opt)} if sharded else {}
+    if ref is not None and not sharded:
+        ref.to(acc.device)
+    kl_ctl = AdaptiveKLController(rl.beta, rl.kl_target, rl.kl_horizon) if rl.kl_target else FixedKLController(rl.beta)
+    stream = PromptStream(rows, cfg.seed)
+    with sharding.full_loading():
+        scorer = Scorer(ctx, tok, acc.device)
+    weights = sharding.full_weights if sharded else None
+    agent = multiturn.agent_for(rl, tok)
+    stops = agent.stop_ids if agent else ()
+    generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc, weights, stops)
+    loss_cfg = PolicyLossConfig(
+        clip_low=rl.clip_low,
+        clip_high=rl.clip_high if rl.policy_loss != "cispo" else 0.2,
+        dual_clip_c=rl.dual_clip,
+        cispo_max=rl.clip_high if rl.policy_loss == "cispo" else 5.0,
+        loss_agg_mode=rl.loss_agg,
+        norm_len=rl.max_new_tokens,
+    )
+    adv_cfg = AdvantageConfig(gamma=rl.gamma, lam=rl.lam)
+    clock = PhaseClock(acc.device.type == "cuda", on_lap=functools.partial(memory_probe.lap, ctx))
+    return Loop(
+        ctx, acc, tok, policy, ref, critic, opt, sched, c_opt, c_sched, kl_ctl, stream, scorer, generator,
+        loss_cfg, adv_cfg, shard, mini, micro, clock, agent, shards,
+    )  # fmt: skip
+
+
+def restore(loop: Loop) -> int:
+    """Resume from the last complete checkpoint (models, optimizers, RNG, loop state); returns the step it ended."""
+    from accelerate.utils import set_seed
+
+    start = 0
+    state = checkpoint.load(loop.ctx, loop.acc, loop.shards)
+    if state:
+        start, loop.stream.cursor, loop.kl_ctl.value = state["step"], state["cursor"], state["kl_coef"]
+        if state.get("world", loop.acc.num_processes) != loop.acc.num_processes:  # each process samples anew
+            set_seed(loop.ctx.cfg.seed + loop.rank + start)
+    else:
+        set_seed(loop.ctx.cfg.seed + loop.rank)  # each process samples different completions
+    if loop.ctx.plan.phase_offload:  # AdamW moments live in host RAM except around the policy's optimizer step
+        offload_optimizer_state(loop.opt, loop.offloaded)
+    return start
+
+
+class PhaseClock:
+    """Seconds each phase of a step took (sync, generate, score, prepare, update), logged as `time_<phase>`.
+    On a GPU it waits for the queued kernels at each boundary, so work is charged to the phase that launched it.
+    `on_lap(phase)` is told of every boundary (the memory probe's phases)."""
+
+    def __init__(self, cuda: bool, on_lap: Callable[[str], None] | None = None):
+        self.cuda, self.on_lap = cuda, on_lap
+        self.start()
+
+    def start(self) -> None:
+        self.spent, self.mark = {}, time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self.spent[phase] = self.spent.get(phase, 0.0) + now - self.mark
+        self.mark = now
+        if self.on_lap is not None:
+            self.on_lap(phase)
+
+    def times(self) -> dict[str, float]:
+        return {f"time_{phase}": round(seconds, 4) for phase, seconds in self.spent.items()}
