@@ -21,7 +21,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rlctl.algorithms import POLICY_LOSSES, PolicyLossConfig, loss_units
 from rlctl.rollout.samples import Batch, token_logprobs
-from rlctl.trainer import checkpoint, sharding
+from rlctl.trainer import sharding, state
 
 STEPS, SAVED_AT, ROWS, MICRO, PROMPT, TOTAL = 20, 10, 8, 2, 4, 12
 
@@ -86,7 +86,7 @@ def train(policy, opt, first: int, rank: int, world: int, save: Path | None = No
     for step, (batch, adv) in enumerate(batches()[first:], start=first + 1):
         losses.append(update(policy, opt, batch, adv, rank, world))
         if save is not None and step == SAVED_AT:
-            checkpoint.save_shards(save, {"policy": (policy, opt)})
+            state.save_shards(save, {"policy": (policy, opt)})
     return losses
 
 
@@ -110,7 +110,7 @@ def main(out: Path) -> None:
     losses = train(policy, torch.optim.AdamW(policy.parameters(), lr=3e-3), 0, 0, 1)
     resumed = model()
     opt = torch.optim.AdamW(resumed.parameters(), lr=3e-3)
-    checkpoint.load_shards(Path(sys.argv[2]) / "ckpt", {"policy": (resumed, opt)})
+    state.load_shards(Path(sys.argv[2]) / "ckpt", {"policy": (resumed, opt)})
     after = train(resumed, opt, SAVED_AT, 0, 1)
     (out / "losses.json").write_text(json.dumps({"single": losses, "resumed": after}))
     torch.save({"single": dict(policy.state_dict()), "resumed": dict(resumed.state_dict())}, out / "weights.pt")

@@ -20,7 +20,7 @@ complete checkpoint, then each step (`train_step`) calls, in order:
    plan offloads between phases, the policy's AdamW moments stay in host RAM except around its optimizer step
    (`rlctl.trainer.offload`).
 5. `log_step` to metrics.jsonl (with the seconds each phase took: `time_sync`, `time_generate`, `time_score`,
-   `time_prepare`, `time_update`), then `rlctl.trainer.checkpoint.save` every `save_every` steps (models,
+   `time_prepare`, `time_update`), then `save_checkpoint` (`rlctl.trainer.state`) every `save_every` steps (models,
    optimizers, schedulers, RNG, loop state; marked complete). `train` hands back the policy alone (no critic); the
    rl stage (`rlctl.stages.rl`) saves it to the stage's final folder.
 
@@ -62,9 +62,9 @@ from rlctl.runtime.context import (
     signalled,
     stop_signal,
 )
-from rlctl.trainer import async_rollout, checkpoint
+from rlctl.trainer import async_rollout
 from rlctl.trainer.models import ref_logprobs, token_values
-from rlctl.trainer.state import Loop, restore, setup
+from rlctl.trainer.state import Loop, restore, save_checkpoint, setup
 
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -109,7 +109,7 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
     if step % loop.rl.save_every == 0 or step == loop.rl.max_steps or signum:
         cursor = loop.pipeline.resume_cursor(loop) if loop.pipeline else loop.stream.cursor
         state = {"step": step, "cursor": cursor, "kl_coef": loop.kl_ctl.value, "world": loop.acc.num_processes}
-        checkpoint.save(ctx, loop.acc, step, state, loop.policy, loop.tok, loop.shards)
+        save_checkpoint(ctx, loop.acc, step, state, loop.policy, loop.tok, loop.shards)
     if signum:
         raise Interrupted(signum)
 

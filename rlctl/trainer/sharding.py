@@ -10,7 +10,7 @@ This module owns the sharded side of what the loop does with weights:
   fly without touching the trained weights) gathered at a time: the vLLM weight push and the final save read it,
   so no process ever gathers the whole model for a sync.
 
-A checkpoint's sharded models and optimizers are `rlctl.trainer.checkpoint`'s (DCP, one file per process).
+A checkpoint's sharded models and optimizers go through DCP, one file per process (`rlctl.trainer.state`).
 """
 
 from __future__ import annotations

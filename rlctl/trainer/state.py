@@ -1,31 +1,45 @@
-"""What every step of rlctl's RL loop works with (`Loop`), built once by `setup` (seeded first: accelerate, models,
-optimizers, prompt stream, scorer, generation engine) and brought back to the last complete checkpoint by
-`restore`; and the clock of a step's phases (`PhaseClock`)."""
+"""The state of rlctl's RL loop: what every step works with (`Loop`), built once by `setup` (seeded first:
+accelerate, models, optimizers, prompt stream, scorer, generation engine), written at each checkpoint
+(`save_checkpoint`) and brought back from the last complete one by `restore`; and the clock of a step's phases
+(`PhaseClock`).
+
+A checkpoint holds the models, optimizers, schedulers and every process's RNG through accelerate, models sharded by
+rlctl (`rlctl.trainer.sharding`) and their optimizers through torch distributed checkpoint (DCP: one file per
+process, `sharded/__R_0.distcp`, plus `.metadata`; a load reshards when the process count changed), and the loop's
+own state (step, prompt cursor, KL coefficient, world size) in `rlctl_loop.json`. Each is published by the
+checkpoint protocol of `rlctl.checkpoint` once every process wrote it, scored on held-out data first when
+checkpoint.keep_best."""
 
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from rlctl import checkpoint
 from rlctl.algorithms import AdaptiveKLController, AdvantageConfig, FixedKLController, PolicyLossConfig
 from rlctl.data.tokens import prompt_text
-from rlctl.monitors import memory_probe
+from rlctl.monitors import heldout, memory_probe
 from rlctl.rollout import generate, multiturn
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, pad_to
 from rlctl.runtime import models
-from rlctl.runtime.context import StageContext
+from rlctl.runtime.context import StageContext, resume_point
 from rlctl.runtime.rewarding import Scorer
 from rlctl.runtime.rows import training_rows
-from rlctl.trainer import checkpoint, sharding
+from rlctl.trainer import sharding
 from rlctl.trainer.models import load_models, optimizer_and_schedule
 from rlctl.trainer.offload import Offloaded, offload_optimizer_state
+
+LOOP_STATE = "rlctl_loop.json"
+SHARDS = "sharded"  # a checkpoint's DCP folder: one __R_0.distcp per process and .metadata
 
 
 @dataclass
@@ -150,7 +164,7 @@ def restore(loop: Loop) -> int:
     from accelerate.utils import set_seed
 
     start = 0
-    state = checkpoint.load(loop.ctx, loop.acc, loop.shards)
+    state = load_checkpoint(loop.ctx, loop.acc, loop.shards)
     if state:
         start, loop.stream.cursor, loop.kl_ctl.value = state["step"], state["cursor"], state["kl_coef"]
         if state.get("world", loop.acc.num_processes) != loop.acc.num_processes:  # each process samples anew
@@ -160,6 +174,60 @@ def restore(loop: Loop) -> int:
     if loop.ctx.plan.phase_offload:  # AdamW moments live in host RAM except around the policy's optimizer step
         offload_optimizer_state(loop.opt, loop.offloaded)
     return start
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+def load_checkpoint(ctx: StageContext, acc, shards: dict) -> dict | None:
+    """Restore the last complete checkpoint into the prepared objects; its loop state, or None to start anew."""
+    last = resume_point(ctx)
+    if not last:
+        return None
+    acc.load_state(last)
+    if shards:
+        load_shards(Path(last), shards)  # resharded when the process count changed
+    return json.loads((Path(last) / LOOP_STATE).read_text())
+
+
+def save_checkpoint(ctx: StageContext, acc, step: int, state: dict, policy, tokenizer, shards: dict) -> None:
+    """Models, optimizers, schedulers and every process's RNG (accelerate; sharded models and their optimizers
+    through DCP, one file per process), plus the loop state, written under `.incoming` and published (scored for
+    keep-best, marked complete, renamed into place) once all is written."""
+    folder = checkpoint.incoming(ctx.checkpoints) / f"checkpoint-{step}"
+    acc.wait_for_everyone()
+    acc.save_state(str(folder))
+    if shards:
+        save_shards(folder, shards)
+    if acc.is_main_process:
+        checkpoint.write_json_atomic(folder / LOOP_STATE, state)
+    heldout.publish_checkpoint(ctx, step, acc.unwrap_model(policy), tokenizer)
+
+
+def _states(parts: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
+    """The sharded state dicts of each (model, optimizer) pair, keyed `NAME` and `NAME_optim`."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    state: dict[str, Any] = {}
+    for name, (model, optimizer) in parts.items():
+        state[name], state[f"{name}_optim"] = get_state_dict(model, optimizer)
+    return state
+
+
+def save_shards(folder: Path, parts: dict[str, tuple[Any, Any]]) -> None:
+    """Write each (model, optimizer) of `parts` into `folder/sharded` with DCP; every process writes its shard."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(_states(parts), checkpoint_id=str(folder / SHARDS))
+
+
+def load_shards(folder: Path, parts: dict[str, tuple[Any, Any]]) -> None:
+    """Read `folder/sharded` into each (model, optimizer) of `parts`, resharded for this process count."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = _states(parts)
+    dcp.load(state, checkpoint_id=str(folder / SHARDS))
+    for name, (model, optimizer) in parts.items():
+        set_state_dict(model, optimizer, model_state_dict=state[name], optim_state_dict=state[f"{name}_optim"])
 
 
 class PhaseClock:
