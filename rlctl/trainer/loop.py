@@ -64,6 +64,7 @@ from rlctl.runtime.context import (
 )
 from rlctl.trainer import async_rollout
 from rlctl.trainer.models import ref_logprobs, token_values
+from rlctl.trainer.offload import offload_optimizer_state, reload_optimizer_state
 from rlctl.trainer.state import Loop, restore, save_checkpoint, setup
 
 
@@ -346,12 +347,12 @@ def optimizer_step(loop: Loop) -> None:
     offload = loop.ctx.plan.phase_offload
     memory_probe.lap(loop.ctx, "training")
     if offload:
-        offload.reload_optimizer_state(loop.opt, loop.offloaded)
+        reload_optimizer_state(loop.opt, loop.offloaded)
     loop.opt.step()
     loop.sched.step()
     loop.opt.zero_grad(set_to_none=True)
     if offload:
-        offload.offload_optimizer_state(loop.opt, loop.offloaded)
+        offload_optimizer_state(loop.opt, loop.offloaded)
     memory_probe.lap(loop.ctx, "optimizer step")
 
 
