@@ -218,6 +218,14 @@ def run_rlctl(kind: str, steps: int, tmp: Path, i: int, preset: list[str]) -> Me
     return measure(stamps, samples, wall)
 
 
+def _model_folder(run: Path, cfg: dict, plan: dict) -> str:
+    """What the plain script loads: the run's built base model, the folder a GGUF was converted into, or the name."""
+    if (run / "base").exists():
+        return str(run / "base")
+    imported = plan.get("model_import")
+    return imported["folder"] if imported else cfg["model"]["name_or_path"]
+
+
 def trl_settings(kind: str, run: Path, out: Path, steps: int) -> dict:
     """The plain script's settings, read from an rlctl run's resolved config and plan (same numbers)."""
     cfg = yaml.safe_load((run / "config.yaml").read_text())
@@ -227,7 +235,7 @@ def trl_settings(kind: str, run: Path, out: Path, steps: int) -> dict:
     assert cfg["model"]["dtype"] != "auto", "bench assumes the preset names the model dtype (tiny: float32)"
     s = {
         "kind": kind,
-        "model": str(run / "base") if (run / "base").exists() else cfg["model"]["name_or_path"],
+        "model": _model_folder(run, cfg, plan),
         "data": str(run / "data" / ("sft.jsonl" if kind == "sft" else "rl.jsonl")),
         "out": str(out),
         "stamps": str(out / "stamps.json"),
