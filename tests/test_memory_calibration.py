@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlctl import config, plan
+from rlctl.plan import data_lengths
 
 GiB = 2**30
 TOLERANCE = 0.10
@@ -110,7 +111,8 @@ def test_rl_prompts_are_planned_as_long_as_the_data_and_every_rank_plans_the_sam
     assert {"setting": "RL prompt tokens (memory)", "value": "17"} in [
         {k: d[k] for k in ("setting", "value")} for d in short.decisions
     ]
-    (tmp_path / plan.PROMPT_LENGTHS).write_text(json.dumps({"rl_longest_prompt": 17}))  # what `rlctl train` records
+    record = tmp_path / data_lengths.PROMPT_LENGTHS
+    record.write_text(json.dumps({"rl_longest_prompt": 17}))  # what `rlctl train` records
     assert plan.build(cfg, tmp_path).memory == short.memory  # a rank or a resume rebuilding the plan
     assert plan.build(cfg, tmp_path, prompt_tokens=600).memory == bound.memory  # never past data.max_prompt_length
 
@@ -156,19 +158,17 @@ def test_smollm2_sft_on_cpu_is_planned_from_the_longest_row_within_25_percent(tm
     said = {d["setting"]: d for d in counted.decisions}["sft tokens per sequence (memory)"]
     assert said["value"] == "52" and "longest sft row" in said["why"] and "sft.max_length=96" in said["why"]
     # `rlctl train` records the counts in the run directory: every rank and every resume plans the same
-    (tmp_path / plan.DATA_LENGTHS).write_text(json.dumps({"sft_longest_row": 52}))
+    (tmp_path / data_lengths.DATA_LENGTHS).write_text(json.dumps({"sft_longest_row": 52}))
     assert plan.build(cfg, tmp_path).memory == counted.memory
     assert plan.build(cfg, tmp_path, lengths={"sft": 500}).memory["phases"][0] == bound  # never past sft.max_length
 
 
 def test_every_offline_stage_plans_the_longest_row_it_can_meet(tmp_path):
-    from rlctl.plan import planner
-
     stages = ("sft", "rm", "dpo", "kto")
     sets = ["stages=[sft,rm,dpo,kto]", *(f"{s}.max_length=64" for s in stages)]
     cfg = config.resolve("tiny-demo", None, None, "cpu", sets)
     decisions: list[dict] = []
-    mem_cfg = planner.as_long_as_the_data(cfg, dict.fromkeys(stages, 20), decisions)
+    mem_cfg = data_lengths.as_long_as_the_data(cfg, dict.fromkeys(stages, 20), decisions)
     # a micro-batch pads to its longest row: 20 tokens; KTO's KL pass pairs one row's prompt with another's
     # completion, which twice the longest row bounds
     assert {s: getattr(mem_cfg, s).max_length for s in stages} == {"sft": 20, "rm": 20, "dpo": 20, "kto": 40}

@@ -284,13 +284,13 @@ def test_a_place_that_cannot_be_written_is_refused_before_anything_starts(tmp_pa
 
 def test_a_damaged_data_lengths_record_is_named(tmp_path: Path):
     from rlctl import strictjson
-    from rlctl.plan import planner
+    from rlctl.plan import data_lengths
 
-    assert planner.prompt_tokens_of(tmp_path, None) is None
-    record = tmp_path / planner.PROMPT_LENGTHS
+    assert data_lengths.prompt_tokens_of(tmp_path, None) is None
+    record = tmp_path / data_lengths.PROMPT_LENGTHS
     record.write_text('{"rl_longest_prompt": 5}')
-    assert planner.prompt_tokens_of(tmp_path, None) == 5 and planner.prompt_tokens_of(tmp_path, 9) == 9
+    assert data_lengths.prompt_tokens_of(tmp_path, None) == 5 and data_lengths.prompt_tokens_of(tmp_path, 9) == 9
     for damaged in ('{"rl_long', '{"rl_longest_prompt": "x"}', "[5]"):
         record.write_text(damaged)
         with pytest.raises(strictjson.DamagedFile, match=r"data_lengths\.json is damaged.*data\.max_prompt_length"):
-            planner.prompt_tokens_of(tmp_path, None)
+            data_lengths.prompt_tokens_of(tmp_path, None)

@@ -36,7 +36,7 @@ from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import preflight, tbevents
 from rlctl.launch import progress as progress_mod
-from rlctl.plan import packages
+from rlctl.plan import data_lengths, packages
 from rlctl.plan import planner as plan_mod
 
 if TYPE_CHECKING:  # rich's progress and tables load only when a run starts or a summary is shown
@@ -111,7 +111,7 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
         if paths:
             shutil.move(Path(scratch) / "data", run_dir / "data")
     if lengths:
-        (run_dir / plan_mod.DATA_LENGTHS).write_text(json.dumps(plan_mod.lengths_record(lengths)))
+        (run_dir / data_lengths.DATA_LENGTHS).write_text(json.dumps(data_lengths.lengths_record(lengths)))
     if imported is not None:  # what the import fixed, kept with the run
         (run_dir / "model_import.json").write_text(json.dumps(imported, indent=2))
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))

@@ -422,7 +422,7 @@ def run(
 
 
 def longest(report: Report) -> dict[str, int]:
-    """The lengths the memory model plans, {stage: tokens} (rlctl.plan.planner.LENGTH_KEYS): each training stage's
+    """The lengths the memory model plans, {stage: tokens} (rlctl.plan.data_lengths.LENGTH_KEYS): each training stage's
     longest kept row as counted (RL: its longest prompt); a stage whose rows were not counted is left out."""
     return {stage: n["longest"] for stage, n in report.lengths.items() if stage != "eval" and n.get("longest")}
 

@@ -7,9 +7,8 @@ optional packages a layout needs (`packages`), and the assembled `Plan` with the
 May import: base, config, sandbox, data.
 """
 
+from rlctl.plan.data_lengths import DATA_LENGTHS, PROMPT_LENGTHS
 from rlctl.plan.planner import (
-    DATA_LENGTHS,
-    PROMPT_LENGTHS,
     Plan,
     StagePlan,
     base_model,

@@ -13,12 +13,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlctl import config as config_mod
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
+from rlctl.plan import data_lengths, epochs, gguf, memory, packages, strategies
 from rlctl.plan import engine as engine_mod
-from rlctl.plan import epochs, gguf, memory, packages
 from rlctl.plan import hardware as hw
 
 if TYPE_CHECKING:
@@ -285,86 +284,6 @@ def layout(hardware: hw.Hardware, procs: int, cfg: RunConfig) -> dict[str, Any]:
     }
 
 
-DATA_LENGTHS = "data_lengths.json"  # in the run directory: the data's counted lengths, as the plan used them
-PROMPT_LENGTHS = DATA_LENGTHS  # its first name, from when it held the longest RL prompt alone
-# data_lengths.json's key for each stage's count: RL its longest prompt; the offline stages their longest row as the
-# trainer sees it (SFT: the whole sequence after the chat template, with EOS; rm, dpo: the prompt and the longer
-# reply; kto: the prompt and its completion), of the rows kept (at most the stage's length limit)
-LENGTH_KEYS = {
-    "rl": "rl_longest_prompt",
-    "sft": "sft_longest_row",
-    "rm": "rm_longest_row",
-    "dpo": "dpo_longest_row",
-    "kto": "kto_longest_row",
-}
-OFFLINE_STAGES = ("sft", "rm", "dpo", "kto")
-
-
-def lengths_record(lengths: dict[str, int]) -> dict[str, int]:
-    """What data_lengths.json holds for the pre-flight's counts ({stage: longest})."""
-    return {LENGTH_KEYS[stage]: n for stage, n in lengths.items() if stage in LENGTH_KEYS and n}
-
-
-def data_lengths_of(run_dir: str | Path, given: dict[str, int] | None) -> dict[str, int]:
-    """The data's counted lengths the memory model plans, {stage: tokens} (see LENGTH_KEYS): `given` (the pre-flight
-    counted them), else what the run directory recorded when it was prepared (so every rank and every resume plans
-    the same), else none."""
-    if given is not None:
-        return given
-    from rlctl import strictjson
-
-    path = Path(run_dir) / DATA_LENGTHS
-    works = "Remove it, and the plan uses data.max_prompt_length and each stage's max_length instead."
-    record = strictjson.read(path, works, missing={})
-    out = {}
-    for stage, key in LENGTH_KEYS.items():
-        n = record.get(key)
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise strictjson.DamagedFile(path, f"{key} is {n!r}, not a count of tokens", works)
-        if n is not None:
-            out[stage] = n
-    return out
-
-
-def prompt_tokens_of(run_dir: str | Path, given: int | None) -> int | None:
-    """The longest RL prompt in tokens the memory model plans: `given`, else the run directory's record, else None."""
-    return given if given is not None else data_lengths_of(run_dir, None).get("rl")
-
-
-def sequence_tokens(stage: str, longest: int, limit: int) -> tuple[int, str]:
-    """(tokens per sequence the memory model plans for an offline stage whose longest kept row has `longest` tokens,
-    why). TRL pads each micro-batch to its longest sequence, so no micro-batch is longer than the longest row; KTO's
-    KL pass pairs a prompt with another row's completion, which twice the longest row bounds. Never past `limit`."""
-    key = f"{stage}.max_length={limit} bounds it"
-    if stage == "kto":
-        why = f"twice the longest kto row: TRL's KL pass pairs a prompt with another row's completion ({key})"
-        return min(2 * longest, limit), why
-    row = "row (chat template and EOS included)" if stage == "sft" else "row (prompt + the longer reply)"
-    return min(longest, limit), f"the longest {stage} {row} of the data ({key}); TRL pads a batch to its longest"
-
-
-def as_long_as_the_data(cfg: RunConfig, lengths: dict[str, int], decisions: list[dict[str, str]]) -> RunConfig:
-    """`cfg` for the memory model: sequences as long as the data's where the pre-flight counted them and they are
-    shorter than the limits. RL prompts: the longest (TRL and rlctl's loop pad a batch to its longest prompt, not to
-    data.max_prompt_length); multi-turn runs, whose conversations grow past the prompt, keep data.max_prompt_length.
-    sft, rm, dpo, kto: the longest row (`sequence_tokens`), not `<stage>.max_length`."""
-    update: dict[str, Any] = {}
-    limit, longest = cfg.data.max_prompt_length, lengths.get("rl")
-    if longest is not None and longest < limit and "rl" in cfg.stages and not cfg.rl.tools:
-        why = f"the longest prompt of data.rl (data.max_prompt_length={limit} bounds it); a batch pads to its longest"
-        decisions.append({"setting": "RL prompt tokens (memory)", "value": str(longest), "why": why})
-        update["data"] = cfg.data.model_copy(update={"max_prompt_length": max(longest, 1)})
-    for stage in OFFLINE_STAGES:
-        if stage not in cfg.stages or not lengths.get(stage):
-            continue
-        sc = getattr(cfg, stage)
-        tokens, why = sequence_tokens(stage, lengths[stage], sc.max_length)
-        if tokens < sc.max_length:
-            decisions.append({"setting": f"{stage} tokens per sequence (memory)", "value": str(tokens), "why": why})
-            update[stage] = sc.model_copy(update={"max_length": tokens})
-    return cfg.model_copy(update=update) if update else cfg
-
-
 def build(
     cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None, lengths: dict[str, int] | None = None
 ) -> Plan:
@@ -375,8 +294,8 @@ def build(
     procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
     warnings = missing_data(cfg)
     epoch_decisions = epochs.resolve(cfg)
-    trainer = loop_for_sharding(cfg, hardware)
-    embeddings = embeddings_for_adapters(cfg)
+    trainer = strategies.loop_for_sharding(cfg, hardware)
+    embeddings = strategies.embeddings_for_adapters(cfg)
     cfg, arch_source = model_arch.resolve(cfg, warnings)
     precision = precision_for(cfg, hardware, warnings)
     engine = generation_engine(cfg, hardware, warnings)
@@ -405,7 +324,7 @@ def build(
     for name, batch in global_batches.items():
         batches[name] = (batch, *_batching(name, batch, getattr(cfg, name).micro_batch_size, world))
     given = lengths if prompt_tokens is None else {**(lengths or {}), "rl": prompt_tokens}
-    mem_cfg = as_long_as_the_data(cfg, data_lengths_of(run_dir, given), trainer)
+    mem_cfg = data_lengths.as_long_as_the_data(cfg, data_lengths.data_lengths_of(run_dir, given), trainer)
     mem = _decide_memory(mem_cfg, hardware, procs, engine, precision, split)
     if mem is None:  # no architecture numbers: the defaults, unchecked
         strategy = cfg.hardware.strategy
@@ -463,7 +382,7 @@ def build(
         split, vllm, generation = _async_sides(split, memory_json, vllm, generation)
         decisions.append(split.decision())
     decisions += epoch_decisions + trainer + (embeddings if adapter in ("lora", "qlora") else [])
-    per_stage = stage_strategies(cfg, hardware, strategy, decisions, warnings)
+    per_stage = strategies.stage_strategies(cfg, hardware, strategy, decisions, warnings)
     here = hardware.is_cpu or hw.has_local_gpu()
     vllm_forced = engine == "vllm" and cfg.rl.use_vllm is True
     packages.check_layout(adapter, vllm_forced, hardware.is_cpu, list(cfg.logging.report_to), here, warnings)
@@ -561,63 +480,6 @@ def _async_sides(
     split = replace(split, trainer_gib_per_gpu=memory_json.get("peak_gib"))
     settings = split.engine_settings()
     return (split, settings, None) if split.generator_engine == "vllm" else (split, None, settings)
-
-
-def embeddings_for_adapters(cfg: RunConfig) -> list[dict[str, str]]:
-    """model.train_embeddings=auto resolved (in `cfg`, so config.yaml holds it): on for builtin:tiny, a random-init
-    model whose frozen embeddings, small and tied to the output head, cap how sure its predictions can get, so
-    adapters alone barely learn (SFT loss 5.1 against 1.1 with them trained); off for pretrained models. The
-    decision the plan shows when adapters train, or none."""
-    m = cfg.model
-    if m.train_embeddings == "auto":
-        m.train_embeddings = m.name_or_path == "builtin:tiny"
-        why = "builtin:tiny is random-init: frozen random embeddings would cap what the adapters learn"
-    else:
-        why = "set by you"
-    if not m.train_embeddings:
-        return []
-    return [{"setting": "model.train_embeddings", "value": "true (embeddings and output head train)", "why": why}]
-
-
-def loop_for_sharding(cfg: RunConfig, hardware: hw.Hardware) -> list[dict[str, str]]:
-    """hardware.strategy=fsdp2 on CPU with rl.trainer=auto: an algorithm TRL trains runs in rlctl's loop instead,
-    the only trainer that shards there. Set in `cfg` itself, so the run's config.yaml holds it for every process and
-    every resume. The decision, or none."""
-    rl = cfg.rl
-    if not (hardware.is_cpu and cfg.hardware.strategy == "fsdp2" and "rl" in cfg.stages):
-        return []
-    if rl.trainer != "auto" or rl.path in ("rlctl", None):
-        return []
-    trl = config_mod.PATH_NAMES[rl.path]
-    rl.trainer = "rlctl"
-    why = f"{trl} cannot shard on CPU (accelerate engages FSDP only on GPUs); rlctl's loop shards itself"
-    return [{"setting": "rl.trainer", "value": f"rlctl ({rl.algorithm} in rlctl's loop)", "why": why}]
-
-
-def stage_strategies(
-    cfg: RunConfig, hardware: hw.Hardware, strategy: str, decisions: list[dict[str, str]], warnings: list[str]
-) -> dict[str, str]:
-    """Each stage's strategy: the plan's, except fsdp2 on CPU. There rlctl's own RL loop shards itself (torch's
-    fully_shard over gloo); the stages TRL trains through accelerate run DDP, as accelerate engages FSDP only on
-    GPUs, and the plan says so. fsdp2 on CPU with no stage that can shard is refused."""
-    if not (hardware.is_cpu and strategy == "fsdp2"):
-        return dict.fromkeys(cfg.stages, strategy)
-    out = {name: "fsdp2" if name == "rl" and cfg.rl.path == "rlctl" else "ddp" for name in cfg.stages}
-    ddp = [name for name, how in out.items() if how == "ddp"]
-    if len(ddp) == len(out):
-        raise UserError(
-            f"Invalid config: hardware.strategy=fsdp2 on CPU, but no stage of this run can shard there: "
-            f"{', '.join(ddp)} train through TRL and accelerate, which engages FSDP only on GPUs (on CPU it would be "
-            "plain DDP under an FSDP2 label). On CPU rlctl's own RL loop shards itself: run the rl stage (with "
-            "rl.trainer=auto or rlctl; the plan then states which other stages run DDP), or use --set "
-            "hardware.strategy=ddp (or auto)."
-        )
-    if ddp:
-        why = "accelerate engages FSDP only on GPUs; on CPU only rlctl's own RL loop shards (torch fully_shard, gloo)"
-        value = f"ddp for {', '.join(ddp)}; fsdp2 for rl"
-        decisions.append({"setting": "strategy per stage", "value": value, "why": why})
-        warnings.append(f"fsdp2 on CPU: stage(s) {', '.join(ddp)} run DDP ({why})")
-    return out
 
 
 def model_facts(cfg: RunConfig, arch_source: str) -> dict[str, Any]:

@@ -1,0 +1,89 @@
+"""The data's counted lengths the memory model plans by: what the pre-flight counted (or the run directory's
+data_lengths.json recorded), and the config the memory model sizes with them (sequences as long as the data's,
+not as long as the limits allow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlctl.config import RunConfig
+
+DATA_LENGTHS = "data_lengths.json"  # in the run directory: the data's counted lengths, as the plan used them
+PROMPT_LENGTHS = DATA_LENGTHS  # its first name, from when it held the longest RL prompt alone
+# data_lengths.json's key for each stage's count: RL its longest prompt; the offline stages their longest row as the
+# trainer sees it (SFT: the whole sequence after the chat template, with EOS; rm, dpo: the prompt and the longer
+# reply; kto: the prompt and its completion), of the rows kept (at most the stage's length limit)
+LENGTH_KEYS = {
+    "rl": "rl_longest_prompt",
+    "sft": "sft_longest_row",
+    "rm": "rm_longest_row",
+    "dpo": "dpo_longest_row",
+    "kto": "kto_longest_row",
+}
+OFFLINE_STAGES = ("sft", "rm", "dpo", "kto")
+
+
+def lengths_record(lengths: dict[str, int]) -> dict[str, int]:
+    """What data_lengths.json holds for the pre-flight's counts ({stage: longest})."""
+    return {LENGTH_KEYS[stage]: n for stage, n in lengths.items() if stage in LENGTH_KEYS and n}
+
+
+def data_lengths_of(run_dir: str | Path, given: dict[str, int] | None) -> dict[str, int]:
+    """The data's counted lengths the memory model plans, {stage: tokens} (see LENGTH_KEYS): `given` (the pre-flight
+    counted them), else what the run directory recorded when it was prepared (so every rank and every resume plans
+    the same), else none."""
+    if given is not None:
+        return given
+    from rlctl import strictjson
+
+    path = Path(run_dir) / DATA_LENGTHS
+    works = "Remove it, and the plan uses data.max_prompt_length and each stage's max_length instead."
+    record = strictjson.read(path, works, missing={})
+    out = {}
+    for stage, key in LENGTH_KEYS.items():
+        n = record.get(key)
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise strictjson.DamagedFile(path, f"{key} is {n!r}, not a count of tokens", works)
+        if n is not None:
+            out[stage] = n
+    return out
+
+
+def prompt_tokens_of(run_dir: str | Path, given: int | None) -> int | None:
+    """The longest RL prompt in tokens the memory model plans: `given`, else the run directory's record, else None."""
+    return given if given is not None else data_lengths_of(run_dir, None).get("rl")
+
+
+def sequence_tokens(stage: str, longest: int, limit: int) -> tuple[int, str]:
+    """(tokens per sequence the memory model plans for an offline stage whose longest kept row has `longest` tokens,
+    why). TRL pads each micro-batch to its longest sequence, so no micro-batch is longer than the longest row; KTO's
+    KL pass pairs a prompt with another row's completion, which twice the longest row bounds. Never past `limit`."""
+    key = f"{stage}.max_length={limit} bounds it"
+    if stage == "kto":
+        why = f"twice the longest kto row: TRL's KL pass pairs a prompt with another row's completion ({key})"
+        return min(2 * longest, limit), why
+    row = "row (chat template and EOS included)" if stage == "sft" else "row (prompt + the longer reply)"
+    return min(longest, limit), f"the longest {stage} {row} of the data ({key}); TRL pads a batch to its longest"
+
+
+def as_long_as_the_data(cfg: RunConfig, lengths: dict[str, int], decisions: list[dict[str, str]]) -> RunConfig:
+    """`cfg` for the memory model: sequences as long as the data's where the pre-flight counted them and they are
+    shorter than the limits. RL prompts: the longest (TRL and rlctl's loop pad a batch to its longest prompt, not to
+    data.max_prompt_length); multi-turn runs, whose conversations grow past the prompt, keep data.max_prompt_length.
+    sft, rm, dpo, kto: the longest row (`sequence_tokens`), not `<stage>.max_length`."""
+    update: dict[str, Any] = {}
+    limit, longest = cfg.data.max_prompt_length, lengths.get("rl")
+    if longest is not None and longest < limit and "rl" in cfg.stages and not cfg.rl.tools:
+        why = f"the longest prompt of data.rl (data.max_prompt_length={limit} bounds it); a batch pads to its longest"
+        decisions.append({"setting": "RL prompt tokens (memory)", "value": str(longest), "why": why})
+        update["data"] = cfg.data.model_copy(update={"max_prompt_length": max(longest, 1)})
+    for stage in OFFLINE_STAGES:
+        if stage not in cfg.stages or not lengths.get(stage):
+            continue
+        sc = getattr(cfg, stage)
+        tokens, why = sequence_tokens(stage, lengths[stage], sc.max_length)
+        if tokens < sc.max_length:
+            decisions.append({"setting": f"{stage} tokens per sequence (memory)", "value": str(tokens), "why": why})
+            update[stage] = sc.model_copy(update={"max_length": tokens})
+    return cfg.model_copy(update=update) if update else cfg

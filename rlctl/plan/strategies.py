@@ -1,0 +1,66 @@
+"""Plan decisions about how each stage trains: embeddings beside adapters, rlctl's loop where only it can shard,
+and each stage's distribution strategy where the hardware cannot run the plan's."""
+
+from __future__ import annotations
+
+from rlctl import config as config_mod
+from rlctl.config import RunConfig
+from rlctl.errors import UserError
+from rlctl.plan import hardware as hw
+
+
+def embeddings_for_adapters(cfg: RunConfig) -> list[dict[str, str]]:
+    """model.train_embeddings=auto resolved (in `cfg`, so config.yaml holds it): on for builtin:tiny, a random-init
+    model whose frozen embeddings, small and tied to the output head, cap how sure its predictions can get, so
+    adapters alone barely learn (SFT loss 5.1 against 1.1 with them trained); off for pretrained models. The
+    decision the plan shows when adapters train, or none."""
+    m = cfg.model
+    if m.train_embeddings == "auto":
+        m.train_embeddings = m.name_or_path == "builtin:tiny"
+        why = "builtin:tiny is random-init: frozen random embeddings would cap what the adapters learn"
+    else:
+        why = "set by you"
+    if not m.train_embeddings:
+        return []
+    return [{"setting": "model.train_embeddings", "value": "true (embeddings and output head train)", "why": why}]
+
+
+def loop_for_sharding(cfg: RunConfig, hardware: hw.Hardware) -> list[dict[str, str]]:
+    """hardware.strategy=fsdp2 on CPU with rl.trainer=auto: an algorithm TRL trains runs in rlctl's loop instead,
+    the only trainer that shards there. Set in `cfg` itself, so the run's config.yaml holds it for every process and
+    every resume. The decision, or none."""
+    rl = cfg.rl
+    if not (hardware.is_cpu and cfg.hardware.strategy == "fsdp2" and "rl" in cfg.stages):
+        return []
+    if rl.trainer != "auto" or rl.path in ("rlctl", None):
+        return []
+    trl = config_mod.PATH_NAMES[rl.path]
+    rl.trainer = "rlctl"
+    why = f"{trl} cannot shard on CPU (accelerate engages FSDP only on GPUs); rlctl's loop shards itself"
+    return [{"setting": "rl.trainer", "value": f"rlctl ({rl.algorithm} in rlctl's loop)", "why": why}]
+
+
+def stage_strategies(
+    cfg: RunConfig, hardware: hw.Hardware, strategy: str, decisions: list[dict[str, str]], warnings: list[str]
+) -> dict[str, str]:
+    """Each stage's strategy: the plan's, except fsdp2 on CPU. There rlctl's own RL loop shards itself (torch's
+    fully_shard over gloo); the stages TRL trains through accelerate run DDP, as accelerate engages FSDP only on
+    GPUs, and the plan says so. fsdp2 on CPU with no stage that can shard is refused."""
+    if not (hardware.is_cpu and strategy == "fsdp2"):
+        return dict.fromkeys(cfg.stages, strategy)
+    out = {name: "fsdp2" if name == "rl" and cfg.rl.path == "rlctl" else "ddp" for name in cfg.stages}
+    ddp = [name for name, how in out.items() if how == "ddp"]
+    if len(ddp) == len(out):
+        raise UserError(
+            f"Invalid config: hardware.strategy=fsdp2 on CPU, but no stage of this run can shard there: "
+            f"{', '.join(ddp)} train through TRL and accelerate, which engages FSDP only on GPUs (on CPU it would be "
+            "plain DDP under an FSDP2 label). On CPU rlctl's own RL loop shards itself: run the rl stage (with "
+            "rl.trainer=auto or rlctl; the plan then states which other stages run DDP), or use --set "
+            "hardware.strategy=ddp (or auto)."
+        )
+    if ddp:
+        why = "accelerate engages FSDP only on GPUs; on CPU only rlctl's own RL loop shards (torch fully_shard, gloo)"
+        value = f"ddp for {', '.join(ddp)}; fsdp2 for rl"
+        decisions.append({"setting": "strategy per stage", "value": value, "why": why})
+        warnings.append(f"fsdp2 on CPU: stage(s) {', '.join(ddp)} run DDP ({why})")
+    return out
