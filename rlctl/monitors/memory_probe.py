@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
+from rlctl.rollout import trl_compat
 
 if TYPE_CHECKING:
     from rlctl.runtime.context import StageContext
@@ -233,18 +234,7 @@ class TrainerPhases(TrainerCallback):
 def install(ctx: StageContext, trainer: Any) -> None:
     """Measure a TRL trainer's phases; GRPO's and RLOO's generation (and scoring) is its own phase."""
     trainer.add_callback(TrainerPhases(ctx))
-    generate = getattr(trainer, "_generate_and_score_completions", None)
-    if generate is None:
-        return
-
-    def measured(*args: Any, **kwargs: Any) -> Any:
-        lap(ctx, "training")
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            lap(ctx, "generation")
-
-    trainer._generate_and_score_completions = measured
+    trl_compat.around_generation(trainer, lambda: lap(ctx, "training"), lambda: lap(ctx, "generation"))
 
 
 # --- Beside the plan ----------------------------------------------------------------------------------------------

@@ -23,6 +23,10 @@ BITSANDBYTES_MIN = "0.46.1"
 # 4-bit layers on CPU: bitsandbytes' CPU kernels; rlctl's CPU QLoRA path is tested from this release (0.50.2)
 BITSANDBYTES_CPU_MIN = "0.50"
 
+# The TRL series rlctl's trainers and its reach into TRL's internals (rlctl.rollout.trl_compat) were written for.
+TRL_SERIES = "1.16"
+TRL_FIX = f"pip install 'trl=={TRL_SERIES}.*' (the version rlctl pins)"
+
 # logging.report_to -> (the modules its adapter imports, all needed; the install command). TensorBoard needs none:
 # rlctl writes its event files itself (rlctl.launch.tbevents). MLflow's SQLite store needs SQLAlchemy and alembic,
 # which mlflow-skinny leaves out.
@@ -74,11 +78,24 @@ def qlora_problem(cpu: bool) -> str | None:
     return None
 
 
+def trl_problem() -> str | None:
+    """Why the installed TRL is not the series rlctl was written for, or None."""
+    version = installed_version("trl")
+    if version is None:
+        return "trl is not installed"
+    if version.split(".")[:2] != TRL_SERIES.split("."):
+        return f"trl {version} is installed"
+    return None
+
+
 def missing(adapter: str, vllm: bool, cpu: bool, trackers: list[str]) -> list[Need]:
     """The packages a layout needs that cannot be used here."""
     from rlctl.plan import engine
 
     out = []
+    trl = trl_problem()
+    if trl is not None:
+        out.append(Need(f"TRL's trainers (rlctl is written for TRL {TRL_SERIES})", trl, TRL_FIX, "reinstall rlctl"))
     problem = qlora_problem(cpu) if adapter == "qlora" else None
     if problem is not None:
         fix = f"pip install 'rlctl[qlora]' (bitsandbytes>={BITSANDBYTES_CPU_MIN if cpu else BITSANDBYTES_MIN})"

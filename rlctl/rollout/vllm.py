@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlctl.plan import engine as choice
+from rlctl.rollout import trl_compat
 
 if TYPE_CHECKING:
     from rlctl.plan import Plan
@@ -48,9 +49,7 @@ def process_environment(plan: Plan) -> None:
 def adapt(generation: Any, plan: Plan) -> Any:
     """Fit TRL's `VLLMGeneration` to the plan's machine: on CPU, its weight push goes through `_reload_on_cpu`."""
     if plan.hardware.is_cpu:
-        import types
-
-        generation.sync_weights = types.MethodType(_reload_on_cpu, generation)
+        trl_compat.replace_push(generation, _reload_on_cpu)
     return generation
 
 
@@ -62,7 +61,7 @@ def _reload_on_cpu(generation: Any) -> None:
     TRL's iterator has LoRA merged (it unmerges when exhausted, before vLLM packs the last layers), one at a time
     as vLLM loads them (a sharded policy is gathered one weight at a time, never whole)."""
     runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
-    weights = ((name, tensor.detach().clone()) for name, tensor in generation._iter_named_params())
+    weights = ((name, tensor.detach().clone()) for name, tensor in trl_compat.pushed_weights(generation))
     runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
     model = runner.get_model()
     if getattr(runner.model_config.hf_config, "tie_word_embeddings", False) and hasattr(model, "lm_head"):
@@ -161,11 +160,9 @@ class ColocatedVLLM:
     def __init__(
         self, plan: Plan, model: Any, accelerator: Any, tokenizer: Any, weights: Any = None, stop_ids: tuple = ()
     ):
-        from trl.generation.vllm_generation import VLLMGeneration
-
         process_environment(plan)
         self.stops = list(stop_ids) or [tokenizer.eos_token_id]
-        self.vllm = VLLMGeneration(
+        self.vllm = trl_compat.vllm_generation(
             model=model,
             accelerator=accelerator,
             processing_class=tokenizer,
@@ -173,7 +170,7 @@ class ColocatedVLLM:
             **vllm_generation_kwargs(plan),
         )
         if weights is not None:
-            self.vllm._iter_named_params = lambda: weights(model)
+            trl_compat.push_weights_from(self.vllm, lambda: weights(model))
         adapt(self.vllm, plan)
         self.temperature = self.vllm.temperature
         self.logprobs: list[list[float | None]] | None = None
