@@ -35,10 +35,10 @@ REGISTRIES = {
     ("algorithms/kl.py", "KL_ESTIMATORS"),
     ("algorithms/losses.py", "POLICY_LOSSES"),
 }
-# Hooks into TRL objects, each built by the function that sets it (no state outlives that object).
+# Hooks into TRL objects, all in the one module that reaches into TRL's internals (no state outlives the object).
 HOOKS = {
-    ("monitors/memory_probe.py", "trainer._generate_and_score_completions"),  # the generation phase, measured
-    ("rollout/vllm.py", "self.vllm._iter_named_params"),  # rlctl's sharded weights pushed to vLLM
+    ("rollout/trl_compat.py", "trainer._generate_and_score_completions"),  # the generation phase, measured
+    ("rollout/trl_compat.py", "generation._iter_named_params"),  # rlctl's sharded weights pushed to vLLM
 }
 
 
