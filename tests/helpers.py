@@ -30,6 +30,33 @@ def rlctl(*args: str, cwd: Path | None = None, timeout: float = 1800, env: dict 
     return subprocess.run([RLCTL, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
+# `rlctl plan --json ARGS` in a fresh interpreter (ARGS as JSON in argv[1]), printing the plan and which of torch
+# and vllm the plan imported.
+_PLAN_SCRIPT = """
+import contextlib, io, json, sys
+args = json.loads(sys.argv[1])
+sys.argv = ["rlctl", "plan", "--json", *args]
+from rlctl.cli import main
+out = io.StringIO()
+try:
+    with contextlib.redirect_stdout(out):
+        main()
+except SystemExit as e:
+    assert not e.code, e.code
+print(json.dumps({"plan": json.loads(out.getvalue()), "torch": "torch" in sys.modules, "vllm": "vllm" in sys.modules}))
+"""
+
+
+def plan_in_fresh_interpreter(*args: str) -> dict:
+    """`rlctl plan --json ARGS` run in a new interpreter: {"plan": the plan, "torch": bool, "vllm": bool}, the last
+    two saying whether planning imported them."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _PLAN_SCRIPT, json.dumps(list(args))], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def strict_records(run_dir: Path) -> list[dict]:
     """metrics.jsonl as a strict JSON reader sees it (NaN and Infinity refused); every line must parse."""
     from rlctl import strictjson

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
 from rlctl import config
 from rlctl.errors import UserError
 from rlctl.plan import planner as plan
-from tests.helpers import rlctl
+from tests.helpers import plan_in_fresh_interpreter, rlctl
 
 GiB = 2**30
 ASYNC = ("--set", "rl.async_rollout.enabled=true")
@@ -137,25 +135,10 @@ def test_synchronous_plan_is_unchanged():
     assert any(ph["phase"] == "generation" for ph in p.memory["phases"])
 
 
-_ASYNC_PLAN = (
-    "import sys, io, contextlib\n"
-    "sys.argv = ['rlctl', 'plan', '--preset', 'qwen7b-grpo', '--hardware', '8xH100-80GB', '--json',"
-    " '--set', 'rl.async_rollout.enabled=true', '--run-dir', '/tmp/rlctl-async-plan-test']\n"
-    "from rlctl.cli import main\n"
-    "out = io.StringIO()\n"
-    "try:\n"
-    "    with contextlib.redirect_stdout(out):\n"
-    "        main()\n"
-    "except SystemExit as e:\n"
-    "    assert not e.code, e.code\n"
-    "print('torch' in sys.modules, 'vllm' in sys.modules)\n"
-)
-
-
 def test_async_plan_is_torch_free():
-    proc = subprocess.run([sys.executable, "-c", _ASYNC_PLAN], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["False", "False"]
+    args = ("--preset", "qwen7b-grpo", "--hardware", "8xH100-80GB", "--set", "rl.async_rollout.enabled=true")
+    result = plan_in_fresh_interpreter(*args, "--run-dir", "/tmp/rlctl-async-plan-test")
+    assert (result["torch"], result["vllm"]) == (False, False) and result["plan"]["async_split"]["generator_gpus"]
 
 
 def test_other_stages_are_told_they_train_on_the_trainer_gpus():

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from rlctl.errors import UserError
 from rlctl.plan import engine as choice
 from rlctl.plan import hardware, memory, memory_arch, memory_model, memory_search
 from rlctl.plan import planner as plan
-from tests.helpers import RLCTL
+from tests.helpers import RLCTL, plan_in_fresh_interpreter
 
 GiB = 2**30
 
@@ -556,49 +555,17 @@ def test_refusal_exits_2_from_the_cli():
 
 # --- Torch-free ----------------------------------------------------------------------------------------------------
 
-_PLAN_JSON = (
-    "import sys, io, contextlib\n"
-    "sys.argv = ['rlctl', 'plan', '--preset', 'qwen7b-grpo', '--hardware', '1xH100-80GB', '--json',"
-    " '--run-dir', '/tmp/rlctl-planner-test']\n"
-    "from rlctl.cli import main\n"
-    "out = io.StringIO()\n"
-    "try:\n"
-    "    with contextlib.redirect_stdout(out):\n"
-    "        main()\n"
-    "except SystemExit as e:\n"
-    "    assert not e.code, e.code\n"
-    "import json\n"
-    "json.loads(out.getvalue())\n"
-    "print('torch' in sys.modules, 'vllm' in sys.modules)\n"
-)
-
 
 def test_plan_json_is_torch_free():
     # its speed is measured in bench/cli_latency.py, not here: a timed test is a flaky test
-    proc = subprocess.run([sys.executable, "-c", _PLAN_JSON], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    torch_loaded, vllm_loaded = proc.stdout.split()
-    assert torch_loaded == "False" and vllm_loaded == "False"
+    result = plan_in_fresh_interpreter("--preset", "qwen7b-grpo", "--hardware", "1xH100-80GB", "--run-dir", "/tmp/x")
+    assert (result["torch"], result["vllm"]) == (False, False) and result["plan"]["num_processes"] == 1
 
 
 def test_plan_counts_a_generated_task_and_plans_the_lengths_it_has_torch_free(tmp_path: Path):
     # tiny-demo generates its data (data.generate): `rlctl plan` generates it into a scratch folder as `rlctl train`
     # does, counts it with the builtin tokenizer trained as the launch trains it, and plans those lengths
-    script = (
-        "import sys, io, contextlib, json\n"
-        f"sys.argv = ['rlctl', 'plan', '--preset', 'tiny-demo', '--json', '--run-dir', {str(tmp_path / 'run')!r}]\n"
-        "from rlctl.cli import main\n"
-        "out = io.StringIO()\n"
-        "try:\n"
-        "    with contextlib.redirect_stdout(out):\n"
-        "        main()\n"
-        "except SystemExit as e:\n"
-        "    assert not e.code, e.code\n"
-        "print(json.dumps({'plan': json.loads(out.getvalue()), 'torch': 'torch' in sys.modules}))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    result = plan_in_fresh_interpreter("--preset", "tiny-demo", "--run-dir", str(tmp_path / "run"))
     p, counted = result["plan"], result["plan"]["preflight"]["lengths"]
     assert result["torch"] is False and not (tmp_path / "run").exists()
     assert p["data"]["sft"]["source"] == "generated (arithmetic, data.generate)"
