@@ -7,7 +7,9 @@ the policy in training, measured in one process:
   the tokens vLLM sampled; greedy completions of vLLM vs transformers with the same weights);
 * generated tokens/s of vLLM and of transformers `generate` (rlctl's HFGenerator) on the same prompts;
 * GPU memory per phase (torch allocator peaks, and nvidia-smi's used memory) beside the plan's phases;
-* the step-time split (sync / generate / score / prepare / update) of a few steps of `rlctl train` with the loop.
+* the step-time split (sync / generate / score / prepare / update) of a few steps of `rlctl train` with the loop;
+* with 2+ GPUs, the same steps with `rl.async_rollout` (the generator on GPUs of its own): seconds per step
+  against the synchronous run's, and the staleness.
 
 Writes bench/results/gpu_accept.json and bench/results/gpu_accept.md. Runs on CPU too (vLLM's CPU build, the tiny
 demo's model via --model): sleep mode does not exist there and memory is the process's, which is how the script
@@ -221,6 +223,34 @@ def step_split(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> dict
     return out
 
 
+def async_row(model_dir: Path, opts: argparse.Namespace, run_dir: Path, sync: dict) -> dict:
+    """With 2+ GPUs: the same steps with rl.async_rollout (the generator on GPUs of its own): the median seconds
+    per step against the synchronous run's, and the staleness."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        return {"skipped": f"{torch.cuda.device_count()} GPU(s): async RL needs 2 or more"}
+    argv = [PYTHON, "-m", "rlctl.cli", "-q", "train", "--preset", opts.preset, "--algorithm", "reinforce-pp",
+            "--stages", "rl", "--hardware", "auto", "--run-dir", str(run_dir),
+            "--set", f"model.name_or_path={model_dir}", "--set", "rl.async_rollout.enabled=true",
+            "--set", "rl.rewards=[{name: exact_match}]", "--set", f"rl.max_steps={opts.steps}",
+            "--set", f"rl.max_new_tokens={opts.new_tokens}", "--set", "rl.save_every=100000",
+            "--set", "rl.eval_samples=8", "--set", "data.generate=arithmetic",
+            "--set", "data.max_prompt_length=32"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=opts.train_timeout)
+    if proc.returncode != 0:
+        return {"error": f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}"}
+    recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    steps = [r for r in recs if r.get("stage") == "rl" and "staleness_mean" in r]
+    per_step = statistics.median(sum(v for k, v in r.items() if k.startswith("time_")) for r in steps[1:])
+    sync_step = sum(v for k, v in sync.items() if k.startswith("time_"))
+    return {
+        "s_per_step": round(per_step, 3),
+        "sync_s_per_step": round(sync_step, 3),
+        "staleness_mean": round(statistics.mean(r["staleness_mean"] for r in steps), 2),
+    }
+
+
 def planned_vs_measured(row: dict) -> str:
     """One phase of summary.json's measured memory: planned, measured (GiB) and the plan's error."""
     error = f"{row['error_pct']:+.0f}%" if row.get("error_pct") is not None else "-"
@@ -243,6 +273,7 @@ def markdown(doc: dict) -> str:
         ("step split s (sync/generate/score/prepare/update)", json.dumps({k: v for k, v in split.items()
                                                                             if k != "memory"})),
     ]  # fmt: skip
+    rows.append(("async RL, 2+ GPUs: s/step (median phases) async / sync, staleness", json.dumps(doc["async"])))
     rows += [(f"rlctl train memory: rl/{phase}", text) for phase, text in split.get("memory", {}).items()]
     rows += [(f"memory: {phase}", json.dumps(v)) for phase, v in e["memory"].items()]
     rows += [(f"plan: {p['stage']}/{p['phase']} peak GiB", p["peak_gib"]) for p in e["plan"]["memory"] or []]
@@ -277,6 +308,7 @@ def main() -> None:
             "engine": engine_numbers(model, opts, Path(tmp) / "plan"),
             "machine": machine(),
         }
+        doc["async"] = async_row(model, opts, Path(tmp) / "async", doc["step_split"])
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_accept.json").write_text(json.dumps(doc, indent=2) + "\n")
