@@ -37,6 +37,7 @@ VALUES = {
     "lora_dropout": "0.1",
     "every": "3",
     "report_to": "[tensorboard]",
+    "max_staleness": "2",
 }
 
 
@@ -74,8 +75,10 @@ def test_every_accepted_alias_plans_as_its_rlctl_key(tmp_path):
     for item in keys:  # every value reached the config (the test would pass on a no-op otherwise)
         key, value = item.split("=")
         if key not in ("model.name_or_path",):
-            section, leaf = key.split(".")
-            assert by_key["config"][section][leaf] != base["config"][section][leaf], key
+            new, old = by_key["config"], base["config"]
+            for part in key.split("."):
+                new, old = new[part], old[part]
+            assert new != old, key
 
 
 @pytest.mark.parametrize(("section", "name", "key"), _rows("alias"))

@@ -64,33 +64,33 @@ def test_kill_9_mid_async_run_resumes_with_every_prompt_trained_once(tmp_path: P
     assert max(staleness) == 2 and staleness[:3] == [0, 1, 2], staleness  # a resumed run starts fresh again
 
 
-# Fault injection (sitecustomize, the generator process only): after its first load the generator never takes
-# the pushed weights in, as an engine that skips its reload would.
-SKIPPED_LOAD = """
+# Fault injection (sitecustomize, the generator process only): every load of the pushed weights leaves one MLP
+# weight zeroed, as a parameter pushed under a wrong name or never refreshed would.
+BROKEN_LOAD = """
 import sys
 if "--multiprocessing-fork" in sys.orig_argv:
     import torch
     original = torch.nn.Module.load_state_dict
-    def load_once(self, *args, **kwargs):
-        if getattr(torch, "_rlctl_loaded", False):
-            return None
-        torch._rlctl_loaded = True
-        return original(self, *args, **kwargs)
-    torch.nn.Module.load_state_dict = load_once
+    def broken(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        with torch.no_grad():
+            self.get_parameter("model.layers.0.mlp.down_proj.weight").zero_()
+        return out
+    torch.nn.Module.load_state_dict = broken
 """
 
 
-def test_a_push_the_generator_did_not_take_stops_the_run(tmp_path: Path):
+def test_a_push_the_generator_did_not_take_in_intact_stops_the_run(tmp_path: Path):
     inject = tmp_path / "inject"
     inject.mkdir()
-    (inject / "sitecustomize.py").write_text(SKIPPED_LOAD)
+    (inject / "sitecustomize.py").write_text(BROKEN_LOAD)
     path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
     run_dir = tmp_path / "run"
-    args = ["--preset", "tiny-demo", *ASYNC, "--set", "stages=[sft,rl]", "--set", "rl.rewards=[{name: exact_match}]"]
-    args += ["--set", "sft.max_steps=40", "--set", "rl.max_steps=6", "--run-dir", str(run_dir)]
+    args = ["--preset", "tiny-demo", *ASYNC, "--set", "stages=[rl]", "--set", "rl.rewards=[{name: exact_match}]"]
+    args += ["--set", "rl.max_steps=4", "--run-dir", str(run_dir)]
     proc = rlctl("train", *args, env={"PYTHONPATH": path})
     text = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 1, text
-    assert "the async generator sampled with weights other than the policy version 1" in text, text
+    assert "the async generator sampled with weights other than the policy version 0" in text, text
     assert "Traceback" not in proc.stdout + proc.stderr
-    assert max(_steps(run_dir)) == 2  # step 3 trains on the round sampled after the first push: stopped before
+    assert _steps(run_dir) == {}  # stopped before the first step trained

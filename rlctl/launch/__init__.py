@@ -102,7 +102,7 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
         if cfg.data.generate:
             tasks.GENERATORS[cfg.data.generate](Path(scratch) / "data", cfg.seed)
             paths = plan_mod.data_paths(cfg, scratch)
-        report = check_inputs(cfg, run_dir, paths, the_plan.mixed_precision == "bf16")
+        report = check_inputs(the_plan.config, run_dir, paths, the_plan.mixed_precision == "bf16")
         lengths = preflight.longest(report)
         if lengths:  # the memory model plans the lengths the data has (recorded: every rank and resume plans the same)
             the_plan = plan_mod.build(cfg, run_dir, lengths=lengths)
@@ -116,7 +116,7 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
         (run_dir / "model_import.json").write_text(json.dumps(imported, indent=2))
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
     (run_dir / "plan.json").write_text(json.dumps(the_plan.to_json(), indent=2))
-    (run_dir / "config.yaml").write_text(config_mod.dump(cfg))
+    (run_dir / "config.yaml").write_text(config_mod.dump(the_plan.config))  # as the plan resolved it
     return Prepared(the_plan, report)
 
 

@@ -289,7 +289,9 @@ def build(
 ) -> Plan:
     """The plan for `cfg` in `run_dir`; a UserError (exit 2) when no plan fits the hardware. `lengths`: the data's
     counted lengths by stage (see LENGTH_KEYS), `prompt_tokens` its longest RL prompt alone, as the pre-flight
-    counted them (else what the run directory recorded, else unknown: the configured limits)."""
+    counted them (else what the run directory recorded, else unknown: the configured limits). `cfg` is left as
+    given: what the plan resolves (epochs into steps, the trainer, embeddings, architecture) is in `Plan.config`."""
+    cfg = cfg.model_copy(deep=True)
     hardware = _nodes(cfg, hw.resolve(cfg.hardware.spec))
     procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
     warnings = missing_data(cfg)
