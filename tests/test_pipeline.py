@@ -162,10 +162,17 @@ def _start(run_dir: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-@pytest.mark.parametrize(("signum", "code", "procs"), [(signal.SIGINT, 130, 1), (signal.SIGTERM, 143, 2)])
-def test_signal_stops_with_a_checkpoint(tmp_path: Path, signum: int, code: int, procs: int):
+@pytest.mark.parametrize(
+    ("signum", "code", "procs", "extra"),
+    [
+        (signal.SIGINT, 130, 1, ()),
+        (signal.SIGTERM, 143, 2, ()),
+        (signal.SIGTERM, 143, 1, ("--set", "rl.async_rollout.enabled=true")),  # the generator process waits too
+    ],
+)
+def test_signal_stops_with_a_checkpoint(tmp_path: Path, signum: int, code: int, procs: int, extra: tuple):
     run_dir = tmp_path / "run"
-    proc = _start(run_dir, "--set", f"hardware.num_processes={procs}")
+    proc = _start(run_dir, "--set", f"hardware.num_processes={procs}", *extra)
     try:
         _wait_for(run_dir / "metrics.jsonl", lambda r: r.get("stage") == "rl" and r.get("step", 0) >= 3, 300)
         proc.send_signal(signum)

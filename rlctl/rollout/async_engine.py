@@ -144,7 +144,8 @@ def serve(setup: GeneratorSetup, buffers: dict, lock: Any, version: Any, request
     _die_with_parent()
     if setup.visible_gpus is not None:  # the trainer's processes see only their GPUs; this one only its own
         os.environ["CUDA_VISIBLE_DEVICES"] = setup.visible_gpus
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the whole group: the trainer decides
+    for signum in (signal.SIGINT, signal.SIGTERM):  # a stop reaches the whole group: the trainer saves, then ends
+        signal.signal(signum, signal.SIG_IGN)  # this process (a trainer killed outright takes it along)
     try:
         _serve(setup, buffers, lock, version, requests, replies)
     except Exception:
