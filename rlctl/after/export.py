@@ -27,6 +27,7 @@ def _hyperparameters(cfg: RunConfig, stage: str) -> dict[str, object]:
             "beta",
             "clip_low",
             "clip_high",
+            "cispo_cap",
             "temperature",
             "max_new_tokens",
         ]

@@ -147,11 +147,13 @@ class RLConfig(TrainConfig):
     )
     clip_low: float = Field(0.2, gt=0, lt=1, description="Ratio clipped below at 1 - clip_low (PPO epsilon).")
     clip_high: float = Field(
-        0.2,
-        gt=0,
-        lt=10,
-        description="Ratio clipped above at 1 + clip_high (DAPO clip-higher: 0.28); with policy_loss=cispo the "
-        "absolute cap of the IS weight (5.0).",
+        0.2, gt=0, lt=10, description="Ratio clipped above at 1 + clip_high (DAPO clip-higher: 0.28; ppo and gspo)."
+    )
+    cispo_cap: float = Field(
+        5.0,
+        gt=1,
+        description="policy_loss=cispo: the absolute cap of the importance weight, min(ratio, cispo_cap) (MiniMax-M1's "
+        "eps_max; TRL's epsilon_high under loss_type=cispo; 5.0 recommended).",
     )
     dual_clip: float | None = Field(
         None, gt=1, description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (verl: 3.0)."
@@ -330,12 +332,13 @@ class RLConfig(TrainConfig):
                 f"rl.loss_agg={self.loss_agg}: TRL's cispo loss normalises over all tokens; nearest valid: "
                 "rl.loss_agg=token-mean"
             )
-        if self.policy_loss == "cispo" and self.clip_high <= 1:
+        if self.clip_high > 1 and self.policy_loss == "cispo":
             raise ValueError(
-                f"rl.clip_high={self.clip_high}: with policy_loss=cispo it caps the importance weight itself, "
-                "so it must be above 1; nearest valid: rl.clip_high=5.0 (MiniMax-M1 / TRL recommendation)"
+                f"rl.clip_high={self.clip_high}: clip_high is the ratio clip of ppo and gspo (within (0, 1]); "
+                f"cispo's importance-weight cap moved from it to rl.cispo_cap; nearest valid: "
+                f"rl.cispo_cap={self.clip_high} with rl.clip_high=0.2"
             )
-        if self.policy_loss != "cispo" and self.clip_high > 1:
+        if self.clip_high > 1:
             raise ValueError(
                 f"rl.clip_high={self.clip_high}: the ratio is clipped to 1 + clip_high, which must stay within "
                 f"(0, 1] for policy_loss={self.policy_loss}; nearest valid: rl.clip_high=1.0 (DAPO uses 0.28)"

@@ -97,7 +97,7 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         temperature=rl.temperature,
         beta=rl.beta,
         epsilon=rl.clip_low,
-        epsilon_high=rl.clip_high,
+        epsilon_high=rl.cispo_cap if rl.policy_loss == "cispo" else rl.clip_high,  # TRL: cispo's cap
         mask_truncated_completions=rl.mask_truncated,
         reward_weights=weights,
         **algorithm,

@@ -145,9 +145,9 @@ def setup(ctx: StageContext) -> Loop:
     generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc, weights, stops)
     loss_cfg = PolicyLossConfig(
         clip_low=rl.clip_low,
-        clip_high=rl.clip_high if rl.policy_loss != "cispo" else 0.2,
+        clip_high=rl.clip_high,
         dual_clip_c=rl.dual_clip,
-        cispo_max=rl.clip_high if rl.policy_loss == "cispo" else 5.0,
+        cispo_max=rl.cispo_cap,
         loss_agg_mode=rl.loss_agg,
         norm_len=rl.max_new_tokens,
     )
