@@ -77,6 +77,13 @@ class Plan:
         has GPUs of its own, else the generation engine."""
         return memory.SEPARATE if self.async_split is not None and self.async_split.on_gpus else self.generation_engine
 
+    @property
+    def rollouts_per_generate(self) -> int:
+        """Rollouts per transformers `generate` call: the planner's choice, else all of a process's rollouts."""
+        planned = (self.generation or {}).get("rollouts_per_generate")
+        rl = next((s for s in self.stages if s.name == "rl"), None)
+        return planned or (rl.micro_batch_size * rl.grad_accum if rl else 1)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "run_dir": self.run_dir,

@@ -110,6 +110,6 @@ def for_plan(
 
         return ColocatedVLLM(plan, policy, accelerator, tokenizer, weights, stop_ids)
     rl = plan.config.rl
-    chunk = (plan.generation or {}).get("rollouts_per_generate") or 64  # the planner's, else 64 at a time
+    chunk = plan.rollouts_per_generate
     synced = weights is not None
     return HFGenerator(tokenizer, rl.max_new_tokens, rl.temperature, chunk, synced=synced, stop_ids=stop_ids)

@@ -33,7 +33,7 @@ def trl_batching(ctx: StageContext) -> dict:
     micro = max(d for d in range(1, min(stage.micro_batch_size, mini) + 1) if mini % d == 0)
     updates = rl.ppo_mini_batches * rl.ppo_epochs
     # transformers generation in the planner's chunks: TRL generates steps_per_generation micro-batches at once
-    chunk = (ctx.plan.generation or {}).get("rollouts_per_generate") or per_proc
+    chunk = ctx.plan.rollouts_per_generate
     return {
         "per_device_train_batch_size": micro,
         "gradient_accumulation_steps": mini // micro,

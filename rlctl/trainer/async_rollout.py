@@ -47,7 +47,8 @@ class Pipeline:
             gpus = str(split.generator_gpu_ids[0]) if split.generator_gpu_ids else None  # transformers: one GPU
             device = "cuda:0" if gpus else "cpu"
             threads, seed = split.generator_threads, loop.ctx.cfg.seed
-            setup = GeneratorSetup(base.config, loop.tok, rl, device, gpus, threads, seed, loop.micro * 8)
+            chunk = loop.ctx.plan.rollouts_per_generate
+            setup = GeneratorSetup(base.config, loop.tok, rl, device, gpus, threads, seed, chunk)
             self.engine = AsyncEngine(setup, weights, version)
         elif sharding.owns(loop.ctx):  # a sharded policy gathers on every process
             for _ in weights:
