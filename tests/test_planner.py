@@ -681,3 +681,32 @@ def test_adapters_on_the_random_init_tiny_model_train_its_embeddings_too():
     assert grown - phase(qwen, "rl/training")["components_gib"]["optimizer states"] == pytest.approx(
         8 * untied / GiB, abs=0.01
     )
+
+
+# --- plan.json: what every rank reads ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("preset", "spec", "sets"),
+    [
+        ("tiny-demo", "cpu", ()),
+        ("qwen7b-grpo", "8xH100-80GB", ("rl.async_rollout.enabled=true",)),  # the async split's GPU ids
+        ("smollm2-grpo-cpu", "cpu", ()),  # a GGUF import
+        ("qwen7b-grpo", "2x8xH100-80GB", ("model.adapter=lora",)),
+    ],
+)
+def test_plan_json_reads_back_as_the_plan_it_was(tmp_path: Path, preset: str, spec: str, sets: tuple):
+    from rlctl.plan import resolved
+
+    built = plan.build(config.resolve(preset, None, None, spec, list(sets)), tmp_path)
+    resolved.write(built, tmp_path)
+    assert resolved.read(tmp_path) == built
+
+
+def test_a_damaged_plan_json_is_named(tmp_path: Path):
+    from rlctl import strictjson
+    from rlctl.plan import resolved
+
+    (tmp_path / "plan.json").write_text('{"run_dir": "x"}')
+    with pytest.raises(strictjson.DamagedFile, match=r"plan\.json.*does not hold a plan.*rlctl resume"):
+        resolved.read(tmp_path)

@@ -274,6 +274,7 @@ def resume(
     from rlctl import config as config_mod
     from rlctl import strictjson
     from rlctl.plan import planner as plan_mod
+    from rlctl.plan import resolved
 
     ui = _ui(ctx)
     console = ui.console
@@ -305,6 +306,7 @@ def resume(
     if set_:
         cfg_path.write_text(shared)
     if cfg.hardware.node_rank == 0:  # node 0 verifies the checkpoints before any trainer reads them
+        resolved.write(the_plan, run_dir)  # what every rank reads: this resume's plan
         for note in verify.resume_check(run_dir, cfg.stages):
             console.print(f"[yellow]Damaged checkpoint:[/] {note}", markup=True)
     raise typer.Exit(_finish(ui, _launch(console, the_plan, resuming=True), the_plan))

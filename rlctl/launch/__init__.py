@@ -36,7 +36,7 @@ from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import preflight, tbevents
 from rlctl.launch import progress as progress_mod
-from rlctl.plan import data_lengths, packages
+from rlctl.plan import data_lengths, packages, resolved
 from rlctl.plan import planner as plan_mod
 
 if TYPE_CHECKING:  # rich's progress and tables load only when a run starts or a summary is shown
@@ -115,7 +115,7 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
     if imported is not None:  # what the import fixed, kept with the run
         (run_dir / "model_import.json").write_text(json.dumps(imported, indent=2))
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
-    (run_dir / "plan.json").write_text(json.dumps(the_plan.to_json(), indent=2))
+    resolved.write(the_plan, run_dir)
     (run_dir / "config.yaml").write_text(config_mod.dump(the_plan.config))  # as the plan resolved it
     return Prepared(the_plan, report)
 

@@ -14,13 +14,14 @@ import traceback
 from pathlib import Path
 
 from rlctl import checkpoint
-from rlctl.checkpoint import faults, verify
+from rlctl.checkpoint import faults
 from rlctl.config import RunConfig
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import resume_check, trackers
 from rlctl.monitors import alarms
 from rlctl.plan import planner as plan_mod
+from rlctl.plan import resolved
 from rlctl.rewards.worker import Workers
 from rlctl.runtime import context
 
@@ -64,8 +65,8 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     from rlctl.monitors import heldout, layout, memory_probe
     from rlctl.stages import dpo, kto, rl, rm, sft
 
-    cfg = verify.run_config(run_dir)
-    the_plan = plan_mod.build(cfg, run_dir)
+    the_plan = resolved.read(run_dir)  # the plan the CLI made and checked: ranks plan nothing again
+    cfg = the_plan.config
     state = PartialState(cpu=the_plan.hardware.is_cpu)
     watch = alarms.Watch(cfg.logging.alarm_steps, cfg.logging.alarms)
     fanout = trackers.Fanout(list(cfg.logging.report_to), run_dir, cfg.name, cfg.model_dump(mode="json"))

@@ -9,8 +9,6 @@ May import: base, config, sandbox, data.
 
 from rlctl.plan.data_lengths import DATA_LENGTHS, PROMPT_LENGTHS
 from rlctl.plan.planner import (
-    Plan,
-    StagePlan,
     base_model,
     build,
     data_paths,
@@ -20,6 +18,7 @@ from rlctl.plan.planner import (
     missing_data,
     stage_dir,
 )
+from rlctl.plan.resolved import Plan, StagePlan
 
 __all__ = [
     "DATA_LENGTHS",

@@ -8,8 +8,7 @@ fraction and tensor parallel size) and refuses, with the nearest plan that fits,
 
 from __future__ import annotations
 
-import shlex
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,98 +18,10 @@ from rlctl.plan import arch as model_arch
 from rlctl.plan import data_lengths, epochs, gguf, memory, packages, strategies
 from rlctl.plan import engine as engine_mod
 from rlctl.plan import hardware as hw
+from rlctl.plan.resolved import Plan, StagePlan
 
 if TYPE_CHECKING:
     from rlctl.plan.async_split import AsyncSplit
-
-
-@dataclass
-class StagePlan:
-    """One stage: where its weights start, where they land, and its batch arithmetic per process."""
-
-    name: str
-    init_from: str
-    output: str
-    max_steps: int
-    batch_size: int
-    micro_batch_size: int
-    grad_accum: int
-    notes: list[str] = field(default_factory=list)
-    strategy: str = ""  # how this stage distributes (the plan's strategy, but where the hardware cannot run it)
-    epochs: float | None = None  # the stage's length as set, when in epochs (max_steps is then counted from them)
-
-
-@dataclass
-class Plan:
-    config: RunConfig
-    run_dir: str
-    hardware: hw.Hardware
-    num_processes: int
-    strategy: str
-    mixed_precision: str
-    adapter: str
-    gradient_checkpointing: bool
-    generation_engine: str
-    stages: list[StagePlan]
-    accelerate: dict[str, Any]
-    launch: list[str]
-    warnings: list[str] = field(default_factory=list)
-    cpu_offload: bool = False  # FSDP2 keeps parameters, gradients and optimizer states in host RAM
-    phase_offload: bool = False  # RL: optimizer states live in host RAM outside the optimizer step
-    reference: str = "none"  # none | adapters-disabled | gpu | gpu-sharded | cpu-offload | cpu | cpu-sharded
-    vllm: dict[str, Any] | None = None  # gpu_memory_utilization, tensor_parallel_size, max_model_length, ...
-    decisions: list[dict[str, str]] = field(default_factory=list)  # {setting, value, why}, one line each
-    memory: dict[str, Any] = field(default_factory=dict)  # per phase x component GiB, peak, budget, headroom
-    layout: dict[str, Any] = field(default_factory=dict)  # nodes, gpus_per_node, world_size, node_rank, main
-    model: dict[str, Any] = field(default_factory=dict)  # params, arch, arch_source (where the numbers came from)
-    generation: dict[str, Any] | None = None  # transformers generation: rollouts per process, per generate call
-    model_import: gguf.GgufImport | None = None  # a GGUF file converted to a folder before launch
-    async_split: AsyncSplit | None = None  # rl.async_rollout: the generator process beside the trainers
-
-    @property
-    def command(self) -> str:
-        return shlex.join(self.launch)
-
-    @property
-    def memory_engine(self) -> str:
-        """The engine the memory model plans beside the trainer processes: `separate` when an async run's generator
-        has GPUs of its own, else the generation engine."""
-        return memory.SEPARATE if self.async_split is not None and self.async_split.on_gpus else self.generation_engine
-
-    @property
-    def rollouts_per_generate(self) -> int:
-        """Rollouts per transformers `generate` call: the planner's choice, else all of a process's rollouts."""
-        planned = (self.generation or {}).get("rollouts_per_generate")
-        rl = next((s for s in self.stages if s.name == "rl"), None)
-        return planned or (rl.micro_batch_size * rl.grad_accum if rl else 1)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_dir": self.run_dir,
-            "hardware": self.hardware.to_dict(),
-            "layout": self.layout,
-            "model": self.model,
-            "model_import": asdict(self.model_import) if self.model_import else None,
-            "async_split": self.async_split.to_dict() if self.async_split else None,
-            "num_processes": self.num_processes,
-            "strategy": self.strategy,
-            "mixed_precision": self.mixed_precision,
-            "adapter": self.adapter,
-            "gradient_checkpointing": self.gradient_checkpointing,
-            "generation_engine": self.generation_engine,
-            "stages": [asdict(s) for s in self.stages],
-            "accelerate": self.accelerate,
-            "launch": self.command,
-            "cpu_offload": self.cpu_offload,
-            "phase_offload": self.phase_offload,
-            "reference": self.reference,
-            "vllm": self.vllm,
-            "generation": self.generation,
-            "decisions": self.decisions,
-            "memory": self.memory,
-            "warnings": self.warnings,
-            "config": self.config.model_dump(mode="json"),
-        }
 
 
 def stage_dir(run_dir: str | Path, stage: str) -> Path:
