@@ -195,3 +195,9 @@ def test_wheel_ships_presets_and_templates(tmp_path):
 
 def test_entry_point_exists():
     assert Path(RLCTL).name == "rlctl"
+
+
+def test_help_keeps_brackets_as_typed():
+    # rich markup would eat `[gguf]` and leave `pip install 'rlctl'`, an install command that installs nothing extra
+    proc = rlctl("export", "--help")
+    assert proc.returncode == 0 and proc.stdout.count("rlctl[gguf]") == 2, proc.stdout

@@ -44,7 +44,7 @@ def export(
     fmt: Annotated[
         str,
         typer.Option(
-            "--format", metavar="hf|gguf", help="hf: a Hugging Face folder; gguf: one GGUF file (rlctl[gguf])."
+            "--format", metavar="hf|gguf", help="hf: a Hugging Face folder; gguf: one GGUF file (rlctl\\[gguf])."
         ),
     ] = "hf",
     gguf_type: Annotated[
@@ -54,7 +54,7 @@ def export(
     """Write the final policy as a Hugging Face folder (safetensors, tokenizer, model card), LoRA merged or as an
     adapter; with --push, create the Hub repo and upload it (token from HF_TOKEN or `hf auth login`).
 
-    --format gguf writes one GGUF file (f16 or q8_0) with llama.cpp's converter (`pip install 'rlctl[gguf]'`),
+    --format gguf writes one GGUF file (f16 or q8_0) with llama.cpp's converter (`pip install 'rlctl\\[gguf]'`),
     loads it back with transformers and checks its greedy completions against the Hugging Face export.
     A folder holding files rlctl did not write is refused unless --force; an earlier export there is replaced."""
     from rich.markup import escape
