@@ -64,6 +64,7 @@ def test_import_fixes_the_special_tokens_and_is_cached(smollm2):
     assert (tok.eos_token, tok.eos_token_id) == ("<|im_end|>", 2)  # transformers' GGUF conversion says <|im_start|>
     assert tok.pad_token is not None
     assert any(fix.startswith("eos <|im_start|> -> <|im_end|>") for fix in smollm2.fixes), smollm2.fixes
+    assert any(fix.startswith("tokenizer decoder") for fix in smollm2.fixes), smollm2.fixes  # byte-level BPE's own
     text = tok.apply_chat_template(CHATS[0], tokenize=False)
     assert text.endswith("<|im_start|>assistant\n5<|im_end|>\n")
     model = AutoModelForCausalLM.from_pretrained(smollm2.folder)
@@ -195,6 +196,7 @@ def test_gguf_export_loads_back_with_the_greedy_completions_of_the_hf_export(sft
     """llama.cpp's converter writes the GGUF file (rlctl[gguf]); the export loads it back and checks it, and so
     does this test, on its own prompts: the f16 file generates what the HF export generates."""
     import torch
+    from gguf import GGUFReader
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     hf, out = tmp_path / "hf", tmp_path / "gguf"
@@ -208,6 +210,13 @@ def test_gguf_export_loads_back_with_the_greedy_completions_of_the_hf_export(sft
     assert gguf_file in json.loads((out / "rlctl_files.json").read_text())["files"]
     assert rlctl("verify", str(out)).returncode == 0
     tok = AutoTokenizer.from_pretrained(hf)
+    # the file keeps the byte-level BPE with its merges (not read as SentencePiece): GGUF readers tokenize alike
+    assert "without its merges" not in said
+    fields = GGUFReader(out / gguf_file).fields
+    assert fields["tokenizer.ggml.model"].contents() == "gpt2" and "tokenizer.ggml.merges" in fields
+    read = AutoTokenizer.from_pretrained(out, gguf_file=gguf_file)
+    for text in ("What is 47 + 38? Reply with only the number.", "héllo wörld ✓ abc123"):
+        assert read(text, add_special_tokens=False).input_ids == tok(text, add_special_tokens=False).input_ids
     ref = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32)
     got = AutoModelForCausalLM.from_pretrained(out, gguf_file=gguf_file, dtype=torch.float32)
     for row in _sum_rows()[:2]:

@@ -228,9 +228,12 @@ def dtype_of(model: ModelConfig, bf16: bool) -> str:
     return "bfloat16" if bf16 else "float32"
 
 
+IMPORT_VERSION = "i2"  # what rlctl.stages.gguf_import makes of a file; a new version converts it again (i2: decoder)
+
+
 def converted_folder(path: Path, dtype: str) -> Path:
     """Where the conversion of the GGUF file at `path` in `dtype` lives (made by rlctl.stages.gguf_import)."""
-    return cache_root() / "gguf" / f"{content_hash(path)}-{dtype}"
+    return cache_root() / "gguf" / f"{content_hash(path)}-{dtype}-{IMPORT_VERSION}"
 
 
 def header(path: Path) -> GgufHeader:

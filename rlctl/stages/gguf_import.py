@@ -72,6 +72,33 @@ def fix_specials(tok: Any, model: Any, header: gguf.GgufHeader) -> list[str]:
     return fixes
 
 
+def fix_decoder(tok: Any) -> list[str]:
+    """A byte-level BPE tokenizer (ByteLevel pre-tokenizer) whose decoder transformers' GGUF conversion built as
+    SentencePiece's (ByteFallback, Fuse, Replace '▁', then ByteLevel) gets the plain ByteLevel decoder its model was
+    trained with: decoding is the same, and llama.cpp's converter, which reads that decoder as the sign of a
+    SentencePiece vocabulary, then keeps the BPE merges of an exported GGUF. Kept only when a probe text decodes
+    the same both ways."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        return []
+    spec = json.loads(backend.to_str())
+    pre, dec = spec.get("pre_tokenizer") or {}, spec.get("decoder") or {}
+    parts = [d.get("type") for d in dec.get("decoders", [])] if dec.get("type") == "Sequence" else []
+    if pre.get("type") != "ByteLevel" or "ByteFallback" not in parts or "ByteLevel" not in parts:
+        return []
+    from tokenizers import decoders
+
+    probe = "What is 47 + 38? Reply with only the number.\n  héllo wörld ✓ <b>x</b>"
+    ids = backend.encode(probe, add_special_tokens=False).ids
+    before = backend.decode(ids)
+    old = backend.decoder
+    backend.decoder = decoders.ByteLevel()
+    if backend.decode(ids) != before:
+        backend.decoder = old
+        return []
+    return [f"tokenizer decoder {'+'.join(parts)} -> ByteLevel: a byte-level BPE's own (GGUF exports keep its merges)"]
+
+
 def _convert(path: Path, header: gguf.GgufHeader, dtype: str, tmp: Path) -> list[str]:
     """Load the GGUF file dequantized in `dtype`, fix its special tokens and save both into `tmp`."""
     import torch
@@ -87,7 +114,7 @@ def _convert(path: Path, header: gguf.GgufHeader, dtype: str, tmp: Path) -> list
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is not None:  # dequantized weights are dense ones: saved as an ordinary checkpoint
         quantizer.remove_quantization_config(model)
-    fixes = fix_specials(tok, model, header)
+    fixes = fix_specials(tok, model, header) + fix_decoder(tok)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     return fixes
@@ -107,7 +134,7 @@ def ensure(spec: gguf.GgufImport, say: Callable[[str], None]) -> Imported:
             fixes = _convert(path, header, spec.dtype, tmp)
             record = {
                 "source": str(path),
-                "sha256": folder.name.rsplit("-", 1)[0],
+                "sha256": folder.name.split("-", 1)[0],
                 "quantization": spec.quantization,
                 "dtype": spec.dtype,
                 "fixes": fixes,
