@@ -200,16 +200,21 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
     }
 
 
-def step_split(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> dict:
-    """A few steps of `rlctl train` with the loop generating through vLLM: the median seconds of each phase."""
+def _train(model_dir: Path, opts: argparse.Namespace, run_dir: Path, setting: str) -> subprocess.CompletedProcess:
+    """A few steps of `rlctl train` in rlctl's loop (reinforce-pp) on the model, with one extra `--set`."""
     argv = [PYTHON, "-m", "rlctl.cli", "-q", "train", "--preset", opts.preset, "--algorithm", "reinforce-pp",
             "--stages", "rl", "--hardware", "auto", "--run-dir", str(run_dir),
-            "--set", f"model.name_or_path={model_dir}", "--set", "rl.use_vllm=true",
+            "--set", f"model.name_or_path={model_dir}", "--set", setting,
             "--set", "rl.rewards=[{name: exact_match}]", "--set", f"rl.max_steps={opts.steps}",
             "--set", f"rl.max_new_tokens={opts.new_tokens}", "--set", "rl.save_every=100000",
             "--set", "rl.eval_samples=8", "--set", "data.generate=arithmetic",
             "--set", "data.max_prompt_length=32"]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=opts.train_timeout)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=opts.train_timeout)
+
+
+def step_split(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> dict:
+    """A few steps of `rlctl train` with the loop generating through vLLM: the median seconds of each phase."""
+    proc = _train(model_dir, opts, run_dir, "rl.use_vllm=true")
     if proc.returncode != 0:
         log = run_dir / "logs" / "train.log"
         tail = log.read_text()[-1500:] if log.exists() else (proc.stdout + proc.stderr)[-1500:]
@@ -230,14 +235,7 @@ def async_row(model_dir: Path, opts: argparse.Namespace, run_dir: Path, sync: di
 
     if torch.cuda.device_count() < 2:
         return {"skipped": f"{torch.cuda.device_count()} GPU(s): async RL needs 2 or more"}
-    argv = [PYTHON, "-m", "rlctl.cli", "-q", "train", "--preset", opts.preset, "--algorithm", "reinforce-pp",
-            "--stages", "rl", "--hardware", "auto", "--run-dir", str(run_dir),
-            "--set", f"model.name_or_path={model_dir}", "--set", "rl.async_rollout.enabled=true",
-            "--set", "rl.rewards=[{name: exact_match}]", "--set", f"rl.max_steps={opts.steps}",
-            "--set", f"rl.max_new_tokens={opts.new_tokens}", "--set", "rl.save_every=100000",
-            "--set", "rl.eval_samples=8", "--set", "data.generate=arithmetic",
-            "--set", "data.max_prompt_length=32"]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=opts.train_timeout)
+    proc = _train(model_dir, opts, run_dir, "rl.async_rollout.enabled=true")
     if proc.returncode != 0:
         return {"error": f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}"}
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
