@@ -21,7 +21,8 @@ def _plan(preset: str, spec: str, *sets: str) -> plan.Plan:
 
 @pytest.mark.parametrize("version", [None, "0.45.5"])
 def test_qlora_without_a_usable_bitsandbytes_is_refused_here_and_flagged_elsewhere(monkeypatch, version):
-    monkeypatch.setattr(packages, "installed_version", lambda name: version)
+    real = packages.installed_version
+    monkeypatch.setattr(packages, "installed_version", lambda n, m=None: version if n == "bitsandbytes" else real(n, m))
     with pytest.raises(UserError, match=r"pip install 'rlctl\[qlora\]' \(bitsandbytes>=0\.50\)"):  # CPU kernels
         _plan("tiny-demo", "cpu", "model.adapter=qlora")
     monkeypatch.setattr(plan.hw, "has_local_gpu", lambda: False)  # a GPU plan made here for another machine
