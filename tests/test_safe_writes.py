@@ -271,7 +271,7 @@ def test_a_place_that_cannot_be_written_is_refused_before_anything_starts(tmp_pa
         with pytest.raises(UserError, match=r"^Cannot write .*; nothing was written"):
             safewrite.check_target(target, "export", force=False)
         with pytest.raises(UserError, match=r"^Cannot write "):
-            safewrite.check_file(target / "r.json", lambda _: True, force=False, what="eval result")
+            safewrite.check_file(target / "r.json", lambda _: True, what="eval result")
         with pytest.raises(UserError, match=r"^Cannot write "), safewrite.lock(target, "export"):
             pass
     safewrite.check_target(tmp_path / "new" / "deeper", "export", force=False)  # missing folders are fine

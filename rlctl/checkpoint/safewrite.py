@@ -232,16 +232,16 @@ def _file_on_the_way(target: Path, rel: str) -> bool:
     return any((target / p).exists() and not (target / p).is_dir() for p in Path(rel).parents if str(p) != ".")
 
 
-def check_file(path: Path, ours: Callable[[Path], bool], force: bool, what: str) -> None:
-    """Refuse (UserError) to replace a file that `ours` does not recognise as an earlier rlctl `what`, unless
-    `force`."""
+def check_file(path: Path, ours: Callable[[Path], bool], what: str) -> None:
+    """Refuse (UserError) to replace a file that `ours` does not recognise as an earlier rlctl `what`: rlctl
+    replaces only what it wrote."""
     if path.is_dir():
         raise UserError(f"{path} is a folder; give a file name for the {what}.")
     check_writable(path)
-    if path.exists() and not force and not ours(path):
+    if path.exists() and not ours(path):
         raise UserError(
-            f"{path} already exists and is not an earlier rlctl {what}; nothing was written. Pick another file, or "
-            "add --force to replace it."
+            f"{path} already exists and is not an earlier rlctl {what}; nothing was written (rlctl never replaces a "
+            "file it did not write). Pick another file, or move that one away."
         )
 
 

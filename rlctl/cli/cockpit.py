@@ -193,7 +193,6 @@ class EvalOptions:
     answer_field: str | None = None
     batch_size: int = 16
     out: Path | None = None
-    force: bool = False  # replace an --out file that is not an earlier eval result
 
 
 def _is_eval_result(path: Path) -> bool:
@@ -205,13 +204,14 @@ def _is_eval_result(path: Path) -> bool:
     return {"model", "data", "rewards", "max_new_tokens"} <= set(found)
 
 
-def _check_eval_out(out: Path, force: bool) -> None:
-    """Refuse to replace a file that is not an earlier eval result (the JSON or its samples), unless `force`."""
+def _check_eval_out(out: Path) -> None:
+    """Refuse to replace a file that is not an earlier eval result (the JSON or its samples): rlctl replaces only
+    what it wrote, so a file of the user's in the way is refused, whatever the flags."""
     from rlctl.checkpoint import safewrite
 
-    safewrite.check_file(out, _is_eval_result, force, "eval result")
+    safewrite.check_file(out, _is_eval_result, "eval result")
     samples = out.with_suffix(".samples.jsonl")
-    safewrite.check_file(samples, lambda _: out.is_file() and _is_eval_result(out), force, "eval samples file")
+    safewrite.check_file(samples, lambda _: out.is_file() and _is_eval_result(out), "eval samples file")
 
 
 def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> dict[str, Any]:
@@ -257,7 +257,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
         stem = re.sub(r"[^\w.-]+", "_", Path(info.source.split("://")[-1]).stem or "data")
         out = target / "eval" / f"{stem}.json" if is_run else Path(f"eval-{stem}.json")
 
-    _check_eval_out(out, opt.force)
+    _check_eval_out(out)
     from rlctl.rollout import evaluate  # torch: only once the inputs are known to be good
 
     ui.console.print(
@@ -325,7 +325,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
     }
     samples_path = out.with_suffix(".samples.jsonl")
     with safewrite.lock(out, "eval"):
-        _check_eval_out(out, opt.force)  # again: another eval may have written it meanwhile
+        _check_eval_out(out)  # again: another eval may have written it meanwhile
         safewrite.write_file(samples_path, "".join(strictjson.dumps(s, default=str) + "\n" for s in result.samples))
         safewrite.write_file(out, strictjson.dumps(metrics, indent=2) + "\n")
     print_eval(ui, metrics, result.samples)

@@ -122,9 +122,6 @@ def eval_(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="JSON file (default RUN_DIR/eval/<data>.json).")
     ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Replace an --out file that is not an earlier rlctl eval result.")
-    ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the metrics as JSON on stdout (the table goes to stderr).")
     ] = False,
@@ -150,7 +147,6 @@ def eval_(
         answer_field=answer_field,
         batch_size=batch_size,
         out=out,
-        force=force,
     )
     metrics = cockpit.evaluate_command(_ui(ctx, stderr=as_json), target, data_file, options)
     if as_json:
