@@ -696,10 +696,11 @@ def test_adapters_on_the_random_init_tiny_model_train_its_embeddings_too():
     ],
 )
 def test_plan_json_reads_back_as_the_plan_it_was(tmp_path: Path, preset: str, spec: str, sets: tuple):
+    from rlctl import checkpoint
     from rlctl.plan import resolved
 
     built = plan.build(config.resolve(preset, None, None, spec, list(sets)), tmp_path)
-    resolved.write(built, tmp_path)
+    checkpoint.write_json_atomic(tmp_path / resolved.PLAN_FILE, built.to_json())
     assert resolved.read(tmp_path) == built
 
 

@@ -143,9 +143,15 @@ def not_as_written(folder: Path, rels: list[str], kind: str) -> list[str]:
 def record(folder: Path, kind: str, rels: list[str]) -> None:
     """Record the files `rels` of `folder` (a folder the user shares, e.g. a project) as written by rlctl, with
     those an earlier write of `kind` recorded that are still as it left them."""
-    earlier = [rel for rel in recorded(folder)[1] if rel not in rels and (folder / rel).is_file()]
-    kept = set(earlier) - set(not_as_written(folder, earlier, kind))
-    files = {rel: integrity.file_entry(folder / rel) for rel in sorted({*rels, *kept})}
+    old_kind, earlier = _manifest(folder)
+    files = {rel: integrity.file_entry(folder / rel) for rel in rels}
+    for rel, entry in earlier.items() if old_kind == kind else ():
+        if rel not in files and (folder / rel).is_file() and integrity.file_entry(folder / rel) == entry:
+            files[rel] = entry
+    _save_manifest(folder, kind, dict(sorted(files.items())))
+
+
+def _save_manifest(folder: Path, kind: str, files: dict[str, dict]) -> None:
     write_file(folder / MANIFEST, strictjson.dumps({"kind": kind, "files": files}, indent=2) + "\n")
 
 
@@ -155,8 +161,7 @@ def _files(folder: Path) -> list[str]:
 
 def write_manifest(folder: Path, kind: str) -> None:
     """Record every file now in `folder` as written by rlctl (`kind`: export, adapter export, report, ...)."""
-    files = integrity.manifest(folder, skip=(MANIFEST,))
-    (folder / MANIFEST).write_text(strictjson.dumps({"kind": kind, "files": files}, indent=2) + "\n")
+    _save_manifest(folder, kind, integrity.manifest(folder, skip=(MANIFEST,)))
 
 
 def foreign(target: Path, kind: str) -> tuple[list[str], set[str]]:

@@ -14,9 +14,7 @@ if TYPE_CHECKING:
 
 def show(console: Console, plan: Plan) -> None:
     """The plan as `rlctl plan` and `rlctl train` print it."""
-    from rich import box
     from rich.markup import escape
-    from rich.table import Table
 
     from rlctl import tables
 
@@ -36,14 +34,7 @@ def show(console: Console, plan: Plan) -> None:
         f"mixed precision {plan.mixed_precision}"
     )
     # Paths relative to the run directory, the Hub model as "model" (named above), no cell wrapped or cut.
-    table = Table(  # two spaces between columns: seven of them fit 80 columns with epochs in the steps
-        title=f"Stages (paths in {plan.run_dir})",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-    )
+    table = _compact(f"Stages (paths in {plan.run_dir})")
     for col in ("stage", "starts from", "steps", "batch", "micro x accum", "lr", "writes"):
         table.add_column(col, no_wrap=True)
 
@@ -89,22 +80,24 @@ def show(console: Console, plan: Plan) -> None:
         console.print(f"[yellow]warning:[/] {escape(w)}")
 
 
-def _async_table(plan: Plan) -> Table:
-    """rl.async_rollout: the generator's and the trainers' devices, what runs there and each side's memory."""
+def _compact(title: str) -> Table:
+    """The plan's tables: a rule under the header, no edges, two spaces between columns (seven of them fit 80
+    columns with epochs in the steps)."""
     from rich import box
     from rich.table import Table
+
+    return Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True
+    )
+
+
+def _async_table(plan: Plan) -> Table:
+    """rl.async_rollout: the generator's and the trainers' devices, what runs there and each side's memory."""
 
     s, hw = plan.async_split, plan.hardware
     assert s is not None
     nodes = f", on each of {hw.nodes} nodes" if hw.nodes > 1 else ""
-    table = Table(
-        title=f"Async RL split (rl.async_rollout{nodes})",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-    )
+    table = _compact(f"Async RL split (rl.async_rollout{nodes})")
     for col in ("side", "devices", "runs"):
         table.add_column(col, no_wrap=True)
     table.add_column("memory per " + ("process" if hw.is_cpu else "GPU"))

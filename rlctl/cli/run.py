@@ -271,8 +271,8 @@ def resume(
     config.yaml is shared, so the rank is never read from it) and, when the nodes changed, the new --main-address."""
     from rich.markup import escape
 
+    from rlctl import checkpoint, strictjson
     from rlctl import config as config_mod
-    from rlctl import strictjson
     from rlctl.plan import planner as plan_mod
     from rlctl.plan import resolved
 
@@ -306,7 +306,7 @@ def resume(
     if set_:
         cfg_path.write_text(shared)
     if cfg.hardware.node_rank == 0:  # node 0 verifies the checkpoints before any trainer reads them
-        resolved.write(the_plan, run_dir)  # what every rank reads: this resume's plan
+        checkpoint.write_json_atomic(run_dir / resolved.PLAN_FILE, the_plan.to_json())  # what every rank reads
         for note in verify.resume_check(run_dir, cfg.stages):
             console.print(f"[yellow]Damaged checkpoint:[/] {note}", markup=True)
     raise typer.Exit(_finish(ui, _launch(console, the_plan, resuming=True), the_plan))

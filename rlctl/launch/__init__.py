@@ -30,8 +30,8 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from rlctl import checkpoint, data, processes, tables
 from rlctl import config as config_mod
-from rlctl import data, tables
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import preflight, tbevents
@@ -42,8 +42,6 @@ from rlctl.plan import planner as plan_mod
 if TYPE_CHECKING:  # rich's progress and tables load only when a run starts or a summary is shown
     from rich.progress import Progress
     from rich.table import Table
-
-PR_SET_PDEATHSIG = 1
 
 
 def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
@@ -115,7 +113,7 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
     if imported is not None:  # what the import fixed, kept with the run
         (run_dir / "model_import.json").write_text(json.dumps(imported, indent=2))
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
-    resolved.write(the_plan, run_dir)
+    checkpoint.write_json_atomic(run_dir / resolved.PLAN_FILE, the_plan.to_json())
     (run_dir / "config.yaml").write_text(config_mod.dump(the_plan.config))  # as the plan resolved it
     return Prepared(the_plan, report)
 
@@ -238,14 +236,6 @@ def run(the_plan: plan_mod.Plan, console: Console, resuming: bool = False) -> in
         lock.unlink(missing_ok=True)
 
 
-def die_with_parent() -> None:
-    """Pre-exec step (Linux): the child is killed when the process that started it dies, even by kill -9."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 class _Signalled(Exception):
     def __init__(self, signum: int):
         self.signum = signum
@@ -318,7 +308,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                 stderr=subprocess.STDOUT,
                 env=_env(the_plan),
                 start_new_session=True,
-                preexec_fn=die_with_parent,
+                preexec_fn=processes.die_with_parent,
             )
             from rich.progress import Progress
 

@@ -40,7 +40,8 @@ def build_base(cfg: RunConfig, run_dir: Path) -> None:
 def main(run_dir: Path) -> None:
     """Run the stages; a fault outside any stage (a damaged run file, a failing base model build) ends the run
     with one paragraph on stderr too, never a bare traceback."""
-    from rlctl.launch import die_with_parent, node_log
+    from rlctl.launch import node_log
+    from rlctl.processes import die_with_parent
 
     die_with_parent()  # no trainer outlives its launcher
     stop, workers = context.install_stop_handlers(), Workers()

@@ -148,17 +148,6 @@ class Plan:
         )
 
 
-def write(the_plan: Plan, run_dir: Path) -> None:
-    """plan.json, written whole or not at all (a temporary file renamed into place)."""
-    import json
-    import os
-
-    path = Path(run_dir) / PLAN_FILE
-    tmp = path.with_name(f".{PLAN_FILE}.rlctl-tmp")
-    tmp.write_text(json.dumps(the_plan.to_json(), indent=2))
-    os.replace(tmp, path)
-
-
 def read(run_dir: Path) -> Plan:
     """The plan a run was launched with (plan.json): every rank reads it rather than planning again (no hardware
     or disk probes per rank, no second opinion); a DamagedFile naming the file when it cannot be read."""

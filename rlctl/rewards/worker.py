@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import ctypes
 import os
 import pickle
 import select
-import signal
 import struct
 import subprocess
 import sys
@@ -25,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rlctl import processes
 from rlctl.errors import UserError
 
 SERVE = "import sys; from rlctl.rewards.worker import serve; serve(sys.argv[1], sys.argv[2])"
@@ -73,13 +72,6 @@ def _recv(stream) -> Any:
     return pickle.loads(stream.read(length))
 
 
-def _die_with_parent() -> None:
-    """Pre-exec step (Linux): the worker is killed when the process that started it dies (as rlctl.launch does
-    for the trainers; rewards sit below launch in the layers, so the three lines are repeated here)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-
-
 class Worker:
     """The worker process of one reward; started on the first call and again after a deadline stopped it."""
 
@@ -89,7 +81,8 @@ class Worker:
 
     def _start(self, timeout_s: float) -> None:
         cmd = [sys.executable, "-c", SERVE, self.name, self.answer_field]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=_die_with_parent)
+        pipe, dies = subprocess.PIPE, processes.die_with_parent
+        self.proc = subprocess.Popen(cmd, stdin=pipe, stdout=pipe, preexec_fn=dies)
         kind, payload = self._reply(time.monotonic(), max(timeout_s, 60.0), None, 0)  # importing a plugin may be slow
         if kind == "error":
             self.stop()

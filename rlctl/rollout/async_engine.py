@@ -15,7 +15,6 @@ seed of their own, so a round regenerated after a resume (the same prompts, the 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import queue
 import signal
@@ -27,6 +26,7 @@ from typing import Any
 
 import torch
 
+from rlctl import processes
 from rlctl.rollout.samples import Sample, collate, token_logprobs
 
 POLL_S = 5.0  # how often a wait for the generator checks that it is still alive
@@ -133,15 +133,9 @@ class AsyncEngine:
             self.proc.join()
 
 
-def _die_with_parent() -> None:
-    """Linux: this process is killed when the trainer that started it dies (kill -9 included)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-
-
 def serve(setup: GeneratorSetup, buffers: dict, lock: Any, version: Any, requests: Any, replies: Any) -> None:
     """The generator process: sample every round it is sent until it gets None."""
-    _die_with_parent()
+    processes.die_with_parent()
     if setup.visible_gpus is not None:  # the trainer's processes see only their GPUs; this one only its own
         os.environ["CUDA_VISIBLE_DEVICES"] = setup.visible_gpus
     for signum in (signal.SIGINT, signal.SIGTERM):  # a stop reaches the whole group: the trainer saves, then ends

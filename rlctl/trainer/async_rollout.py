@@ -62,8 +62,7 @@ class Pipeline:
         """Submit rounds until `depth` are in flight (every process takes the same prompts from its stream)."""
         while len(self.inflight) < self.depth:
             key = loop.stream.cursor
-            prompts = [(g, row, loop.prompt_ids(row)) for g, row in loop.stream.take(loop.rl.prompts_per_step)]
-            samples = [Sample(g, row, list(ids)) for g, row, ids in prompts for _ in range(loop.rl.group_size)]
+            samples = loop.take_round()
             self.inflight.append(key)
             if self.engine is not None:
                 self.engine.submit(Round(key, samples))

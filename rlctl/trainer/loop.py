@@ -102,7 +102,8 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
         loop.clock.lap("push")
     if first:  # the first step of this process: does it run what the plan chose?
         engine = "vllm" if isinstance(loop.generator, vllm.ColocatedVLLM) else "transformers"
-        engine = None if loop.pipeline else engine  # async: the generator process samples, not this engine
+        if loop.pipeline is not None:  # async: the generator process samples, not this process's engine
+            engine = None
         beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic)
         layout.check(ctx, loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
     log_step(loop, step, rollout_, prepared, train, stats)
@@ -154,9 +155,7 @@ def rollout(loop: Loop, step: int) -> Rollout:
 
 def sample_round(loop: Loop) -> list[Sample]:
     """This process's share of a round of prompts_per_step prompts x group_size completions, sampled here."""
-    prompts = [(g, row, loop.prompt_ids(row)) for g, row in loop.stream.take(loop.rl.prompts_per_step)]
-    samples = [Sample(g, row, list(ids)) for g, row, ids in prompts for _ in range(loop.rl.group_size)]
-    mine = samples[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
+    mine = loop.take_round()[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
     if loop.agent is not None:
         multiturn.rollout(loop.agent, loop.generator, mine)
         return mine

@@ -29,7 +29,7 @@ from rlctl.data.tokens import prompt_text
 from rlctl.monitors import heldout, memory_probe
 from rlctl.rollout import generate, multiturn
 from rlctl.rollout.generate import Generator
-from rlctl.rollout.samples import Batch, PromptStream, pad_to
+from rlctl.rollout.samples import Batch, PromptStream, Sample, pad_to
 from rlctl.runtime import models
 from rlctl.runtime.context import StageContext, resume_point
 from rlctl.runtime.rewarding import Scorer
@@ -88,6 +88,12 @@ class Loop:
             return self.agent.prompt_ids(row["prompt"], row)
         text = prompt_text(row["prompt"], self.tok)
         return self.tok(text, add_special_tokens=False)["input_ids"]  # fits: training_rows
+
+    def take_round(self) -> list[Sample]:
+        """The next prompts_per_step prompts of the stream, group_size unsampled samples each (every process takes
+        the same ones)."""
+        prompts = [(g, row, self.prompt_ids(row)) for g, row in self.stream.take(self.rl.prompts_per_step)]
+        return [Sample(g, row, list(ids)) for g, row, ids in prompts for _ in range(self.rl.group_size)]
 
     def forward_all(self, fn, model, batch: Batch) -> Tensor:
         """`fn(model, micro-batch)` over the whole batch without gradients, concatenated."""
