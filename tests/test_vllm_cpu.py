@@ -217,3 +217,47 @@ def test_sharded_policy_syncs_into_each_process_engine(vllm_demo: Path, tmp_path
         for round_, (from_vllm, from_hf) in result.items():
             assert sum(a != b for a, b in zip(from_vllm, from_hf, strict=True)) <= 2, (line[:8], round_)
         assert result["start"][0] != result["after a change"][0], "the update reached vLLM"
+
+
+ASYNC_VLLM = ["--set", "rl.async_rollout.enabled=true", "--set", "rl.max_steps=20"]
+
+# Fault injection (the async generator process only): pushes never reach its vLLM engine, which keeps serving the
+# placeholder weights it was built with.
+SKIPPED_LOAD = """
+import sys
+if "--multiprocessing-fork" in sys.orig_argv:
+    from rlctl.rollout import vllm
+    vllm.reload = lambda llm, weights: llm.reset_prefix_cache()
+"""
+
+
+def test_the_async_generator_samples_with_a_vllm_engine_of_its_own(vllm_demo: Path, tmp_path: Path):
+    """rl.async_rollout with rl.use_vllm: the generator process runs vLLM's CPU build on its own core, the
+    correction's behaviour log-probs are vLLM's, each push is checked on the probe text, and the run learns."""
+    run_dir = tmp_path / "run"
+    proc = _rl_from_sft(vllm_demo, run_dir, *ASYNC_VLLM)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = summary(run_dir)
+    assert result["stages"]["rl"]["eval_accuracy"] >= 0.85, result["stages"]
+    assert result["layout"]["rl"]["observed"]["generation_engine"] == "vllm"
+    assert not result["layout"]["rl"]["mismatches"]
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["async_split"]["generator_engine"] == "vllm"
+    steps = _rl_steps(run_dir)
+    assert [s["staleness_max"] for s in steps] == [0] + [1] * 19
+    assert all(s["sync_logp_diff_mean"] < 0.05 for s in steps)
+    assert steps[0]["is_ratio_max"] < 1.05 < max(s["is_ratio_max"] for s in steps)  # vLLM's own, then stale
+
+
+def test_an_async_push_the_vllm_engine_did_not_take_stops_the_run(vllm_demo: Path, tmp_path: Path):
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(SKIPPED_LOAD)
+    path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
+    run_dir = tmp_path / "run"
+    proc = _rl_from_sft(vllm_demo, run_dir, *ASYNC_VLLM, env={"PYTHONPATH": path})
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 1, text
+    assert "vLLM generated with weights other than the policy's" in text and "on a probe text, policy version 0" in text
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert _rl_steps(run_dir) == []  # stopped before the first step trained

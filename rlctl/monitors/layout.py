@@ -106,8 +106,8 @@ def planned(ctx: StageContext, engine: str | None = None) -> dict[str, Any]:
     }
     if plan.adapter != "full":
         out["frozen_dtype"] = frozen
-    if engine is not None:
-        out["generation_engine"] = plan.generation_engine
+    if engine is not None:  # async: the generator process's engine
+        out["generation_engine"] = plan.async_split.generator_engine if plan.async_split else plan.generation_engine
     return out | _planned_precision(ctx) | _planned_beside(ctx)
 
 

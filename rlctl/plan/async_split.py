@@ -115,8 +115,12 @@ def split(cfg: RunConfig, hardware: hw.Hardware, procs: int, engine: str, batche
         cores = max(hardware.cpu_cores, 2)
         gen = max(1, cores // (procs + 1))
         train = max(1, (cores - gen) // procs)
-        why = f"{cores} CPU cores: {gen} for the generator process, {train} for each of {procs} trainer process(es)"
-        return AsyncSplit("transformers", 0, 0, gen, train, why)
+        kind = "vLLM's CPU build" if engine == "vllm" else "transformers"
+        why = (
+            f"{cores} CPU cores: {gen} for the generator process ({kind}), {train} for each of {procs} trainer "
+            "process(es)"
+        )
+        return AsyncSplit("vllm" if engine == "vllm" else "transformers", 0, 0, gen, train, why)
     from rlctl.plan.memory_arch import Arch
     from rlctl.plan.memory_model import VLLM_DEDICATED_UTIL
 

@@ -227,11 +227,11 @@ def build(
         split = async_split.split(cfg, hardware, procs, engine, list(global_batches.values()))
         procs = split.trainer_gpus or procs  # on GPUs the trainer processes run on the trainer GPUs only
         others = [name for name in cfg.stages if name != "rl"]
-        if split.on_gpus and split.generator_engine == "vllm":
+        if split.on_gpus and (split.engines > 1 or split.tensor_parallel_size > 1):
             warnings.append(
-                f"rl.async_rollout: this version's generator process samples with transformers on GPU "
-                f"{split.generator_gpu_ids[0]} (vLLM engines inside it are not wired yet); the planned engines' "
-                "memory is an upper bound and the other generator GPUs stay idle"
+                f"rl.async_rollout: this version's generator process runs one engine on one GPU "
+                f"({split.generator_gpu_ids[0]}), not the {split.engines} engine(s) of "
+                f"{split.tensor_parallel_size} GPU(s) planned; the other generator GPUs stay idle"
             )
         if split.on_gpus and others:
             warnings.append(

@@ -16,6 +16,9 @@ no vllm): torch and transformers are imported inside the functions that need the
 
 from __future__ import annotations
 
+import math
+import random
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rlctl.plan import engine as choice
@@ -37,7 +40,6 @@ def process_environment(plan: Plan) -> None:
     """Environment vLLM reads when a training process builds its colocated engine: in-process (no engine
     subprocess: it would re-import the trainer), and on CPU the KV cache in whole GiB (vLLM's CPU build sizes it
     from this variable; its share-of-RAM default counts the trainer's own memory as used and refuses)."""
-    import math
     import os
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -54,19 +56,23 @@ def adapt(generation: Any, plan: Plan) -> Any:
 
 
 def _reload_on_cpu(generation: Any) -> None:
-    """The policy -> vLLM weight push for vLLM's CPU build. Its CPU linear layers pack their weights for oneDNN
-    after loading and drop the loadable parameters, so TRL's per-parameter `load_weights` cannot reach them;
-    vLLM's in-place `reload_weights` restores the loadable layout, loads and packs again. A tied LM head is packed
-    from the embedding once more, else it would keep serving the old embedding. The weights are copied out while
-    TRL's iterator has LoRA merged (it unmerges when exhausted, before vLLM packs the last layers), one at a time
-    as vLLM loads them (a sharded policy is gathered one weight at a time, never whole)."""
-    runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
-    weights = ((name, tensor.detach().clone()) for name, tensor in trl_compat.pushed_weights(generation))
+    """The policy -> vLLM weight push for vLLM's CPU build (`reload`). The weights are copied out while TRL's
+    iterator has LoRA merged (it unmerges when exhausted, before vLLM packs the last layers), one at a time as vLLM
+    loads them (a sharded policy is gathered one weight at a time, never whole)."""
+    reload(generation.llm, ((name, tensor.detach().clone()) for name, tensor in trl_compat.pushed_weights(generation)))
+
+
+def reload(llm: Any, weights: Iterable[tuple[str, Any]]) -> None:
+    """Load (Hugging Face name, tensor) pairs into an in-process engine. Its CPU linear layers pack their weights
+    for oneDNN after loading and drop the loadable parameters, so a per-parameter `load_weights` cannot reach them;
+    vLLM's in-place `reload_weights` restores the loadable layout, loads and packs again (on GPUs it loads). A tied
+    LM head is packed from the embedding once more, else it would keep serving the old embedding."""
+    runner = llm.llm_engine.model_executor.driver_worker.model_runner
     runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
     model = runner.get_model()
     if getattr(runner.model_config.hf_config, "tie_word_embeddings", False) and hasattr(model, "lm_head"):
         model.lm_head.quant_method.process_weights_after_loading(model.lm_head)
-    generation.llm.reset_prefix_cache()
+    llm.reset_prefix_cache()
 
 
 def trl_kwargs(plan: Plan) -> dict[str, Any]:
@@ -194,3 +200,93 @@ class ColocatedVLLM:
             pairs = zip(logprobs, out, strict=True)
             self.logprobs = [[lp[0] if lp else None for lp in seq[: len(ids)]] for seq, ids in pairs]
         return out
+
+
+def dedicated_environment(plan: Plan, threads: int) -> dict[str, str]:
+    """The environment of the async generator's engine (set in its process before vLLM loads): in-process, and on
+    CPU the planned KV cache with `threads` unbound torch threads (the trainer has the other cores)."""
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    if plan.hardware.is_cpu:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil((plan.vllm or {}).get("kv_cache_gib", 1.0))))
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def dedicated_llm_kwargs(plan: Plan) -> dict[str, Any]:
+    """The `vllm.LLM(...)` arguments of the async generator's engine (rl.async_rollout), but its `model` (a folder
+    of the policy's config and tokenizer the generator writes): on devices of its own, so no sleep mode; placeholder
+    weights that the first push replaces; a round's rollouts at once; log-probs after temperature, as the trainer
+    computes them."""
+    llm, rl = llm_kwargs(plan), plan.config.rl
+    return {
+        "load_format": "dummy",
+        "dtype": "float32" if plan.hardware.is_cpu else "auto",  # CPU: the trainer's own precision
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": llm["gpu_memory_utilization"],
+        "max_model_len": llm["max_model_len"],
+        "max_num_seqs": rl.prompts_per_step * rl.group_size,
+        "logprobs_mode": "processed_logprobs",
+        "trust_remote_code": llm["trust_remote_code"],
+        "seed": plan.config.seed,
+    }
+
+
+class DedicatedVLLM:
+    """The async generator's engine (`rlctl.rollout.async_engine`): a vLLM engine in the generator process, on its
+    own devices, behind the same `generate` boundary as `ColocatedVLLM`. `load` takes each pushed policy version;
+    `seed` makes a round's sampling reproducible (one seed per request, drawn from the round's seed)."""
+
+    def __init__(self, llm_args: dict[str, Any], tokenizer: Any, max_new_tokens: int, temperature: float, stop_ids=()):
+        from vllm import LLM
+
+        self.llm = LLM(**llm_args)
+        self.stops = list(stop_ids) or [tokenizer.eos_token_id]
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.rng = random.Random(0)
+        self.logprobs: list[list[float | None]] | None = None
+
+    def sync(self, model: Any) -> None:
+        """Nothing: the engine holds its own weights, which `load` replaces."""
+
+    def load(self, weights: Iterable[tuple[str, Any]]) -> None:
+        reload(self.llm, weights)
+
+    def seed(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
+        """Completion token ids of each prompt, up to and including the first stop token; `logprobs` then holds
+        the log-prob of each sampled token (None when greedy)."""
+        from vllm import SamplingParams, TokensPrompt
+
+        temperature = 0.0 if greedy else self.temperature
+        params = [
+            SamplingParams(
+                temperature=temperature,
+                top_p=1.0,
+                top_k=0,
+                max_tokens=self.max_new_tokens,
+                stop_token_ids=self.stops,
+                ignore_eos=True,  # the stops above end a completion, EOS among them
+                logprobs=0,
+                seed=self.rng.getrandbits(31),
+            )
+            for _ in prompts
+        ]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        out, logprobs = [], []
+        for o in (x.outputs[0] for x in outs):
+            end = next((t for t, token in enumerate(o.token_ids) if token in self.stops), len(o.token_ids) - 1)
+            out.append(list(o.token_ids[: end + 1]))
+            logprobs.append([lp[t].logprob for t, lp in zip(out[-1], o.logprobs or [], strict=False)])
+        self.logprobs = None if greedy else logprobs
+        return out
+
+    def probe_logprobs(self, ids: list[int]) -> list[float]:
+        """log p(ids[t] | ids[:t]) for t >= 1 from the engine's current weights, before temperature."""
+        from vllm import SamplingParams, TokensPrompt
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+        out = self.llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)[0]
+        return [d[t].logprob for d, t in zip(out.prompt_logprobs[1:], ids[1:], strict=True)]

@@ -117,15 +117,17 @@ class StageContext:
             f"check the rewards and data, then `rlctl resume {self.run_dir}`."
         )
 
-    def sync_stopped(self, step: int, gap: float, worst: float, untrained: bool = False) -> SyncMismatch:
+    def sync_stopped(
+        self, step: int, gap: float, worst: float, untrained: bool = False, on: str = "its sampled tokens"
+    ) -> SyncMismatch:
         """The error that ends the stage when vLLM generated with weights other than the policy's: the weight-sync
-        check's mean and max |log-prob difference| beyond rl.sync_tolerance. `untrained`: stopped before the step
-        trained (rlctl's loop checks before its update)."""
+        check's mean and max |log-prob difference| (`on` what) beyond rl.sync_tolerance. `untrained`: stopped
+        before the step trained (rlctl's loop checks before its update)."""
         last = checkpoint.last_complete(self.checkpoints)
         where = "Nothing of this step was trained; the last" if untrained else "The last"
         return SyncMismatch(
             f"Stage {self.stage.name} stopped at step {step}: vLLM generated with weights other than the policy's "
-            f"(mean |log-prob difference| on its sampled tokens {gap:.4f}, max {worst:.4f}; rl.sync_tolerance "
+            f"(mean |log-prob difference| on {on} {gap:.4f}, max {worst:.4f}; rl.sync_tolerance "
             f"{self.cfg.rl.sync_tolerance}). Likely causes: LoRA adapters pushed unmerged, a tied embedding / LM "
             "head not refreshed, a stale engine after wake-up (weights not reloaded), or a parameter pushed under "
             f"the wrong name. {where} good checkpoint is {last or 'none'}. Report it with logs/train.log; to run "

@@ -6,7 +6,9 @@ the generator samples the rounds of steps n+1 .. n+K with the newest weights pus
 version v and trained at step n (whose policy is version n-1) is n-1-v versions stale; since a round is
 submitted at most K rounds before it is consumed and the generator always loads the newest version first, that is
 never more than K (NeMo-RL's N-step off-policy GRPO, verl's one-step-off at K=1). The generator's log-probs of
-what it sampled are the behaviour policy of the loop's rollout correction (rl.rollout_correction).
+what it sampled are the behaviour policy of the loop's rollout correction (rl.rollout_correction). With a vLLM
+engine in the generator, every push also carries the policy's log-probs of a probe text (`PROBE`), which the
+generator compares with vLLM's after loading: the weight-sync check, on every version.
 
 Resume loses no prompt: a checkpoint's prompt cursor is the first prompt not yet trained (that of the oldest
 round in flight), so a resumed run submits the rounds that were in flight again, with the same sampling seeds.
@@ -22,8 +24,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from rlctl.rollout.async_engine import AsyncEngine, Done, GeneratorSetup, Round
-from rlctl.rollout.samples import Sample
+from rlctl.rollout.samples import Sample, collate, token_logprobs
 from rlctl.trainer import sharding
+
+# the vLLM generator's sync check scores this text (its first PROBE_TOKENS tokens) on every push
+PROBE = "The quick brown fox jumps over the lazy dog. 12 + 7 = 19, and 3 x 4 = 12."
+PROBE_TOKENS = 16
 
 if TYPE_CHECKING:
     from rlctl.trainer.state import Loop
@@ -33,26 +39,55 @@ class Pipeline:
     """The rounds in flight and the generator they go to (the engine on the main process only)."""
 
     def __init__(self, loop: Loop, version: int):
-        split, rl = loop.ctx.plan.async_split, loop.rl
+        split, rl, plan = loop.ctx.plan.async_split, loop.rl, loop.ctx.plan
         self.depth = rl.async_rollout.max_staleness + 1
         self.version = version  # the policy version the trainer holds: the number of steps trained
         self.inflight: deque[int] = deque()  # the key (first prompt) of each submitted round, oldest first
         self.staleness: list[int] = []  # of the rounds the current step consumed
+        self.gaps: list[tuple[float, float]] = []  # vLLM: the probe's log-prob gap of the rounds consumed
+        self.sampled_with = ""  # the generator's engine, as it reports (transformers or vllm)
         self.engine: AsyncEngine | None = None
-        if loop.ctx.plan.hardware.is_cpu:
+        self.probe: list[int] | None = None
+        if plan.hardware.is_cpu:
             torch.set_num_threads(split.trainer_threads)
+        if split.generator_engine == "vllm":
+            self.probe = loop.tok(PROBE, add_special_tokens=False)["input_ids"][:PROBE_TOKENS]
         weights = sharding.full_weights(loop.acc.unwrap_model(loop.policy))
         if loop.acc.is_main_process:
-            base = sharding.base_of(loop.acc.unwrap_model(loop.policy))
-            gpus = str(split.generator_gpu_ids[0]) if split.generator_gpu_ids else None  # transformers: one GPU
-            device = "cuda:0" if gpus else "cpu"
-            threads, seed = split.generator_threads, loop.ctx.cfg.seed
-            chunk = loop.ctx.plan.rollouts_per_generate
-            setup = GeneratorSetup(base.config, loop.tok, rl, device, gpus, threads, seed, chunk)
-            self.engine = AsyncEngine(setup, weights, version)
-        elif sharding.owns(loop.ctx):  # a sharded policy gathers on every process
+            self.engine = AsyncEngine(self._setup(loop), weights, version, self._probe_logprobs(loop))
+        else:
+            self._gather(loop, weights)
+
+    def _setup(self, loop: Loop) -> GeneratorSetup:
+        """What the generator builds itself from: on GPUs, its first GPU (one engine)."""
+        from rlctl.rollout import vllm
+
+        plan, split = loop.ctx.plan, loop.ctx.plan.async_split
+        base = sharding.base_of(loop.acc.unwrap_model(loop.policy))
+        gpus = str(split.generator_gpu_ids[0]) if split.generator_gpu_ids else None
+        device = "cuda:0" if gpus else "cpu"
+        threads, seed, chunk = split.generator_threads, loop.ctx.cfg.seed, plan.rollouts_per_generate
+        setup = GeneratorSetup(base.config, loop.tok, loop.rl, device, gpus, threads, seed, chunk)
+        if self.probe is not None:
+            setup.llm_args, setup.probe = vllm.dedicated_llm_kwargs(plan), self.probe
+            setup.env = vllm.dedicated_environment(plan, threads)
+        return setup
+
+    def _probe_logprobs(self, loop: Loop) -> torch.Tensor | None:
+        """The policy's log-probs of the probe text (temperature 1), on every process (a sharded forward)."""
+        if self.probe is None:
+            return None
+        model = loop.acc.unwrap_model(loop.policy)
+        batch = collate([Sample(0, {}, self.probe[:1], self.probe[1:])], loop.tok.pad_token_id, loop.acc.device)
+        with torch.no_grad():
+            return token_logprobs(model, batch, 1.0)[0].double().cpu()
+
+    def _gather(self, loop: Loop, weights) -> None:
+        """A process other than the main one takes part in what a sharded policy's push gathers."""
+        if sharding.owns(loop.ctx):
             for _ in weights:
                 pass
+            self._probe_logprobs(loop)
 
     def resume_cursor(self, loop: Loop) -> int:
         """The first prompt not yet trained (that of the oldest round in flight): a checkpoint's resume point."""
@@ -84,7 +119,15 @@ class Pipeline:
         intact, done = sent[0]
         if not intact:
             raise loop.ctx.push_stopped(step, done.version)
+        if done.probe_gap is not None:
+            mean, worst = done.probe_gap
+            tolerance = loop.ctx.cfg.rl.sync_tolerance
+            if tolerance and mean > tolerance:
+                on = f"a probe text, policy version {done.version}"
+                raise loop.ctx.sync_stopped(step, mean, worst, untrained=True, on=on)
+            self.gaps.append(done.probe_gap)
         self.staleness.append(self.version - done.version)
+        self.sampled_with = done.engine
         return done.samples[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
 
     def push(self, loop: Loop, step: int) -> None:
@@ -92,15 +135,18 @@ class Pipeline:
         self.version = step
         weights = sharding.full_weights(loop.acc.unwrap_model(loop.policy))
         if self.engine is not None:
-            self.engine.push(weights, step)
-        elif sharding.owns(loop.ctx):  # a sharded policy gathers on every process
-            for _ in weights:
-                pass
+            self.engine.push(weights, step, self._probe_logprobs(loop))
+        else:
+            self._gather(loop, weights)
 
     def metrics(self) -> dict[str, float]:
-        """The step's staleness (versions behind the trainer, mean and max over its rounds), then reset."""
+        """The step's staleness (versions behind the trainer, mean and max over its rounds) and, with vLLM, the
+        sync check's log-prob gap on the probe; then reset."""
         out = {"staleness_mean": sum(self.staleness) / len(self.staleness), "staleness_max": max(self.staleness)}
-        self.staleness = []
+        if self.gaps:
+            out["sync_logp_diff_mean"] = sum(g[0] for g in self.gaps) / len(self.gaps)
+            out["sync_logp_diff_max"] = max(g[1] for g in self.gaps)
+        self.staleness, self.gaps = [], []
         return out
 
     def close(self) -> None:

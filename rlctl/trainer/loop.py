@@ -102,8 +102,8 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
         loop.clock.lap("push")
     if first:  # the first step of this process: does it run what the plan chose?
         engine = "vllm" if isinstance(loop.generator, vllm.ColocatedVLLM) else "transformers"
-        if loop.pipeline is not None:  # async: the generator process samples, not this process's engine
-            engine = None
+        if loop.pipeline is not None:  # async: the generator process sampled, with the engine it reports
+            engine = loop.pipeline.sampled_with
         beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic)
         layout.check(ctx, loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
     log_step(loop, step, rollout_, prepared, train, stats)
