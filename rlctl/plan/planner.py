@@ -18,6 +18,7 @@ from rlctl.plan import arch as model_arch
 from rlctl.plan import data_lengths, epochs, gguf, memory, packages, strategies
 from rlctl.plan import engine as engine_mod
 from rlctl.plan import hardware as hw
+from rlctl.plan.parts import Layout, ModelFacts
 from rlctl.plan.resolved import Plan, StagePlan
 
 if TYPE_CHECKING:
@@ -189,17 +190,17 @@ def launch_command(run_dir: str | Path, hardware: hw.Hardware, cfg: RunConfig) -
     return [*launch, "-m", "rlctl.launch.runner", str(run_dir)]
 
 
-def layout(hardware: hw.Hardware, procs: int, cfg: RunConfig) -> dict[str, Any]:
+def layout(hardware: hw.Hardware, procs: int, cfg: RunConfig) -> Layout:
     """Where the processes run: nodes x processes per node, this node's rank and the rendezvous address."""
     main = f"{cfg.hardware.main_address}:{cfg.hardware.main_port}" if cfg.hardware.main_address else None
-    return {
-        "nodes": hardware.nodes,
-        "gpus_per_node": hardware.gpus_per_node,
-        "processes_per_node": procs,
-        "world_size": procs * hardware.nodes,
-        "node_rank": cfg.hardware.node_rank,
-        "main": main if hardware.nodes > 1 else None,
-    }
+    return Layout(
+        nodes=hardware.nodes,
+        gpus_per_node=hardware.gpus_per_node,
+        processes_per_node=procs,
+        world_size=procs * hardware.nodes,
+        node_rank=cfg.hardware.node_rank,
+        main=main if hardware.nodes > 1 else None,
+    )
 
 
 def build(
@@ -346,6 +347,8 @@ def build(
         stages,
         accel,
         launch,
+        layout(hardware, procs, cfg),
+        model_facts(cfg, arch_source),
         warnings,
         cpu_offload=cpu_offload,
         phase_offload=phase_offload,
@@ -353,8 +356,6 @@ def build(
         vllm=vllm,
         decisions=decisions,
         memory=memory_json,
-        layout=layout(hardware, procs, cfg),
-        model=model_facts(cfg, arch_source),
         generation=generation,
         model_import=model_import,
         async_split=split,
@@ -402,13 +403,12 @@ def _async_sides(
     return (split, settings, None) if split.generator_engine == "vllm" else (split, None, settings)
 
 
-def model_facts(cfg: RunConfig, arch_source: str) -> dict[str, Any]:
+def model_facts(cfg: RunConfig, arch_source: str) -> ModelFacts:
     """The model the plan is for: its parameter count and architecture, and where those numbers came from."""
-    facts: dict[str, Any] = {"name_or_path": cfg.model.name_or_path, "arch_source": arch_source}
-    if cfg.model.arch is not None:
-        from rlctl.plan.memory_arch import Arch
+    arch = cfg.model.arch
+    if arch is None:
+        return ModelFacts(cfg.model.name_or_path, arch_source)
+    from rlctl.plan.memory_arch import Arch
 
-        facts["params"] = Arch.of(cfg.model.arch).params()
-        facts["params_billions"] = round(facts["params"] / 1e9, 2)
-        facts["arch"] = cfg.model.arch.model_dump()
-    return facts
+    params = Arch.of(arch).params()
+    return ModelFacts(cfg.model.name_or_path, arch_source, arch, params, round(params / 1e9, 2))

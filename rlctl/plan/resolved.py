@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rlctl.config import RunConfig
 from rlctl.plan import gguf, memory
 from rlctl.plan import hardware as hw
+from rlctl.plan.parts import Layout, ModelFacts
 
 if TYPE_CHECKING:
     from rlctl.plan.async_split import AsyncSplit
@@ -48,6 +49,8 @@ class Plan:
     stages: list[StagePlan]
     accelerate: dict[str, Any]
     launch: list[str]
+    layout: Layout
+    model: ModelFacts
     warnings: list[str] = field(default_factory=list)
     cpu_offload: bool = False  # FSDP2 keeps parameters, gradients and optimizer states in host RAM
     phase_offload: bool = False  # RL: optimizer states live in host RAM outside the optimizer step
@@ -55,8 +58,6 @@ class Plan:
     vllm: dict[str, Any] | None = None  # gpu_memory_utilization, tensor_parallel_size, max_model_length, ...
     decisions: list[dict[str, str]] = field(default_factory=list)  # {setting, value, why}, one line each
     memory: dict[str, Any] = field(default_factory=dict)  # per phase x component GiB, peak, budget, headroom
-    layout: dict[str, Any] = field(default_factory=dict)  # nodes, gpus_per_node, world_size, node_rank, main
-    model: dict[str, Any] = field(default_factory=dict)  # params, arch, arch_source (where the numbers came from)
     generation: dict[str, Any] | None = None  # transformers generation: rollouts per process, per generate call
     model_import: gguf.GgufImport | None = None  # a GGUF file converted to a folder before launch
     async_split: AsyncSplit | None = None  # rl.async_rollout: the generator process beside the trainers
@@ -82,8 +83,8 @@ class Plan:
         return {
             "run_dir": self.run_dir,
             "hardware": self.hardware.to_dict(),
-            "layout": self.layout,
-            "model": self.model,
+            "layout": self.layout.to_json(),
+            "model": self.model.to_json(),
             "model_import": asdict(self.model_import) if self.model_import else None,
             "async_split": self.async_split.to_dict() if self.async_split else None,
             "num_processes": self.num_processes,
@@ -133,6 +134,8 @@ class Plan:
             stages=[StagePlan(**s) for s in data["stages"]],
             accelerate=data["accelerate"],
             launch=shlex.split(data["launch"]),
+            layout=Layout.from_json(data["layout"]),
+            model=ModelFacts.from_json(data["model"]),
             warnings=data.get("warnings", []),
             cpu_offload=data.get("cpu_offload", False),
             phase_offload=data.get("phase_offload", False),
@@ -140,8 +143,6 @@ class Plan:
             vllm=data.get("vllm"),
             decisions=data.get("decisions", []),
             memory=data.get("memory", {}),
-            layout=data.get("layout", {}),
-            model=data.get("model", {}),
             generation=data.get("generation"),
             model_import=gguf.GgufImport(**imported) if imported else None,
             async_split=split,
