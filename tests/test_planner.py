@@ -17,6 +17,7 @@ from rlctl.errors import UserError
 from rlctl.plan import engine as choice
 from rlctl.plan import hardware, memory, memory_arch, memory_model, memory_search
 from rlctl.plan import planner as plan
+from rlctl.plan.parts import GenerationSettings
 from tests.helpers import RLCTL, plan_in_fresh_interpreter
 
 GiB = 2**30
@@ -265,7 +266,7 @@ def test_qwen7b_on_8xh100_numbers(vllm_here):
     assert gen["vLLM weights"] == pytest.approx(2 * n / GiB, abs=1e-3)  # 14.185
     # KV: 64 rollouts x 1,536 tokens x 2 x 28 x 512 x 2 B = 5.25 GiB, all held at once
     assert gen["vLLM KV cache"] >= 64 * 1536 * 57_344 / GiB - 1e-3
-    assert p.vllm["concurrent_sequences"] == 64 and p.vllm["max_model_length"] == 1536
+    assert p.vllm.concurrent_sequences == 64 and p.vllm.max_model_length == 1536
     for ph in p.memory["phases"]:
         assert ph["fits"] and ph["peak_gib"] <= ph["budget_gib"] == pytest.approx(79.65 * 0.95, abs=1e-2)
 
@@ -351,7 +352,7 @@ def test_decision_matrix(vllm_here, preset, spec):
     assert {"strategy", "adapter", "gradient_checkpointing"} <= settings
     assert all(d["why"] for d in p.decisions), "every choice is explained"
     if "grpo" in preset:
-        assert p.generation_engine == "vllm" and 0 < p.vllm["gpu_memory_utilization"] < 1
+        assert p.generation_engine == "vllm" and 0 < p.vllm.gpu_memory_utilization < 1
         assert {"vllm.gpu_memory_utilization", "vllm.tensor_parallel_size", "reference"} <= settings
         assert p.accelerate.get("fsdp_config", {}).get("fsdp_offload_params", False) == p.cpu_offload
 
@@ -390,7 +391,7 @@ def test_tensor_parallel_when_vllm_weights_crowd_one_gpu(vllm_here):
     # + 2 x 128256 x 8192 + 8192 = 70,553,706,496; its bf16 weights (131 GiB) cannot sit on one 80 GB GPU
     arch = ["layers=80", "hidden=8192", "heads=64", "kv_heads=8", "vocab=128256", "intermediate=28672"]
     p = build("llama8b-grpo", "8xH100-80GB", "rl.beta=0.0", *[f"model.arch.{a}" for a in arch])
-    tp = p.vllm["tensor_parallel_size"]
+    tp = p.vllm.tensor_parallel_size
     assert tp in (2, 4, 8)
     assert phase(p, "rl/generation")["components_gib"]["vLLM weights"] == pytest.approx(
         2 * 70_553_706_496 / tp / GiB, abs=1e-3
@@ -424,8 +425,8 @@ def test_transformers_generation_when_vllm_is_not_used(monkeypatch):
     p = build("qwen0.5b-grpo", "1xA10G-24GB", "rl.beta=0.0", "rl.use_vllm=false")
     assert p.generation_engine == "transformers" and p.vllm is None
     assert (p.strategy, p.adapter) == ("single", "full")
-    chunk = p.generation["rollouts_per_generate"]
-    assert p.generation["rollouts_per_process"] == 256 and 256 % chunk == 0
+    chunk = p.generation.rollouts_per_generate
+    assert p.generation.rollouts_per_process == 256 and 256 % chunk == 0
     gen = phase(p, "rl/generation")["components_gib"]
     # the chunk's rollouts at once, fp32 keys and values (fp32 policy): chunk x (512 + 1024) tokens x 2 x 24 layers
     # x 128 x 4 B (9.0 GiB for all 256)
@@ -435,7 +436,7 @@ def test_transformers_generation_when_vllm_is_not_used(monkeypatch):
 def test_transformers_generation_runs_in_chunks_that_fit(monkeypatch):
     """qwen7b-grpo without vLLM on one H100: 512 rollouts at once do not fit, half of them per call do."""
     p = build("qwen7b-grpo", "1xH100-80GB", "rl.use_vllm=false")
-    assert p.generation == {"engine": "transformers", "rollouts_per_process": 512, "rollouts_per_generate": 256}
+    assert p.generation == GenerationSettings(rollouts_per_process=512, rollouts_per_generate=256)
     assert any(d["setting"] == "generation chunk" and d["value"].startswith("256 of 512") for d in p.decisions)
     gen = phase(p, "rl/generation")
     assert gen["fits"] and gen["components_gib"]["KV cache (generate)"] == pytest.approx(

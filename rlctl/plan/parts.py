@@ -57,3 +57,55 @@ class ModelFacts:
             data.get("params"),
             data.get("params_billions"),
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmSettings:
+    """The RL rollouts' vLLM engine (plan.json's `vllm`): colocated in each trainer process, asleep between
+    rollouts on GPUs, or an async run's generator engines on GPUs of their own (`placement`). The defaults are an
+    engine the memory planner did not size (no model.arch): see `Plan.vllm_settings`."""
+
+    max_model_length: int  # the longest prompt plus the longest completion
+    gpu_memory_utilization: float = 0.3  # vLLM's reservation, a share of each GPU
+    tensor_parallel_size: int = 1
+    max_num_seqs: int = 0  # sequences vLLM schedules at once (0: not sized)
+    kv_cache_gib: float | None = 1.0  # per GPU; on CPU vLLM's KV cache space. None: an async generator not sized
+    concurrent_sequences: int = 0  # rollouts the KV cache holds at once (0: not sized)
+    rollouts_per_instance: int = 0  # rollouts one engine (its tensor-parallel group) generates per step
+    sleep_level: int = 2  # 2: weights and KV cache released between rollouts; 0: no sleep mode (CPU, async)
+    placement: str | None = None  # where an async run's engines run; None: colocated with the trainers
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"engine": "vllm"}
+        if self.placement is not None:
+            out["placement"] = self.placement
+        return out | {
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "max_model_length": self.max_model_length,
+            "max_num_seqs": self.max_num_seqs,
+            "kv_cache_gib": self.kv_cache_gib,
+            "concurrent_sequences": self.concurrent_sequences,
+            "rollouts_per_instance": self.rollouts_per_instance,
+            "sleep_level": self.sleep_level,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VllmSettings:
+        return cls(**{k: v for k, v in data.items() if k != "engine"})
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """The RL rollouts' transformers `generate` (plan.json's `generation`): rollouts per process (or per async
+    generator) and per `generate` call."""
+
+    rollouts_per_process: int
+    rollouts_per_generate: int  # 0: not sized (no model.arch); `Plan.rollouts_per_generate` then takes them all
+
+    def to_json(self) -> dict[str, Any]:
+        return {"engine": "transformers", **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GenerationSettings:
+        return cls(data["rollouts_per_process"], data["rollouts_per_generate"])

@@ -18,7 +18,7 @@ from rlctl.plan import arch as model_arch
 from rlctl.plan import data_lengths, epochs, gguf, memory, packages, strategies
 from rlctl.plan import engine as engine_mod
 from rlctl.plan import hardware as hw
-from rlctl.plan.parts import Layout, ModelFacts
+from rlctl.plan.parts import GenerationSettings, Layout, ModelFacts, VllmSettings
 from rlctl.plan.resolved import Plan, StagePlan
 
 if TYPE_CHECKING:
@@ -269,15 +269,16 @@ def build(
             phase_offload = True  # asked for: the RL step runs its offload calls, which have nothing to move
             why = "no-op on CPU: the optimizer state already lives in host RAM (set by you)"
             decisions.append({"setting": "optimizer offload", "value": "between phases", "why": why})
-        gen, generation = mem.generation, None
-        vllm = gen.to_json() if gen is not None and gen.engine == "vllm" else None
-        if vllm is not None and not engine_mod.sleep_mode_for(hardware):
-            vllm["sleep_level"] = 0
-            decisions.append(
-                {"setting": "vLLM sleep mode", "value": "off", "why": "vLLM's CPU build has no sleep mode"}
-            )
+        gen, vllm, generation = mem.generation, None, None
+        if gen is not None and gen.engine == "vllm":
+            vllm = gen.vllm_settings()
+            if not engine_mod.sleep_mode_for(hardware):
+                vllm = replace(vllm, sleep_level=0)
+                decisions.append(
+                    {"setting": "vLLM sleep mode", "value": "off", "why": "vLLM's CPU build has no sleep mode"}
+                )
         if gen is not None and gen.engine == "transformers":
-            generation = gen.to_json()
+            generation = gen.transformers_settings()
             if gen.concurrent < gen.rollouts:
                 decisions.append(
                     {
@@ -391,16 +392,17 @@ def _global_batch(cfg: RunConfig, stage: str) -> int:
 def _async_sides(
     split: AsyncSplit,
     memory_json: dict[str, Any],
-    vllm: dict[str, Any] | None,
-    generation: dict[str, Any] | None,
-) -> tuple[AsyncSplit, dict[str, Any] | None, dict[str, Any] | None]:
+    vllm: VllmSettings | None,
+    generation: GenerationSettings | None,
+) -> tuple[AsyncSplit, VllmSettings | None, GenerationSettings | None]:
     """An async run's split with the trainer side's planned peak, and the plan's vllm / generation sections: on
     GPUs those of the generator's engines (the trainer GPUs hold none), on CPU as planned."""
     if not split.on_gpus:
         return split, vllm, generation
     split = replace(split, trainer_gib_per_gpu=memory_json.get("peak_gib"))
-    settings = split.engine_settings()
-    return (split, settings, None) if split.generator_engine == "vllm" else (split, None, settings)
+    if split.generator_engine == "vllm":
+        return split, split.vllm_settings(), None
+    return split, None, split.transformers_settings()
 
 
 def model_facts(cfg: RunConfig, arch_source: str) -> ModelFacts:

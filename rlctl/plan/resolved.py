@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlctl.config import RunConfig
-from rlctl.plan import gguf, memory
+from rlctl.plan import engine, gguf, memory
 from rlctl.plan import hardware as hw
-from rlctl.plan.parts import Layout, ModelFacts
+from rlctl.plan.parts import GenerationSettings, Layout, ModelFacts, VllmSettings
 
 if TYPE_CHECKING:
     from rlctl.plan.async_split import AsyncSplit
@@ -55,10 +55,10 @@ class Plan:
     cpu_offload: bool = False  # FSDP2 keeps parameters, gradients and optimizer states in host RAM
     phase_offload: bool = False  # RL: optimizer states live in host RAM outside the optimizer step
     reference: str = "none"  # none | adapters-disabled | gpu | gpu-sharded | cpu-offload | cpu | cpu-sharded
-    vllm: dict[str, Any] | None = None  # gpu_memory_utilization, tensor_parallel_size, max_model_length, ...
+    vllm: VllmSettings | None = None  # the vLLM engine as the planner sized it (None: not sized, or no vLLM)
     decisions: list[dict[str, str]] = field(default_factory=list)  # {setting, value, why}, one line each
     memory: dict[str, Any] = field(default_factory=dict)  # per phase x component GiB, peak, budget, headroom
-    generation: dict[str, Any] | None = None  # transformers generation: rollouts per process, per generate call
+    generation: GenerationSettings | None = None  # transformers generation: rollouts per process, per generate call
     model_import: gguf.GgufImport | None = None  # a GGUF file converted to a folder before launch
     async_split: AsyncSplit | None = None  # rl.async_rollout: the generator process beside the trainers
 
@@ -73,9 +73,14 @@ class Plan:
         return memory.SEPARATE if self.async_split is not None and self.async_split.on_gpus else self.generation_engine
 
     @property
+    def vllm_settings(self) -> VllmSettings:
+        """The vLLM engine's settings: the planner's, else (no model.arch: not sized) `VllmSettings`' defaults."""
+        return self.vllm or VllmSettings(max_model_length=engine.max_model_length(self.config))
+
+    @property
     def rollouts_per_generate(self) -> int:
         """Rollouts per transformers `generate` call: the planner's choice, else all of a process's rollouts."""
-        planned = (self.generation or {}).get("rollouts_per_generate")
+        planned = self.generation.rollouts_per_generate if self.generation else 0
         rl = next((s for s in self.stages if s.name == "rl"), None)
         return planned or (rl.micro_batch_size * rl.grad_accum if rl else 1)
 
@@ -99,8 +104,8 @@ class Plan:
             "cpu_offload": self.cpu_offload,
             "phase_offload": self.phase_offload,
             "reference": self.reference,
-            "vllm": self.vllm,
-            "generation": self.generation,
+            "vllm": self.vllm.to_json() if self.vllm else None,
+            "generation": self.generation.to_json() if self.generation else None,
             "decisions": self.decisions,
             "memory": self.memory,
             "warnings": self.warnings,
@@ -140,10 +145,10 @@ class Plan:
             cpu_offload=data.get("cpu_offload", False),
             phase_offload=data.get("phase_offload", False),
             reference=data.get("reference", "none"),
-            vllm=data.get("vllm"),
+            vllm=VllmSettings.from_json(data["vllm"]) if data.get("vllm") else None,
             decisions=data.get("decisions", []),
             memory=data.get("memory", {}),
-            generation=data.get("generation"),
+            generation=GenerationSettings.from_json(data["generation"]) if data.get("generation") else None,
             model_import=gguf.GgufImport(**imported) if imported else None,
             async_split=split,
         )
