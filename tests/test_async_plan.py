@@ -132,7 +132,7 @@ def test_batch_no_split_divides_is_refused():
 def test_synchronous_plan_is_unchanged():
     p = plan.build(config.resolve("qwen7b-grpo", None, None, "8xH100-80GB", []), "/tmp/rlctl-async-plan-test")
     assert p.async_split is None and p.num_processes == 8 and "gpu_ids" not in p.accelerate
-    assert any(ph["phase"] == "generation" for ph in p.memory["phases"])
+    assert any(ph.phase == "generation" for ph in p.memory.phases)
 
 
 def test_async_plan_is_torch_free():

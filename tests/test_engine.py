@@ -102,8 +102,8 @@ def test_rlctl_loop_plans_colocated_vllm(vllm_here):
     p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0", "rl.algorithm=ppo")
     assert p.config.rl.path == "rlctl"
     assert p.generation_engine == "vllm" and p.vllm is not None
-    gen = next(ph for ph in p.memory["phases"] if ph["phase"] == "generation")
-    assert "vLLM KV cache" in gen["components_gib"]
+    gen = next(ph for ph in p.memory.phases if ph.phase == "generation")
+    assert "vLLM KV cache" in gen.components_gib
 
 
 def test_no_rl_stage_no_engine():

@@ -65,12 +65,11 @@ def show(console: Console, plan: Plan) -> None:
     if lay.nodes > 1:
         line += f"; this node: rank {lay.node_rank} of {lay.nodes}, main {lay.main or '(unset)'}"
     console.print(line)
-    peak = plan.memory.get("peak_gib")
-    if peak is not None:
+    mem = plan.memory
+    if mem is not None:
         console.print(
-            f"[bold]Per {'process' if hw.is_cpu else 'GPU'}[/] peak {peak:g} GiB "
-            f"({plan.memory.get('peak_phase')}) of "
-            f"{plan.memory.get('budget_gib'):g} GiB budget; per stage micro batch x accumulation above",
+            f"[bold]Per {'process' if hw.is_cpu else 'GPU'}[/] peak {mem.peak_gib:g} GiB ({mem.peak_phase}) of "
+            f"{mem.budget_gib:g} GiB budget; per stage micro batch x accumulation above",
         )
     if plan.async_split is not None:
         tables.show(console, _async_table(plan))
@@ -100,8 +99,8 @@ def _async_table(plan: Plan) -> Table:
     for col in ("side", "devices", "runs"):
         table.add_column(col, no_wrap=True)
     table.add_column("memory per " + ("process" if hw.is_cpu else "GPU"))
-    peak = plan.memory.get("peak_gib")
-    trainer_mem = f"peak {peak:.1f} of {plan.memory['budget_gib']:.1f} GiB" if peak is not None else "not estimated"
+    mem = plan.memory
+    trainer_mem = f"peak {mem.peak_gib:.1f} of {mem.budget_gib:.1f} GiB" if mem is not None else "not estimated"
     procs = f"{plan.num_processes} process(es)"
     if not s.on_gpus:
         gen_threads, threads = f"{s.generator_threads} CPU thread(s)", f"{s.trainer_threads} CPU thread(s) each"

@@ -24,9 +24,9 @@ The architecture counts live in `rlctl.plan.memory_arch`, the generation phase i
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rlctl.plan.parts import GenerationSettings, VllmSettings
+from rlctl.plan.parts import GenerationSettings, PhaseMemory, VllmSettings
 
 if TYPE_CHECKING:
     from rlctl.plan.memory_arch import Arch
@@ -165,16 +165,17 @@ class Phase:
     def label(self) -> str:
         return f"{self.stage}/{self.name}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "phase": self.name,
-            "components_gib": {k: gib(v) for k, v in self.components.items()},
-            "peak_gib": gib(self.peak),
-            "budget_gib": gib(self.budget),
-            "headroom_gib": gib(self.headroom),
-            "fits": self.fits,
-        }
+    def row(self) -> PhaseMemory:
+        """The phase as a row of the plan's memory table (GiB)."""
+        return PhaseMemory(
+            self.stage,
+            self.name,
+            {k: gib(v) for k, v in self.components.items()},
+            gib(self.peak),
+            gib(self.budget),
+            gib(self.headroom),
+            self.fits,
+        )
 
 
 class Generation:

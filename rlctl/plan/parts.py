@@ -10,6 +10,8 @@ from typing import Any
 
 from rlctl.config.sections import ModelArch
 
+NOT_ESTIMATED = "model.arch is not set: memory not estimated"  # plan.json's memory reason when `Plan.memory` is None
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -109,3 +111,72 @@ class GenerationSettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GenerationSettings:
         return cls(data["rollouts_per_process"], data["rollouts_per_generate"])
+
+
+@dataclass(frozen=True)
+class PhaseMemory:
+    """One phase of one stage: GiB per GPU (per process on CPU) by component, its peak against the budget."""
+
+    stage: str
+    phase: str  # generation, training, optimizer step
+    components_gib: dict[str, float]
+    peak_gib: float
+    budget_gib: float
+    headroom_gib: float
+    fits: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.stage}/{self.phase}"
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """Host RAM per node: what CPU offload keeps there (GiB by component; none without offload) against its budget."""
+
+    components_gib: dict[str, float]
+    peak_gib: float
+    budget_gib: float
+    ram_assumed: bool  # the spec's RAM is a guess (a named spec, not this machine)
+
+
+@dataclass(frozen=True)
+class DiskSpace:
+    """What the run writes at most (checkpoints and final models) and what is free where the run directory lives."""
+
+    need_gib: float
+    free_gib: float
+
+
+@dataclass(frozen=True)
+class MemoryTable:
+    """The memory plan (plan.json's `memory`): one row per phase of each stage, GiB per GPU (per process on CPU),
+    the highest of them against the budget, host RAM and disk."""
+
+    device: str  # gpu | cpu
+    total_gib: float
+    budget_gib: float
+    peak_gib: float
+    peak_phase: str  # STAGE/PHASE of the peak
+    headroom_gib: float
+    fits: bool
+    phases: tuple[PhaseMemory, ...]
+    host: HostMemory
+    disk: DiskSpace
+
+    def stage_phases(self, stage: str) -> list[PhaseMemory]:
+        return [p for p in self.phases if p.stage == stage]
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"estimated": True, **asdict(self)}
+        out["phases"] = [asdict(p) for p in self.phases]
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MemoryTable | None:
+        """The table plan.json holds; None where it says the memory was not estimated."""
+        if not data.get("estimated"):
+            return None
+        fields = {k: v for k, v in data.items() if k not in ("estimated", "phases", "host", "disk")}
+        phases = tuple(PhaseMemory(**p) for p in data["phases"])
+        return cls(**fields, phases=phases, host=HostMemory(**data["host"]), disk=DiskSpace(**data["disk"]))

@@ -18,7 +18,7 @@ from rlctl.plan import arch as model_arch
 from rlctl.plan import data_lengths, epochs, gguf, memory, packages, strategies
 from rlctl.plan import engine as engine_mod
 from rlctl.plan import hardware as hw
-from rlctl.plan.parts import GenerationSettings, Layout, ModelFacts, VllmSettings
+from rlctl.plan.parts import DiskSpace, GenerationSettings, Layout, MemoryTable, ModelFacts, VllmSettings
 from rlctl.plan.resolved import Plan, StagePlan
 
 if TYPE_CHECKING:
@@ -256,8 +256,7 @@ def build(
         if checkpointing == "auto":
             checkpointing = not hardware.is_cpu
         cpu_offload, phase_offload = False, cfg.hardware.optimizer_offload is True and "rl" in cfg.stages
-        reference, vllm, decisions, generation = "unknown", None, [], None
-        memory_json: dict[str, Any] = {"estimated": False, "reason": "model.arch is not set: memory not estimated"}
+        reference, vllm, decisions, generation, memory_table = "unknown", None, [], None, None
         if not hardware.is_cpu:
             warnings.append("model.arch is not set: the memory planner cannot check this plan (add the model's arch)")
     else:
@@ -292,16 +291,15 @@ def build(
             batches[name] = (batch, micro, batch // world // micro)
         warnings += mem.warnings
         need, free = memory.disk_need(cfg, setup, precision), hw.free_disk_gib(run_dir)
-        mem.disk = {"need_gib": memory.gib(need), "free_gib": round(free, 1)}
         here = hardware.is_cpu or hw.has_local_gpu()  # a GPU plan made on a GPU-less machine runs elsewhere
         if here and need > free * memory.GiB:
             warnings.append(
                 f"checkpoints and final models need about {memory.gib(need):g} GiB but {free:.0f} GiB are free "
                 "where the run directory lives (lower checkpoint.keep_last or free disk)"
             )
-        memory_json = mem.to_json()
+        memory_table = mem.table(DiskSpace(memory.gib(need), round(free, 1)))
     if split is not None:
-        split, vllm, generation = _async_sides(split, memory_json, vllm, generation)
+        split, vllm, generation = _async_sides(split, memory_table, vllm, generation)
         decisions.append(split.decision())
     decisions += epoch_decisions + trainer + (embeddings if adapter in ("lora", "qlora") else [])
     per_stage = strategies.stage_strategies(cfg, hardware, strategy, decisions, warnings)
@@ -356,7 +354,7 @@ def build(
         reference=reference,
         vllm=vllm,
         decisions=decisions,
-        memory=memory_json,
+        memory=memory_table,
         generation=generation,
         model_import=model_import,
         async_split=split,
@@ -391,7 +389,7 @@ def _global_batch(cfg: RunConfig, stage: str) -> int:
 
 def _async_sides(
     split: AsyncSplit,
-    memory_json: dict[str, Any],
+    memory_table: MemoryTable | None,
     vllm: VllmSettings | None,
     generation: GenerationSettings | None,
 ) -> tuple[AsyncSplit, VllmSettings | None, GenerationSettings | None]:
@@ -399,7 +397,7 @@ def _async_sides(
     GPUs those of the generator's engines (the trainer GPUs hold none), on CPU as planned."""
     if not split.on_gpus:
         return split, vllm, generation
-    split = replace(split, trainer_gib_per_gpu=memory_json.get("peak_gib"))
+    split = replace(split, trainer_gib_per_gpu=memory_table.peak_gib if memory_table else None)
     if split.generator_engine == "vllm":
         return split, split.vllm_settings(), None
     return split, None, split.transformers_settings()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rlctl.config import RunConfig
 from rlctl.plan import engine, gguf, memory
 from rlctl.plan import hardware as hw
-from rlctl.plan.parts import GenerationSettings, Layout, ModelFacts, VllmSettings
+from rlctl.plan.parts import NOT_ESTIMATED, GenerationSettings, Layout, MemoryTable, ModelFacts, VllmSettings
 
 if TYPE_CHECKING:
     from rlctl.plan.async_split import AsyncSplit
@@ -57,7 +57,7 @@ class Plan:
     reference: str = "none"  # none | adapters-disabled | gpu | gpu-sharded | cpu-offload | cpu | cpu-sharded
     vllm: VllmSettings | None = None  # the vLLM engine as the planner sized it (None: not sized, or no vLLM)
     decisions: list[dict[str, str]] = field(default_factory=list)  # {setting, value, why}, one line each
-    memory: dict[str, Any] = field(default_factory=dict)  # per phase x component GiB, peak, budget, headroom
+    memory: MemoryTable | None = None  # per phase x component GiB, peak, budget, headroom; None: not estimated
     generation: GenerationSettings | None = None  # transformers generation: rollouts per process, per generate call
     model_import: gguf.GgufImport | None = None  # a GGUF file converted to a folder before launch
     async_split: AsyncSplit | None = None  # rl.async_rollout: the generator process beside the trainers
@@ -107,7 +107,7 @@ class Plan:
             "vllm": self.vllm.to_json() if self.vllm else None,
             "generation": self.generation.to_json() if self.generation else None,
             "decisions": self.decisions,
-            "memory": self.memory,
+            "memory": self.memory.to_json() if self.memory else {"estimated": False, "reason": NOT_ESTIMATED},
             "warnings": self.warnings,
             "config": self.config.model_dump(mode="json"),
         }
@@ -147,7 +147,7 @@ class Plan:
             reference=data.get("reference", "none"),
             vllm=VllmSettings.from_json(data["vllm"]) if data.get("vllm") else None,
             decisions=data.get("decisions", []),
-            memory=data.get("memory", {}),
+            memory=MemoryTable.from_json(data.get("memory", {})),
             generation=GenerationSettings.from_json(data["generation"]) if data.get("generation") else None,
             model_import=gguf.GgufImport(**imported) if imported else None,
             async_split=split,
