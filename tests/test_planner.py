@@ -694,15 +694,35 @@ def test_adapters_on_the_random_init_tiny_model_train_its_embeddings_too():
         ("qwen7b-grpo", "8xH100-80GB", ("rl.async_rollout.enabled=true",)),  # the async split's GPU ids
         ("smollm2-grpo-cpu", "cpu", ()),  # a GGUF import
         ("qwen7b-grpo", "2x8xH100-80GB", ("model.adapter=lora",)),
+        ("qwen7b-grpo", "1xH100-80GB", ("rl.use_vllm=false",)),  # transformers generation in chunks
+        ("qwen7b-grpo", "8xH100-80GB", ("rl.async_rollout.enabled=true", "rl.use_vllm=false")),
+        ("qwen7b-grpo", "8xH100-80GB", ("model.arch=null",)),  # no memory estimate, an unsized vLLM engine
     ],
 )
-def test_plan_json_reads_back_as_the_plan_it_was(tmp_path: Path, preset: str, spec: str, sets: tuple):
+def test_plan_json_reads_back_as_the_plan_it_was(tmp_path: Path, monkeypatch, preset: str, spec: str, sets: tuple):
     from rlctl import checkpoint
     from rlctl.plan import resolved
 
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # the preset's architecture, or none
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     built = plan.build(config.resolve(preset, None, None, spec, list(sets)), tmp_path)
     checkpoint.write_json_atomic(tmp_path / resolved.PLAN_FILE, built.to_json())
     assert resolved.read(tmp_path) == built
+    assert json.loads((tmp_path / resolved.PLAN_FILE).read_text()) == built.to_json()
+
+
+def test_build_changes_nothing_it_is_given(tmp_path: Path):
+    """What the plan resolves (epochs into steps, the architecture from the GGUF header, the data's lengths) lands
+    in its own copy of the config (`Plan.config`); the config and the lengths it was given stay as they were."""
+    cfg = config.resolve("smollm2-grpo-cpu", None, None, "cpu", ["sft.epochs=1", "model.arch=null"])
+    lengths = {"sft": 40}
+    before = (cfg.model_dump(), dict(lengths))
+    p = plan.build(cfg, tmp_path, prompt_tokens=17, lengths=lengths)
+    assert (cfg.model_dump(), lengths) == before
+    assert p.config.sft.max_steps != cfg.sft.max_steps and p.config.model.arch is not None and cfg.model.arch is None
+    assert {"sft.max_steps", "RL prompt tokens (memory)", "sft tokens per sequence (memory)"} <= {
+        d["setting"] for d in p.decisions
+    }
 
 
 def test_a_damaged_plan_json_is_named(tmp_path: Path):

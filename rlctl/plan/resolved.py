@@ -37,6 +37,10 @@ class StagePlan:
 
 @dataclass
 class Plan:
+    """The whole plan of a run. Its parts are typed (`rlctl.plan.parts`: layout, model, vllm, generation, memory),
+    with their defaults there; `accelerate` alone stays a dict: accelerate's own config file, passed through
+    verbatim as the run directory's accelerate.yaml."""
+
     config: RunConfig
     run_dir: str
     hardware: hw.Hardware
@@ -47,7 +51,7 @@ class Plan:
     gradient_checkpointing: bool
     generation_engine: str
     stages: list[StagePlan]
-    accelerate: dict[str, Any]
+    accelerate: dict[str, Any]  # accelerate's config file (accelerate.yaml), written as is
     launch: list[str]
     layout: Layout
     model: ModelFacts
