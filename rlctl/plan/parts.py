@@ -165,6 +165,7 @@ class MemoryTable:
     disk: DiskSpace
 
     def stage_phases(self, stage: str) -> list[PhaseMemory]:
+        """The rows of one stage, in the plan's order."""
         return [p for p in self.phases if p.stage == stage]
 
     def to_json(self) -> dict[str, Any]:
