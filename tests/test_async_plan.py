@@ -123,7 +123,7 @@ def test_engine_that_crowds_one_gpu_gets_tensor_parallel_and_whole_engines():
     s = p.async_split
     assert s is not None and (s.tensor_parallel_size, s.generator_gpus, s.engines) == (2, 4, 2)
     assert s.generator_weights_gib == pytest.approx(8_030_261_248 * 2 / 2 / GiB, abs=2e-2)
-    assert s.concurrent_per_engine >= 16 and p.vllm["tensor_parallel_size"] == 2
+    assert s.concurrent_per_engine >= 16 and p.vllm.tensor_parallel_size == 2
 
 
 def test_batch_no_split_divides_is_refused():
@@ -134,7 +134,7 @@ def test_batch_no_split_divides_is_refused():
 def test_synchronous_plan_is_unchanged():
     p = plan.build(config.resolve("qwen7b-grpo", None, None, "8xH100-80GB", []), "/tmp/rlctl-async-plan-test")
     assert p.async_split is None and p.num_processes == 8 and "gpu_ids" not in p.accelerate
-    assert any(ph["phase"] == "generation" for ph in p.memory["phases"])
+    assert any(ph.phase == "generation" for ph in p.memory.phases)
 
 
 def test_async_plan_is_torch_free():

@@ -112,8 +112,8 @@ def test_out_of_memory_report_has_the_plan_numbers_and_safer_settings(tmp_path: 
     mem = the_plan.memory
     assert text.startswith("Out of memory in stage rl (CUDA out of memory. Tried to allocate 3.50 GiB.")
     assert f"micro-batch {rl.micro_batch_size} x {rl.grad_accum} accumulation" in text
-    assert f"a peak of {mem['peak_gib']} GiB per GPU ({mem['peak_phase']})" in text
-    assert f"budget of {mem['budget_gib']} GiB" in text
+    assert f"a peak of {mem.peak_gib} GiB per GPU ({mem.peak_phase})" in text
+    assert f"budget of {mem.budget_gib} GiB" in text
     options = memory.safer(the_plan, "rl")
     assert options and f"Nearest safer plans: rlctl resume {the_plan.run_dir} {options[0]}" in text
     if rl.micro_batch_size > 1:

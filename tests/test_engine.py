@@ -22,6 +22,7 @@ from rlctl import config
 from rlctl.plan import engine as choice
 from rlctl.plan import hardware
 from rlctl.plan import planner as plan
+from rlctl.plan.parts import VllmSettings
 from rlctl.rollout import vllm
 from rlctl.trainer.offload import Offloaded, callbacks, offload_optimizer_state, reload_optimizer_state
 
@@ -101,8 +102,8 @@ def test_rlctl_loop_plans_colocated_vllm(vllm_here):
     p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0", "rl.algorithm=ppo")
     assert p.config.rl.path == "rlctl"
     assert p.generation_engine == "vllm" and p.vllm is not None
-    gen = next(ph for ph in p.memory["phases"] if ph["phase"] == "generation")
-    assert "vLLM KV cache" in gen["components_gib"]
+    gen = next(ph for ph in p.memory.phases if ph.phase == "generation")
+    assert "vLLM KV cache" in gen.components_gib
 
 
 def test_no_rl_stage_no_engine():
@@ -118,11 +119,25 @@ def test_trl_kwargs_for_a_vllm_plan(vllm_here):
         "use_vllm": True,
         "vllm_mode": "colocate",
         "vllm_enable_sleep_mode": True,
-        "vllm_gpu_memory_utilization": p.vllm["gpu_memory_utilization"],
-        "vllm_tensor_parallel_size": p.vllm["tensor_parallel_size"],
+        "vllm_gpu_memory_utilization": p.vllm.gpu_memory_utilization,
+        "vllm_tensor_parallel_size": p.vllm.tensor_parallel_size,
         "vllm_max_model_length": 512 + 1024,  # data.max_prompt_length + rl.max_new_tokens
     }
-    assert 0 < p.vllm["gpu_memory_utilization"] < 1 and p.vllm["tensor_parallel_size"] == 1
+    assert 0 < p.vllm.gpu_memory_utilization < 1 and p.vllm.tensor_parallel_size == 1
+
+
+def test_an_unsized_vllm_engine_gets_the_plan_defaults(vllm_here, monkeypatch, tmp_path):
+    """No model.arch: the planner sizes no engine (plan.json's vllm is null) and vLLM runs on `VllmSettings`'
+    defaults, the same for TRL's stages and rlctl's loop."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0", "model.arch=null")
+    assert p.generation_engine == "vllm" and p.vllm is None and p.to_json()["vllm"] is None
+    unsized = VllmSettings(max_model_length=512 + 1024)
+    assert p.vllm_settings == unsized
+    kw = vllm.trl_kwargs(p)
+    assert (kw["vllm_gpu_memory_utilization"], kw["vllm_tensor_parallel_size"]) == (0.3, 1)
+    assert kw["vllm_max_model_length"] == unsized.max_model_length
 
 
 def test_trl_kwargs_without_vllm():
@@ -152,7 +167,7 @@ def test_llm_kwargs_match_what_trl_builds(vllm_here):
     assert llm == {
         "model": "Qwen/Qwen2.5-7B-Instruct",
         "tensor_parallel_size": 1,
-        "gpu_memory_utilization": p.vllm["gpu_memory_utilization"],
+        "gpu_memory_utilization": p.vllm.gpu_memory_utilization,
         "max_model_len": 1536,
         "max_num_seqs": rl.micro_batch_size * rl.grad_accum,  # all 512 rollouts of the process, TP 1
         "enable_sleep_mode": True,
@@ -163,7 +178,7 @@ def test_llm_kwargs_match_what_trl_builds(vllm_here):
         "quantization": "bitsandbytes",
         "trust_remote_code": False,
     }
-    assert llm["max_num_seqs"] == p.vllm["max_num_seqs"] == 512
+    assert llm["max_num_seqs"] == p.vllm.max_num_seqs == 512
     # every argument name is one TRL 1.16 passes to vllm.LLM(...) in colocate mode
     from trl.generation import vllm_generation
 
@@ -204,9 +219,9 @@ def test_vllm_generation_kwargs_are_trls_and_the_plans(vllm_here):
     kw = vllm.vllm_generation_kwargs(p)
     assert set(kw) <= set(inspect.signature(VLLMGeneration.__init__).parameters)
     assert kw["mode"] == "colocate" and kw["enable_sleep_mode"] is True and kw["logprobs"] == 0
-    assert kw["gpu_memory_utilization"] == p.vllm["gpu_memory_utilization"]
-    assert kw["tensor_parallel_size"] == p.vllm["tensor_parallel_size"]
-    assert kw["max_num_seqs"] == p.vllm["max_num_seqs"]
+    assert kw["gpu_memory_utilization"] == p.vllm.gpu_memory_utilization
+    assert kw["tensor_parallel_size"] == p.vllm.tensor_parallel_size
+    assert kw["max_num_seqs"] == p.vllm.max_num_seqs
     assert kw["max_model_length"] == p.config.data.max_prompt_length + p.config.rl.max_new_tokens
     rl = p.config.rl
     assert (kw["temperature"], kw["max_completion_length"], kw["top_k"], kw["top_p"]) == (

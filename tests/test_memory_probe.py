@@ -10,17 +10,25 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from rlctl.monitors import memory_probe
+from rlctl.plan.parts import DiskSpace, HostMemory, MemoryTable, PhaseMemory
 
 MiB = 2**20
 
-PLAN = {  # the shape of plan.json's memory section, two stages
-    "estimated": True,
-    "phases": [
-        {"stage": "sft", "phase": "training", "peak_gib": 2.0},
-        {"stage": "rl", "phase": "generation", "peak_gib": 3.0},
-        {"stage": "rl", "phase": "training", "peak_gib": 5.0},
-    ],
-}
+PLAN = MemoryTable(  # a plan's memory table, two stages
+    device="gpu",
+    total_gib=8.0,
+    budget_gib=7.6,
+    peak_gib=5.0,
+    peak_phase="rl/training",
+    headroom_gib=2.6,
+    fits=True,
+    phases=tuple(
+        PhaseMemory(stage, phase, {"policy weights": peak}, peak, 7.6, round(7.6 - peak, 3), True)
+        for stage, phase, peak in (("sft", "training", 2.0), ("rl", "generation", 3.0), ("rl", "training", 5.0))
+    ),
+    host=HostMemory({}, 0.0, 100.0, False),
+    disk=DiskSpace(1.0, 10.0),
+)
 
 
 def test_clear_refs_resets_the_peak_resident_set_here():

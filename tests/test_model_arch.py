@@ -67,15 +67,15 @@ def test_a_hub_id_is_read_from_the_local_cache(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     cfg = config.resolve("qwen0.5b-grpo", None, None, "1xH100-80GB", [])
     p = plan.build(cfg, tmp_path / "run")
-    assert p.model["arch_source"].startswith("Hugging Face cache") and p.model["params_billions"] == 3.09
+    assert p.model.arch_source.startswith("Hugging Face cache") and p.model.params_billions == 3.09
 
 
 def test_offline_and_uncached_falls_back_to_the_preset(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     p = plan.build(config.resolve("qwen7b-grpo", None, None, "8xH100-80GB", []), tmp_path / "run")
-    assert p.model["params_billions"] == 7.62
-    assert "preset's model.arch" in p.model["arch_source"] and "HF_HUB_OFFLINE is set" in p.model["arch_source"]
+    assert p.model.params_billions == 7.62
+    assert "preset's model.arch" in p.model.arch_source and "HF_HUB_OFFLINE is set" in p.model.arch_source
 
 
 def test_moe_and_unknown_architectures_are_refused_before_anything_runs(tmp_path: Path):

@@ -17,6 +17,7 @@ from rlctl.errors import UserError
 from rlctl.plan import engine as choice
 from rlctl.plan import hardware, memory, memory_arch, memory_model, memory_search
 from rlctl.plan import planner as plan
+from rlctl.plan.parts import GenerationSettings, PhaseMemory
 from tests.helpers import RLCTL, plan_in_fresh_interpreter
 
 GiB = 2**30
@@ -32,8 +33,8 @@ def build(preset: str, spec: str, *sets: str) -> plan.Plan:
     return plan.build(config.resolve(preset, None, None, spec, list(sets)), "/tmp/rlctl-planner-test")
 
 
-def phase(p: plan.Plan, name: str) -> dict:
-    return next(ph for ph in p.memory["phases"] if f"{ph['stage']}/{ph['phase']}" == name)
+def phase(p: plan.Plan, name: str) -> PhaseMemory:
+    return next(ph for ph in p.memory.phases if ph.label == name)
 
 
 # --- Architecture arithmetic against published parameter counts ---------------------------------------------------
@@ -245,7 +246,7 @@ def test_qwen7b_on_8xh100_numbers(vllm_here):
     assert (p.strategy, p.adapter, p.cpu_offload) == ("fsdp2", "full", False)
     n = 7_615_487_488  # Qwen2.5-7B without biases (see above)
     embedding = 152_064 * 3_584  # 544,997,376: the largest FSDP unit
-    train = phase(p, "rl/training")["components_gib"]
+    train = phase(p, "rl/training").components_gib
     assert train["policy weights"] == pytest.approx((4 * n / 8 + 3 * embedding * 2) / GiB, abs=1e-3)  # 6.592
     assert train["policy gradients"] == pytest.approx(4 * n / 8 / GiB, abs=1e-3)  # 3.546
     assert train["optimizer states"] == pytest.approx(8 * n / 8 / GiB, abs=1e-3)  # 7.092
@@ -260,14 +261,14 @@ def test_qwen7b_on_8xh100_numbers(vllm_here):
     assert train["logits"] == pytest.approx(2_507_145_216 / GiB, abs=1e-3)  # 2.335
     peak = 0.8 + 1.0 + sum(train[k] for k in ("policy weights", "policy gradients", "optimizer states"))
     peak += train["activations"] + train["logits"]
-    assert phase(p, "rl/training")["peak_gib"] == pytest.approx(peak, abs=2e-3)
-    gen = phase(p, "rl/generation")["components_gib"]
+    assert phase(p, "rl/training").peak_gib == pytest.approx(peak, abs=2e-3)
+    gen = phase(p, "rl/generation").components_gib
     assert gen["vLLM weights"] == pytest.approx(2 * n / GiB, abs=1e-3)  # 14.185
     # KV: 64 rollouts x 1,536 tokens x 2 x 28 x 512 x 2 B = 5.25 GiB, all held at once
     assert gen["vLLM KV cache"] >= 64 * 1536 * 57_344 / GiB - 1e-3
-    assert p.vllm["concurrent_sequences"] == 64 and p.vllm["max_model_length"] == 1536
-    for ph in p.memory["phases"]:
-        assert ph["fits"] and ph["peak_gib"] <= ph["budget_gib"] == pytest.approx(79.65 * 0.95, abs=1e-2)
+    assert p.vllm.concurrent_sequences == 64 and p.vllm.max_model_length == 1536
+    for ph in p.memory.phases:
+        assert ph.fits and ph.peak_gib <= ph.budget_gib == pytest.approx(79.65 * 0.95, abs=1e-2)
 
 
 def test_qwen05b_on_one_h100_numbers(vllm_here):
@@ -277,7 +278,7 @@ def test_qwen05b_on_one_h100_numbers(vllm_here):
     # P = 494,005,120 (published 494,032,768 less 27,648 q/k/v biases); linear per layer 2 x 896^2 + 2 x 896 x 128
     # + 3 x 896 x 4,864 = 14,909,440, x 24 = 357,826,560; tied LM head 151,936 x 896 = 136,134,656
     n = 494_005_120
-    train = phase(p, "rl/training")["components_gib"]
+    train = phase(p, "rl/training").components_gib
     assert train["policy weights"] == pytest.approx(4 * n / GiB, abs=1e-3)  # 1.840
     assert train["policy gradients"] == pytest.approx(4 * n / GiB, abs=1e-3)  # 1.840
     assert train["optimizer states"] == pytest.approx(8 * n / GiB, abs=1e-3)  # 3.681
@@ -292,10 +293,10 @@ def test_qwen05b_on_one_h100_numbers(vllm_here):
     # = 58,720,256 + the tied head's fp32 gradient 151,936 x 896 x 4 = 544,538,624 -> 871,694,336 B
     assert train["logits"] == pytest.approx(871_694_336 / GiB, abs=1e-3)  # 0.812
     # 0.8 + 1 (vLLM residue) + 1.840 + 1.840 + 3.681 + 0.920 + 36.422 + 0.812 = 47.315 of 79.65 x 0.95 = 75.668
-    assert phase(p, "rl/training")["peak_gib"] == pytest.approx(47.315, abs=2e-3)
+    assert phase(p, "rl/training").peak_gib == pytest.approx(47.315, abs=2e-3)
     # disk: (keep_last 2 + the best + the one being written) checkpoints x (fp32 weights 4P + AdamW 8P)
     # + the fp32 final model 4P = 52P
-    assert p.memory["disk"]["need_gib"] == pytest.approx(52 * n / GiB, abs=1e-3)  # 23.924
+    assert p.memory.disk.need_gib == pytest.approx(52 * n / GiB, abs=1e-3)  # 23.924
 
 
 # --- The decision matrix ------------------------------------------------------------------------------------------
@@ -342,16 +343,16 @@ def test_decision_matrix(vllm_here, preset, spec):
     p = build(preset, spec, *sets)
     assert (p.strategy, p.adapter, p.cpu_offload) == MATRIX[preset, spec]
     mem = p.memory
-    assert mem["estimated"] and mem["fits"] and mem["headroom_gib"] >= 0
-    assert all(ph["peak_gib"] <= ph["budget_gib"] for ph in mem["phases"])
-    assert mem["host"]["peak_gib"] <= mem["host"]["budget_gib"]
+    assert mem is not None and mem.fits and mem.headroom_gib >= 0
+    assert all(ph.peak_gib <= ph.budget_gib for ph in mem.phases)
+    assert mem.host.peak_gib <= mem.host.budget_gib
     for s in p.stages:  # micro-batches divide the per-process batch
         assert s.micro_batch_size * s.grad_accum * p.num_processes * p.hardware.nodes == s.batch_size
     settings = {d["setting"] for d in p.decisions}
     assert {"strategy", "adapter", "gradient_checkpointing"} <= settings
     assert all(d["why"] for d in p.decisions), "every choice is explained"
     if "grpo" in preset:
-        assert p.generation_engine == "vllm" and 0 < p.vllm["gpu_memory_utilization"] < 1
+        assert p.generation_engine == "vllm" and 0 < p.vllm.gpu_memory_utilization < 1
         assert {"vllm.gpu_memory_utilization", "vllm.tensor_parallel_size", "reference"} <= settings
         assert p.accelerate.get("fsdp_config", {}).get("fsdp_offload_params", False) == p.cpu_offload
 
@@ -362,27 +363,27 @@ def test_reference_placement(vllm_here):
     assert sharded.reference == "gpu-sharded"
     # TRL builds the reference in the policy's dtype, fp32 under full training, sharded over 8 GPUs:
     # 4 x 7,615,487,488 / 8 = 3,807,743,744 B = 3.546 GiB
-    assert phase(sharded, "rl/training")["components_gib"]["reference model"] == pytest.approx(3.546, abs=1e-3)
+    assert phase(sharded, "rl/training").components_gib["reference model"] == pytest.approx(3.546, abs=1e-3)
     # replicated: 4 x 494,005,120 = 1,976,020,480 B = 1.840 GiB on the one GPU
     whole = build("qwen0.5b-grpo", "1xH100-80GB", "rl.beta=0.04")
     assert (whole.strategy, whole.reference) == ("single", "gpu")
-    assert phase(whole, "rl/training")["components_gib"]["reference model"] == pytest.approx(1.840, abs=1e-3)
+    assert phase(whole, "rl/training").components_gib["reference model"] == pytest.approx(1.840, abs=1e-3)
     # rlctl's own RL loop (reinforce-pp) loads its reference frozen, in bf16, and shards it with the policy under
     # FSDP2: 2 x 7,615,487,488 / 8 = 1,903,871,872 B = 1.773 GiB per GPU
     loop = build("qwen7b-grpo", "8xH100-80GB", "rl.algorithm=reinforce-pp", "rl.beta=0.04")
     assert (loop.strategy, loop.adapter, loop.reference) == ("fsdp2", "full", "gpu-sharded")
-    assert phase(loop, "rl/training")["components_gib"]["reference model"] == pytest.approx(1.773, abs=1e-3)
+    assert phase(loop, "rl/training").components_gib["reference model"] == pytest.approx(1.773, abs=1e-3)
     # FSDP2 + CPU offload (DPO, 7B on one H100): the fp32 reference waits in host RAM, 4 x 7,615,487,488 B
     # = 28.370 GiB, next to the offloaded fp32 state 16P = 113.480 GiB and 2 GiB for the process: 143.850 of
     # 160 x 0.9 = 144 GiB
     dpo = build("qwen7b-dpo", "1xH100-80GB")
     assert (dpo.strategy, dpo.cpu_offload, dpo.reference) == ("fsdp2", True, "cpu-offload")
-    host = dpo.memory["host"]
-    assert host["components_gib"]["reference model (CPU offload)"] == pytest.approx(28.370, abs=1e-3)
-    assert host["peak_gib"] == pytest.approx(143.850, abs=2e-3) and host["budget_gib"] == 144.0
+    host = dpo.memory.host
+    assert host.components_gib["reference model (CPU offload)"] == pytest.approx(28.370, abs=1e-3)
+    assert host.peak_gib == pytest.approx(143.850, abs=2e-3) and host.budget_gib == 144.0
     lora = build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.04")
     assert lora.adapter == "qlora" and lora.reference == "adapters-disabled"
-    assert "reference model" not in phase(lora, "rl/training")["components_gib"]
+    assert "reference model" not in phase(lora, "rl/training").components_gib
 
 
 def test_tensor_parallel_when_vllm_weights_crowd_one_gpu(vllm_here):
@@ -390,9 +391,9 @@ def test_tensor_parallel_when_vllm_weights_crowd_one_gpu(vllm_here):
     # + 2 x 128256 x 8192 + 8192 = 70,553,706,496; its bf16 weights (131 GiB) cannot sit on one 80 GB GPU
     arch = ["layers=80", "hidden=8192", "heads=64", "kv_heads=8", "vocab=128256", "intermediate=28672"]
     p = build("llama8b-grpo", "8xH100-80GB", "rl.beta=0.0", *[f"model.arch.{a}" for a in arch])
-    tp = p.vllm["tensor_parallel_size"]
+    tp = p.vllm.tensor_parallel_size
     assert tp in (2, 4, 8)
-    assert phase(p, "rl/generation")["components_gib"]["vLLM weights"] == pytest.approx(
+    assert phase(p, "rl/generation").components_gib["vLLM weights"] == pytest.approx(
         2 * 70_553_706_496 / tp / GiB, abs=1e-3
     )
 
@@ -410,12 +411,12 @@ def test_phase_offload_chosen_when_training_needs_the_room(vllm_here):
     p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192", "rl.algorithm=reinforce-pp")
     assert (p.strategy, p.adapter, p.phase_offload, p.gradient_checkpointing) == ("single", "full", True, True)
     assert (p.stages[0].micro_batch_size, p.stages[0].grad_accum) == (1, 256)
-    names = [f"{ph['stage']}/{ph['phase']}" for ph in p.memory["phases"]]
+    names = [ph.label for ph in p.memory.phases]
     assert names == ["rl/generation", "rl/training", "rl/optimizer step"]
-    assert "optimizer states" not in phase(p, "rl/generation")["components_gib"]
-    assert phase(p, "rl/training")["peak_gib"] == pytest.approx(37.081, abs=2e-3)
-    assert phase(p, "rl/optimizer step")["peak_gib"] == pytest.approx(24.803, abs=2e-3)
-    assert p.memory["host"]["components_gib"]["optimizer states (between phases)"] == pytest.approx(11.501, abs=1e-3)
+    assert "optimizer states" not in phase(p, "rl/generation").components_gib
+    assert phase(p, "rl/training").peak_gib == pytest.approx(37.081, abs=2e-3)
+    assert phase(p, "rl/optimizer step").peak_gib == pytest.approx(24.803, abs=2e-3)
+    assert p.memory.host.components_gib["optimizer states (between phases)"] == pytest.approx(11.501, abs=1e-3)
     why = next(d["why"] for d in p.decisions if d["setting"] == "optimizer offload" and d["value"] == "between phases")
     assert "rl/training would peak at 48.6 GiB > 38.0 GiB" in why
 
@@ -424,9 +425,9 @@ def test_transformers_generation_when_vllm_is_not_used(monkeypatch):
     p = build("qwen0.5b-grpo", "1xA10G-24GB", "rl.beta=0.0", "rl.use_vllm=false")
     assert p.generation_engine == "transformers" and p.vllm is None
     assert (p.strategy, p.adapter) == ("single", "full")
-    chunk = p.generation["rollouts_per_generate"]
-    assert p.generation["rollouts_per_process"] == 256 and 256 % chunk == 0
-    gen = phase(p, "rl/generation")["components_gib"]
+    chunk = p.generation.rollouts_per_generate
+    assert p.generation.rollouts_per_process == 256 and 256 % chunk == 0
+    gen = phase(p, "rl/generation").components_gib
     # the chunk's rollouts at once, fp32 keys and values (fp32 policy): chunk x (512 + 1024) tokens x 2 x 24 layers
     # x 128 x 4 B (9.0 GiB for all 256)
     assert gen["KV cache (generate)"] == pytest.approx(chunk * 1536 * 2 * 24 * 128 * 4 / GiB, abs=1e-3)
@@ -435,10 +436,10 @@ def test_transformers_generation_when_vllm_is_not_used(monkeypatch):
 def test_transformers_generation_runs_in_chunks_that_fit(monkeypatch):
     """qwen7b-grpo without vLLM on one H100: 512 rollouts at once do not fit, half of them per call do."""
     p = build("qwen7b-grpo", "1xH100-80GB", "rl.use_vllm=false")
-    assert p.generation == {"engine": "transformers", "rollouts_per_process": 512, "rollouts_per_generate": 256}
+    assert p.generation == GenerationSettings(rollouts_per_process=512, rollouts_per_generate=256)
     assert any(d["setting"] == "generation chunk" and d["value"].startswith("256 of 512") for d in p.decisions)
     gen = phase(p, "rl/generation")
-    assert gen["fits"] and gen["components_gib"]["KV cache (generate)"] == pytest.approx(
+    assert gen.fits and gen.components_gib["KV cache (generate)"] == pytest.approx(
         256 * (512 + 1024) * 2 * 28 * 512 * 2 / GiB, rel=0.01
     )  # 256 rollouts x (prompt + completion) x K,V x 28 layers x 4 kv heads x 128 x bf16 (gathered FSDP2 units)
     rl = next(s for s in p.stages if s.name == "rl")
@@ -478,7 +479,7 @@ def test_tiny_demo_on_cpu_keeps_its_settings():
         ("rl", 64, 2),
     ]
     mem = p.memory
-    assert mem["device"] == "cpu" and mem["fits"] and 0 < mem["peak_gib"] < mem["budget_gib"]
+    assert mem.device == "cpu" and mem.fits and 0 < mem.peak_gib < mem.budget_gib
     assert not p.phase_offload and not p.cpu_offload and p.vllm is None
 
 
@@ -491,7 +492,7 @@ def test_tiny_demo_is_never_refused_even_without_ram(monkeypatch):
 
     monkeypatch.setattr(hardware, "parse_spec", tiny_ram)
     p = build("tiny-demo", "cpu")
-    assert not p.memory["fits"]
+    assert not p.memory.fits
     assert any("the run may swap or fail" in w for w in p.warnings)
 
 
@@ -500,7 +501,7 @@ def test_tiny_demo_is_never_refused_even_without_ram(monkeypatch):
 
 def test_explicit_adapter_wins_with_a_warning(vllm_here):
     p = build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.0", "model.adapter=full")
-    assert p.adapter == "full" and not p.memory["fits"]
+    assert p.adapter == "full" and not p.memory.fits
     warning = next(w for w in p.warnings if "model.adapter=full will not fit" in w)
     assert "Nearest plan that fits: --set model.adapter=qlora" in warning
     assert any(d["setting"] == "adapter" and "(set by you)" in d["why"] for d in p.decisions)
@@ -517,7 +518,7 @@ def test_explicit_settings_that_fit_are_kept(vllm_here):
         "rl.micro_batch_size=2",
     )
     assert (p.strategy, p.adapter, p.gradient_checkpointing, p.stages[0].micro_batch_size) == ("ddp", "lora", True, 2)
-    assert p.memory["fits"] and not [w for w in p.warnings if "will not fit" in w]
+    assert p.memory.fits and not [w for w in p.warnings if "will not fit" in w]
 
 
 def test_full_training_keeps_fp32_master_weights(vllm_here):
@@ -656,7 +657,7 @@ def test_detect_old_driver_and_visible_devices(monkeypatch):
 def test_free_disk_of_a_future_run_dir(tmp_path):
     assert hardware.free_disk_gib(tmp_path / "not" / "yet") > 0
     p = build("tiny-demo", "cpu")
-    assert p.memory["disk"]["free_gib"] > 0 and p.memory["disk"]["need_gib"] >= 0
+    assert p.memory.disk.free_gib > 0 and p.memory.disk.need_gib >= 0
 
 
 def test_adapters_on_the_random_init_tiny_model_train_its_embeddings_too():
@@ -677,8 +678,8 @@ def test_adapters_on_the_random_init_tiny_model_train_its_embeddings_too():
     assert not any(d["setting"] == "model.train_embeddings" for d in qwen.decisions)
     both = build("qwen7b-grpo", "1xH100-80GB", "model.adapter=lora", "model.train_embeddings=true")
     untied = 152064 * 3584 * 2  # Qwen2.5-7B's embeddings and output head: two matrices, their grads and AdamW
-    grown = phase(both, "rl/training")["components_gib"]["optimizer states"]
-    assert grown - phase(qwen, "rl/training")["components_gib"]["optimizer states"] == pytest.approx(
+    grown = phase(both, "rl/training").components_gib["optimizer states"]
+    assert grown - phase(qwen, "rl/training").components_gib["optimizer states"] == pytest.approx(
         8 * untied / GiB, abs=0.01
     )
 
@@ -693,15 +694,35 @@ def test_adapters_on_the_random_init_tiny_model_train_its_embeddings_too():
         ("qwen7b-grpo", "8xH100-80GB", ("rl.async_rollout.enabled=true",)),  # the async split's GPU ids
         ("smollm2-grpo-cpu", "cpu", ()),  # a GGUF import
         ("qwen7b-grpo", "2x8xH100-80GB", ("model.adapter=lora",)),
+        ("qwen7b-grpo", "1xH100-80GB", ("rl.use_vllm=false",)),  # transformers generation in chunks
+        ("qwen7b-grpo", "8xH100-80GB", ("rl.async_rollout.enabled=true", "rl.use_vllm=false")),
+        ("qwen7b-grpo", "8xH100-80GB", ("model.arch=null",)),  # no memory estimate, an unsized vLLM engine
     ],
 )
-def test_plan_json_reads_back_as_the_plan_it_was(tmp_path: Path, preset: str, spec: str, sets: tuple):
+def test_plan_json_reads_back_as_the_plan_it_was(tmp_path: Path, monkeypatch, preset: str, spec: str, sets: tuple):
     from rlctl import checkpoint
     from rlctl.plan import resolved
 
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # the preset's architecture, or none
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     built = plan.build(config.resolve(preset, None, None, spec, list(sets)), tmp_path)
     checkpoint.write_json_atomic(tmp_path / resolved.PLAN_FILE, built.to_json())
     assert resolved.read(tmp_path) == built
+    assert json.loads((tmp_path / resolved.PLAN_FILE).read_text()) == built.to_json()
+
+
+def test_build_changes_nothing_it_is_given(tmp_path: Path):
+    """What the plan resolves (epochs into steps, the architecture from the GGUF header, the data's lengths) lands
+    in its own copy of the config (`Plan.config`); the config and the lengths it was given stay as they were."""
+    cfg = config.resolve("smollm2-grpo-cpu", None, None, "cpu", ["sft.epochs=1", "model.arch=null"])
+    lengths = {"sft": 40}
+    before = (cfg.model_dump(), dict(lengths))
+    p = plan.build(cfg, tmp_path, prompt_tokens=17, lengths=lengths)
+    assert (cfg.model_dump(), lengths) == before
+    assert p.config.sft.max_steps != cfg.sft.max_steps and p.config.model.arch is not None and cfg.model.arch is None
+    assert {"sft.max_steps", "RL prompt tokens (memory)", "sft tokens per sequence (memory)"} <= {
+        d["setting"] for d in p.decisions
+    }
 
 
 def test_a_damaged_plan_json_is_named(tmp_path: Path):

@@ -123,11 +123,10 @@ def out_of_memory(error: BaseException, plan, stage: str, measured: str = "") ->
 
     sp = next(s for s in plan.stages if s.name == stage)
     mem = plan.memory
-    where = "GPU" if mem.get("device") == "gpu" else "process"
     numbers = (
-        f"the plan expected a peak of {mem['peak_gib']} GiB per {where} ({mem['peak_phase']}) within a budget of "
-        f"{mem['budget_gib']} GiB, {mem['headroom_gib']} GiB headroom"
-        if mem.get("estimated")
+        f"the plan expected a peak of {mem.peak_gib} GiB per {'GPU' if mem.device == 'gpu' else 'process'} "
+        f"({mem.peak_phase}) within a budget of {mem.budget_gib} GiB, {mem.headroom_gib} GiB headroom"
+        if mem is not None
         else "the plan had no memory estimate (model.arch is not set)"
     )
     numbers += measured

@@ -23,10 +23,10 @@ def show(console: Console, plan: Plan) -> None:
     where = "CPU" if hw.is_cpu else f"{hw.nodes} node(s) x {hw.gpus_per_node} x {hw.gpu_name} {hw.gpu_memory_gib:g} GiB"
     console.print(f"[bold]Run[/] {cfg.name}  ->  {plan.run_dir}")
     console.print(f"[bold]Model[/] {cfg.model.name_or_path}   [bold]Hardware[/] {hw.spec} ({where})")
-    if plan.model.get("params"):
-        count = plan.model["params"]
+    count = plan.model.params
+    if count:
         size = f"{count / 1e9:.2f}B" if count >= 1e8 else f"{count / 1e6:.1f}M"
-        console.print(f"[bold]Parameters[/] {size} (architecture from {plan.model['arch_source']})")
+        console.print(f"[bold]Parameters[/] {size} (architecture from {plan.model.arch_source})")
     if plan.model_import is not None:
         console.print(f"[bold]Import[/] {escape(plan.model_import.describe())}")
     console.print(
@@ -57,22 +57,20 @@ def show(console: Console, plan: Plan) -> None:
         )
     tables.show(console, table)  # a row per stage where a path is too long for the columns
     lay = plan.layout
-    if lay:
-        per = "CPU process" if hw.is_cpu else f"GPU ({hw.gpu_name} {hw.gpu_memory_gib:g} GiB)"
-        line = (
-            f"[bold]Layout[/] {lay['nodes']} node(s) x {lay['processes_per_node']} process(es) = world size "
-            f"{lay['world_size']}, one process per {per}"
+    per = "CPU process" if hw.is_cpu else f"GPU ({hw.gpu_name} {hw.gpu_memory_gib:g} GiB)"
+    line = (
+        f"[bold]Layout[/] {lay.nodes} node(s) x {lay.processes_per_node} process(es) = world size "
+        f"{lay.world_size}, one process per {per}"
+    )
+    if lay.nodes > 1:
+        line += f"; this node: rank {lay.node_rank} of {lay.nodes}, main {lay.main or '(unset)'}"
+    console.print(line)
+    mem = plan.memory
+    if mem is not None:
+        console.print(
+            f"[bold]Per {'process' if hw.is_cpu else 'GPU'}[/] peak {mem.peak_gib:g} GiB ({mem.peak_phase}) of "
+            f"{mem.budget_gib:g} GiB budget; per stage micro batch x accumulation above",
         )
-        if lay["nodes"] > 1:
-            line += f"; this node: rank {lay['node_rank']} of {lay['nodes']}, main {lay['main'] or '(unset)'}"
-        console.print(line)
-        peak = plan.memory.get("peak_gib")
-        if peak is not None:
-            console.print(
-                f"[bold]Per {'process' if hw.is_cpu else 'GPU'}[/] peak {peak:g} GiB "
-                f"({plan.memory.get('peak_phase')}) of "
-                f"{plan.memory.get('budget_gib'):g} GiB budget; per stage micro batch x accumulation above",
-            )
     if plan.async_split is not None:
         tables.show(console, _async_table(plan))
     console.print(f"[bold]Launch[/] {escape(plan.command)}", soft_wrap=True)  # one line: it must paste as is
@@ -101,8 +99,8 @@ def _async_table(plan: Plan) -> Table:
     for col in ("side", "devices", "runs"):
         table.add_column(col, no_wrap=True)
     table.add_column("memory per " + ("process" if hw.is_cpu else "GPU"))
-    peak = plan.memory.get("peak_gib")
-    trainer_mem = f"peak {peak:.1f} of {plan.memory['budget_gib']:.1f} GiB" if peak is not None else "not estimated"
+    mem = plan.memory
+    trainer_mem = f"peak {mem.peak_gib:.1f} of {mem.budget_gib:.1f} GiB" if mem is not None else "not estimated"
     procs = f"{plan.num_processes} process(es)"
     if not s.on_gpus:
         gen_threads, threads = f"{s.generator_threads} CPU thread(s)", f"{s.trainer_threads} CPU thread(s) each"

@@ -353,12 +353,12 @@ def slurm(
         args += ["--set", item]
     args += ["--stages", stages] if stages else []
     where = "CPU" if hw.is_cpu else f"{hw.gpus_per_node} x {hw.gpu_name}-{hw.gpu_memory_gib:g}GB"
-    layout = f"{cfg.name} on {lay['nodes']} node(s) x {where} = {lay['world_size']} processes, run directory {run_dir}"
+    layout = f"{cfg.name} on {lay.nodes} node(s) x {where} = {lay.world_size} processes, run directory {run_dir}"
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     text = slurm_mod.script(
         args,
         run_dir,
-        lay["nodes"],
+        lay.nodes,
         hw.gpus_per_node,
         port,
         f"rlctl-{preset or cfg.name}",

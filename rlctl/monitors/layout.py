@@ -99,7 +99,7 @@ def planned(ctx: StageContext, engine: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "strategy": ctx.stage.strategy or plan.strategy,  # fsdp2 on CPU: some stages run ddp (the plan says which)
         "adapter": plan.adapter,
-        "world_size": plan.layout.get("world_size", plan.num_processes),
+        "world_size": plan.layout.world_size,
         "gradient_checkpointing": plan.gradient_checkpointing,
         "device": "cpu" if plan.hardware.is_cpu else "cuda",
         "trainable_dtype": dtype if dtype != "auto" and plan.adapter == "full" else "float32",  # adapters: fp32

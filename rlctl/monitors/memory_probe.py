@@ -34,6 +34,7 @@ from rlctl import checkpoint
 from rlctl.rollout import trl_compat
 
 if TYPE_CHECKING:
+    from rlctl.plan.parts import MemoryTable, PhaseMemory
     from rlctl.runtime.context import StageContext
 
 GiB = float(2**30)
@@ -240,12 +241,12 @@ def install(ctx: StageContext, trainer: Any) -> None:
 # --- Beside the plan ----------------------------------------------------------------------------------------------
 
 
-def planned_phase(plan_memory: dict[str, Any], stage: str, phase: str) -> dict[str, Any] | None:
+def planned_phase(plan_memory: MemoryTable | None, stage: str, phase: str) -> PhaseMemory | None:
     """The plan's phase that predicts a measured one: the same name, or for the optimizer step of a plan that does
     not split it off, the training phase it belongs to."""
-    if not plan_memory.get("estimated") or phase in UNPLANNED:
+    if plan_memory is None or phase in UNPLANNED:
         return None
-    phases = {p["phase"]: p for p in plan_memory.get("phases", []) if p["stage"] == stage}
+    phases = {p.phase: p for p in plan_memory.stage_phases(stage)}
     return phases.get(phase) or (phases.get("training") if phase == "optimizer step" else None)
 
 
@@ -261,7 +262,7 @@ def _error(planned: float | None, measured: float | None) -> float | None:
     return round((planned - measured) / measured * 100, 1) if planned is not None and measured else None
 
 
-def summary(run_dir: Path, stage: str, plan_memory: dict[str, Any]) -> dict[str, Any] | None:
+def summary(run_dir: Path, stage: str, plan_memory: MemoryTable | None) -> dict[str, Any] | None:
     """`measured_*` (the maximum over processes) beside `planned_*` for each phase of `stage`, and the stage's
     peak against the plan's; None when no process recorded any."""
     files = sorted((run_dir / stage / "memory").glob("rank*.json"))
@@ -279,14 +280,14 @@ def summary(run_dir: Path, stage: str, plan_memory: dict[str, Any]) -> dict[str,
         plan_side = planned_phase(plan_memory, stage, phase)
         row: dict[str, Any] = {f"measured_{k}": v for k, v in values.items()}
         row["measured_peak_gib"] = headline(values)
-        row["planned_peak_gib"] = plan_side["peak_gib"] if plan_side else None
-        row["planned_phase"] = f"{stage}/{plan_side['phase']}" if plan_side else None
+        row["planned_peak_gib"] = plan_side.peak_gib if plan_side else None
+        row["planned_phase"] = plan_side.label if plan_side else None
         row["error_pct"] = _error(row["planned_peak_gib"], row["measured_peak_gib"])
         phases[phase] = row
-    planned = [p for p in plan_memory.get("phases", []) if p["stage"] == stage] if plan_memory.get("estimated") else []
+    planned = plan_memory.stage_phases(stage) if plan_memory is not None else []
     trained = {p: r for p, r in phases.items() if p not in UNPLANNED and r["measured_peak_gib"] is not None}
     top = max(trained, key=lambda p: trained[p]["measured_peak_gib"], default=None)
-    plan_top = max(planned, key=lambda p: p["peak_gib"], default=None)
+    plan_top = max(planned, key=lambda p: p.peak_gib, default=None)
     out = {
         "device": records[0]["device"],
         "measured_source": records[0]["source"],
@@ -294,14 +295,14 @@ def summary(run_dir: Path, stage: str, plan_memory: dict[str, Any]) -> dict[str,
         "phases": phases,
         "measured_peak_gib": trained[top]["measured_peak_gib"] if top else None,
         "measured_peak_phase": top,
-        "planned_peak_gib": plan_top["peak_gib"] if plan_top else None,
-        "planned_peak_phase": plan_top["phase"] if plan_top else None,
+        "planned_peak_gib": plan_top.peak_gib if plan_top else None,
+        "planned_peak_phase": plan_top.phase if plan_top else None,
     }
     out["error_pct"] = _error(out["planned_peak_gib"], out["measured_peak_gib"])
     return out
 
 
-def so_far(ctx: StageContext, plan_memory: dict[str, Any]) -> str:
+def so_far(ctx: StageContext, plan_memory: MemoryTable | None) -> str:
     """The out-of-memory message's measured part: this process's peak per finished phase interval of `ctx`'s
     stage (beside the plan's) and of the interval that failed; empty when nothing was measured."""
     probe, stage = ctx.probe, ctx.stage.name
@@ -310,7 +311,7 @@ def so_far(ctx: StageContext, plan_memory: dict[str, Any]) -> str:
     parts = []
     for phase, values in _gib(probe.phases).items():
         plan_side = planned_phase(plan_memory, stage, phase)
-        planned = f", planned {plan_side['peak_gib']}" if plan_side else ""
+        planned = f", planned {plan_side.peak_gib}" if plan_side else ""
         parts.append(f"{stage}/{phase} {headline(values)} GiB{planned}")
     failing = headline(_gib({"now": probe.current(reset=False)})["now"])
     parts.append(f"{failing} GiB in the phase that failed")

@@ -2,8 +2,8 @@
 
 Owns: hardware specs and detection (`hardware`), the architecture the plan is for (`arch`), the memory model
 (`memory_model`) and the search over layouts it drives (`memory`), the generation-engine choice (`engine`),
-optional packages a layout needs (`packages`), and the assembled `Plan` with the run directory's layout
-(`planner`).
+optional packages a layout needs (`packages`), and the assembled `Plan` (`resolved`, its typed parts in `parts`)
+with the run directory's layout (`planner`).
 May import: base, config, sandbox, data.
 """
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlctl.errors import UserError
 from rlctl.plan import hardware as hw
+from rlctl.plan.parts import GenerationSettings, VllmSettings
 
 if TYPE_CHECKING:
     from rlctl.config import RunConfig
@@ -70,27 +71,23 @@ class AsyncSplit:
     def on_gpus(self) -> bool:
         return self.trainer_gpus > 0
 
-    def engine_settings(self) -> dict[str, Any]:
-        """The plan's `vllm` (or `generation`) section for the generator's engines: no sleep mode, it never
-        shares its GPUs."""
-        if self.generator_engine != "vllm":
-            return {
-                "engine": self.generator_engine,
-                "rollouts_per_process": self.rollouts_per_engine,
-                "rollouts_per_generate": self.concurrent_per_engine,
-            }
-        return {
-            "engine": "vllm",
-            "placement": "generator GPUs (rl.async_rollout)",
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "max_model_length": self.max_model_length,
-            "max_num_seqs": self.rollouts_per_engine,
-            "kv_cache_gib": self.generator_kv_cache_gib,
-            "concurrent_sequences": self.concurrent_per_engine,
-            "rollouts_per_instance": self.rollouts_per_engine,
-            "sleep_level": 0,
-        }
+    def vllm_settings(self) -> VllmSettings:
+        """The plan's `vllm` for the generator's vLLM engines: no sleep mode, they never share their GPUs."""
+        return VllmSettings(
+            placement="generator GPUs (rl.async_rollout)",
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            tensor_parallel_size=self.tensor_parallel_size,
+            max_model_length=self.max_model_length,
+            max_num_seqs=self.rollouts_per_engine,
+            kv_cache_gib=self.generator_kv_cache_gib,
+            concurrent_sequences=self.concurrent_per_engine,
+            rollouts_per_instance=self.rollouts_per_engine,
+            sleep_level=0,
+        )
+
+    def transformers_settings(self) -> GenerationSettings:
+        """The plan's `generation` for the generator's transformers engines."""
+        return GenerationSettings(self.rollouts_per_engine, self.concurrent_per_engine)
 
     def decision(self) -> dict[str, str]:
         """The split as one line of the plan's decisions."""

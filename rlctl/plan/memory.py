@@ -13,7 +13,7 @@ fit), memory_advice (nearest fitting plans, safer settings after an OOM), memory
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlctl.errors import UserError
 from rlctl.plan.memory_advice import nearest, refusal, safer
@@ -21,6 +21,7 @@ from rlctl.plan.memory_arch import Arch
 from rlctl.plan.memory_explain import explain, render
 from rlctl.plan.memory_model import SEPARATE, Attempt, Env, Generation, GiB, Setup, gib
 from rlctl.plan.memory_search import environment, explicit_settings, search
+from rlctl.plan.parts import DiskSpace, HostMemory, MemoryTable
 
 if TYPE_CHECKING:
     from rlctl.config import RunConfig
@@ -39,7 +40,6 @@ class MemoryPlan:
     def __init__(self, attempt: Attempt, env: Env, warnings: list[str]):
         self.attempt, self.env, self.warnings = attempt, env, warnings
         self.decisions: list[dict[str, str]] = []
-        self.disk: dict[str, float] = {}
 
     @property
     def setup(self) -> Setup:
@@ -69,27 +69,25 @@ class MemoryPlan:
             return "cpu-offload"
         return "gpu-sharded" if self.setup.strategy == "fsdp2" else "gpu"
 
-    def to_json(self) -> dict[str, Any]:
+    def table(self, disk: DiskSpace) -> MemoryTable:
+        """The plan's memory table (GiB), with the run's `disk` space."""
         a = self.attempt
         worst = a.worst
-        return {
-            "estimated": True,
-            "device": "cpu" if self.env.is_cpu else "gpu",
-            "total_gib": gib(self.env.total),
-            "budget_gib": gib(self.env.budget),
-            "peak_gib": gib(worst.peak),
-            "peak_phase": worst.label,
-            "headroom_gib": gib(worst.headroom),
-            "fits": a.fits,
-            "phases": [p.to_json() for p in a.phases],
-            "host": {
-                "components_gib": {k: gib(v) for k, v in a.host.items()},
-                "peak_gib": gib(a.host_peak),
-                "budget_gib": gib(a.host_budget),
-                "ram_assumed": self.env.host_assumed,
-            },
-            "disk": self.disk,
-        }
+        host = HostMemory(
+            {k: gib(v) for k, v in a.host.items()}, gib(a.host_peak), gib(a.host_budget), self.env.host_assumed
+        )
+        return MemoryTable(
+            device="cpu" if self.env.is_cpu else "gpu",
+            total_gib=gib(self.env.total),
+            budget_gib=gib(self.env.budget),
+            peak_gib=gib(worst.peak),
+            peak_phase=worst.label,
+            headroom_gib=gib(worst.headroom),
+            fits=a.fits,
+            phases=tuple(p.row() for p in a.phases),
+            host=host,
+            disk=disk,
+        )
 
 
 def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precision: str) -> MemoryPlan | None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rlctl.plan.memory_arch import Arch
 from rlctl.plan.memory_model import SEPARATE, Setup, frozen_copy, gib_str, master_weights, model_state
 from rlctl.plan.memory_search import micro_options, stage_fit
+from rlctl.plan.parts import NOT_ESTIMATED
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -167,28 +168,27 @@ def render(plan: Any) -> Table:
     mem = plan.memory
     outer = Table.grid(padding=(1, 0))
     outer.add_column()
-    if not mem.get("estimated"):
-        outer.add_row(f"[yellow]memory not estimated:[/] {mem.get('reason', 'unknown')}")
+    if mem is None:
+        outer.add_row(f"[yellow]memory not estimated:[/] {NOT_ESTIMATED}")
         return outer
-    phases = mem["phases"]
-    unit = "GPU" if mem.get("device") == "gpu" else "process"
-    table = Table(title=f"Memory per {unit} (GiB)", title_justify="left")
+    phases = mem.phases
+    table = Table(title=f"Memory per {'GPU' if mem.device == 'gpu' else 'process'} (GiB)", title_justify="left")
     table.add_column("component")
     for p in phases:
-        table.add_column(f"{p['stage']}: {p['phase']}", justify="right")
+        table.add_column(f"{p.stage}: {p.phase}", justify="right")
     names: list[str] = []
     for p in phases:
-        names += [k for k in p["components_gib"] if k not in names]
+        names += [k for k in p.components_gib if k not in names]
     for name in names:
-        table.add_row(name, *[_cell(p["components_gib"].get(name)) for p in phases])
+        table.add_row(name, *[_cell(p.components_gib.get(name)) for p in phases])
     table.add_section()
-    table.add_row("peak", *[f"{p['peak_gib']:.2f}" for p in phases], style="bold")
-    table.add_row("budget", *[f"{p['budget_gib']:.2f}" for p in phases])
-    table.add_row("headroom", *[f"[{'green' if p['fits'] else 'red'}]{p['headroom_gib']:.2f}[/]" for p in phases])
-    host = mem.get("host", {})
-    if host.get("components_gib"):
-        assumed = " (RAM assumed for this spec)" if host.get("ram_assumed") else ""
-        table.caption = f"host RAM per node: {host['peak_gib']:.2f} of {host['budget_gib']:.2f} GiB{assumed}"
+    table.add_row("peak", *[f"{p.peak_gib:.2f}" for p in phases], style="bold")
+    table.add_row("budget", *[f"{p.budget_gib:.2f}" for p in phases])
+    table.add_row("headroom", *[f"[{'green' if p.fits else 'red'}]{p.headroom_gib:.2f}[/]" for p in phases])
+    host = mem.host
+    if host.components_gib:
+        assumed = " (RAM assumed for this spec)" if host.ram_assumed else ""
+        table.caption = f"host RAM per node: {host.peak_gib:.2f} of {host.budget_gib:.2f} GiB{assumed}"
         table.caption_justify = "left"
     outer.add_row(table)
     why = Table(title="Settings", title_justify="left", show_edge=False)

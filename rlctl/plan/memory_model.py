@@ -24,7 +24,9 @@ The architecture counts live in `rlctl.plan.memory_arch`, the generation phase i
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlctl.plan.parts import GenerationSettings, PhaseMemory, VllmSettings
 
 if TYPE_CHECKING:
     from rlctl.plan.memory_arch import Arch
@@ -163,16 +165,17 @@ class Phase:
     def label(self) -> str:
         return f"{self.stage}/{self.name}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "phase": self.name,
-            "components_gib": {k: gib(v) for k, v in self.components.items()},
-            "peak_gib": gib(self.peak),
-            "budget_gib": gib(self.budget),
-            "headroom_gib": gib(self.headroom),
-            "fits": self.fits,
-        }
+    def row(self) -> PhaseMemory:
+        """The phase as a row of the plan's memory table (GiB)."""
+        return PhaseMemory(
+            self.stage,
+            self.name,
+            {k: gib(v) for k, v in self.components.items()},
+            gib(self.peak),
+            gib(self.budget),
+            gib(self.headroom),
+            self.fits,
+        )
 
 
 class Generation:
@@ -194,20 +197,21 @@ class Generation:
         self.max_model_length, self.max_num_seqs, self.kv_cache = max_model_length, max_num_seqs, kv_cache
         self.concurrent, self.fits = concurrent, fits
 
-    def to_json(self) -> dict[str, Any]:
-        if self.engine == "vllm":
-            return {
-                "engine": "vllm",
-                "gpu_memory_utilization": self.util,
-                "tensor_parallel_size": self.tp,
-                "max_model_length": self.max_model_length,
-                "max_num_seqs": self.max_num_seqs,
-                "kv_cache_gib": gib(self.kv_cache),
-                "concurrent_sequences": self.concurrent,
-                "rollouts_per_instance": self.rollouts * self.tp,
-                "sleep_level": 2,
-            }
-        return {"engine": self.engine, "rollouts_per_process": self.rollouts, "rollouts_per_generate": self.concurrent}
+    def vllm_settings(self) -> VllmSettings:
+        """The plan's `vllm` for this colocated engine (asleep between rollouts)."""
+        return VllmSettings(
+            max_model_length=self.max_model_length,
+            gpu_memory_utilization=self.util,
+            tensor_parallel_size=self.tp,
+            max_num_seqs=self.max_num_seqs,
+            kv_cache_gib=gib(self.kv_cache),
+            concurrent_sequences=self.concurrent,
+            rollouts_per_instance=self.rollouts * self.tp,
+        )
+
+    def transformers_settings(self) -> GenerationSettings:
+        """The plan's `generation` for transformers `generate`: `concurrent` rollouts per call."""
+        return GenerationSettings(self.rollouts, self.concurrent)
 
 
 class StageFit:

@@ -18,6 +18,7 @@ from rlctl.plan import arch as model_arch
 from rlctl.plan import data_lengths, epochs, gguf, memory, packages, strategies
 from rlctl.plan import engine as engine_mod
 from rlctl.plan import hardware as hw
+from rlctl.plan.parts import DiskSpace, GenerationSettings, Layout, MemoryTable, ModelFacts, VllmSettings
 from rlctl.plan.resolved import Plan, StagePlan
 
 if TYPE_CHECKING:
@@ -189,17 +190,17 @@ def launch_command(run_dir: str | Path, hardware: hw.Hardware, cfg: RunConfig) -
     return [*launch, "-m", "rlctl.launch.runner", str(run_dir)]
 
 
-def layout(hardware: hw.Hardware, procs: int, cfg: RunConfig) -> dict[str, Any]:
+def layout(hardware: hw.Hardware, procs: int, cfg: RunConfig) -> Layout:
     """Where the processes run: nodes x processes per node, this node's rank and the rendezvous address."""
     main = f"{cfg.hardware.main_address}:{cfg.hardware.main_port}" if cfg.hardware.main_address else None
-    return {
-        "nodes": hardware.nodes,
-        "gpus_per_node": hardware.gpus_per_node,
-        "processes_per_node": procs,
-        "world_size": procs * hardware.nodes,
-        "node_rank": cfg.hardware.node_rank,
-        "main": main if hardware.nodes > 1 else None,
-    }
+    return Layout(
+        nodes=hardware.nodes,
+        gpus_per_node=hardware.gpus_per_node,
+        processes_per_node=procs,
+        world_size=procs * hardware.nodes,
+        node_rank=cfg.hardware.node_rank,
+        main=main if hardware.nodes > 1 else None,
+    )
 
 
 def build(
@@ -255,8 +256,7 @@ def build(
         if checkpointing == "auto":
             checkpointing = not hardware.is_cpu
         cpu_offload, phase_offload = False, cfg.hardware.optimizer_offload is True and "rl" in cfg.stages
-        reference, vllm, decisions, generation = "unknown", None, [], None
-        memory_json: dict[str, Any] = {"estimated": False, "reason": "model.arch is not set: memory not estimated"}
+        reference, vllm, decisions, generation, memory_table = "unknown", None, [], None, None
         if not hardware.is_cpu:
             warnings.append("model.arch is not set: the memory planner cannot check this plan (add the model's arch)")
     else:
@@ -268,15 +268,16 @@ def build(
             phase_offload = True  # asked for: the RL step runs its offload calls, which have nothing to move
             why = "no-op on CPU: the optimizer state already lives in host RAM (set by you)"
             decisions.append({"setting": "optimizer offload", "value": "between phases", "why": why})
-        gen, generation = mem.generation, None
-        vllm = gen.to_json() if gen is not None and gen.engine == "vllm" else None
-        if vllm is not None and not engine_mod.sleep_mode_for(hardware):
-            vllm["sleep_level"] = 0
-            decisions.append(
-                {"setting": "vLLM sleep mode", "value": "off", "why": "vLLM's CPU build has no sleep mode"}
-            )
+        gen, vllm, generation = mem.generation, None, None
+        if gen is not None and gen.engine == "vllm":
+            vllm = gen.vllm_settings()
+            if not engine_mod.sleep_mode_for(hardware):
+                vllm = replace(vllm, sleep_level=0)
+                decisions.append(
+                    {"setting": "vLLM sleep mode", "value": "off", "why": "vLLM's CPU build has no sleep mode"}
+                )
         if gen is not None and gen.engine == "transformers":
-            generation = gen.to_json()
+            generation = gen.transformers_settings()
             if gen.concurrent < gen.rollouts:
                 decisions.append(
                     {
@@ -290,16 +291,15 @@ def build(
             batches[name] = (batch, micro, batch // world // micro)
         warnings += mem.warnings
         need, free = memory.disk_need(cfg, setup, precision), hw.free_disk_gib(run_dir)
-        mem.disk = {"need_gib": memory.gib(need), "free_gib": round(free, 1)}
         here = hardware.is_cpu or hw.has_local_gpu()  # a GPU plan made on a GPU-less machine runs elsewhere
         if here and need > free * memory.GiB:
             warnings.append(
                 f"checkpoints and final models need about {memory.gib(need):g} GiB but {free:.0f} GiB are free "
                 "where the run directory lives (lower checkpoint.keep_last or free disk)"
             )
-        memory_json = mem.to_json()
+        memory_table = mem.table(DiskSpace(memory.gib(need), round(free, 1)))
     if split is not None:
-        split, vllm, generation = _async_sides(split, memory_json, vllm, generation)
+        split, vllm, generation = _async_sides(split, memory_table, vllm, generation)
         decisions.append(split.decision())
     decisions += epoch_decisions + trainer + (embeddings if adapter in ("lora", "qlora") else [])
     per_stage = strategies.stage_strategies(cfg, hardware, strategy, decisions, warnings)
@@ -346,15 +346,15 @@ def build(
         stages,
         accel,
         launch,
+        layout(hardware, procs, cfg),
+        model_facts(cfg, arch_source),
         warnings,
         cpu_offload=cpu_offload,
         phase_offload=phase_offload,
         reference=reference,
         vllm=vllm,
         decisions=decisions,
-        memory=memory_json,
-        layout=layout(hardware, procs, cfg),
-        model=model_facts(cfg, arch_source),
+        memory=memory_table,
         generation=generation,
         model_import=model_import,
         async_split=split,
@@ -389,26 +389,26 @@ def _global_batch(cfg: RunConfig, stage: str) -> int:
 
 def _async_sides(
     split: AsyncSplit,
-    memory_json: dict[str, Any],
-    vllm: dict[str, Any] | None,
-    generation: dict[str, Any] | None,
-) -> tuple[AsyncSplit, dict[str, Any] | None, dict[str, Any] | None]:
+    memory_table: MemoryTable | None,
+    vllm: VllmSettings | None,
+    generation: GenerationSettings | None,
+) -> tuple[AsyncSplit, VllmSettings | None, GenerationSettings | None]:
     """An async run's split with the trainer side's planned peak, and the plan's vllm / generation sections: on
     GPUs those of the generator's engines (the trainer GPUs hold none), on CPU as planned."""
     if not split.on_gpus:
         return split, vllm, generation
-    split = replace(split, trainer_gib_per_gpu=memory_json.get("peak_gib"))
-    settings = split.engine_settings()
-    return (split, settings, None) if split.generator_engine == "vllm" else (split, None, settings)
+    split = replace(split, trainer_gib_per_gpu=memory_table.peak_gib if memory_table else None)
+    if split.generator_engine == "vllm":
+        return split, split.vllm_settings(), None
+    return split, None, split.transformers_settings()
 
 
-def model_facts(cfg: RunConfig, arch_source: str) -> dict[str, Any]:
+def model_facts(cfg: RunConfig, arch_source: str) -> ModelFacts:
     """The model the plan is for: its parameter count and architecture, and where those numbers came from."""
-    facts: dict[str, Any] = {"name_or_path": cfg.model.name_or_path, "arch_source": arch_source}
-    if cfg.model.arch is not None:
-        from rlctl.plan.memory_arch import Arch
+    arch = cfg.model.arch
+    if arch is None:
+        return ModelFacts(cfg.model.name_or_path, arch_source)
+    from rlctl.plan.memory_arch import Arch
 
-        facts["params"] = Arch.of(cfg.model.arch).params()
-        facts["params_billions"] = round(facts["params"] / 1e9, 2)
-        facts["arch"] = cfg.model.arch.model_dump()
-    return facts
+    params = Arch.of(arch).params()
+    return ModelFacts(cfg.model.name_or_path, arch_source, arch, params, round(params / 1e9, 2))

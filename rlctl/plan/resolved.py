@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlctl.config import RunConfig
-from rlctl.plan import gguf, memory
+from rlctl.plan import engine, gguf, memory
 from rlctl.plan import hardware as hw
+from rlctl.plan.parts import NOT_ESTIMATED, GenerationSettings, Layout, MemoryTable, ModelFacts, VllmSettings
 
 if TYPE_CHECKING:
     from rlctl.plan.async_split import AsyncSplit
@@ -36,6 +37,10 @@ class StagePlan:
 
 @dataclass
 class Plan:
+    """The whole plan of a run. Its parts are typed (`rlctl.plan.parts`: layout, model, vllm, generation, memory),
+    with their defaults there; `accelerate` alone stays a dict: accelerate's own config file, passed through
+    verbatim as the run directory's accelerate.yaml."""
+
     config: RunConfig
     run_dir: str
     hardware: hw.Hardware
@@ -46,18 +51,18 @@ class Plan:
     gradient_checkpointing: bool
     generation_engine: str
     stages: list[StagePlan]
-    accelerate: dict[str, Any]
+    accelerate: dict[str, Any]  # accelerate's config file (accelerate.yaml), written as is
     launch: list[str]
+    layout: Layout
+    model: ModelFacts
     warnings: list[str] = field(default_factory=list)
     cpu_offload: bool = False  # FSDP2 keeps parameters, gradients and optimizer states in host RAM
     phase_offload: bool = False  # RL: optimizer states live in host RAM outside the optimizer step
     reference: str = "none"  # none | adapters-disabled | gpu | gpu-sharded | cpu-offload | cpu | cpu-sharded
-    vllm: dict[str, Any] | None = None  # gpu_memory_utilization, tensor_parallel_size, max_model_length, ...
+    vllm: VllmSettings | None = None  # the vLLM engine as the planner sized it (None: not sized, or no vLLM)
     decisions: list[dict[str, str]] = field(default_factory=list)  # {setting, value, why}, one line each
-    memory: dict[str, Any] = field(default_factory=dict)  # per phase x component GiB, peak, budget, headroom
-    layout: dict[str, Any] = field(default_factory=dict)  # nodes, gpus_per_node, world_size, node_rank, main
-    model: dict[str, Any] = field(default_factory=dict)  # params, arch, arch_source (where the numbers came from)
-    generation: dict[str, Any] | None = None  # transformers generation: rollouts per process, per generate call
+    memory: MemoryTable | None = None  # per phase x component GiB, peak, budget, headroom; None: not estimated
+    generation: GenerationSettings | None = None  # transformers generation: rollouts per process, per generate call
     model_import: gguf.GgufImport | None = None  # a GGUF file converted to a folder before launch
     async_split: AsyncSplit | None = None  # rl.async_rollout: the generator process beside the trainers
 
@@ -72,9 +77,14 @@ class Plan:
         return memory.SEPARATE if self.async_split is not None and self.async_split.on_gpus else self.generation_engine
 
     @property
+    def vllm_settings(self) -> VllmSettings:
+        """The vLLM engine's settings: the planner's, else (no model.arch: not sized) `VllmSettings`' defaults."""
+        return self.vllm or VllmSettings(max_model_length=engine.max_model_length(self.config))
+
+    @property
     def rollouts_per_generate(self) -> int:
         """Rollouts per transformers `generate` call: the planner's choice, else all of a process's rollouts."""
-        planned = (self.generation or {}).get("rollouts_per_generate")
+        planned = self.generation.rollouts_per_generate if self.generation else 0
         rl = next((s for s in self.stages if s.name == "rl"), None)
         return planned or (rl.micro_batch_size * rl.grad_accum if rl else 1)
 
@@ -82,8 +92,8 @@ class Plan:
         return {
             "run_dir": self.run_dir,
             "hardware": self.hardware.to_dict(),
-            "layout": self.layout,
-            "model": self.model,
+            "layout": self.layout.to_json(),
+            "model": self.model.to_json(),
             "model_import": asdict(self.model_import) if self.model_import else None,
             "async_split": self.async_split.to_dict() if self.async_split else None,
             "num_processes": self.num_processes,
@@ -98,10 +108,10 @@ class Plan:
             "cpu_offload": self.cpu_offload,
             "phase_offload": self.phase_offload,
             "reference": self.reference,
-            "vllm": self.vllm,
-            "generation": self.generation,
+            "vllm": self.vllm.to_json() if self.vllm else None,
+            "generation": self.generation.to_json() if self.generation else None,
             "decisions": self.decisions,
-            "memory": self.memory,
+            "memory": self.memory.to_json() if self.memory else {"estimated": False, "reason": NOT_ESTIMATED},
             "warnings": self.warnings,
             "config": self.config.model_dump(mode="json"),
         }
@@ -133,16 +143,16 @@ class Plan:
             stages=[StagePlan(**s) for s in data["stages"]],
             accelerate=data["accelerate"],
             launch=shlex.split(data["launch"]),
+            layout=Layout.from_json(data["layout"]),
+            model=ModelFacts.from_json(data["model"]),
             warnings=data.get("warnings", []),
             cpu_offload=data.get("cpu_offload", False),
             phase_offload=data.get("phase_offload", False),
             reference=data.get("reference", "none"),
-            vllm=data.get("vllm"),
+            vllm=VllmSettings.from_json(data["vllm"]) if data.get("vllm") else None,
             decisions=data.get("decisions", []),
-            memory=data.get("memory", {}),
-            layout=data.get("layout", {}),
-            model=data.get("model", {}),
-            generation=data.get("generation"),
+            memory=MemoryTable.from_json(data.get("memory", {})),
+            generation=GenerationSettings.from_json(data["generation"]) if data.get("generation") else None,
             model_import=gguf.GgufImport(**imported) if imported else None,
             async_split=split,
         )

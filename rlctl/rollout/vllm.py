@@ -44,7 +44,7 @@ def process_environment(plan: Plan) -> None:
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if plan.hardware.is_cpu:
-        kv = (plan.vllm or {}).get("kv_cache_gib", 1.0)
+        kv = plan.vllm_settings.kv_cache_gib
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv))))
 
 
@@ -79,14 +79,14 @@ def trl_kwargs(plan: Plan) -> dict[str, Any]:
     """The vLLM arguments of TRL's GRPOConfig / RLOOConfig for this plan (TRL 1.16 names)."""
     if plan.generation_engine != "vllm":
         return {"use_vllm": False}
-    v = plan.vllm or {}
+    v = plan.vllm_settings
     return {
         "use_vllm": True,
         "vllm_mode": VLLM_MODE,
         "vllm_enable_sleep_mode": sleep_mode(plan),
-        "vllm_gpu_memory_utilization": v.get("gpu_memory_utilization", 0.3),
-        "vllm_tensor_parallel_size": v.get("tensor_parallel_size", 1),
-        "vllm_max_model_length": v.get("max_model_length", choice.max_model_length(plan.config)),
+        "vllm_gpu_memory_utilization": v.gpu_memory_utilization,
+        "vllm_tensor_parallel_size": v.tensor_parallel_size,
+        "vllm_max_model_length": v.max_model_length,
     }
 
 
