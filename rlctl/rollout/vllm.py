@@ -37,15 +37,21 @@ def sleep_mode(plan: Plan) -> bool:
 
 
 def process_environment(plan: Plan) -> None:
-    """Environment vLLM reads when a training process builds its colocated engine: in-process (no engine
-    subprocess: it would re-import the trainer), and on CPU the KV cache in whole GiB (vLLM's CPU build sizes it
-    from this variable; its share-of-RAM default counts the trainer's own memory as used and refuses)."""
+    """Set (where unset) the environment vLLM reads when a training process builds its colocated engine."""
     import os
 
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    for key, value in _environment(plan).items():
+        os.environ.setdefault(key, value)
+
+
+def _environment(plan: Plan) -> dict[str, str]:
+    """In-process engines (an engine subprocess would re-import the trainer), and on CPU the KV cache in whole GiB
+    (vLLM's CPU build sizes it from this variable; its share-of-RAM default counts the trainer's own memory as
+    used and refuses)."""
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     if plan.hardware.is_cpu:
-        kv = plan.vllm_settings.kv_cache_gib
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv))))
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(plan.vllm_settings.kv_cache_gib or 1.0)))
+    return env
 
 
 def adapt(generation: Any, plan: Plan) -> Any:
@@ -205,11 +211,9 @@ class ColocatedVLLM:
 def dedicated_environment(plan: Plan, threads: int) -> dict[str, str]:
     """The environment of the async generator's engine (set in its process before vLLM loads): in-process, and on
     CPU the planned KV cache with `threads` unbound torch threads (the trainer has the other cores)."""
-    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    env = _environment(plan)
     if plan.hardware.is_cpu:
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil((plan.vllm or {}).get("kv_cache_gib", 1.0))))
-        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-        env["OMP_NUM_THREADS"] = str(threads)
+        env |= {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads)}
     return env
 
 
