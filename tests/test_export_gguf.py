@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -101,14 +102,20 @@ def test_a_tokenizer_without_merges_is_refused_and_the_users_files_are_kept(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"], "no staging folder or lock is left behind"
 
 
-def test_a_tokenizer_the_converter_does_not_know_is_still_refused(tmp_path: Path):
-    """Only a tokenizer that splits text exactly as Qwen2's does is named as Qwen2's: another unknown one (here
-    GPT-2's byte-level split) keeps the converter's refusal."""
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory) -> Path:
+    """A random-init tiny model folder, as a Hugging Face export holds it."""
     from rlctl.config import ModelArch
     from rlctl.stages import tiny
 
-    arch = ModelArch(layers=1, hidden=32, heads=2, kv_heads=1, vocab=300, intermediate=64, max_position=32)
-    hf = tiny.build(tmp_path / "hf", arch, ["hello there, 12+3=15"], seed=0)
+    arch = ModelArch(layers=1, hidden=32, heads=2, kv_heads=1, vocab=300, intermediate=64, max_position=64)
+    return tiny.build(tmp_path_factory.mktemp("tiny") / "hf", arch, ["What is 12 + 7? Count to five: 1 2 3"], seed=0)
+
+
+def test_a_tokenizer_the_converter_does_not_know_is_still_refused(tiny_hf: Path, tmp_path: Path):
+    """Only a tokenizer that splits text exactly as Qwen2's does is named as Qwen2's: another unknown one (here
+    GPT-2's byte-level split) keeps the converter's refusal."""
+    hf = Path(shutil.copytree(tiny_hf, tmp_path / "hf"))
     tokenizer = json.loads((hf / "tokenizer.json").read_text())
     assert gguf_export.splits_as_qwen2(tokenizer)
     tokenizer["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
@@ -118,6 +125,21 @@ def test_a_tokenizer_the_converter_does_not_know_is_still_refused(tmp_path: Path
     with pytest.raises(UserError, match="does not know this model's tokenizer") as e:
         gguf_export.convert(hf, tmp_path / "x.gguf", "f16", "x")
     assert "--format hf" in str(e.value) and not (tmp_path / "x.gguf").exists()
+
+
+def test_a_tokenizer_that_reads_back_otherwise_gets_a_warning(tiny_hf: Path, tmp_path: Path):
+    """The verification tokenizes its prompts with the tokenizer transformers reads from the file: the same ids,
+    no warning; against a HF tokenizer that merges otherwise (here none of its merges, its vocabulary unchanged),
+    a warning."""
+    hf = Path(shutil.copytree(tiny_hf, tmp_path / "hf"))
+    gguf_export.convert(hf, tmp_path / "t.gguf", "f16", "t")
+    verified = gguf_export.verify(hf, tmp_path, "t.gguf", "f16")
+    assert verified.warnings == [] and verified.equal == verified.prompts == len(gguf_export.PROMPTS)
+    tokenizer = json.loads((hf / "tokenizer.json").read_text())
+    tokenizer["model"]["merges"] = []
+    (hf / "tokenizer.json").write_text(json.dumps(tokenizer))
+    [warning] = gguf_export.verify(hf, tmp_path, "t.gguf", "f16").warnings
+    assert "tokenizes 4 of 4 prompts differently from the HF export" in warning, warning
 
 
 def test_file_names_follow_llama_cpp():
