@@ -136,19 +136,26 @@ def test_plan_tables_keep_long_paths_whole(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_piped_prints_plain_lines_and_no_last_frame(tmp_path):
-    """Off a terminal `rlctl train` prints a plain line per stage update and, at the end, no frame of the progress
-    bars (rich printed their last frame cut to 80 columns: `s…`, `b…`, `r…`)."""
+def test_train_piped_prints_a_line_per_logged_step_and_no_frame(tmp_path):
+    """Off a terminal `rlctl train` prints plain lines: exactly one per step each stage logged to metrics.jsonl
+    (logging.every), in step order, none twice, and no frame of the progress bars (rich printed their last frame
+    cut to 80 columns: `s…`, `b…`, `r…`); a held-out scoring under way prints its own lines."""
+    run_dir = tmp_path / "run"
     proc = rlctl(
-        "train", "--preset", "tiny-demo", "--stages", "sft,rm", "--set", "sft.max_steps=3", "--set", "rm.max_steps=2",
-        "--run-dir", str(tmp_path / "run"), env=NARROW,
+        "train", "--preset", "tiny-demo", "--stages", "sft,rm", "--set", "sft.max_steps=7", "--set", "rm.max_steps=4",
+        "--set", "logging.every=2", "--run-dir", str(run_dir), env=NARROW,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "…" not in proc.stdout and "━" not in proc.stdout.split("Summary")[0], proc.stdout
-    progress = [line for line in proc.stdout.splitlines() if line.startswith(("sft", "rm", "base"))]
-    assert progress and all(re.match(r"(sft|rm|base) step \d+/", line) for line in progress), progress
+    shown = proc.stdout.split("Summary (held-out)")[0]
+    assert not re.search(r"[…━╸\r]|\x1b\[", shown), proc.stdout
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for stage in ("sft", "rm"):
+        logged = [r["step"] for r in records if r.get("stage") == stage and "step" in r and "event" not in r]
+        printed = [int(n) for n in re.findall(rf"^{stage} step (\d+)/\d+  ", proc.stdout, re.M)]
+        assert logged and printed == logged, (stage, logged, proc.stdout)
+    progress = [line for line in proc.stdout.splitlines() if line.startswith(("sft ", "rm ", "base "))]
+    assert all(re.match(r"(sft|rm) (step \d+/\d+  .*ETA|scoring \w+ \d+/\d+ rows  ETA)", x) for x in progress), progress
     assert len(progress) == len(set(progress)), "no line repeats"
-    assert "rm step 2/2" in proc.stdout and "Summary (held-out)" in proc.stdout
 
 
 def test_a_table_too_wide_prints_a_line_per_value():

@@ -342,6 +342,19 @@ def test_builtin_tokenizer_counts_as_the_one_training_builds():
         assert tokens.length(row, light, stage) == tokens.length(row, real, stage)
 
 
+def test_a_tiny_tokenizer_of_sums_has_merges_and_keeps_the_sums_in_bytes():
+    """Sums give no pair to merge (Qwen2's regex splits digits one by one): the tiny tokenizer then also learns
+    ChatML's role names, so that it has merges (a GGUF file cannot hold a BPE without), and the sums keep their
+    one token per character."""
+    from rlctl.data import tokens
+
+    texts = [f"{a}+{b}=" for a in range(60) for b in range(10)] + [str(n) for n in range(70)]
+    tok = tokens.train_bpe(texts, 320)
+    assert json.loads(tok.to_str())["model"]["merges"]
+    assert all(len(tok.encode(text).ids) == len(text) for text in texts)
+    assert len(tok.encode("assistant").ids) < len("assistant")
+
+
 # ------------------------------------------------------------------------------------ explicit data
 def test_user_files_beat_the_presets_generated_task_and_the_plan_says_who_reads_what(tmp_path):
     write_jsonl(tmp_path / "sft.jsonl", [{"prompt": "1+1=", "completion": "2"}])

@@ -62,18 +62,44 @@ def test_checkpoints_score_a_bounded_subset():
 
 
 def test_a_long_step_is_printed_once_and_scoring_shows_rows_and_eta():
-    stage = progress.StageProgress("rl")
+    stage = progress.StageProgress("rl", plain=True)
     stage.update({"stage": "rl", "event": "scoring", "scope": "base", "done": 0, "rows": 100, "time": 0.0}, now=0.0)
     stage.update({"stage": "rl", "event": "scoring", "scope": "base", "done": 40, "rows": 100, "time": 20.0}, now=20)
-    assert stage.line() == "rl step 0/?  [scoring base 40/100 rows  ETA 30s]"
-    assert stage.due(30, now=31.0)
+    assert stage.plain_lines(30, now=31.0) == ["rl scoring base 40/100 rows  ETA 30s"]
+    stage.update({"stage": "rl", "event": "scoring", "scope": "base", "done": 60, "rows": 100, "time": 40.0}, now=40)
+    assert stage.plain_lines(30, now=45.0) == [], "scoring progress: at most one line every console_every_s"
     stage.update({"stage": "rl", "event": "scoring", "scope": "base", "done": 100, "rows": 100, "time": 50.0}, now=50)
     stage.update({"stage": "rl", "event": "start", "max_steps": 3}, now=51.0)
     stage.update({"stage": "rl", "step": 1, "loss": 0.5}, now=170.0)  # a step of two minutes
-    assert stage.due(30, now=171.0) and stage.line() == "rl step 1/3  loss 0.5  ETA -"
-    assert not any(stage.due(30, now=t) for t in (201.0, 231.0, 261.0)), "nothing new: not printed again"
-    stage.update({"stage": "rl", "step": 1, "event": "checkpoint", "eval_accuracy": 0.25, "eval_rows": 16}, now=280)
-    assert stage.due(30, now=291.0) and "eval_accuracy 0.250" in stage.line() and "eval_rows" not in stage.line()
+    assert stage.plain_lines(30, now=171.0) == ["rl step 1/3  loss 0.5  ETA -"]
+    assert not any(stage.plain_lines(30, now=t) for t in (201.0, 231.0, 261.0)), "nothing new: not printed again"
+    stage.update({"stage": "rl", "event": "scoring", "scope": "checkpoint", "done": 0, "rows": 16, "time": 270})
+    stage.update({"stage": "rl", "event": "scoring", "scope": "checkpoint", "done": 8, "rows": 16, "time": 280})
+    assert stage.plain_lines(30, now=281.0) == ["rl scoring checkpoint 8/16 rows  ETA 10s"]
+    stage.update({"stage": "rl", "event": "scoring", "scope": "checkpoint", "done": 16, "rows": 16, "time": 290})
+    stage.update({"stage": "rl", "step": 1, "event": "checkpoint", "eval_accuracy": 0.25, "eval_rows": 16}, now=290)
+    assert stage.plain_lines(30, now=321.0) == [], "no step, no scoring under way: nothing to print"
+    stage.update({"stage": "rl", "step": 2, "loss": 0.4}, now=330.0)
+    [line] = stage.plain_lines(30, now=331.0)
+    assert line.startswith("rl step 2/3  loss 0.4  eval_accuracy 0.250  ETA ") and "eval_rows" not in line
+
+
+def test_each_logged_step_gets_its_line_in_step_order():
+    """Off a terminal every logged step prints one line (with its own metrics and ETA, timed by the records),
+    also when several arrive in one poll; a record of a step already printed adds none."""
+    stage = progress.StageProgress("sft", plain=True)
+    stage.update({"stage": "sft", "event": "start", "max_steps": 8, "time": 0.0}, now=5.0)
+    for step in (2, 4, 6):  # logging.every=2, read in one poll
+        stage.update({"stage": "sft", "step": step, "loss": 1.0 / step, "time": 10.0 * step}, now=5.0)
+        stage.update({"stage": "sft", "step": step, "event": "memory", "time": 10.0 * step}, now=5.0)
+    stage.update({"stage": "sft", "step": 4, "loss": 9.0}, now=5.0)  # an earlier step again: no line
+    assert stage.plain_lines(30, now=6.0) == [
+        "sft step 2/8  loss 0.5  ETA -",
+        "sft step 4/8  loss 0.25  ETA 40s",
+        "sft step 6/8  loss 0.1667  ETA 20s",
+    ]
+    assert stage.plain_lines(0.001, now=7.0) == [], "printed once"
+    assert progress.StageProgress("sft").plain_lines(30) == [], "on a terminal the bars show it"
 
 
 def test_chat_sums_holds_out_its_eval_prompts_and_scores_the_replys_last_number(tmp_path: Path):

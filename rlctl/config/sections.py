@@ -250,8 +250,9 @@ class LoggingConfig(Section):
     console_every_s: float = Field(
         30.0,
         gt=0,
-        description="When the console is not a terminal (a log file, SLURM, CI): one progress line per running "
-        "stage every this many seconds (step/total, main metrics, ETA).",
+        description="When the console is not a terminal (a log file, SLURM, CI), `rlctl train` prints one line per "
+        "logged step (step/total, main metrics, ETA; see logging.every); this key only spaces the lines of a "
+        "held-out scoring under way (rows scored, ETA): at most one per stage every this many seconds.",
     )
     report_to: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = Field(
         default_factory=list,

@@ -116,11 +116,24 @@ QWEN2_PATTERN = (
 )
 EOS = "<|endoftext|>"
 SPECIAL_TOKENS = [EOS, "<|im_start|>", "<|im_end|>"]
+CHATML_ROLES = ("system", "user", "assistant")
 
 
 def train_bpe(texts: list[str], vocab_size: int) -> Any:
     """A `tokenizers.Tokenizer`: byte-level BPE trained on `texts` with Qwen2's pre-tokenizer regex and the
-    special tokens of SPECIAL_TOKENS (the builtin:tiny tokenizer, before transformers wraps it)."""
+    special tokens of SPECIAL_TOKENS (the builtin:tiny tokenizer, before transformers wraps it).
+
+    Texts with no two bytes in one pre-token (sums: the regex splits digits one by one) give no merge at all, and a
+    byte-level BPE without merges cannot go into a GGUF file (its writer stores no empty list, and llama.cpp and
+    transformers refuse a BPE vocabulary without merges): such texts are trained on again with ChatML's role names
+    added. Their own tokens and ids stay the same, since no merge can join two of their pre-tokens."""
+    tok = _bpe(texts, vocab_size)
+    if not json.loads(tok.to_str())["model"]["merges"]:
+        tok = _bpe([*texts, *CHATML_ROLES], vocab_size)
+    return tok
+
+
+def _bpe(texts: list[str], vocab_size: int) -> Any:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())

@@ -318,7 +318,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
             events = tbevents.MetricsEvents(run_dir / "tensorboard")  # TensorBoard, live, no account needed
             columns = bar_columns()
             # Off a terminal the bars stay off (rich would print their last frame, cut to COLUMNS, on exit): plain
-            # lines from _plain_lines instead.
+            # lines from _plain_lines instead, one per logged step.
             with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
                 while True:
                     try:
@@ -430,14 +430,12 @@ def bar_columns() -> list:
 
 
 def _plain_lines(console: Console, stages: dict[str, progress_mod.StageProgress], every_s: float) -> None:
-    """Off a terminal: one plain line per running stage every `every_s` seconds, flushed at once; a stage that
-    finished between two lines gets its last step's line too."""
+    """Off a terminal: a plain line per step each stage logged since the last poll, and a held-out scoring's
+    progress at most every `every_s` seconds (StageProgress.plain_lines), flushed at once."""
     for stage in stages.values():
-        running = stage.step < (stage.total or 0) or stage.scoring is not None
-        unseen = stage.step > stage.printed_step
-        if (running and stage.due(every_s)) or (not running and unseen and stage.due(0.0)):
-            console.print(stage.line(), markup=False)
-            console.file.flush()
+        for line in stage.plain_lines(every_s):
+            console.print(line, markup=False)
+    console.file.flush()
 
 
 def _show(
@@ -455,7 +453,7 @@ def _show(
         return
     if stage not in tasks_by_stage:
         tasks_by_stage[stage] = progress.add_task(stage, total=rec.get("max_steps"), info="", eta="")
-        stages[stage] = progress_mod.StageProgress(stage)
+        stages[stage] = progress_mod.StageProgress(stage, plain=not progress.console.is_terminal)
     task, state = tasks_by_stage[stage], stages[stage]
     state.update(rec)
     if rec.get("event") == "data" and "dropped_too_long" in rec:

@@ -1,7 +1,7 @@
 """What `rlctl train` shows of each running stage: the latest loss/reward (kept across checkpoint and eval events),
 an ETA from the measured step time, held-out scoring as it goes (rows scored, ETA), and - when the console is not
-a terminal (a log file, SLURM, CI) - a plain line per stage when it has news, at most every
-`logging.console_every_s` seconds, flushed at once."""
+a terminal (a log file, SLURM, CI) - plain lines: one per logged step, and a held-out scoring's progress at most
+every `logging.console_every_s` seconds."""
 
 from __future__ import annotations
 
@@ -60,24 +60,30 @@ class StageProgress:
     first: tuple[float, int] | None = None  # (time, step) of the first step seen in this session
     last_step_at: float = 0.0
     scoring: RowProgress | None = None  # a held-out scoring under way (base model, checkpoint, final)
-    printed_at: float = 0.0
-    printed_step: int = 0
-    printed: str = ""
+    plain: bool = False  # off a terminal: keep a plain line of each logged step for `plain_lines`
+    pending: list[str] = field(default_factory=list)
+    printed_at: float = 0.0  # when `plain_lines` last gave a line (the CLI's monotonic clock)
+    printed_scoring: str = ""
 
     def update(self, rec: dict[str, Any], now: float | None = None) -> None:
+        """Take one metrics.jsonl record; a newly logged step is timed by the record's own clock, so that the
+        steps read in one poll keep their own ETAs."""
         now = time.monotonic() if now is None else now
         self.total = rec.get("max_steps") or self.total
         scores = {k: v for k, v in rec.items() if k.startswith("eval_") and k != "eval_rows"}
         self.evals.update({k: v for k, v in scores.items() if isinstance(v, int | float)})
         if rec.get("event") == "scoring":
             self._scoring(rec, now)
-        if "step" in rec and rec.get("event") is None:
-            self.metrics.update({k: rec[k] for k in MAIN_KEYS if isinstance(rec.get(k), int | float)})
-            if rec["step"] > self.step:
-                self.step = rec["step"]
-                self.last_step_at = now
-                if self.first is None:
-                    self.first = (now, self.step)
+        if "step" not in rec or rec.get("event") is not None:
+            return
+        self.metrics.update({k: rec[k] for k in MAIN_KEYS if isinstance(rec.get(k), int | float)})
+        if rec["step"] > self.step:
+            self.step = rec["step"]
+            self.last_step_at = rec.get("time", now)
+            if self.first is None:
+                self.first = (self.last_step_at, self.step)
+            if self.plain:
+                self.pending.append(self.line())
 
     def _scoring(self, rec: dict[str, Any], now: float) -> None:
         """A held-out scoring's progress record: rows done of rows, timed by the record's own clock."""
@@ -108,21 +114,20 @@ class StageProgress:
         return f"ETA {duration(eta)}" if eta is not None else "ETA -"
 
     def line(self) -> str:
-        """The plain progress line printed off a terminal."""
-        total = self.total or "?"
-        eta = self.eta_text() if self.step else ""  # before the first step: only the scoring's own ETA
-        return f"{self.name} step {self.step}/{total}  {self.info()}  {eta}".rstrip()
+        """The plain line of the latest logged step."""
+        return f"{self.name} step {self.step}/{self.total or '?'}  {self.info()}  {self.eta_text()}"
 
-    def due(self, every_s: float, now: float | None = None) -> bool:
-        """Whether the plain line is due (and mark it printed): `every_s` after the last one, and only with news
-        (a step, a score, scoring progress) - a step that takes minutes is not printed again and again."""
+    def plain_lines(self, every_s: float, now: float | None = None) -> list[str]:
+        """The lines to print off a terminal now: each step logged since the last call, in step order; else a
+        held-out scoring's progress, when it moved and `every_s` have passed since the stage's last line."""
         now = time.monotonic() if now is None else now
-        started = self.step > 0 or self.scoring is not None
-        line = self.line()
-        if not started or now - self.printed_at < every_s or line == self.printed:
-            return False
-        self.printed_at, self.printed_step, self.printed = now, self.step, line
-        return True
+        lines, self.pending = self.pending, []
+        if lines:
+            self.printed_at = now
+        scoring = f"{self.name} {self.scoring.text()}" if self.scoring is not None else ""
+        if scoring and scoring != self.printed_scoring and now - self.printed_at >= every_s:
+            lines, self.printed_scoring, self.printed_at = [scoring], scoring, now
+        return lines
 
 
 def dropped_line(rec: dict[str, Any]) -> str:
