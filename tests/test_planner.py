@@ -171,7 +171,7 @@ def test_activations_and_logits_by_hand():
 def test_phases_by_hand():
     env = small_env()
     fit = memory_search.stage_fit(SMALL, env, memory_model.Setup("single", "full"), RL, 2)
-    gen, train = fit.phases
+    gen, train, step = fit.phases
     ctx = 0.8 * GiB
     # training: context + fp32 weights 4P = 347,392 + grads 347,392 + vLLM residue 1 GiB + bf16 copies 160,256
     #           + activations 172,032 + logits 32,896 + AdamW 8P = 694,784
@@ -188,6 +188,9 @@ def test_phases_by_hand():
     assert "bf16 weight copies (autocast)" not in gen.components
     assert gen.peak == pytest.approx(ctx + 347_392 + 694_784 + reservation)
     assert fit.generation.concurrent == 16 and fit.generation.max_model_length == 14
+    # the optimizer step (measured apart): the state alone, no forward's activations, logits or autocast copies
+    assert step.name == "optimizer step" and step.peak == pytest.approx(ctx + GiB + 347_392 + 347_392 + 694_784)
+    assert step.peak < train.peak
 
 
 def test_phase_offload_splits_the_optimizer_step():
@@ -204,7 +207,7 @@ def test_phase_offload_splits_the_optimizer_step():
 
 def test_reward_model_and_critic_by_hand():
     wl = RL._replace(reward_model=True, critic=True)
-    gen, train = memory_search.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full"), wl, 2).phases
+    gen, train, _ = memory_search.stage_fit(SMALL, small_env(), memory_model.Setup("single", "full"), wl, 2).phases
     # reward model: the frozen classifier (80,512 parameters) loads in bf16 = 161,024 in both phases
     assert gen.components["reward model"] == train.components["reward model"] == 161_024
     # critic: trains in full like the policy, fp32: weights 4 x 80,512 = 322,048 + grads 322,048 + AdamW 644,096

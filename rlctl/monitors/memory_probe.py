@@ -22,6 +22,8 @@ out-of-memory message (`so_far`).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import threading
 from collections.abc import Callable
@@ -64,7 +66,11 @@ def status_kib(field: str) -> int:
 
 
 def reset_hwm() -> bool:
-    """Reset the kernel's peak resident set (VmHWM) to the current one; False where that is not allowed."""
+    """Reset the kernel's peak resident set (VmHWM) to the current one, after giving the C heap's freed memory back
+    to the system (glibc's `malloc_trim`: else the resident set never shrinks and a phase after training would
+    measure what training freed); False where the reset is not allowed."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL(None).malloc_trim(0)
     try:
         _CLEAR_REFS.write_text("5")
     except OSError:
@@ -242,8 +248,8 @@ def install(ctx: StageContext, trainer: Any) -> None:
 
 
 def planned_phase(plan_memory: MemoryTable | None, stage: str, phase: str) -> PhaseMemory | None:
-    """The plan's phase that predicts a measured one: the same name, or for the optimizer step of a plan that does
-    not split it off, the training phase it belongs to."""
+    """The plan's phase that predicts a measured one: the same name, or for the optimizer step of a plan written
+    before it was planned apart (a resumed older run), the training phase it belongs to."""
     if plan_memory is None or phase in UNPLANNED:
         return None
     phases = {p.phase: p for p in plan_memory.stage_phases(stage)}

@@ -388,7 +388,9 @@ def logits(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> floa
 
 
 def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> list[Phase]:
-    """The training phase (forward + backward + step), split in two when the optimizer leaves the GPU."""
+    """The training phase (forward + backward) and the optimizer step (the state with gradients, activations and
+    logits freed). Without the optimizer offload the training phase also holds the optimizer states, so it is the
+    stage's peak; the step is planned apart because it is measured apart (the memory probe's phase)."""
     st = model_state(arch, env, setup, wl.head)
     comps: dict[str, float] = {_context_name(env): env.context}
     comps["policy weights"] = st["weights"]
@@ -412,13 +414,12 @@ def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int
     train["logits"] = logits(arch, env, setup, wl, micro)
     if not split:
         train["optimizer states"] = st["optim"]
-        return [Phase(wl.stage, "training", nonzero(train, env), env.budget)]
-    step = dict(comps)
-    step["optimizer states"] = st["optim"]
-    return [
-        Phase(wl.stage, "training", nonzero(train, env), env.budget),
-        Phase(wl.stage, "optimizer step", nonzero(step, env), env.budget),
-    ]
+    phases = [Phase(wl.stage, "training", nonzero(train, env), env.budget)]
+    if st["optim"] > 0:
+        step = dict(comps)
+        step["optimizer states"] = st["optim"]
+        phases.append(Phase(wl.stage, "optimizer step", nonzero(step, env), env.budget))
+    return phases
 
 
 def generation_resident(arch: Arch, env: Env, setup: Setup, wl: Workload) -> dict[str, float]:
