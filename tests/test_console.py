@@ -153,6 +153,7 @@ def test_train_piped_prints_a_line_per_logged_step_and_no_frame(tmp_path):
         logged = [r["step"] for r in records if r.get("stage") == stage and "step" in r and "event" not in r]
         printed = [int(n) for n in re.findall(rf"^{stage} step (\d+)/\d+  ", proc.stdout, re.M)]
         assert logged and printed == logged, (stage, logged, proc.stdout)
+        assert logged[-1] == (7 if stage == "sft" else 4)  # the last step is logged, logging.every or not
     progress = [line for line in proc.stdout.splitlines() if line.startswith(("sft ", "rm ", "base "))]
     assert all(re.match(r"(sft|rm) (step \d+/\d+  .*ETA|scoring \w+ \d+/\d+ rows  ETA)", x) for x in progress), progress
     assert len(progress) == len(set(progress)), "no line repeats"

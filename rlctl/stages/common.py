@@ -66,6 +66,8 @@ class StreamMetrics(TrainerCallback):
         self.stopped_by_alarm = self.stopped_by_alarm or alarm_stop(self.ctx)
 
     def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == state.max_steps:  # the last step is logged whatever logging.every says
+            control.should_log = True
         if stop_signal(self.ctx):
             control.should_save = True
             control.should_training_stop = True
