@@ -42,10 +42,10 @@ VALUES = {
 
 
 def _rows(kind: str) -> list[tuple[str, str, str]]:
-    """(section, typed name, rlctl key) of every accepted (`alias`) or refused (`refused`) row, per section."""
+    """(section, typed name, rlctl key) of every accepted (`alias`) or refused (`refused`) TRL row, per section."""
     out = []
     for a in aliases.ALIASES:
-        if a.accepted == (kind == "alias"):
+        if a.accepted == (kind == "alias") and not a.moved:
             for where in a.where:
                 for section in config.STAGE_ORDER if where == aliases.STAGE else (where,):
                     out.append((section, a.name, a.key.replace(aliases.STAGE, section)))
