@@ -353,7 +353,7 @@ def with_resume_overrides(
 
 def read_run_config(path: Path, notes: list[str] | None = None) -> dict[str, Any]:
     """The mapping of a run directory's config.yaml, keys that moved since it was written at their new places."""
-    return aliases.canonical(presets.read_yaml(path), str(path), notes)
+    return aliases.renamed(presets.read_yaml(path), str(path), notes)
 
 
 def load_run_config(path: Path, notes: list[str] | None = None) -> RunConfig:

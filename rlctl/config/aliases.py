@@ -205,9 +205,23 @@ def refusal(loc: tuple[str, ...]) -> str | None:
 
 
 def canonical(layer: dict[str, Any], source: str, notes: list[str] | None = None) -> dict[str, Any]:
-    """`layer` with accepted aliases moved to their rlctl keys, one line in `notes` naming the new keys of moved
-    ones; a UserError when a layer sets a name and its key, or a stage's epochs and max_steps, together."""
-    out = copy.deepcopy(layer)
+    """`layer` with accepted aliases moved to their rlctl keys (`renamed`); a UserError when a layer sets a name and
+    its key, or a stage's epochs and max_steps, together."""
+    out = renamed(layer, source, notes)
+    for stage in STAGE_ORDER:
+        sc = out.get(stage)
+        if isinstance(sc, dict) and "epochs" in sc and "max_steps" in sc:
+            raise UserError(
+                f"Invalid {source}: {stage}.epochs and {stage}.max_steps are both set; a stage runs for one or the "
+                f"other (the plan turns epochs into steps), keep one."
+            )
+    return out
+
+
+def renamed(data: dict[str, Any], source: str, notes: list[str] | None = None) -> dict[str, Any]:
+    """`data` (a layer, or a whole saved config) with accepted aliases moved to their rlctl keys, one line in
+    `notes` naming the new keys of moved rl keys; a UserError when it sets a name and its key together."""
+    out = copy.deepcopy(data)
     moved = []
     for section in ("", *{s for a in ALIASES if a.accepted for s in _sections(a)}):
         holder = out if section == "" else out.get(section)
@@ -232,13 +246,6 @@ def canonical(layer: dict[str, Any], source: str, notes: list[str] | None = None
                 moved.append(f"{typed(section, name)} is now {key}")
     if moved and notes is not None:
         notes.append(f"{source}: {'; '.join(moved)}.")
-    for stage in STAGE_ORDER:
-        sc = out.get(stage)
-        if isinstance(sc, dict) and "epochs" in sc and "max_steps" in sc:
-            raise UserError(
-                f"Invalid {source}: {stage}.epochs and {stage}.max_steps are both set; a stage runs for one or the "
-                f"other (the plan turns epochs into steps), keep one."
-            )
     return out
 
 
