@@ -356,6 +356,6 @@ def read_run_config(path: Path, notes: list[str] | None = None) -> dict[str, Any
     return aliases.renamed(presets.read_yaml(path), str(path), notes)
 
 
-def load_run_config(path: Path, notes: list[str] | None = None) -> RunConfig:
-    """The resolved config a run directory was started with."""
-    return validate(read_run_config(path, notes), source=str(path))
+def load_run_config(path: Path) -> RunConfig:
+    """The resolved config a run directory was started with (keys that moved since, at their new places)."""
+    return validate(read_run_config(path), source=str(path))
