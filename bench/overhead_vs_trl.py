@@ -264,12 +264,12 @@ def trl_settings(kind: str, run: Path, out: Path, steps: int) -> dict:
             "max_new_tokens": sc["max_new_tokens"],
             "temperature": sc["temperature"],
             "beta": sc["beta"],
-            "clip_low": sc["clip_low"],
-            "clip_high": sc["clip_high"],
-            "mask_truncated": sc["mask_truncated"],
-            "loss_type": "cispo" if sc["policy_loss"] == "cispo" else TRL_LOSS_TYPE[sc["loss_agg"]],
+            "clip_low": sc["loss"]["clip_low"],
+            "clip_high": sc["loss"]["clip_high"],
+            "mask_truncated": sc["filters"]["mask_truncated"],
+            "loss_type": "cispo" if sc["loss"]["policy"] == "cispo" else TRL_LOSS_TYPE[sc["loss"]["agg"]],
             "scale_rewards": "group" if sc["advantage"] == "grpo" else "none",
-            "importance_sampling_level": "sequence" if sc["policy_loss"] == "gspo" else "token",
+            "importance_sampling_level": "sequence" if sc["loss"]["policy"] == "gspo" else "token",
         }
     return s
 

@@ -4,17 +4,19 @@ the runner explains (exit code 1)."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 class UserError(Exception):
     """Bad input (usage, config, data). The CLI prints the message as one paragraph and exits 2."""
 
 
-def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
-    """' Did you mean: a, b?' for the closest matches of `word`, or '' when nothing is close."""
-    close = difflib.get_close_matches(word, list(choices), n=n, cutoff=0.5)
-    return f" Did you mean: {', '.join(close)}?" if close else ""
+def did_you_mean(word: str, choices: Iterable[str], n: int = 3, say: Mapping[str, str] | None = None) -> str:
+    """' Did you mean: a, b?' for the closest matches of `word`, or '' when nothing is close; `say` names what to
+    suggest for a choice where that is not the choice itself (each suggestion once)."""
+    close = difflib.get_close_matches(word, list(choices), n=3 * n, cutoff=0.5)
+    named = list(dict.fromkeys((say or {}).get(c, c) for c in close))[:n]
+    return f" Did you mean: {', '.join(named)}?" if named else ""
 
 
 class RewardError(RuntimeError):

@@ -60,7 +60,7 @@ def test_multiturn_stage_resumes_exactly_and_counts_tool_failures(agent_demo, tm
     broken = tmp_path / "broken.py"
     broken.write_text('def calculator(expression: str) -> str:\n    """Broken."""\n    raise OSError("down")\n')
     straight = tmp_path / "straight"
-    room = ["rl.max_new_tokens=80", "rl.max_tool_output_tokens=8"]  # a call, the error and a second turn fit
+    room = ["rl.max_new_tokens=80", "rl.agent.max_tool_output_tokens=8"]  # a call, the error and a second turn fit
     proc = _rl(agent_demo, straight, f"rl.tools=['{broken}:calculator']", *room)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     steps = _steps(straight)

@@ -1,5 +1,6 @@
-"""TRL names answered with rlctl's key (accepted aliases, refusals with did-you-mean) and STAGE.epochs counted
-into max_steps by the plan: all at plan level, no training."""
+"""TRL names answered with rlctl's key (accepted aliases, refusals with did-you-mean), the rl keys that moved into
+sections read at their new places (--set, config files, an old run's config.yaml), and STAGE.epochs counted into
+max_steps by the plan: all at plan level, no training."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rlctl import config
-from rlctl.config import aliases
+from rlctl.config import aliases, presets
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.plan import planner
@@ -42,10 +44,10 @@ VALUES = {
 
 
 def _rows(kind: str) -> list[tuple[str, str, str]]:
-    """(section, typed name, rlctl key) of every accepted (`alias`) or refused (`refused`) row, per section."""
+    """(section, typed name, rlctl key) of every accepted (`alias`) or refused (`refused`) TRL row, per section."""
     out = []
     for a in aliases.ALIASES:
-        if a.accepted == (kind == "alias"):
+        if a.accepted == (kind == "alias") and not a.moved:
             for where in a.where:
                 for section in config.STAGE_ORDER if where == aliases.STAGE else (where,):
                     out.append((section, a.name, a.key.replace(aliases.STAGE, section)))
@@ -177,3 +179,183 @@ def test_epochs_need_countable_data(tmp_path):
     )
     with pytest.raises(UserError, match=r"rl\.epochs counts the rows of data\.rl"):
         planner.build(cfg, tmp_path)
+
+
+# ------------------------------------------------------------------------------------------ moved rl keys
+# A value per moved rl key that differs from tiny-demo --algorithm ppo's (which runs in rlctl's loop, so no TRL
+# limit applies), so a move that went nowhere shows.
+MOVED_VALUES = {
+    "loss.policy": "gspo",
+    "loss.agg": "seq-mean-token-sum",
+    "loss.clip_low": "0.15",
+    "loss.clip_high": "0.25",
+    "loss.cispo_cap": "4.0",
+    "loss.dual_clip": "2.5",
+    "kl.estimator": "k2",
+    "kl.in_reward": "false",
+    "kl.target": "0.1",
+    "kl.horizon": "500",
+    "critic.init": "reward_model",
+    "critic.lr": "0.001",
+    "critic.warmup_steps": "2",
+    "critic.value_clip": "0.3",
+    "returns.gamma": "0.9",
+    "returns.lam": "0.95",
+    "filters.dynamic_sampling": "true",
+    "filters.dynamic_sampling_rounds": "3",
+    "filters.overlong_buffer": "0.25",
+    "filters.overlong_penalty": "0.5",
+    "filters.mask_truncated": "true",
+    "filters.pf_ppo_mode": "max_min",
+    "filters.pf_ppo_weight_pow": "3.0",
+    "mismatch.correction": "sequence_mask",
+    "mismatch.correction_cap": "3.0",
+    "mismatch.sync_tolerance": "0.2",
+    "agent.max_turns": "2",
+    "agent.max_tool_output_tokens": "16",
+}
+# The moved keys as the config.yaml of a run made before the sections holds them (tiny-demo --algorithm ppo).
+OLD_FLAT_RL = """
+policy_loss: ppo
+loss_agg: token-mean
+clip_low: 0.2
+clip_high: 0.2
+cispo_cap: 5.0
+dual_clip: 3.0
+kl_estimator: k1
+kl_in_reward: true
+kl_target: null
+kl_horizon: 10000
+gamma: 1.0
+lam: 1.0
+critic_init: policy
+critic_lr: null
+critic_warmup_steps: 0
+value_clip: 0.5
+dynamic_sampling: false
+dynamic_sampling_rounds: 10
+overlong_buffer: 0.0
+overlong_penalty: 1.0
+mask_truncated: false
+pf_ppo_mode: null
+pf_ppo_weight_pow: 2.0
+max_turns: 4
+max_tool_output_tokens: 256
+sync_tolerance: 0.1
+rollout_correction: token_truncate
+rollout_correction_cap: 2.0
+"""
+
+
+def _ppo(sets: list[str], notes: list[str] | None = None) -> dict:
+    return config.resolve("tiny-demo", algorithm="ppo", sets=sets, notes=notes).model_dump(mode="json")
+
+
+def test_every_moved_key_is_listed_and_every_section_key_was_one():
+    assert {f"rl.{new}" for _, new in aliases.MOVED} == {f"rl.{k}" for k in MOVED_VALUES}
+    assert {old for old, _ in aliases.MOVED} == set(yaml.safe_load(OLD_FLAT_RL))
+    sections = {k.split(".")[0] for k in MOVED_VALUES}
+    fields = {f"{s}.{k}" for s in sections for k in type(getattr(config.RLConfig(), s)).model_fields}
+    assert fields == set(MOVED_VALUES), "a section key that was never flat needs no entry in MOVED"
+
+
+def test_old_flat_keys_on_the_command_line_land_at_their_new_places_with_a_notice():
+    """All old names at once give the config the new keys give; one notice line names every new key."""
+    old_sets = [f"rl.{old}={MOVED_VALUES[new]}" for old, new in aliases.MOVED]
+    new_sets = [f"rl.{new}={MOVED_VALUES[new]}" for _, new in aliases.MOVED]
+    notes: list[str] = []
+    by_old, by_new, base = _ppo(old_sets, notes), _ppo(new_sets), _ppo([])
+    assert by_old == by_new
+    for _, new in aliases.MOVED:  # every value reached its place (the test would pass on a no-op otherwise)
+        section, key = new.split(".")
+        assert by_new["rl"][section][key] != base["rl"][section][key], new
+    assert len(notes) == 1 and notes[0].startswith("--set: ")
+    for old, new in aliases.MOVED:
+        assert f"rl.{old} is now rl.{new}" in notes[0]
+
+
+def test_old_flat_keys_in_a_config_file(tmp_path):
+    path = tmp_path / "rlctl.yaml"
+    path.write_text("defaults: [tiny-demo]\nrl: {kl_estimator: k1, clip_high: 0.28, trainer: rlctl}\n")
+    notes: list[str] = []
+    cfg = config.resolve(config_file=path, notes=notes)
+    assert (cfg.rl.kl.estimator, cfg.rl.loss.clip_high) == ("k1", 0.28)
+    assert notes == [f"{path}: rl.kl_estimator is now rl.kl.estimator; rl.clip_high is now rl.loss.clip_high."]
+
+
+def test_an_old_runs_config_yaml_loads_as_resume_reads_it(tmp_path):
+    """A run directory written before the sections (its config.yaml has the flat rl keys) is read by the function
+    `rlctl resume` uses, moved keys at their new places, complete (no key reported missing)."""
+    from rlctl.checkpoint import verify
+
+    cfg = config.resolve("tiny-demo", algorithm="ppo")
+    data = yaml.safe_load(config.dump(cfg))
+    for section in {new.split(".")[0] for _, new in aliases.MOVED}:
+        del data["rl"][section]
+    data["rl"].update(yaml.safe_load(OLD_FLAT_RL))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    notes: list[str] = []
+    assert verify.run_config(tmp_path, notes=notes) == cfg
+    assert len(notes) == 1 and "rl.rollout_correction_cap is now rl.mismatch.correction_cap" in notes[0]
+    assert config.load_run_config(tmp_path / "config.yaml") == cfg
+    assert verify.run_file_problems(tmp_path)[0] == ("config.yaml", [])
+    resumed = config.with_resume_overrides(cfg, ["rl.sync_tolerance=0.3"], notes)  # resume --set, old name
+    assert resumed.rl.mismatch.sync_tolerance == 0.3 and "rl.mismatch.sync_tolerance" in notes[-1]
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["rl.clip_high=0.28", "rl.loss.clip_high=0.3"],
+        ["rl.kl_estimator=k1", "rl.kl={estimator: k2}"],
+        ["rl.epsilon_high=0.28", "rl.clip_high=0.3"],  # TRL's name and the old name: one key
+    ],
+)
+def test_an_old_and_a_new_name_together_are_refused(sets):
+    with pytest.raises(UserError, match=r"are both set; keep rl\.(loss\.clip_high|kl\.estimator)\."):
+        config.resolve("tiny-demo", sets=sets)
+
+
+def test_old_and_new_name_in_a_config_file_exit_2(tmp_path):
+    path = tmp_path / "rlctl.yaml"
+    path.write_text("defaults: [tiny-demo]\nrl:\n  sync_tolerance: 0.2\n  mismatch: {sync_tolerance: 0.3}\n")
+    proc = rlctl("plan", "--config", str(path), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "rl.sync_tolerance (moved to rl.mismatch.sync_tolerance) and rl.mismatch.sync_tolerance are both set" in (
+        " ".join(proc.stderr.split())
+    )
+
+
+def test_cli_notice_on_stderr_and_the_plan_of_the_new_key(tmp_path):
+    run = str(tmp_path / "run")
+    old = rlctl("plan", "--preset", "tiny-demo", "--json", "--run-dir", run, "--set", "rl.clip_high=0.28")
+    new = rlctl("plan", "--preset", "tiny-demo", "--json", "--run-dir", run, "--set", "rl.loss.clip_high=0.28")
+    assert old.returncode == 0 and new.returncode == 0, old.stderr + new.stderr
+    assert "note: --set: rl.clip_high is now rl.loss.clip_high." in old.stderr and "note" not in new.stderr
+    plans = [json.loads(p.stdout) for p in (old, new)]
+    for p in plans:
+        p["memory"]["disk"].pop("free_gib", None)  # free disk space may change between the two runs
+    assert plans[0] == plans[1] and plans[0]["config"]["rl"]["loss"]["clip_high"] == 0.28
+
+
+@pytest.mark.parametrize(
+    ("typed", "suggested"),
+    [
+        ("rl.loss.clip_hihg", "Did you mean: clip_high"),  # a misspelt key inside a section
+        ("rl.clip_hihg", "Did you mean: loss.clip_high"),  # a misspelt old name: its new place
+        ("rl.kl_estimater", "Did you mean: kl.estimator"),
+        ("rl.estimator", "Did you mean: kl.estimator"),  # a section's key typed under rl
+        ("rl.mismatch.sync_tolerence", "Did you mean: sync_tolerance"),
+    ],
+)
+def test_misspelt_keys_get_their_nested_names_suggested(typed, suggested):
+    with pytest.raises(UserError, match=f"unknown key '{typed}'.") as err:
+        config.resolve("tiny-demo", sets=[f"{typed}=1"])
+    assert suggested in str(err.value)
+
+
+def test_shipped_presets_use_the_new_names():
+    for preset in presets.all_presets().values():
+        notes: list[str] = []
+        aliases.canonical(presets.read_yaml(preset.path), preset.name, notes)
+        assert notes == [], notes

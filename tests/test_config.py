@@ -140,7 +140,7 @@ def test_every_key_is_documented():
         "rl.temperature=.inf",
         "rl.rewards=[{name: exact_match, weight: .nan}]",
         "sft.learning_rate=nan",
-        "rl.dual_clip=.inf",
+        "rl.loss.dual_clip=.inf",
         "kto.desirable_weight=-.inf",
         "logging.console_every_s=.inf",
     ],

@@ -127,7 +127,7 @@ def test_format_trains_in_stage(tmp_path: Path, cell: str, stage: str, fmt: str)
         sets |= {"rl.prompts_per_step": 2, "rl.group_size": 2, "rl.max_new_tokens": 8, "rl.eval_samples": 2}
         sets["rl.rewards"] = "[{name: exact_match}]"
         if cell == "tools":  # the tool's description in the prompt: the agent demo's compact template and context
-            sets |= {"rl.tools": "[calculator]", "rl.max_turns": 2, "data.chat_template": "chatml-compact"}
+            sets |= {"rl.tools": "[calculator]", "rl.agent.max_turns": 2, "data.chat_template": "chatml-compact"}
             sets |= {"model.arch.max_position": 128, "data.max_prompt_length": 40, "rl.max_new_tokens": 24}
     else:
         sets |= {f"{stage}.batch_size": 4, f"{stage}.max_length": 48}

@@ -287,7 +287,7 @@ def rm_ppo_run(smollm2, tmp_path_factory) -> Path:
         },
         "rm": {**SHORT, "max_steps": 1, "save_every": 1},
         "rl": {"max_steps": 1, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "use_vllm": False,
-               "critic_init": "reward_model", "eval_samples": 2, "save_every": 1},
+               "critic": {"init": "reward_model"}, "eval_samples": 2, "save_every": 1},
         "checkpoint": {"keep_best": False},
     }  # fmt: skip
     return _train(tmp, body, "--algorithm", "ppo")

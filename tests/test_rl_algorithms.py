@@ -18,35 +18,36 @@ from tests.helpers import rlctl, summary
 
 RL_ALGORITHMS = list(config.RL_ALGORITHM_PATHS)
 ALL_ALGORITHMS = [*RL_ALGORITHMS, *config.OFFLINE_ALGORITHMS]
-# Every RL algorithm preset sets all of these, so `--algorithm X` gives the same config whatever came before.
+# Every RL algorithm preset sets all of these (keys under rl), so `--algorithm X` gives the same config whatever
+# came before.
 ALGORITHM_KEYS = (
     "algorithm",
     "advantage",
-    "policy_loss",
-    "loss_agg",
-    "clip_low",
-    "clip_high",
-    "cispo_cap",
-    "dual_clip",
+    "loss.policy",
+    "loss.agg",
+    "loss.clip_low",
+    "loss.clip_high",
+    "loss.cispo_cap",
+    "loss.dual_clip",
     "beta",
-    "kl_estimator",
-    "kl_in_reward",
-    "kl_target",
-    "kl_horizon",
-    "gamma",
-    "lam",
+    "kl.estimator",
+    "kl.in_reward",
+    "kl.target",
+    "kl.horizon",
+    "returns.gamma",
+    "returns.lam",
     "ppo_epochs",
     "ppo_mini_batches",
-    "critic_init",
-    "critic_warmup_steps",
-    "value_clip",
-    "dynamic_sampling",
-    "dynamic_sampling_rounds",
-    "overlong_buffer",
-    "overlong_penalty",
-    "mask_truncated",
-    "pf_ppo_mode",
-    "pf_ppo_weight_pow",
+    "critic.init",
+    "critic.warmup_steps",
+    "critic.value_clip",
+    "filters.dynamic_sampling",
+    "filters.dynamic_sampling_rounds",
+    "filters.overlong_buffer",
+    "filters.overlong_penalty",
+    "filters.mask_truncated",
+    "filters.pf_ppo_mode",
+    "filters.pf_ppo_weight_pow",
 )
 
 
@@ -73,7 +74,8 @@ def test_every_algorithm_has_a_preset_and_presets_list_shows_it():
 @pytest.mark.parametrize("name", RL_ALGORITHMS)
 def test_rl_presets_set_every_algorithm_key_and_resolve(name):
     layer = presets.load(name, kind="algorithms")["rl"]
-    assert set(ALGORITHM_KEYS) <= set(layer), set(ALGORITHM_KEYS) - set(layer)
+    keys = {*layer, *(f"{k}.{sub}" for k, v in layer.items() if isinstance(v, dict) for sub in v)}
+    assert set(ALGORITHM_KEYS) <= keys, set(ALGORITHM_KEYS) - keys
     assert "learning_rate" not in layer and "max_steps" not in layer, "scale-dependent knobs belong to recipes"
     cfg = config.resolve(preset="tiny-demo", algorithm=name)
     assert cfg.rl.algorithm == name and cfg.rl.path == config.RL_ALGORITHM_PATHS[name]
@@ -95,32 +97,32 @@ def test_trl_knobs_come_from_the_algorithm_keys():
 
     assert TRL_LOSS_TYPE == {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
     dr = config.resolve(preset="tiny-demo", algorithm="dr-grpo").rl
-    assert (dr.advantage, dr.loss_agg, dr.beta) == ("dr_grpo", "seq-mean-token-sum-norm", 0.0)
+    assert (dr.advantage, dr.loss.agg, dr.beta) == ("dr_grpo", "seq-mean-token-sum-norm", 0.0)
     gspo = config.resolve(preset="tiny-demo", algorithm="gspo").rl
-    assert (gspo.policy_loss, gspo.clip_low, gspo.clip_high) == ("gspo", 3e-4, 4e-4)
+    assert (gspo.loss.policy, gspo.loss.clip_low, gspo.loss.clip_high) == ("gspo", 3e-4, 4e-4)
     dapo = config.resolve(preset="tiny-demo", algorithm="dapo").rl
-    assert (dapo.clip_low, dapo.clip_high, dapo.loss_agg) == (0.2, 0.28, "token-mean")
-    assert dapo.dynamic_sampling and dapo.overlong_buffer == 0.2 and dapo.beta == 0
+    assert (dapo.loss.clip_low, dapo.loss.clip_high, dapo.loss.agg) == (0.2, 0.28, "token-mean")
+    assert dapo.filters.dynamic_sampling and dapo.filters.overlong_buffer == 0.2 and dapo.beta == 0
 
 
 # ------------------------------------------------------------------------------------------ validation
 BAD = [
     # (overrides, words the message must contain: the rule and the nearest valid setting)
     (["rl.advantage=gea"], ["rl.advantage", "gea", "Did you mean: gae"]),
-    (["rl.policy_loss=ppoo"], ["rl.policy_loss", "Did you mean: ppo"]),
-    (["rl.loss_agg=token_mean"], ["rl.loss_agg", "token-mean"]),
-    (["rl.kl_estimator=k4"], ["rl.kl_estimator", "k1, k2, k3, abs"]),
+    (["rl.loss.policy=ppoo"], ["rl.loss.policy", "Did you mean: ppo"]),
+    (["rl.loss.agg=token_mean"], ["rl.loss.agg", "token-mean"]),
+    (["rl.kl.estimator=k4"], ["rl.kl.estimator", "k1, k2, k3, abs"]),
     (["rl.batch_size=100"], ["does not divide into groups", "rl.batch_size=96 or 104"]),
     (["rl.ppo_mini_batches=3"], ["rl.ppo_mini_batches=3", "nearest valid: rl.ppo_mini_batches=2 or 4"]),
-    (["rl.clip_low=1.5"], ["rl.clip_low", "less than 1"]),
-    (["rl.clip_high=1.5"], ["rl.clip_high=1.5", "nearest valid: rl.clip_high=1.0"]),
-    (["rl.policy_loss=cispo", "rl.loss_agg=token-mean", "rl.clip_high=5.0"], ["moved", "rl.cispo_cap=5.0"]),
-    (["rl.cispo_cap=0.5"], ["rl.cispo_cap", "greater than 1"]),
-    (["rl.algorithm=ppo", "rl.advantage=gae", "rl.critic_init=null"], ["needs a critic", "rl.critic_init=policy"]),
-    (["rl.algorithm=grpo", "rl.kl_estimator=k1"], ["TRL GRPOTrainer", "nearest valid: rl.kl_estimator=k3"]),
+    (["rl.loss.clip_low=1.5"], ["rl.loss.clip_low", "less than 1"]),
+    (["rl.loss.clip_high=1.5"], ["rl.loss.clip_high=1.5", "nearest valid: rl.loss.clip_high=1.0"]),
+    (["rl.loss.policy=cispo", "rl.loss.agg=token-mean", "rl.loss.clip_high=5.0"], ["moved", "rl.loss.cispo_cap=5.0"]),
+    (["rl.loss.cispo_cap=0.5"], ["rl.loss.cispo_cap", "greater than 1"]),
+    (["rl.algorithm=ppo", "rl.advantage=gae", "rl.critic.init=null"], ["needs a critic", "rl.critic.init=policy"]),
+    (["rl.algorithm=grpo", "rl.kl.estimator=k1"], ["TRL GRPOTrainer", "nearest valid: rl.kl.estimator=k3"]),
     (["rl.algorithm=rloo"], ["TRL RLOOTrainer", "nearest valid: rl.advantage=rloo"]),
     (["rl.algorithm=dpo"], ["offline preference algorithm", "--algorithm dpo"]),
-    (["rl.dual_clip=0.5"], ["rl.dual_clip", "greater than 1"]),
+    (["rl.loss.dual_clip=0.5"], ["rl.loss.dual_clip", "greater than 1"]),
 ]
 
 
@@ -133,14 +135,14 @@ def test_bad_algorithm_settings_are_refused_with_the_nearest_valid_setting(sets,
 
 
 def test_ppo_critic_from_a_reward_model_needs_the_rm_stage():
-    with pytest.raises(UserError, match=r"critic_init=reward_model.*rm is not in stages.*rl.critic_init=policy"):
+    with pytest.raises(UserError, match=r"critic.init=reward_model.*rm is not in stages.*rl.critic.init=policy"):
         config.resolve(
             preset="tiny-demo",
             algorithm="ppo",
-            sets=["stages=[sft,rl]", "rl.rewards=[{name: exact_match}]", "rl.critic_init=reward_model"],
+            sets=["stages=[sft,rl]", "rl.rewards=[{name: exact_match}]", "rl.critic.init=reward_model"],
         )
-    cfg = config.resolve(preset="tiny-demo", algorithm="ppo", sets=["rl.critic_init=reward_model"])
-    assert cfg.rl.critic_init == "reward_model"
+    cfg = config.resolve(preset="tiny-demo", algorithm="ppo", sets=["rl.critic.init=reward_model"])
+    assert cfg.rl.critic.init == "reward_model"
 
 
 def test_batch_size_sets_prompts_per_step():
@@ -151,10 +153,10 @@ def test_batch_size_sets_prompts_per_step():
 
 def test_cli_exits_2_before_anything_starts(tmp_path):
     run_dir = tmp_path / "run"
-    proc = rlctl("train", "--preset", "tiny-demo", "--algorithm", "ppo", "--set", "rl.critic_init=null",
+    proc = rlctl("train", "--preset", "tiny-demo", "--algorithm", "ppo", "--set", "rl.critic.init=null",
                  "--run-dir", str(run_dir))  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "rl.critic_init=policy" in proc.stderr and "Traceback" not in proc.stderr
+    assert "rl.critic.init=policy" in proc.stderr and "Traceback" not in proc.stderr
     assert not run_dir.exists()
     proc = rlctl("plan", "--preset", "tiny-demo", "--set", "rl.advantage=gea")
     assert proc.returncode == 2 and "Did you mean: gae" in proc.stderr
@@ -298,7 +300,7 @@ def test_critic_starts_from_the_policy_or_the_reward_model(init, demo_run):
     from rlctl.runtime.context import MetricsLog, StageContext
     from rlctl.trainer.models import load_models
 
-    cfg = config.resolve(preset="tiny-demo", algorithm="ppo", sets=[f"rl.critic_init={init}"])
+    cfg = config.resolve(preset="tiny-demo", algorithm="ppo", sets=[f"rl.critic.init={init}"])
     the_plan = plan_mod.build(cfg, demo_run)
     ctx = StageContext(cfg, the_plan, the_plan.stages[-1], demo_run, {}, MetricsLog(demo_run, False), True)
     _, ref, critic = load_models(ctx)

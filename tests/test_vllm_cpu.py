@@ -138,7 +138,7 @@ def test_a_broken_weight_sync_stops_the_run(vllm_demo: Path, tmp_path: Path, bre
     assert "vLLM generated with weights other than the policy's" in text and "LoRA adapters pushed unmerged" in text
     assert "Traceback" not in proc.stdout + proc.stderr
     stopped = [r for r in _records(run_dir) if r.get("event") == "error"]
-    assert stopped and "rl.sync_tolerance" in stopped[0]["message"]
+    assert stopped and "rl.mismatch.sync_tolerance" in stopped[0]["message"]
 
 
 SYNC_SCRIPT = """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from rlctl import strictjson
@@ -25,15 +26,15 @@ def _hyperparameters(cfg: RunConfig, stage: str) -> dict[str, object]:
             "prompts_per_step",
             "group_size",
             "beta",
-            "clip_low",
-            "clip_high",
-            "cispo_cap",
+            "loss.clip_low",
+            "loss.clip_high",
+            "loss.cispo_cap",
             "temperature",
             "max_new_tokens",
         ]
     elif stage == "dpo":
         keys += ["beta", "loss_type"]
-    return {k: getattr(sc, k) for k in keys if hasattr(sc, k)}
+    return {k: attrgetter(k)(sc) for k in keys}
 
 
 def _on_hub(name: str) -> bool:

@@ -17,7 +17,7 @@ import yaml
 from rlctl import checkpoint, strictjson
 from rlctl.checkpoint.integrity import folder_problems
 from rlctl.checkpoint.safewrite import MANIFEST, recorded
-from rlctl.config import RunConfig, dump, presets, validate
+from rlctl.config import RunConfig, dump, read_run_config, validate
 from rlctl.errors import UserError
 
 DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
@@ -31,16 +31,17 @@ def restore_hint(run_dir: Path) -> str:
     )
 
 
-def run_config(run_dir: Path, works: str = "") -> RunConfig:
-    """The config.yaml a run was started with. Raises DamagedFile when it does not parse or is not complete:
-    rlctl writes every section and key there, so a file that lacks some was cut short (it would otherwise be read
-    with defaults in their place); `works` says what still works without it."""
+def run_config(run_dir: Path, works: str = "", notes: list[str] | None = None) -> RunConfig:
+    """The config.yaml a run was started with, keys that moved since it was written read at their new places (a
+    line in `notes` names them). Raises DamagedFile when it does not parse or is not complete: rlctl writes every
+    section and key there, so a file that lacks some was cut short (it would otherwise be read with defaults in
+    their place); `works` says what still works without it."""
     path = run_dir / "config.yaml"
     works = works or restore_hint(run_dir)
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
     try:
-        raw = presets.read_yaml(path)
+        raw = read_run_config(path, notes)
         cfg = validate(raw, source=str(path))
     except UserError as e:
         raise strictjson.DamagedFile(path, str(e).rstrip("."), works) from None

@@ -123,7 +123,18 @@ def _resolve(
     sets = list(sets or [])
     if stages:
         sets.append(f"stages=[{stages}]")
-    return config_mod.resolve(preset, config_file, algorithm, hardware, sets)
+    notes: list[str] = []
+    cfg = config_mod.resolve(preset, config_file, algorithm, hardware, sets, notes)
+    show_notes(notes)
+    return cfg
+
+
+def show_notes(notes: list[str]) -> None:
+    """Config notes (keys that moved, read at their new places) on stderr, beside any machine-readable stdout."""
+    from rich.markup import escape
+
+    for note in notes:
+        err_console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
 
 
 RewardOpt = Annotated[

@@ -36,6 +36,7 @@ from rlctl.cli.app import (
     _ui,
     app,
     err_console,
+    show_notes,
 )
 
 
@@ -284,7 +285,8 @@ def resume(
     from rlctl.checkpoint import verify
     from rlctl.launch import preflight, resume_check
 
-    cfg = verify.run_config(run_dir)
+    notes: list[str] = []
+    cfg = verify.run_config(run_dir, notes=notes)
     try:
         resume_check.read_summary(run_dir, cfg)
     except strictjson.DamagedFile as e:
@@ -294,9 +296,10 @@ def resume(
         console.print(f"{run_dir} is finished: every stage ({', '.join(cfg.stages)}) completed. Nothing to resume.")
         raise typer.Exit(0)
     if set_:
-        new = config_mod.with_resume_overrides(cfg, set_)
+        new = config_mod.with_resume_overrides(cfg, set_, notes)
         resume_check.check(cfg, new, run_dir)
         cfg = new
+    show_notes(notes)
     preflight.model_folder(cfg.model)  # a moved or uncached model is refused before launch
     shared = config_mod.dump(cfg)  # before this node's rank is applied: every node reads the same file
     cfg.hardware.node_rank = 0

@@ -10,7 +10,7 @@ May import: base.
 """
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_origin
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -74,6 +74,7 @@ __all__ = [
     "dump",
     "layered",
     "load_run_config",
+    "read_run_config",
     "resolve",
     "validate",
     "with_resume_overrides",
@@ -150,22 +151,47 @@ class RunConfig(Section):
         return self
 
 
-def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The valid keys of the section that `loc` (a pydantic error location) points into."""
+def _section_model(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The section that `loc` (a pydantic error location) points into, or None when it is not a section."""
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
         field = model.model_fields.get(str(part))
         if field is None:
-            return []
-        ann = field.annotation
-        inner = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not inner and getattr(ann, "__args__", None):  # list[Section]
-            inner = [a for a in ann.__args__ if isinstance(a, type) and issubclass(a, BaseModel)]
+            return None
+        inner = _sections_of(field.annotation)
         if not inner:
-            return []
+            return None
         model = inner[0]
-    return list(model.model_fields)
+    return model
+
+
+def _sections_of(ann: Any) -> list[type[BaseModel]]:
+    """The config sections a field's annotation holds (`Loss`, `ModelArch | None`, `list[RewardSpec]`)."""
+    return [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+
+
+def _key_choices(loc: tuple[Any, ...]) -> dict[str, str]:
+    """What an unknown key at `loc` is compared with -> the key suggested, relative to its section: the section's
+    keys, below the top level the keys of the sections inside it (`loss.clip_high`, compared as clip_high,
+    loss.clip_high and loss_clip_high), and the names the aliases table accepts there (moved keys: `clip_high`)."""
+    model = _section_model(RunConfig, loc)
+    if model is None:
+        return {}
+    choices = {name: name for name in model.model_fields}
+    for name, field in model.model_fields.items() if len(loc) > 1 else ():
+        inner = _sections_of(field.annotation)
+        if inner and get_origin(field.annotation) is not list:
+            for key in inner[0].model_fields:
+                choices.update(dict.fromkeys((key, f"{name}.{key}", f"{name}_{key}"), f"{name}.{key}"))
+    if len(loc) <= 2:
+        section = str(loc[0]) if len(loc) == 2 else ""
+        prefix = f"{section}." if section else ""
+        for alias in aliases.ALIASES:
+            found = aliases.lookup(section, alias.name)
+            if found and found[0] is alias and alias.accepted and found[1].startswith(prefix):
+                choices.setdefault(alias.name, found[1].removeprefix(prefix))
+    return choices
 
 
 def explain(error: ValidationError, source: str = "config") -> str:
@@ -179,7 +205,8 @@ def explain(error: ValidationError, source: str = "config") -> str:
         elif err["type"] == "extra_forbidden" and (refused := aliases.refusal(tuple(map(str, loc)))):
             parts.append(refused)
         elif err["type"] == "extra_forbidden":
-            parts.append(f"unknown key '{key}'.{did_you_mean(str(loc[-1]), _field_names(RunConfig, loc))}")
+            choices = _key_choices(loc)
+            parts.append(f"unknown key '{key}'.{did_you_mean(str(loc[-1]), choices, say=choices)}")
         elif err["type"] == "value_error":
             parts.append(err["msg"].removeprefix("Value error, "))
         else:
@@ -212,27 +239,29 @@ def layered(
     algorithm: str | None = None,
     hardware: str | None = None,
     sets: list[str] | tuple[str, ...] = (),
+    notes: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The raw merged mapping, in override order, before validation."""
+    """The raw merged mapping, in override order, before validation; a line in `notes` for each layer that names
+    moved keys."""
     data: dict[str, Any] = presets.load(preset) if preset else {}
     if config_file:
-        own = aliases.canonical(presets.read_yaml(Path(config_file)), str(config_file))
+        own = aliases.canonical(presets.read_yaml(Path(config_file)), str(config_file), notes)
         data = _overlay(data, aliases.replaced(presets.resolve_layers(own, source=str(config_file)), own))
     if algorithm:
         data = presets.merge_layer(data, presets.load(algorithm, kind="algorithms"))
     if hardware:
         data = presets.merge_layer(data, hardware_layer(hardware))
     if sets:  # one layer: the command line contradicting itself (epochs and max_steps, a name and its alias) is refused
-        data = _overlay(data, _set_layer(sets))
+        data = _overlay(data, _set_layer(sets, notes))
     return data
 
 
-def _set_layer(sets: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """The `--set` items as one layer, TRL names rewritten to rlctl keys."""
+def _set_layer(sets: list[str] | tuple[str, ...], notes: list[str] | None = None) -> dict[str, Any]:
+    """The `--set` items as one layer, TRL names and moved keys rewritten to rlctl keys."""
     layer: dict[str, Any] = {}
     for item in sets:
         layer = presets.deep_merge(layer, parse_set(item))
-    return aliases.canonical(layer, "--set")
+    return aliases.canonical(layer, "--set", notes)
 
 
 def _overlay(data: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
@@ -262,11 +291,13 @@ def resolve(
     algorithm: str | None = None,
     hardware: str | None = None,
     sets: list[str] | tuple[str, ...] = (),
+    notes: list[str] | None = None,
 ) -> RunConfig:
-    """Layer preset, file, flags and --set overrides into one validated RunConfig."""
+    """Layer preset, file, flags and --set overrides into one validated RunConfig; a line in `notes` for each
+    layer that names moved keys."""
     if not preset and not config_file:
         raise UserError("Nothing to run: pass --preset NAME or --config FILE (see `rlctl presets list`).")
-    cfg = validate(layered(preset, config_file, algorithm, hardware, sets))
+    cfg = validate(layered(preset, config_file, algorithm, hardware, sets, notes))
     if cfg.rl.algorithm not in {n for n, p in presets.all_presets().items() if p.kind == "algorithms"}:
         algos = [n for n, p in presets.all_presets().items() if p.kind == "algorithms"]
         raise UserError(
@@ -301,11 +332,13 @@ RESUMABLE = (
     "logging.alarms",
     "logging.alarm_steps",
     "rl.use_vllm",  # the generation engine holds no training state
-    "rl.sync_tolerance",
+    "rl.mismatch.sync_tolerance",
 )
 
 
-def with_resume_overrides(cfg: RunConfig, sets: list[str] | tuple[str, ...]) -> RunConfig:
+def with_resume_overrides(
+    cfg: RunConfig, sets: list[str] | tuple[str, ...], notes: list[str] | None = None
+) -> RunConfig:
     """The run's config with `--set` overrides given to `rlctl resume`; only RESUMABLE keys may change."""
     for item in sets:
         key = aliases.key_for(item.split("=", 1)[0])
@@ -314,10 +347,15 @@ def with_resume_overrides(cfg: RunConfig, sets: list[str] | tuple[str, ...]) -> 
                 f"--set {key} cannot change on resume: the run's checkpoints were made with it. Keys a resume may "
                 f"change: {', '.join(RESUMABLE)}. Start a new run (rlctl train ... --set {item}) to change it."
             )
-    data = _overlay(cfg.model_dump(mode="json"), _set_layer(sets))
+    data = _overlay(cfg.model_dump(mode="json"), _set_layer(sets, notes))
     return validate(data, source="rlctl resume --set")
 
 
+def read_run_config(path: Path, notes: list[str] | None = None) -> dict[str, Any]:
+    """The mapping of a run directory's config.yaml, keys that moved since it was written at their new places."""
+    return aliases.renamed(presets.read_yaml(path), str(path), notes)
+
+
 def load_run_config(path: Path) -> RunConfig:
-    """The resolved config a run directory was started with."""
-    return validate(presets.read_yaml(path), source=str(path))
+    """The resolved config a run directory was started with (keys that moved since, at their new places)."""
+    return validate(read_run_config(path), source=str(path))

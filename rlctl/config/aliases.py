@@ -1,6 +1,8 @@
-"""TRL and transformers argument names users type, answered with rlctl's key: accepted as an alias where the
-meaning is the same, refused with "did you mean" where it differs. One table (`ALIASES`) serves the layering
-(accepted names are rewritten in each layer before layers merge) and the unknown-key message (refused names),
+"""Names users type that are not rlctl's keys, answered with rlctl's key: TRL and transformers argument names,
+accepted as an alias where the meaning is the same and refused with "did you mean" where it differs, and the rl
+keys of earlier releases that moved into a section of rl (`MOVED`), accepted with a notice naming the new key.
+One table (`ALIASES`) serves the layering (accepted names are rewritten in each layer before layers merge, in
+config files, --set and the config.yaml of older run directories) and the unknown-key message (refused names),
 and is printed in docs/config.md.
 
 Also here: `epochs` and `max_steps` of a stage replace each other across layers and may not both be set in one."""
@@ -21,13 +23,49 @@ OFFLINE = ("sft", "dpo", "kto", "rm")
 @dataclass(frozen=True)
 class Alias:
     """A name as typed under `where` (section names; "" = top level; STAGE = every stage) and the rlctl key it
-    means (accepted) or the nearest rlctl key (refused), with the reason."""
+    means (accepted) or the nearest rlctl key (refused), with the reason; `moved`: an rlctl key of an earlier
+    release (not a TRL name) now at `key`."""
 
     where: tuple[str, ...]
     name: str
     key: str
     accepted: bool
     why: str
+    moved: bool = False
+
+
+# rl keys set rarely, moved into sections of rl (issue 30): the old name under rl -> its key under rl. Each keeps
+# its meaning; the name drops the word its section now says (kl_estimator -> kl.estimator).
+MOVED: tuple[tuple[str, str], ...] = (
+    ("policy_loss", "loss.policy"),
+    ("loss_agg", "loss.agg"),
+    ("clip_low", "loss.clip_low"),
+    ("clip_high", "loss.clip_high"),
+    ("cispo_cap", "loss.cispo_cap"),
+    ("dual_clip", "loss.dual_clip"),
+    ("kl_estimator", "kl.estimator"),
+    ("kl_in_reward", "kl.in_reward"),
+    ("kl_target", "kl.target"),
+    ("kl_horizon", "kl.horizon"),
+    ("critic_init", "critic.init"),
+    ("critic_lr", "critic.lr"),
+    ("critic_warmup_steps", "critic.warmup_steps"),
+    ("value_clip", "critic.value_clip"),
+    ("gamma", "returns.gamma"),
+    ("lam", "returns.lam"),
+    ("dynamic_sampling", "filters.dynamic_sampling"),
+    ("dynamic_sampling_rounds", "filters.dynamic_sampling_rounds"),
+    ("overlong_buffer", "filters.overlong_buffer"),
+    ("overlong_penalty", "filters.overlong_penalty"),
+    ("mask_truncated", "filters.mask_truncated"),
+    ("pf_ppo_mode", "filters.pf_ppo_mode"),
+    ("pf_ppo_weight_pow", "filters.pf_ppo_weight_pow"),
+    ("rollout_correction", "mismatch.correction"),
+    ("rollout_correction_cap", "mismatch.correction_cap"),
+    ("sync_tolerance", "mismatch.sync_tolerance"),
+    ("max_turns", "agent.max_turns"),
+    ("max_tool_output_tokens", "agent.max_tool_output_tokens"),
+)
 
 
 ALIASES: tuple[Alias, ...] = (
@@ -54,8 +92,8 @@ ALIASES: tuple[Alias, ...] = (
         "how many policy versions a batch may lag (TRL's AsyncGRPO name)",
     ),
     Alias(("rl",), "num_iterations", "rl.ppo_epochs", True, "passes over each rollout batch (GRPO's mu)"),
-    Alias(("rl",), "epsilon", "rl.clip_low", True, "the ratio's lower clip, 1 - epsilon"),
-    Alias(("rl",), "epsilon_high", "rl.clip_high", True, "the ratio's upper clip, 1 + epsilon_high"),
+    Alias(("rl",), "epsilon", "rl.loss.clip_low", True, "the ratio's lower clip, 1 - epsilon"),
+    Alias(("rl",), "epsilon_high", "rl.loss.clip_high", True, "the ratio's upper clip, 1 + epsilon_high"),
     Alias(("rl",), "kl_coef", "rl.beta", True, "the KL coefficient against the reference policy"),
     Alias(("", "model"), "model_name_or_path", "model.name_or_path", True, "the model to start from"),
     Alias(("",), "lora_r", "model.lora_r", True, "the LoRA rank"),
@@ -101,8 +139,8 @@ ALIASES: tuple[Alias, ...] = (
         "rlctl limits the whole prompt+response sequence and drops longer rows rather than cutting the prompt",
     ),
     Alias(
-        ("rl",), "loss_type", "rl.loss_agg", False,
-        "TRL's loss_type fixes aggregation and normalisation together; rlctl sets them with rl.loss_agg and "
+        ("rl",), "loss_type", "rl.loss.agg", False,
+        "TRL's loss_type fixes aggregation and normalisation together; rlctl sets them with rl.loss.agg and "
         "rl.advantage (or --algorithm dr-grpo, dapo)",
     ),
     Alias(
@@ -110,6 +148,7 @@ ALIASES: tuple[Alias, ...] = (
         "a boolean in TRL; model.adapter picks full, lora or qlora",
     ),
     Alias(("", "model"), "load_in_4bit", "model.adapter", False, "4-bit loading is model.adapter=qlora"),
+    *(Alias(("rl",), old, f"rl.{new}", True, f"moved into rl.{new.split('.')[0]}", moved=True) for old, new in MOVED),
 )  # fmt: skip
 
 # TRL names that already are rlctl keys, with the same meaning (listed in docs/config.md).
@@ -165,10 +204,25 @@ def refusal(loc: tuple[str, ...]) -> str | None:
     )
 
 
-def canonical(layer: dict[str, Any], source: str) -> dict[str, Any]:
-    """`layer` with accepted aliases moved to their rlctl keys; a UserError when a layer sets a name and its key,
-    or a stage's epochs and max_steps, together."""
-    out = copy.deepcopy(layer)
+def canonical(layer: dict[str, Any], source: str, notes: list[str] | None = None) -> dict[str, Any]:
+    """`layer` with accepted aliases moved to their rlctl keys (`renamed`); a UserError when a layer sets a name and
+    its key, or a stage's epochs and max_steps, together."""
+    out = renamed(layer, source, notes)
+    for stage in STAGE_ORDER:
+        sc = out.get(stage)
+        if isinstance(sc, dict) and "epochs" in sc and "max_steps" in sc:
+            raise UserError(
+                f"Invalid {source}: {stage}.epochs and {stage}.max_steps are both set; a stage runs for one or the "
+                f"other (the plan turns epochs into steps), keep one."
+            )
+    return out
+
+
+def renamed(data: dict[str, Any], source: str, notes: list[str] | None = None) -> dict[str, Any]:
+    """`data` (a layer, or a whole saved config) with accepted aliases moved to their rlctl keys, one line in
+    `notes` naming the new keys of moved rl keys; a UserError when it sets a name and its key together."""
+    out = copy.deepcopy(data)
+    moved = []
     for section in ("", *{s for a in ALIASES if a.accepted for s in _sections(a)}):
         holder = out if section == "" else out.get(section)
         if not isinstance(holder, dict):
@@ -177,25 +231,21 @@ def canonical(layer: dict[str, Any], source: str) -> dict[str, Any]:
             found = lookup(section, str(name))
             if found is None or not found[0].accepted:
                 continue
-            key = found[1]
+            alias, key = found
             *parents, last = key.split(".")
             target = out
             for part in parents:
                 target = target.setdefault(part, {})
             if not isinstance(target, dict):
                 continue  # the section is not a mapping: validation says so
+            was = f"moved to {key}" if alias.moved else f"TRL's name for {key}"
             if last in target:
-                raise UserError(
-                    f"Invalid {source}: {typed(section, name)} (TRL's name for {key}) and {key} are both set; keep one."
-                )
+                raise UserError(f"Invalid {source}: {typed(section, name)} ({was}) and {key} are both set; keep {key}.")
             target[last] = holder.pop(name)
-    for stage in STAGE_ORDER:
-        sc = out.get(stage)
-        if isinstance(sc, dict) and "epochs" in sc and "max_steps" in sc:
-            raise UserError(
-                f"Invalid {source}: {stage}.epochs and {stage}.max_steps are both set; a stage runs for one or the "
-                f"other (the plan turns epochs into steps), keep one."
-            )
+            if alias.moved:
+                moved.append(f"{typed(section, name)} is now {key}")
+    if moved and notes is not None:
+        notes.append(f"{source}: {'; '.join(moved)}.")
     return out
 
 
@@ -214,7 +264,7 @@ def replaced(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
 
 
 def markdown() -> list[str]:
-    """The alias table for docs/config.md."""
+    """The alias tables for docs/config.md: TRL names, then the moved rl keys."""
     lines = [
         "## TRL names",
         "",
@@ -226,8 +276,22 @@ def markdown() -> list[str]:
         "|---|---|---|---|",
     ]
     for a in ALIASES:
+        if a.moved:
+            continue
         sections = "/".join(w for w in a.where if w)
         typed_as = ", ".join([f"`{a.name}`"] * ("" in a.where) + [f"`{sections}.{a.name}`"] * bool(sections))
         lines.append(f"| {typed_as} | `{a.key}` | {'alias' if a.accepted else 'refused'} | {a.why} |")
     lines += ["", "Already rlctl keys with TRL's meaning: " + ", ".join(f"`{n}`" for n in SAME_NAMES) + "."]
+    lines += [
+        "",
+        "## Moved keys",
+        "",
+        "The rl keys set rarely moved into sections of rl; each kept its meaning. The old names still work in",
+        "`--set`, config files and the `config.yaml` of older run directories: they are read at the new place with",
+        "a one-line notice (a layer that sets both is refused).",
+        "",
+        "| old key | new key |",
+        "|---|---|",
+        *(f"| `rl.{old}` | `rl.{new}` |" for old, new in MOVED),
+    ]
     return lines

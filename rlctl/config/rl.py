@@ -1,6 +1,9 @@
 """The rl section of the config: the algorithm, its knobs, the rewards, and which code path runs each algorithm
-(TRL's trainers or rlctl's loop), with the TRL trainers' limits checked at validation."""
+(TRL's trainers or rlctl's loop), with the TRL trainers' limits checked at validation. The keys set daily sit
+under rl itself; those set rarely in its sections (loss, kl, critic, returns, filters, mismatch, agent,
+async_rollout; their old flat names are read through `rlctl.config.aliases.MOVED`)."""
 
+from operator import attrgetter
 from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
@@ -64,31 +67,31 @@ RL_ALGORITHM_PATHS: dict[str, str] = {
 }
 OFFLINE_ALGORITHMS: tuple[str, ...] = ("dpo", "kto")
 PATH_NAMES = {"trl-grpo": "TRL GRPOTrainer", "trl-rloo": "TRL RLOOTrainer", "rlctl": "the rlctl loop"}
-# What each TRL trainer runs faithfully: key -> allowed values, the first being the nearest valid default.
+# What each TRL trainer runs faithfully: key (under rl) -> allowed values, the first being the nearest valid default.
 _TRL_LIMITS: dict[str, dict[str, tuple[Any, ...]]] = {
     "trl-grpo": {
         "advantage": ("grpo", "dr_grpo"),
-        "policy_loss": ("ppo", "gspo", "cispo"),
-        "loss_agg": ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"),
-        "kl_estimator": ("k3",),
-        "kl_in_reward": (False,),
-        "kl_target": (None,),
-        "dual_clip": (None,),
-        "critic_init": (None,),
-        "dynamic_sampling": (False,),
-        "pf_ppo_mode": (None,),
+        "loss.policy": ("ppo", "gspo", "cispo"),
+        "loss.agg": ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"),
+        "kl.estimator": ("k3",),
+        "kl.in_reward": (False,),
+        "kl.target": (None,),
+        "loss.dual_clip": (None,),
+        "critic.init": (None,),
+        "filters.dynamic_sampling": (False,),
+        "filters.pf_ppo_mode": (None,),
     },
     "trl-rloo": {
         "advantage": ("rloo",),
-        "policy_loss": ("ppo",),
-        "loss_agg": ("seq-mean-token-sum",),
-        "kl_estimator": ("k1",),
-        "kl_in_reward": (True,),
-        "kl_target": (None,),
-        "dual_clip": (None,),
-        "critic_init": (None,),
-        "dynamic_sampling": (False,),
-        "pf_ppo_mode": (None,),
+        "loss.policy": ("ppo",),
+        "loss.agg": ("seq-mean-token-sum",),
+        "kl.estimator": ("k1",),
+        "kl.in_reward": (True,),
+        "kl.target": (None,),
+        "loss.dual_clip": (None,),
+        "critic.init": (None,),
+        "filters.dynamic_sampling": (False,),
+        "filters.pf_ppo_mode": (None,),
     },
 }
 
@@ -114,33 +117,23 @@ class AsyncRollout(Section):
     )
 
 
-class RLConfig(TrainConfig):
-    """The RL stage. `algorithm` picks the code path; the keys below it are the algorithm's knobs, which every
-    algorithm preset sets in full (see presets/algorithms/ and docs/algorithms.md). `max_steps` counts rollout
-    batches: each makes ppo_epochs x ppo_mini_batches optimizer updates."""
+def _registry_name(key: str, value: Any, known: tuple[str, ...]) -> Any:
+    """`value` when it is a registry name in `known` (or null); else a ValueError for rl.`key` with a did-you-mean."""
+    if value is not None and value not in known:
+        raise ValueError(
+            f"rl.{key}: unknown name '{value}'.{did_you_mean(str(value), known)} Valid: {', '.join(known)}"
+        )
+    return value
 
-    algorithm: str = Field("grpo", description="RL algorithm (an algorithm preset name; see `rlctl presets list`).")
-    trainer: Literal["auto", "rlctl"] = Field(
-        "auto",
-        description="Which code trains rl. auto: TRL's GRPOTrainer for grpo, dr-grpo, gspo and cispo and its "
-        "RLOOTrainer for rloo, rlctl's own loop for the others - and for every algorithm where only the loop "
-        "can run the plan (hardware.strategy=fsdp2 on CPU: the plan says so). rlctl: rlctl's loop for every "
-        "algorithm (the same advantage, loss and KL keys; the loop also runs multi-turn tools).",
-    )
-    prompts_per_step: int = Field(16, ge=1, description="Prompts sampled per step (rollout batch).")
-    group_size: int = Field(8, ge=2, description="Completions sampled per prompt (the group).")
-    max_new_tokens: int = Field(256, ge=1, description="Longest completion in tokens.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature during rollouts.")
-    advantage: Advantage = Field(
-        "grpo",
-        description="Advantage estimator: gae (critic), grpo (group mean/std), dr_grpo (group mean), rloo "
-        "(leave-one-out), reinforce_pp (returns, batch-whitened), reinforce_pp_baseline, remax (greedy baseline).",
-    )
-    policy_loss: PolicyLoss = Field(
+
+class Loss(Section):
+    """rl.loss: the policy loss, how it is aggregated over tokens, and its ratio clipping."""
+
+    policy: PolicyLoss = Field(
         "ppo",
         description="Policy loss: ppo (clipped token ratio), gspo (clipped sequence ratio), cispo (clipped IS weight).",
     )
-    loss_agg: LossAgg = Field(
+    agg: LossAgg = Field(
         "seq-mean-token-mean",
         description="Loss aggregation: token-mean (DAPO), seq-mean-token-mean (GRPO), seq-mean-token-sum (RLOO), "
         "seq-mean-token-sum-norm (Dr. GRPO: / batch x max_new_tokens).",
@@ -152,40 +145,68 @@ class RLConfig(TrainConfig):
     cispo_cap: float = Field(
         5.0,
         gt=1,
-        description="policy_loss=cispo: the absolute cap of the importance weight, min(ratio, cispo_cap) (MiniMax-M1's "
+        description="policy=cispo: the absolute cap of the importance weight, min(ratio, cispo_cap) (MiniMax-M1's "
         "eps_max; TRL's epsilon_high under loss_type=cispo; 5.0 recommended).",
     )
     dual_clip: float | None = Field(
         None, gt=1, description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (verl: 3.0)."
     )
-    beta: float = Field(0.0, ge=0, description="KL coefficient against the reference (starting) policy; 0 = no KL.")
-    kl_estimator: KLEstimator = Field(
+
+    @field_validator("policy", "agg", mode="before")
+    @classmethod
+    def _known_name(cls, value: Any, info) -> Any:
+        """Registry names, with a did-you-mean for typos."""
+        known = {"policy": POLICY_LOSS_NAMES, "agg": AGG_MODES}[info.field_name]
+        return _registry_name(f"loss.{info.field_name}", value, known)
+
+
+class KL(Section):
+    """rl.kl: how the KL to the reference (starting) policy is estimated and applied; its coefficient is rl.beta."""
+
+    estimator: KLEstimator = Field(
         "k3", description="Per-token KL estimator: k1 (log-ratio), k2 (squared), k3 (low-variance), abs."
     )
-    kl_in_reward: bool = Field(
+    in_reward: bool = Field(
         False,
         description="Subtract beta x KL from the token rewards (PPO-RLHF) instead of adding it to the loss (GRPO).",
     )
-    kl_target: float | None = Field(
+    target: float | None = Field(
         None, gt=0, description="Adapt beta towards this KL per token (Ziegler et al. 2019); null = fixed beta."
     )
-    kl_horizon: int = Field(10000, ge=1, description="Horizon of the adaptive KL controller (in sequences).")
-    gamma: float = Field(1.0, ge=0, le=1, description="Discount factor (gae, reinforce_pp).")
-    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (gae).")
-    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (GRPO's mu, TRL num_iterations).")
-    ppo_mini_batches: int = Field(
-        1, ge=1, description="Optimizer updates per pass: the rollout batch is split into this many mini-batches."
-    )
-    critic_init: Literal["policy", "reward_model"] | None = Field(
+    horizon: int = Field(10000, ge=1, description="Horizon of the adaptive KL controller (in sequences).")
+
+    @field_validator("estimator", mode="before")
+    @classmethod
+    def _known_name(cls, value: Any) -> Any:
+        """Registry names, with a did-you-mean for typos."""
+        return _registry_name("kl.estimator", value, KL_NAMES)
+
+
+class Critic(Section):
+    """rl.critic: the value model of advantage=gae."""
+
+    init: Literal["policy", "reward_model"] | None = Field(
         None,
         description="Value model start for advantage=gae: the starting policy, or the reward model of the rm stage "
         "(with a fresh value head); null = no critic.",
     )
-    critic_lr: float | None = Field(
+    lr: float | None = Field(
         None, gt=0, lt=1, description="Critic learning rate; null = the same as learning_rate (verl: 10x the actor's)."
     )
-    critic_warmup_steps: int = Field(0, ge=0, description="Steps that train only the critic before the policy moves.")
+    warmup_steps: int = Field(0, ge=0, description="Steps that train only the critic before the policy moves.")
     value_clip: float = Field(0.2, gt=0, description="Value clipping range around the old values (PPO value loss).")
+
+
+class Returns(Section):
+    """rl.returns: how per-token rewards become returns (advantage gae, reinforce_pp, reinforce_pp_baseline)."""
+
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount factor (gae, reinforce_pp).")
+    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (gae).")
+
+
+class Filters(Section):
+    """rl.filters: sample filters and reward shaping - DAPO dynamic sampling and overlong handling, PF-PPO."""
+
     dynamic_sampling: bool = Field(
         False, description="DAPO: drop groups whose rewards are all equal and sample more prompts to refill the batch."
     )
@@ -208,15 +229,80 @@ class RLConfig(TrainConfig):
         description="PF-PPO policy filtration, resampling the batch by reward: pow, max_min, max_random; null = off.",
     )
     pf_ppo_weight_pow: float = Field(2.0, gt=0, description="Exponent of the pf_ppo_mode=pow weights |reward|^p.")
+
+    @field_validator("pf_ppo_mode", mode="before")
+    @classmethod
+    def _known_name(cls, value: Any) -> Any:
+        """Registry names, with a did-you-mean for typos."""
+        return _registry_name("filters.pf_ppo_mode", value, PF_PPO_MODES)
+
+
+class Mismatch(Section):
+    """rl.mismatch: where the rollout engine (vLLM, the async generator) and the trainer disagree - the weight-sync
+    check and the importance weights that correct the rest."""
+
+    correction: Literal["token_truncate", "sequence_mask", "off"] = Field(
+        "token_truncate",
+        description="vLLM or async_rollout: importance weights for the rollout-training mismatch: token_truncate (TIS, "
+        "min(ratio, cap) per token, verl), sequence_mask (drop sequences whose ratio leaves [1/cap, cap], TRL), off.",
+    )
+    correction_cap: float = Field(2.0, gt=1, description="Cap C of correction (verl's TIS: 2; TRL's sequence_mask: 3).")
+    sync_tolerance: float = Field(
+        0.1,
+        ge=0,
+        description="vLLM only: the largest mean |log-prob difference| between the trainer and vLLM on the tokens "
+        "vLLM just sampled before the run stops as a broken weight sync (checked every step); 0 = no check.",
+    )
+
+
+class Agent(Section):
+    """rl.agent: multi-turn rollouts with rl.tools (rlctl loop only; see docs/agents.md)."""
+
+    max_turns: int = Field(
+        4, ge=1, description="With rl.tools: most model turns per rollout (a tool call and its result between two)."
+    )
+    max_tool_output_tokens: int = Field(
+        256, ge=1, description="With rl.tools: a tool's output is cut to this many tokens before the model reads it."
+    )
+
+
+class RLConfig(TrainConfig):
+    """The RL stage. `algorithm` picks the code path; `advantage`, `beta` and the sections below them (loss, kl,
+    critic, returns, filters) are the algorithm's knobs, which every algorithm preset sets in full (see
+    presets/algorithms/ and docs/algorithms.md). `max_steps` counts rollout batches: each makes ppo_epochs x
+    ppo_mini_batches optimizer updates."""
+
+    algorithm: str = Field("grpo", description="RL algorithm (an algorithm preset name; see `rlctl presets list`).")
+    trainer: Literal["auto", "rlctl"] = Field(
+        "auto",
+        description="Which code trains rl. auto: TRL's GRPOTrainer for grpo, dr-grpo, gspo and cispo and its "
+        "RLOOTrainer for rloo, rlctl's own loop for the others - and for every algorithm where only the loop "
+        "can run the plan (hardware.strategy=fsdp2 on CPU: the plan says so). rlctl: rlctl's loop for every "
+        "algorithm (the same advantage, loss and KL keys; the loop also runs multi-turn tools).",
+    )
+    prompts_per_step: int = Field(16, ge=1, description="Prompts sampled per step (rollout batch).")
+    group_size: int = Field(8, ge=2, description="Completions sampled per prompt (the group).")
+    max_new_tokens: int = Field(256, ge=1, description="Longest completion in tokens.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature during rollouts.")
+    advantage: Advantage = Field(
+        "grpo",
+        description="Advantage estimator: gae (critic), grpo (group mean/std), dr_grpo (group mean), rloo "
+        "(leave-one-out), reinforce_pp (returns, batch-whitened), reinforce_pp_baseline, remax (greedy baseline).",
+    )
+    beta: float = Field(0.0, ge=0, description="KL coefficient against the reference (starting) policy; 0 = no KL.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (GRPO's mu, TRL num_iterations).")
+    ppo_mini_batches: int = Field(
+        1, ge=1, description="Optimizer updates per pass: the rollout batch is split into this many mini-batches."
+    )
     rewards: list[RewardSpec] = Field(
         default_factory=lambda: [RewardSpec(name="exact_match")], description="Reward functions and weights."
     )
     tools: list[str] = Field(
         default_factory=list,
-        description="Tools the policy may call in multi-turn rollouts (rlctl loop only; see docs/agents.md): built-in "
-        "`calculator` (exact arithmetic) and `python` (sandboxed), a plugin `path/to/file.py:function` (its "
-        "signature and docstring describe it to the model), or an entry point of group `rlctl.tools`; empty = "
-        "single-turn.",
+        description="Tools the policy may call in multi-turn rollouts (rlctl loop only; see docs/agents.md and "
+        "rl.agent): built-in `calculator` (exact arithmetic) and `python` (sandboxed), a plugin "
+        "`path/to/file.py:function` (its signature and docstring describe it to the model), or an entry point of "
+        "group `rlctl.tools`; empty = single-turn.",
     )
     allow_unconfined_code: bool = Field(
         False,
@@ -224,52 +310,29 @@ class RLConfig(TrainConfig):
         "(bubblewrap) works, with rlimits and a wall time only: no filesystem, network, process or environment "
         "isolation. Off: such runs are refused before launch (docs/rewards.md, code_tests).",
     )
-    max_turns: int = Field(
-        4, ge=1, description="With rl.tools: most model turns per rollout (a tool call and its result between two)."
-    )
-    max_tool_output_tokens: int = Field(
-        256, ge=1, description="With rl.tools: a tool's output is cut to this many tokens before the model reads it."
-    )
     use_vllm: Literal["auto"] | bool = Field(
         "auto",
         description="Generate with vLLM colocated in sleep mode (auto: on GPUs; true: also with vLLM's CPU build), "
         "or never (false).",
     )
-    sync_tolerance: float = Field(
-        0.1,
-        ge=0,
-        description="vLLM only: the largest mean |log-prob difference| between the trainer and vLLM on the tokens "
-        "vLLM just sampled before the run stops as a broken weight sync (checked every step); 0 = no check.",
+    loss: Loss = Field(default_factory=Loss, description="The policy loss: its kind, aggregation and clipping.")
+    kl: KL = Field(default_factory=KL, description="The KL estimator and controller (the coefficient is rl.beta).")
+    critic: Critic = Field(default_factory=Critic, description="The value model (advantage=gae).")
+    returns: Returns = Field(default_factory=Returns, description="Discount and GAE lambda of the returns.")
+    filters: Filters = Field(default_factory=Filters, description="Sample filters and reward shaping (DAPO, PF-PPO).")
+    mismatch: Mismatch = Field(
+        default_factory=Mismatch, description="The weight-sync check and rollout-training mismatch correction."
     )
+    agent: Agent = Field(default_factory=Agent, description="Multi-turn rollouts with rl.tools.")
     async_rollout: AsyncRollout = Field(
         default_factory=AsyncRollout, description="Asynchronous RL: generation overlapped with training."
     )
-    rollout_correction: Literal["token_truncate", "sequence_mask", "off"] = Field(
-        "token_truncate",
-        description="vLLM or async_rollout: importance weights for the rollout-training mismatch: token_truncate (TIS, "
-        "min(ratio, cap) per token, verl), sequence_mask (drop sequences whose ratio leaves [1/cap, cap], TRL), off.",
-    )
-    rollout_correction_cap: float = Field(
-        2.0, gt=1, description="Cap C of rollout_correction (verl's TIS: 2; TRL's sequence_mask: 3)."
-    )
 
-    @field_validator("advantage", "policy_loss", "loss_agg", "kl_estimator", "pf_ppo_mode", mode="before")
+    @field_validator("advantage", mode="before")
     @classmethod
-    def _known_name(cls, value: Any, info) -> Any:
+    def _known_name(cls, value: Any) -> Any:
         """Registry names, with a did-you-mean for typos."""
-        known = {
-            "advantage": ADVANTAGE_NAMES,
-            "policy_loss": POLICY_LOSS_NAMES,
-            "loss_agg": AGG_MODES,
-            "kl_estimator": KL_NAMES,
-            "pf_ppo_mode": PF_PPO_MODES,
-        }[info.field_name]
-        if value is not None and value not in known:
-            raise ValueError(
-                f"rl.{info.field_name}: unknown name '{value}'.{did_you_mean(str(value), known)} "
-                f"Valid: {', '.join(known)}"
-            )
-        return value
+        return _registry_name("advantage", value, ADVANTAGE_NAMES)
 
     @model_validator(mode="after")
     def _batch(self) -> "RLConfig":
@@ -319,7 +382,7 @@ class RLConfig(TrainConfig):
             )
         limits = _TRL_LIMITS.get(self.path, {})
         for key, allowed in limits.items():
-            value = getattr(self, key)
+            value = attrgetter(key)(self)
             if value not in allowed:
                 loop = ", ".join(a for a, p in RL_ALGORITHM_PATHS.items() if p == "rlctl")
                 raise ValueError(
@@ -327,40 +390,41 @@ class RLConfig(TrainConfig):
                     f"which supports rl.{key} in {{{', '.join(_yaml(a) for a in allowed)}}}; nearest valid: "
                     f"rl.{key}={_yaml(allowed[0])} (other combinations run in the rlctl loop: {loop})"
                 )
-        if self.path == "trl-grpo" and self.policy_loss == "cispo" and self.loss_agg != "token-mean":
+        loss, critic, kl = self.loss, self.critic, self.kl
+        if self.path == "trl-grpo" and loss.policy == "cispo" and loss.agg != "token-mean":
             raise ValueError(
-                f"rl.loss_agg={self.loss_agg}: TRL's cispo loss normalises over all tokens; nearest valid: "
-                "rl.loss_agg=token-mean"
+                f"rl.loss.agg={loss.agg}: TRL's cispo loss normalises over all tokens; nearest valid: "
+                "rl.loss.agg=token-mean"
             )
-        if self.clip_high > 1 and self.policy_loss == "cispo":
+        if loss.clip_high > 1 and loss.policy == "cispo":
             raise ValueError(
-                f"rl.clip_high={self.clip_high}: clip_high is the ratio clip of ppo and gspo (within (0, 1]); "
-                f"cispo's importance-weight cap moved from it to rl.cispo_cap; nearest valid: "
-                f"rl.cispo_cap={self.clip_high} with rl.clip_high=0.2"
+                f"rl.loss.clip_high={loss.clip_high}: clip_high is the ratio clip of ppo and gspo (within (0, 1]); "
+                f"cispo's importance-weight cap moved from it to rl.loss.cispo_cap; nearest valid: "
+                f"rl.loss.cispo_cap={loss.clip_high} with rl.loss.clip_high=0.2"
             )
-        if self.clip_high > 1:
+        if loss.clip_high > 1:
             raise ValueError(
-                f"rl.clip_high={self.clip_high}: the ratio is clipped to 1 + clip_high, which must stay within "
-                f"(0, 1] for policy_loss={self.policy_loss}; nearest valid: rl.clip_high=1.0 (DAPO uses 0.28)"
+                f"rl.loss.clip_high={loss.clip_high}: the ratio is clipped to 1 + clip_high, which must stay within "
+                f"(0, 1] for rl.loss.policy={loss.policy}; nearest valid: rl.loss.clip_high=1.0 (DAPO uses 0.28)"
             )
-        if self.advantage == "gae" and self.critic_init is None:
+        if self.advantage == "gae" and critic.init is None:
             raise ValueError(
-                "rl.advantage=gae needs a critic to estimate values, but rl.critic_init is null; nearest valid: "
-                "rl.critic_init=policy (or reward_model with the rm stage)"
+                "rl.advantage=gae needs a critic to estimate values, but rl.critic.init is null; nearest valid: "
+                "rl.critic.init=policy (or reward_model with the rm stage)"
             )
-        if self.advantage != "gae" and self.critic_init is not None:
+        if self.advantage != "gae" and critic.init is not None:
             raise ValueError(
-                f"rl.critic_init={self.critic_init}: only advantage=gae uses a critic (advantage is "
-                f"{self.advantage}); nearest valid: rl.critic_init=null"
+                f"rl.critic.init={critic.init}: only advantage=gae uses a critic (advantage is "
+                f"{self.advantage}); nearest valid: rl.critic.init=null"
             )
-        if self.critic_init == "reward_model" and "rm" not in stages:
+        if critic.init == "reward_model" and "rm" not in stages:
             raise ValueError(
-                "rl.critic_init=reward_model starts the critic from the rm stage's model, but rm is not in stages; "
-                "nearest valid: rl.critic_init=policy, or add rm to stages (e.g. sft,rm,rl)"
+                "rl.critic.init=reward_model starts the critic from the rm stage's model, but rm is not in stages; "
+                "nearest valid: rl.critic.init=policy, or add rm to stages (e.g. sft,rm,rl)"
             )
-        if self.kl_target is not None and self.beta == 0:
+        if kl.target is not None and self.beta == 0:
             raise ValueError(
-                f"rl.kl_target={self.kl_target} adapts beta, which is 0 (no KL); nearest valid: rl.kl_target=null, "
+                f"rl.kl.target={kl.target} adapts beta, which is 0 (no KL); nearest valid: rl.kl.target=null, "
                 "or set rl.beta > 0 as the starting coefficient"
             )
         if self.tools and self.path != "rlctl":
@@ -372,8 +436,9 @@ class RLConfig(TrainConfig):
             )
         if len(set(self.tools)) != len(self.tools):
             raise ValueError(f"rl.tools lists a tool twice: {', '.join(self.tools)}")
-        if self.overlong_buffer and round(self.overlong_buffer * self.max_new_tokens) < 1:
+        buffer = self.filters.overlong_buffer
+        if buffer and round(buffer * self.max_new_tokens) < 1:
             raise ValueError(
-                f"rl.overlong_buffer={self.overlong_buffer} of rl.max_new_tokens={self.max_new_tokens} is under one "
-                f"token; nearest valid: rl.overlong_buffer={min(0.99, 1 / self.max_new_tokens):.2g}, or 0 (off)"
+                f"rl.filters.overlong_buffer={buffer} of rl.max_new_tokens={self.max_new_tokens} is under one token; "
+                f"nearest valid: rl.filters.overlong_buffer={min(0.99, 1 / self.max_new_tokens):.2g}, or 0 (off)"
             )

@@ -302,7 +302,7 @@ def check_tools(cfg: RunConfig, report: Report) -> None:
     except UserError as e:
         report.errors.append(str(e))
         return
-    report.checks["tools"] = f"{', '.join(found)} (up to {cfg.rl.max_turns} turns per rollout)"
+    report.checks["tools"] = f"{', '.join(found)} (up to {cfg.rl.agent.max_turns} turns per rollout)"
 
 
 def check_row_tools(cfg: RunConfig, rows: list[dict[str, Any]], report: Report) -> None:

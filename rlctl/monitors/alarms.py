@@ -71,7 +71,7 @@ RULES = (
         "every token has been clipped (clip ratio 1) for {n} steps, so no gradient flows through the policy loss",
         "the policy moved far from the one that sampled (learning rate too high, too many rl.ppo_epochs) or the "
         "generation engine samples with stale weights",
-        "lower rl.learning_rate or rl.ppo_epochs; with vLLM keep rl.sync_tolerance on",
+        "lower rl.learning_rate or rl.ppo_epochs; with vLLM keep rl.mismatch.sync_tolerance on",
         _at_one("clip_ratio", "clip_frac"),
     ),
 )

@@ -136,7 +136,7 @@ def _planned_beside(ctx: StageContext) -> dict[str, Any]:
     if name == "rl":
         if any(r.name == "reward_model" for r in ctx.cfg.rl.rewards):
             out["reward_model_dtype"] = _name(torch_dtype(ctx, trainable=False))
-        out["critic"] = ctx.cfg.rl.path == "rlctl" and ctx.cfg.rl.critic_init is not None
+        out["critic"] = ctx.cfg.rl.path == "rlctl" and ctx.cfg.rl.critic.init is not None
         out["phase_offload"] = (NO_OP if plan.hardware.is_cpu else "between phases") if plan.phase_offload else "off"
     return out
 

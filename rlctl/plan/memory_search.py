@@ -130,7 +130,7 @@ def workloads(cfg: RunConfig, world: int) -> list[Workload]:
         micro = None if sc.micro_batch_size == "auto" else int(sc.micro_batch_size)
         if name == "rl":
             rl = cfg.rl
-            critic = getattr(rl, "critic_init", None) is not None or rl.algorithm in CRITIC_ALGORITHMS
+            critic = rl.critic.init is not None or rl.algorithm in CRITIC_ALGORITHMS
             out.append(
                 Workload(
                     "rl",

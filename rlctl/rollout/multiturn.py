@@ -1,6 +1,6 @@
 """Multi-turn rollouts with tools: every live rollout of a batch generates its next turn in one batched engine
 call; the tool calls in each turn are run and their results appended as `tool` messages rendered by the chat
-template; a rollout ends when the model answers without a tool call, after `rl.max_turns` model turns, or when
+template; a rollout ends when the model answers without a tool call, after `rl.agent.max_turns` model turns, or when
 its trajectory would pass `rl.max_new_tokens`. The model's tokens of every turn are trained (`Sample.loss_mask`
 1); the tool-result tokens between turns are context only (0)."""
 
@@ -42,7 +42,7 @@ class Agent:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def clip(self, text: str) -> str:
-        """A tool's output (or error) cut to rl.max_tool_output_tokens tokens, marked ` [cut]` when cut."""
+        """A tool's output (or error) cut to rl.agent.max_tool_output_tokens tokens, marked ` [cut]` when cut."""
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) <= self.max_tool_output_tokens:
             return text
@@ -54,7 +54,9 @@ def agent_for(rl: Any, tokenizer: Any) -> Agent | None:
     if not rl.tools:
         return None
     found = tools.resolve_all(rl.tools)
-    return Agent(tokenizer, found, rl.max_turns, rl.max_new_tokens, rl.max_tool_output_tokens, stop_ids(tokenizer))
+    return Agent(
+        tokenizer, found, rl.agent.max_turns, rl.max_new_tokens, rl.agent.max_tool_output_tokens, stop_ids(tokenizer)
+    )
 
 
 def stop_ids(tokenizer: Any) -> tuple[int, ...]:

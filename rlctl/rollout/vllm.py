@@ -100,19 +100,19 @@ grpo_kwargs = trl_kwargs
 
 
 def trl_correction_kwargs(plan: Plan) -> dict[str, Any]:
-    """GRPOConfig's rollout-training mismatch correction, from rl.rollout_correction (TRL computes the weights
+    """GRPOConfig's rollout-training mismatch correction, from rl.mismatch.correction (TRL computes the weights
     and logs the log-prob gap the sync check reads); RLOOConfig has none."""
     if plan.generation_engine != "vllm":
         return {}
     rl = plan.config.rl
-    if rl.rollout_correction == "off":
+    if rl.mismatch.correction == "off":
         return {"vllm_importance_sampling_correction": False}
-    cap = rl.rollout_correction_cap
+    cap = rl.mismatch.correction_cap
     return {
         "vllm_importance_sampling_correction": True,
-        "vllm_importance_sampling_mode": rl.rollout_correction,
+        "vllm_importance_sampling_mode": rl.mismatch.correction,
         "vllm_importance_sampling_clip_max": cap,
-        "vllm_importance_sampling_clip_min": 1 / cap if rl.rollout_correction == "sequence_mask" else None,
+        "vllm_importance_sampling_clip_min": 1 / cap if rl.mismatch.correction == "sequence_mask" else None,
     }
 
 

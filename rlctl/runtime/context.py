@@ -121,15 +121,15 @@ class StageContext:
         self, step: int, gap: float, worst: float, untrained: bool = False, on: str = "its sampled tokens"
     ) -> SyncMismatch:
         """The error that ends the stage when vLLM generated with weights other than the policy's: the weight-sync
-        check's mean and max |log-prob difference| (`on` what) beyond rl.sync_tolerance. `untrained`: stopped
-        before the step trained (rlctl's loop checks before its update)."""
+        check's mean and max |log-prob difference| (`on` what) beyond rl.mismatch.sync_tolerance. `untrained`:
+        stopped before the step trained (rlctl's loop checks before its update)."""
         last = checkpoint.last_complete(self.checkpoints)
         where = "Nothing of this step was trained; the last" if untrained else "The last"
         return SyncMismatch(
             f"Stage {self.stage.name} stopped at step {step}: vLLM generated with weights other than the policy's "
-            f"(mean |log-prob difference| on {on} {gap:.4f}, max {worst:.4f}; rl.sync_tolerance "
-            f"{self.cfg.rl.sync_tolerance}). Likely causes: LoRA adapters pushed unmerged, a tied embedding / LM "
-            "head not refreshed, a stale engine after wake-up (weights not reloaded), or a parameter pushed under "
+            f"(mean |log-prob difference| on {on} {gap:.4f}, max {worst:.4f}; rl.mismatch.sync_tolerance "
+            f"{self.cfg.rl.mismatch.sync_tolerance}). Likely causes: LoRA adapters pushed unmerged, a tied embedding / "
+            "LM head not refreshed, a stale engine after wake-up (weights not reloaded), or a parameter pushed under "
             f"the wrong name. {where} good checkpoint is {last or 'none'}. Report it with logs/train.log; to run "
             "anyway, resume with --set rl.use_vllm=false."
         )

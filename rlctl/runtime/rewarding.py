@@ -36,9 +36,9 @@ def reward_sources(ctx: StageContext, errors: dict[str, int]) -> tuple[list, lis
 
 
 def overlong_buffer_tokens(ctx: StageContext) -> int:
-    """DAPO's soft-overlong buffer in tokens (rl.overlong_buffer is a fraction of max_new_tokens); 0 = off."""
+    """DAPO's soft-overlong buffer in tokens (rl.filters.overlong_buffer is a fraction of max_new_tokens); 0 = off."""
     rl = ctx.cfg.rl
-    return round(rl.overlong_buffer * rl.max_new_tokens) if rl.overlong_buffer else 0
+    return round(rl.filters.overlong_buffer * rl.max_new_tokens) if rl.filters.overlong_buffer else 0
 
 
 class Scorer:
@@ -70,6 +70,6 @@ class Scorer:
             total += weight * torch.tensor([float(v) if v is not None else 0.0 for v in values])
         if self.buffer:
             lengths = torch.tensor([len(s.completion_ids) for s in samples])
-            total += overlong_penalty(lengths, self.rl.max_new_tokens, self.buffer, self.rl.overlong_penalty)
+            total += overlong_penalty(lengths, self.rl.max_new_tokens, self.buffer, self.rl.filters.overlong_penalty)
         for s, value in zip(samples, total.tolist(), strict=True):
             s.score = value

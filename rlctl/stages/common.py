@@ -87,7 +87,8 @@ class StreamMetrics(TrainerCallback):
                     values[name] = float(value)
         if self.reward_errors is not None:
             values["reward_errors"] = over_ranks(sum(self.reward_errors.values()))
-        gap, tolerance = values.get("sync_logp_diff_mean", 0.0), getattr(self.ctx.settings, "sync_tolerance", 0)
+        gap = values.get("sync_logp_diff_mean", 0.0)
+        tolerance = self.ctx.cfg.rl.mismatch.sync_tolerance if self.ctx.stage.name == "rl" else 0
         if tolerance and gap > tolerance:
             self.broken_sync = (gap, values.get("sync_logp_diff_max", 0.0))
             control.should_save = False

@@ -20,7 +20,7 @@ from rlctl.runtime.rows import training_rows
 from rlctl.stages.common import StageContext, StreamMetrics, save_final, train, training_args
 from rlctl.trainer import offload
 
-# rl.loss_agg -> TRL GRPOTrainer loss_type (policy_loss=cispo uses TRL's "cispo", which normalises like "dapo").
+# rl.loss.agg -> TRL GRPOTrainer loss_type (rl.loss.policy=cispo uses TRL's "cispo", which normalises like "dapo").
 TRL_LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
 
 
@@ -78,14 +78,14 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
 
         funcs.append(get_soft_overlong_punishment(rl.max_new_tokens, overlong_buffer_tokens(ctx)))
         reward_tokenizers.append(None)
-        weights.append(rl.overlong_penalty)
+        weights.append(rl.filters.overlong_penalty)
     if rloo:
         algorithm = {"normalize_advantages": False}
     else:
         algorithm = {
-            "loss_type": "cispo" if rl.policy_loss == "cispo" else TRL_LOSS_TYPE[rl.loss_agg],
+            "loss_type": "cispo" if rl.loss.policy == "cispo" else TRL_LOSS_TYPE[rl.loss.agg],
             "scale_rewards": "group" if rl.advantage == "grpo" else "none",
-            "importance_sampling_level": "sequence" if rl.policy_loss == "gspo" else "token",
+            "importance_sampling_level": "sequence" if rl.loss.policy == "gspo" else "token",
             **vllm.trl_correction_kwargs(ctx.plan),
         }
     batching = trl_batching(ctx)
@@ -96,9 +96,9 @@ def _run_trl(ctx: StageContext, rloo: bool) -> None:
         max_completion_length=rl.max_new_tokens,
         temperature=rl.temperature,
         beta=rl.beta,
-        epsilon=rl.clip_low,
-        epsilon_high=rl.cispo_cap if rl.policy_loss == "cispo" else rl.clip_high,  # TRL: cispo's cap
-        mask_truncated_completions=rl.mask_truncated,
+        epsilon=rl.loss.clip_low,
+        epsilon_high=rl.loss.cispo_cap if rl.loss.policy == "cispo" else rl.loss.clip_high,  # TRL: cispo's cap
+        mask_truncated_completions=rl.filters.mask_truncated,
         reward_weights=weights,
         **algorithm,
         **vllm.trl_kwargs(ctx.plan),  # use_vllm and the vllm_* arguments the memory plan chose

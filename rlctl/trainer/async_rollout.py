@@ -6,7 +6,7 @@ the generator samples the rounds of steps n+1 .. n+K with the newest weights pus
 version v and trained at step n (whose policy is version n-1) is n-1-v versions stale; since a round is
 submitted at most K rounds before it is consumed and the generator always loads the newest version first, that is
 never more than K (NeMo-RL's N-step off-policy GRPO, verl's one-step-off at K=1). The generator's log-probs of
-what it sampled are the behaviour policy of the loop's rollout correction (rl.rollout_correction). With a vLLM
+what it sampled are the behaviour policy of the loop's rollout correction (rl.mismatch.correction). With a vLLM
 engine in the generator, every push also carries the policy's log-probs of a probe text (`PROBE`), which the
 generator compares with vLLM's after loading: the weight-sync check, on every version.
 
@@ -121,7 +121,7 @@ class Pipeline:
             raise loop.ctx.push_stopped(step, done.version)
         if done.probe_gap is not None:
             mean, worst = done.probe_gap
-            tolerance = loop.ctx.cfg.rl.sync_tolerance
+            tolerance = loop.ctx.cfg.rl.mismatch.sync_tolerance
             if tolerance and mean > tolerance:
                 on = f"a probe text, policy version {done.version}"
                 raise loop.ctx.sync_stopped(step, mean, worst, untrained=True, on=on)

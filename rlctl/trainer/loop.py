@@ -13,8 +13,8 @@ complete checkpoint, then each step (`train_step`) calls, in order:
    (ReMax: the greedy baseline; vLLM: the weight-sync check `sync_check` and rollout-correction weights).
 3. `advantages`: on the whole batch gathered from every process (so group statistics, whitening and PF-PPO
    resampling see what a single process would): outcome reward on the last token, KL folded into the token
-   rewards if `kl_in_reward`, then `ADVANTAGE_ESTIMATORS[rl.advantage]`, then PF-PPO resampling.
-4. `update`: `ppo_epochs` passes of `ppo_mini_batches` optimizer updates of the policy (`POLICY_LOSSES[rl.policy_loss]`
+   rewards if `rl.kl.in_reward`, then `ADVANTAGE_ESTIMATORS[rl.advantage]`, then PF-PPO resampling.
+4. `update`: `ppo_epochs` passes of `ppo_mini_batches` optimizer updates of the policy (`POLICY_LOSSES[rl.loss.policy]`
    plus a KL loss term when the KL is not in the reward) and of the critic (`value_loss`), each accumulated over
    micro-batches with weights that make the sum equal the loss aggregated over the whole mini-batch. When the
    plan offloads between phases, the policy's AdamW moments stay in host RAM except around its optimizer step
@@ -135,7 +135,7 @@ def rollout(loop: Loop, step: int) -> Rollout:
         loop.generator.sync(loop.acc.unwrap_model(loop.policy).eval())
         clock.lap("sync")
     kept, spare, generated, rounds = [], [], [], 0
-    max_rounds = rl.dynamic_sampling_rounds if rl.dynamic_sampling else 1
+    max_rounds = rl.filters.dynamic_sampling_rounds if rl.filters.dynamic_sampling else 1
     while len(kept) < rl.prompts_per_step and rounds < max_rounds:
         rounds += 1
         mine = loop.pipeline.next_round(loop, step) if loop.pipeline else sample_round(loop)
@@ -146,7 +146,7 @@ def rollout(loop: Loop, step: int) -> Rollout:
         generated += round_samples
         scores = torch.tensor([s.score for s in round_samples])
         groups = torch.tensor([s.group for s in round_samples])
-        varied = groups_with_variance(scores, groups).tolist() if rl.dynamic_sampling else [True] * len(scores)
+        varied = groups_with_variance(scores, groups).tolist() if rl.filters.dynamic_sampling else [True] * len(scores)
         for i in range(0, len(round_samples), rl.group_size):
             (kept if varied[i] else spare).append(round_samples[i : i + rl.group_size])
     samples = [s for group in (kept + spare)[: rl.prompts_per_step] for s in group]
@@ -202,7 +202,7 @@ def prepare(loop: Loop, samples: list[Sample], step: int) -> Prepared:
         if loop.pipeline is None:  # async: each push is checked by its weights' fingerprint instead
             mismatch = sync_check(loop.ctx, acc, old_logp, rollout_logp, batch.loss_mask, step)
         weights, corr = correction_weights(
-            old_logp, rollout_logp, batch.loss_mask, rl.rollout_correction, rl.rollout_correction_cap
+            old_logp, rollout_logp, batch.loss_mask, rl.mismatch.correction, rl.mismatch.correction_cap
         )
         is_weights, mismatch = loop.gather_rows(weights), mismatch | corr
     return Prepared(batch, old_logp, ref_logp, values, baseline, is_weights, mismatch)
@@ -227,11 +227,11 @@ def remax_baseline(loop: Loop, mine: list[Sample]) -> None:
 
 def sync_check(ctx: StageContext, acc, train: Tensor, rollout: Tensor, mask: Tensor, step: int) -> dict:
     """The weight-sync check: trainer vs vLLM log-probs of the tokens vLLM just sampled, over every process;
-    a mean gap beyond rl.sync_tolerance stops the stage (the math: `rlctl.algorithms.mismatch`)."""
+    a mean gap beyond rl.mismatch.sync_tolerance stops the stage (the math: `rlctl.algorithms.mismatch`)."""
     mean, worst = logprob_gap(train, rollout, mask)
     both = acc.gather(torch.tensor([[mean, worst]], device=acc.device))
     mean, worst = float(both[:, 0].mean()), float(both[:, 1].max())
-    tolerance = ctx.cfg.rl.sync_tolerance
+    tolerance = ctx.cfg.rl.mismatch.sync_tolerance
     if tolerance and mean > tolerance:
         raise ctx.sync_stopped(step, mean, worst, untrained=True)
     return {"sync_logp_diff_mean": mean, "sync_logp_diff_max": worst}
@@ -258,21 +258,23 @@ def advantages(loop: Loop, samples: list[Sample], p: Prepared, step: int) -> Tra
     g_ref = loop.gather_rows(p.ref_logp) if p.ref_logp is not None else None
     g_values = loop.gather_rows(p.values) if p.values is not None else None
     kl_k1 = masked_mean(g_old - g_ref, mask).item() if g_ref is not None else 0.0
-    if rl.kl_in_reward and g_ref is not None:
-        kl = KL_ESTIMATORS[rl.kl_estimator](g_old, g_ref)
+    if rl.kl.in_reward and g_ref is not None:
+        kl = KL_ESTIMATORS[rl.kl.estimator](g_old, g_ref)
         token_rewards = kl_penalty_rewards(token_rewards, kl, loop.kl_ctl.value, mask)
     adv, returns = ADVANTAGE_ESTIMATORS[rl.advantage](
         token_rewards, mask, index=index, values=g_values, baseline=p.baseline, cfg=loop.adv_cfg
     )
     if p.is_weights is not None:  # rollout correction: w >= 0 scales each token's clipped objective
         adv = adv * p.is_weights
-    loss_mask = mask  # advantages use every completion; mask_truncated only leaves the truncated out of the loss
-    if rl.mask_truncated:
+    loss_mask = mask  # advantages use every completion; rl.filters.mask_truncated leaves the truncated out of the loss
+    if rl.filters.mask_truncated:
         loss_mask = mask * torch.tensor([not s.truncated for s in samples], device=acc.device)[:, None]
     order = torch.arange(len(samples), device=acc.device)
-    if rl.pf_ppo_mode:
+    if rl.filters.pf_ppo_mode:
         gen = torch.Generator().manual_seed(cfg.seed * 100003 + step)
-        order = pf_ppo_resample(scores.cpu(), rl.pf_ppo_mode, weight_pow=rl.pf_ppo_weight_pow, generator=gen)
+        order = pf_ppo_resample(
+            scores.cpu(), rl.filters.pf_ppo_mode, weight_pow=rl.filters.pf_ppo_weight_pow, generator=gen
+        )
         order = order.to(acc.device)
     mine_rows = order[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
     batch = collate([samples[i] for i in mine_rows.tolist()], loop.tok.pad_token_id, acc.device)
@@ -290,7 +292,7 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
     acc, rl, cfg = loop.acc, loop.rl, loop.ctx.cfg
     policy, critic, local, batch = loop.policy, loop.critic, train.local, train.batch
     world, temp = acc.num_processes, rl.temperature
-    train_policy = step > rl.critic_warmup_steps
+    train_policy = step > rl.critic.warmup_steps
     policy.train()
     if critic is not None:
         critic.train()
@@ -299,7 +301,7 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
     for _ in range(rl.ppo_epochs):
         for mb in torch.randperm(loop.shard, generator=gen).to(acc.device).split(loop.mini):
             m_mask = local["mask"][mb]
-            units = acc.reduce(loss_units(m_mask, rl.loss_agg), "sum")
+            units = acc.reduce(loss_units(m_mask, rl.loss.agg), "sum")
             tokens = acc.reduce(m_mask.sum(), "sum")
             parts = mb.split(loop.micro)
             for j, rows_ in enumerate(parts):
@@ -308,22 +310,22 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
                 if train_policy:
                     with contextlib.nullcontext() if sync else acc.no_sync(policy):
                         logp = token_logprobs(policy, b, temp)
-                        loss, metrics = POLICY_LOSSES[rl.policy_loss](
+                        loss, metrics = POLICY_LOSSES[rl.loss.policy](
                             logp, local["old"][rows_], local["adv"][rows_], mk, cfg=loop.loss_cfg
                         )
-                        if rl.beta > 0 and not rl.kl_in_reward:
-                            kl_term = KL_ESTIMATORS[rl.kl_estimator](logp, local["ref"][rows_])
+                        if rl.beta > 0 and not rl.kl.in_reward:
+                            kl_term = KL_ESTIMATORS[rl.kl.estimator](logp, local["ref"][rows_])
                             loss = loss + loop.kl_ctl.value * agg_loss(
-                                kl_term, mk, rl.loss_agg, norm_len=rl.max_new_tokens
+                                kl_term, mk, rl.loss.agg, norm_len=rl.max_new_tokens
                             )
-                        weight = loss_units(mk, rl.loss_agg) * world / units.clamp(min=1)
+                        weight = loss_units(mk, rl.loss.agg) * world / units.clamp(min=1)
                         acc.backward(loss * weight)
                     _add(stats, loss=loss.item(), **metrics)
                 if critic is not None:
                     with contextlib.nullcontext() if sync else acc.no_sync(critic):
                         v = token_values(critic, b)
                         v_loss, v_metrics = value_loss(
-                            v, local["values"][rows_], local["returns"][rows_], mk, clip_range=rl.value_clip
+                            v, local["values"][rows_], local["returns"][rows_], mk, clip_range=rl.critic.value_clip
                         )
                         weight = mk.sum() * world / tokens.clamp(min=1)
                         acc.backward(v_loss * weight)
@@ -373,7 +375,7 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
     record.update(p.mismatch)
     if p.ref_logp is not None:
         record.update(kl=train.kl, beta=loop.kl_ctl.value)
-    if rl.dynamic_sampling:
+    if rl.filters.dynamic_sampling:
         record.update(generation_rounds=r.rounds, groups_short=r.shortfall)
     if loop.agent is not None:
         record.update(multiturn.metrics(r.generated))

@@ -45,8 +45,8 @@ def load_models(ctx: StageContext):
 
         policy = get_peft_model(policy, lora)
     critic = None
-    if rl.critic_init is not None:
-        path = init if rl.critic_init == "policy" else str(ctx.run_dir / "rm" / "final")
+    if rl.critic.init is not None:
+        path = init if rl.critic.init == "policy" else str(ctx.run_dir / "rm" / "final")
         critic = AutoModelForTokenClassification.from_pretrained(
             path,
             num_labels=1,

@@ -126,7 +126,7 @@ def setup(ctx: StageContext) -> Loop:
     micro = max(d for d in range(1, min(ctx.stage.micro_batch_size, mini) + 1) if mini % d == 0)
     updates = rl.ppo_epochs * rl.ppo_mini_batches
     opt, sched = optimizer_and_schedule(
-        ctx, policy, rl.learning_rate, (rl.max_steps - min(rl.critic_warmup_steps, rl.max_steps)) * updates
+        ctx, policy, rl.learning_rate, (rl.max_steps - min(rl.critic.warmup_steps, rl.max_steps)) * updates
     )
     if not sharded:
         policy, opt = acc.prepare(policy, opt)
@@ -134,14 +134,14 @@ def setup(ctx: StageContext) -> Loop:
     shards = {"policy": (policy, opt)} if sharded else {}  # what DCP checkpoints (accelerate: schedulers, RNG)
     c_opt = c_sched = None
     if critic is not None:
-        c_opt, c_sched = optimizer_and_schedule(ctx, critic, rl.critic_lr or rl.learning_rate, rl.max_steps * updates)
+        c_opt, c_sched = optimizer_and_schedule(ctx, critic, rl.critic.lr or rl.learning_rate, rl.max_steps * updates)
         if not sharded:
             critic, c_opt = acc.prepare(critic, c_opt)
         acc.register_for_checkpointing(c_sched)
         shards |= {"critic": (critic, c_opt)} if sharded else {}
     if ref is not None and not sharded:
         ref.to(acc.device)
-    kl_ctl = AdaptiveKLController(rl.beta, rl.kl_target, rl.kl_horizon) if rl.kl_target else FixedKLController(rl.beta)
+    kl_ctl = AdaptiveKLController(rl.beta, rl.kl.target, rl.kl.horizon) if rl.kl.target else FixedKLController(rl.beta)
     stream = PromptStream(rows, cfg.seed)
     with sharding.full_loading():
         scorer = Scorer(ctx, tok, acc.device)
@@ -150,14 +150,14 @@ def setup(ctx: StageContext) -> Loop:
     stops = agent.stop_ids if agent else ()
     generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc, weights, stops)
     loss_cfg = PolicyLossConfig(
-        clip_low=rl.clip_low,
-        clip_high=rl.clip_high,
-        dual_clip_c=rl.dual_clip,
-        cispo_max=rl.cispo_cap,
-        loss_agg_mode=rl.loss_agg,
+        clip_low=rl.loss.clip_low,
+        clip_high=rl.loss.clip_high,
+        dual_clip_c=rl.loss.dual_clip,
+        cispo_max=rl.loss.cispo_cap,
+        loss_agg_mode=rl.loss.agg,
         norm_len=rl.max_new_tokens,
     )
-    adv_cfg = AdvantageConfig(gamma=rl.gamma, lam=rl.lam)
+    adv_cfg = AdvantageConfig(gamma=rl.returns.gamma, lam=rl.returns.lam)
     clock = PhaseClock(acc.device.type == "cuda", on_lap=functools.partial(memory_probe.lap, ctx))
     return Loop(
         ctx, acc, tok, policy, ref, critic, opt, sched, c_opt, c_sched, kl_ctl, stream, scorer, generator,
