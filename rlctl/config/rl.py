@@ -106,7 +106,8 @@ class AsyncRollout(Section):
     enabled: bool = Field(
         False,
         description="Generate the next batches in a separate generator process (its own devices, or its own CPU "
-        "threads) while the trainer updates on the current one; weights are pushed to it after every update. "
+        "threads; a vLLM engine of its own with rl.use_vllm) while the trainer updates on the current one; weights "
+        "are pushed to it after every update. "
         "Runs in rlctl's loop for every algorithm; the plan shows the split (docs/algorithms.md, async RL).",
     )
     max_staleness: int = Field(
