@@ -82,10 +82,10 @@ def test_grpo_learns_with_vllm_and_checks_every_sync(vllm_demo: Path):
     assert all(0 <= s["sync_logp_diff_mean"] < 0.05 and "is_ratio_mean" in s for s in steps)
 
 
-@pytest.mark.parametrize("adapter", ["full", "lora"])
-def test_the_loop_learns_with_vllm(vllm_demo: Path, tmp_path: Path, adapter: str):
+def test_the_loop_learns_with_vllm_and_lora(vllm_demo: Path, tmp_path: Path):
+    """rlctl's loop with LoRA adapters merged for each push (full weights: the two-process and async tests)."""
     run_dir = tmp_path / "run"
-    sets = ["--set", f"model.adapter={adapter}", "--set", "rl.learning_rate=2e-3"] if adapter == "lora" else []
+    sets = ["--set", "model.adapter=lora", "--set", "rl.learning_rate=2e-3"]
     proc = _rl_from_sft(vllm_demo, run_dir, "--algorithm", "reinforce-pp", *sets)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert summary(run_dir)["stages"]["rl"]["eval_accuracy"] >= 0.85

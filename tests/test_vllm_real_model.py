@@ -95,9 +95,16 @@ def _steps(run_dir: Path) -> list[dict]:
     return [r for r in records(run_dir) if r.get("stage") == "rl" and "step" in r and "event" not in r]
 
 
-def test_an_honest_sync_holds_on_the_tied_head(smollm2, tmp_path):
-    run_dir, proc = _rl(smollm2, tmp_path)
+@pytest.fixture(scope="module")
+def honest_run(smollm2, tmp_path_factory) -> Path:
+    """The two steps with an honest push (the sync check and the export below read the same run)."""
+    run_dir, proc = _rl(smollm2, tmp_path_factory.mktemp("honest"))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    return run_dir
+
+
+def test_an_honest_sync_holds_on_the_tied_head(honest_run):
+    run_dir = honest_run
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["generation_engine"] == "vllm"
     steps = _steps(run_dir)
@@ -128,11 +135,9 @@ print("RESULT " + json.dumps([o.outputs[0].text for o in outs]))
 """
 
 
-def test_an_export_loads_in_vllm_with_the_greedy_completions_of_rlctl_eval(smollm2, tmp_path):
-    run_dir, proc = _rl(smollm2, tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+def test_an_export_loads_in_vllm_with_the_greedy_completions_of_rlctl_eval(honest_run, tmp_path):
     out = tmp_path / "export"
-    assert rlctl("export", str(run_dir), "--out", str(out)).returncode == 0
+    assert rlctl("export", str(honest_run), "--out", str(out)).returncode == 0
     report = tmp_path / "eval.json"
     proc = rlctl("eval", str(out), "--data", str(_rows(tmp_path)), "--max-new-tokens", "6", "--out", str(report))
     assert proc.returncode == 0, proc.stdout + proc.stderr
