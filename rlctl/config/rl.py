@@ -252,7 +252,8 @@ class Mismatch(Section):
         0.1,
         ge=0,
         description="vLLM only: the largest mean |log-prob difference| between the trainer and vLLM on the tokens "
-        "vLLM just sampled before the run stops as a broken weight sync (checked every step); 0 = no check.",
+        "vLLM just sampled before the run stops as a broken weight sync (checked every step; with "
+        "rl.async_rollout on a probe text after every push); 0 = no check.",
     )
 
 
