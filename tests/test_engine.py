@@ -66,6 +66,8 @@ def test_choose(monkeypatch, spec, installed, use_vllm, expected, warns):
 def test_named_hardware_plans_are_the_same_on_every_machine(monkeypatch, local_gpu, installed):
     monkeypatch.setattr(choice, "installed", lambda: installed)
     monkeypatch.setattr(hardware, "has_local_gpu", lambda: local_gpu)
+    # a plan made where it runs (a local GPU) also warns when this disk is short: here, a disk with room enough
+    monkeypatch.setattr(hardware, "free_disk_gib", lambda path: 1000.0)
     p = build("qwen0.5b-grpo", "1xH100-80GB", "rl.use_vllm=false").to_json()
     q = build("qwen0.5b-grpo", "1xH100-80GB").to_json()
     for doc in (p, q):
