@@ -185,7 +185,10 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
     gen_tokens = sum(map(len, sampled)) / len(sampled) * opts.rollouts
     hf_tokens = gen_tokens * n_hf / opts.rollouts
     return {
-        "plan": {"vllm": the_plan.vllm, "memory": the_plan.memory.get("phases")},
+        "plan": {
+            "vllm": the_plan.vllm.to_json() if the_plan.vllm else None,
+            "memory": the_plan.memory.to_json()["phases"] if the_plan.memory else None,
+        },
         "sleep_wake_s": {k: round(statistics.median(v), 3) for k, v in switches.items()} or "n/a (no sleep on CPU)",
         "sync_s": round(statistics.median(syncs), 3),
         "sync_check": {
