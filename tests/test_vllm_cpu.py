@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -210,10 +211,11 @@ def test_sharded_policy_syncs_into_each_process_engine(vllm_demo: Path, tmp_path
     run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29647"]
     args = [*run, str(worker), str(vllm_demo / "sft" / "final"), str(tmp_path / "plan"), adapter]
     proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")]
-    assert proc.returncode == 0 and len(lines) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for line in lines:
-        result = json.loads(line.split(" ", 1)[1])
+    # each rank prints `RESULT<rank> {json}`; the two ranks' prints can land on one line of the shared stdout
+    found = [(m.group(0), m.end()) for m in re.finditer(r"RESULT\d ", proc.stdout)]
+    assert proc.returncode == 0 and len(found) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for line, end in found:
+        result = json.JSONDecoder().raw_decode(proc.stdout, end)[0]
         for round_, (from_vllm, from_hf) in result.items():
             assert sum(a != b for a, b in zip(from_vllm, from_hf, strict=True)) <= 2, (line[:8], round_)
         assert result["start"][0] != result["after a change"][0], "the update reached vLLM"
