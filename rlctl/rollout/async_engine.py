@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from rlctl import processes
+from rlctl.rollout import multiturn
 from rlctl.rollout.samples import Sample, collate, token_logprobs
 
 POLL_S = 5.0  # how often a wait for the generator checks that it is still alive
@@ -186,8 +187,6 @@ def serve(setup: GeneratorSetup, shared: Shared, requests: Any, replies: Any) ->
 
 
 def _serve(setup: GeneratorSetup, shared: Shared, requests: Any, replies: Any, folder: str) -> None:
-    from rlctl.rollout import multiturn
-
     torch.set_num_threads(setup.threads)
     agent = multiturn.agent_for(setup.rl, setup.tokenizer)
     stops = agent.stop_ids if agent else ()
@@ -202,18 +201,6 @@ def _serve(setup: GeneratorSetup, shared: Shared, requests: Any, replies: Any, f
         samples = round_.samples
         side.sample(agent, samples, setup.seed + round_.key)
         replies.put(Done(round_.key, samples, loaded, mark, time.perf_counter() - start, gap, side.name))
-
-
-def _rollout(agent: Any, engine: Any, samples: list[Sample], eos: int) -> None:
-    """Sample each sample's completion (every turn of it, with tools); the engine's log-probs where it gives them."""
-    from rlctl.rollout import multiturn
-
-    if agent is not None:
-        multiturn.rollout(agent, engine, samples)
-        return
-    for i, (s, ids) in enumerate(zip(samples, engine.generate([s.prompt_ids for s in samples]), strict=True)):
-        s.completion_ids, s.truncated = ids, eos not in ids
-        s.rollout_logprobs = engine.logprobs[i] if engine.logprobs is not None else None
 
 
 class _Transformers:
@@ -241,7 +228,7 @@ class _Transformers:
     def sample(self, agent: Any, samples: list[Sample], seed: int) -> None:
         setup, tok = self.setup, self.setup.tokenizer
         torch.manual_seed(seed)
-        _rollout(agent, self.engine, samples, tok.eos_token_id)
+        multiturn.sample(agent, self.engine, samples, tok.eos_token_id)
         with torch.no_grad():
             for i in range(0, len(samples), setup.batch_size):
                 part = samples[i : i + setup.batch_size]
@@ -274,4 +261,4 @@ class _VLLM:
 
     def sample(self, agent: Any, samples: list[Sample], seed: int) -> None:
         self.engine.seed(seed)
-        _rollout(agent, self.engine, samples, self.setup.tokenizer.eos_token_id)
+        multiturn.sample(agent, self.engine, samples, self.setup.tokenizer.eos_token_id)

@@ -132,6 +132,18 @@ def rollout(agent: Agent, generator: Any, samples: list[Sample], greedy: bool = 
             s.rollout_logprobs = logprobs[id(s)] + [None] * (len(s.completion_ids) - len(logprobs[id(s)]))
 
 
+def sample(agent: Agent | None, generator: Any, samples: list[Sample], eos: int) -> None:
+    """Each sample's completion: every turn of it with tools (`agent`), else one generate call for all; the
+    engine's log-probs of the sampled tokens where it gives them."""
+    if agent is not None:
+        rollout(agent, generator, samples)
+        return
+    for s, ids in zip(samples, generator.generate([s.prompt_ids for s in samples]), strict=True):
+        s.completion_ids, s.truncated = ids, eos not in ids
+    for s, lps in zip(samples, generator.logprobs or [], strict=False):
+        s.rollout_logprobs = lps
+
+
 def answer(agent: Agent, allowed: dict[str, tools.Tool], sample: Sample, call: toolcalls.ToolCall) -> str:
     """The text the model reads back for one call of one of the `allowed` tools; malformed calls and failed
     tools are counted as errors."""

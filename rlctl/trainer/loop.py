@@ -156,13 +156,7 @@ def rollout(loop: Loop, step: int) -> Rollout:
 def sample_round(loop: Loop) -> list[Sample]:
     """This process's share of a round of prompts_per_step prompts x group_size completions, sampled here."""
     mine = loop.take_round()[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
-    if loop.agent is not None:
-        multiturn.rollout(loop.agent, loop.generator, mine)
-        return mine
-    for s, ids in zip(mine, loop.generator.generate([s.prompt_ids for s in mine]), strict=True):
-        s.completion_ids, s.truncated = ids, loop.tok.eos_token_id not in ids
-    for s, lps in zip(mine, loop.generator.logprobs or [], strict=False):
-        s.rollout_logprobs = lps
+    multiturn.sample(loop.agent, loop.generator, mine, loop.tok.eos_token_id)
     return mine
 
 
