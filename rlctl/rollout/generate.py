@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from rlctl.rollout.samples import through_stop
+
 if TYPE_CHECKING:
     from rlctl.plan import Plan
 
@@ -82,9 +84,7 @@ class HFGenerator:
             attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=self.model.device)
             config, synced = self.configs[greedy], self.synced
             gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=config, synced_gpus=synced)
-            for row in gen[: len(real), width:].tolist():
-                end = next((t for t, token in enumerate(row) if token in self.stops), None)
-                out.append(row if end is None else row[: end + 1])
+            out += [through_stop(row, self.stops) for row in gen[: len(real), width:].tolist()]
         return out
 
 

@@ -1,11 +1,13 @@
 """A rollout batch's pieces: one completion of one prompt (`Sample`), the prompt stream that feeds the loop, the
 padded tensors (`Batch`) the trainer's forward passes read, and the log-probs of a batch's completion tokens
-(`token_logprobs`), which the trainer and the async generator process compute alike."""
+(`token_logprobs`), which the trainer and the async generator process compute alike; where a completion ends
+(`through_stop`), for every engine."""
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -30,6 +32,13 @@ class Sample:
     turns: int = 1
     tool_calls: int = 0
     tool_errors: int = 0
+
+
+def through_stop(ids: Sequence[int], stops: Sequence[int]) -> list[int]:
+    """`ids` up to and including the first token in `stops` (all of them when none is): where a completion (a
+    turn) ends, whichever engine sampled it."""
+    end = next((t for t, token in enumerate(ids) if token in stops), len(ids) - 1)
+    return list(ids[: end + 1])
 
 
 class PromptStream:

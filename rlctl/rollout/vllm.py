@@ -197,10 +197,11 @@ class ColocatedVLLM:
         """Completion token ids of each prompt, up to and including the first EOS. vLLM wakes its KV cache,
         samples (greedy: temperature 0) and sleeps again; weights dropped by an earlier sleep are pushed first.
         `logprobs` then holds vLLM's log-prob of each sampled token (None where vLLM gave none)."""
+        from rlctl.rollout.samples import through_stop
+
         self.vllm.temperature = 0.0 if greedy else self.temperature
         _, completions, logprobs, _ = self.vllm.generate(prompts, images=None, num_generations=1)
-        ends = [next((t for t, token in enumerate(ids) if token in self.stops), None) for ids in completions]
-        out = [list(ids) if end is None else list(ids[: end + 1]) for ids, end in zip(completions, ends, strict=True)]
+        out = [through_stop(ids, self.stops) for ids in completions]
         self.logprobs = None
         if logprobs is not None and not greedy:
             pairs = zip(logprobs, out, strict=True)
@@ -264,6 +265,8 @@ class DedicatedVLLM:
         the log-prob of each sampled token (None when greedy)."""
         from vllm import SamplingParams, TokensPrompt
 
+        from rlctl.rollout.samples import through_stop
+
         temperature = 0.0 if greedy else self.temperature
         params = [
             SamplingParams(
@@ -281,8 +284,7 @@ class DedicatedVLLM:
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         out, logprobs = [], []
         for o in (x.outputs[0] for x in outs):
-            end = next((t for t, token in enumerate(o.token_ids) if token in self.stops), len(o.token_ids) - 1)
-            out.append(list(o.token_ids[: end + 1]))
+            out.append(through_stop(o.token_ids, self.stops))
             logprobs.append([lp[t].logprob for t, lp in zip(out[-1], o.logprobs or [], strict=False)])
         self.logprobs = None if greedy else logprobs
         return out
