@@ -201,3 +201,12 @@ def test_help_keeps_brackets_as_typed():
     # rich markup would eat `[gguf]` and leave `pip install 'rlctl'`, an install command that installs nothing extra
     proc = rlctl("export", "--help")
     assert proc.returncode == 0 and proc.stdout.count("rlctl[gguf]") == 2, proc.stdout
+
+
+@pytest.mark.slow
+def test_train_takes_a_blank_omp_num_threads_as_unset(tmp_path):
+    """`export OMP_NUM_THREADS=` (a blank left by a shell profile or a container template) stopped the launch in
+    accelerate's int(); rlctl drops the blank and the run gets its default thread count."""
+    args = ["--preset", "tiny-demo", "--stages", "sft", "--set", "sft.max_steps=1", "--run-dir", str(tmp_path / "r")]
+    proc = rlctl("train", *args, env={"OMP_NUM_THREADS": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -144,6 +144,8 @@ def import_model(the_plan: plan_mod.Plan, console: Console, quiet: bool) -> dict
 
 def _env(the_plan: plan_mod.Plan) -> dict[str, str]:
     env = dict(os.environ)
+    if not env.get("OMP_NUM_THREADS", "1").strip().isdigit():  # `export OMP_NUM_THREADS=`: OpenMP ignores such a
+        del env["OMP_NUM_THREADS"]  # value, accelerate's int() stops the launch on it; unset, it gets the default
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
