@@ -24,10 +24,12 @@ def test_pass_at_k_by_hand():
 
 @pytest.mark.slow
 def test_eval_run_dir_greedy_matches_the_runs_own_evaluation(demo_run: Path, tmp_path: Path):
+    """Without --data a run is scored on its own held-out data, as summary.json was."""
     out = tmp_path / "eval.json"
-    proc = rlctl("eval", str(demo_run), "--data", str(demo_run / "data" / "eval.jsonl"), "--out", str(out))
+    proc = rlctl("eval", str(demo_run), "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     metrics = json.loads(out.read_text())
+    assert Path(metrics["data"]) == demo_run / "data" / "eval.jsonl"
     assert metrics["stage"] == "rl" and metrics["decoding"] == "greedy" and metrics["prompts"] == 180
     assert metrics["accuracy_reward"] == "exact_match"
     assert abs(metrics["accuracy"] - summary(demo_run)["stages"]["rl"]["eval_accuracy"]) < 0.03
@@ -63,6 +65,9 @@ def test_eval_bad_input_exits_2(tmp_path):
     assert proc.returncode == 2 and "Cannot load a model from" in proc.stderr.replace("\n", " ")
     proc = rlctl("eval", str(tmp_path), "--data", str(tmp_path / "e.jsonl"), "--greedy", "--samples", "2")
     assert proc.returncode == 2 and "--greedy" in proc.stderr
+    proc = rlctl("eval", str(tmp_path), cwd=tmp_path)  # not a run: no held-out data to default to
+    assert proc.returncode == 2 and "needs --data FILE" in proc.stderr.replace("\n", " "), proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.jsonl"], "nothing written"
 
 
 # -------------------------------------------------------------------------------------------- report

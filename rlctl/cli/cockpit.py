@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
@@ -20,6 +20,9 @@ from rich.table import Table
 
 from rlctl import strictjson, tables
 from rlctl.errors import UserError
+
+if TYPE_CHECKING:
+    from rlctl.config import RunConfig
 
 TOOL_METRICS = ("turns", "tool_calls", "tool_errors", "tool_call_rate")  # what a run with rl.tools reports
 PLAIN_EVERY_S = 10.0  # `rlctl eval` off a terminal: one progress line at most this often
@@ -214,7 +217,25 @@ def _check_eval_out(out: Path) -> None:
     safewrite.check_file(samples, lambda _: out.is_file() and _is_eval_result(out), "eval samples file")
 
 
-def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> dict[str, Any]:
+def _run_eval_data(target: Path, cfg: RunConfig | None) -> str:
+    """The held-out file a run scored its stages on (summary.json's eval_accuracy): the default of `--data`."""
+    from rlctl.plan import planner
+
+    if cfg is None:
+        raise UserError(
+            f"rlctl eval {target} needs --data FILE: held-out prompts with ground truth. Only a run directory has "
+            "a default, the held-out data it was trained with."
+        )
+    found = planner.data_paths(cfg, target).get("eval")
+    if found is None:
+        raise UserError(
+            f"The run {target} has no held-out data (data.eval was not set): pass --data FILE with held-out prompts "
+            "and ground truth."
+        )
+    return str(found)
+
+
+def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptions) -> dict[str, Any]:
     """Generate, score, print the table, write the JSON and the samples; returns the metrics."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -232,6 +253,8 @@ def evaluate_command(ui: UI, target: Path, data_file: str, opt: EvalOptions) -> 
             f"Cannot load a model from '{target}': no such folder, and not a Hub model id (namespace/name)."
         )
     cfg = verify.run_config(target) if is_run else None
+    if data_file is None:
+        data_file = _run_eval_data(target, cfg)
     specs = (
         [(r, 1.0) for r in opt.reward] if opt.reward else [(r.name, r.weight) for r in cfg.rl.rewards] if cfg else []
     )

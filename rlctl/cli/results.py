@@ -97,7 +97,12 @@ def export(
 def eval_(
     ctx: typer.Context,
     target: Annotated[Path, typer.Argument(help="Run directory, exported model folder, or Hub model id.")],
-    data_file: Annotated[str, typer.Option("--data", "-d", help="Held-out prompts with ground truth (any format).")],
+    data_file: Annotated[
+        str | None,
+        typer.Option(
+            "--data", "-d", help="Held-out prompts with ground truth (any format); a run defaults to its own."
+        ),
+    ] = None,
     stage: Annotated[str | None, typer.Option("--stage", help="For a run: evaluate this stage's model.")] = None,
     samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="Completions per prompt (pass@k).")] = 1,
     temperature: Annotated[
