@@ -17,6 +17,7 @@ from rlctl.rollout.generate import HFGenerator
 from rlctl.trainer import sharding
 
 model_dir, run_dir, adapter = sys.argv[1:4]
+torch.manual_seed(0)  # one change every run: an unseeded one could leave every greedy completion as it was
 sets = [f"model.name_or_path={model_dir}", "rl.use_vllm=true", "hardware.num_processes=2", "hardware.strategy=fsdp2"]
 cfg = config.resolve("tiny-demo", None, "reinforce-pp", None, sets)
 the_plan = plan.build(cfg, run_dir)
@@ -36,6 +37,8 @@ vllm_gen = vllm.ColocatedVLLM(the_plan, policy, acc, tok, sharding.full_weights)
 hf_gen = HFGenerator(tok, cfg.rl.max_new_tokens, cfg.rl.temperature)
 pairs = list(zip(range(10, 40), range(40, 10, -1), strict=True))[acc.process_index :: 2]  # each process its own prompts
 prompts = [tok(f"{a} + {b} =", add_special_tokens=False)["input_ids"] for a, b in pairs]
+# the LoRA step is larger: moving A and B by 0.01 moves the merged weights far less than 0.01
+step = 0.1 if adapter == "lora" else 0.01
 out = {}
 for round_ in ("start", "after a change"):
     vllm_gen.sync(policy)
@@ -46,5 +49,5 @@ for round_ in ("start", "after a change"):
     with torch.no_grad():  # an update the engine must follow, on this process's shards
         for p in policy.parameters():
             if p.requires_grad:
-                p.to_local().add_(0.01 * torch.randn_like(p.to_local()))
+                p.to_local().add_(step * torch.randn_like(p.to_local()))
 print(f"RESULT{acc.process_index} " + json.dumps(out))

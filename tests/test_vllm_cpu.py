@@ -218,6 +218,7 @@ def test_sharded_policy_syncs_into_each_process_engine(vllm_demo: Path, tmp_path
         result = json.JSONDecoder().raw_decode(proc.stdout, end)[0]
         for round_, (from_vllm, from_hf) in result.items():
             assert sum(a != b for a, b in zip(from_vllm, from_hf, strict=True)) <= 2, (line[:8], round_)
+        assert result["start"][1] != result["after a change"][1], "the update changed the gathered model's answers"
         assert result["start"][0] != result["after a change"][0], "the update reached vLLM"
 
 
