@@ -143,9 +143,11 @@ def import_model(the_plan: plan_mod.Plan, console: Console, quiet: bool) -> dict
 
 
 def _env(the_plan: plan_mod.Plan) -> dict[str, str]:
+    """The launched processes' environment: the user's, with rlctl's defaults where the user set none."""
     env = dict(os.environ)
-    if not env.get("OMP_NUM_THREADS", "1").strip().isdigit():  # `export OMP_NUM_THREADS=`: OpenMP ignores such a
-        del env["OMP_NUM_THREADS"]  # value, accelerate's int() stops the launch on it; unset, it gets the default
+    # OpenMP ignores a value that is not a count (`export OMP_NUM_THREADS=`); accelerate's int() stops the launch
+    if not env.get("OMP_NUM_THREADS", "1").strip().isdigit():
+        del env["OMP_NUM_THREADS"]  # unset: the default below on CPU, accelerate's own elsewhere
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
