@@ -276,7 +276,7 @@ def test_old_flat_keys_on_the_command_line_land_at_their_new_places_with_a_notic
 
 def test_old_flat_keys_in_a_config_file(tmp_path):
     path = tmp_path / "rlctl.yaml"
-    path.write_text("defaults: [tiny-demo]\nrl: {kl_estimator: k1, clip_high: 0.28, trainer: rlctl}\n")
+    path.write_text("defaults: [tiny-demo]\nrl: {kl_estimator: k1, clip_high: 0.28}\n")
     notes: list[str] = []
     cfg = config.resolve(config_file=path, notes=notes)
     assert (cfg.rl.kl.estimator, cfg.rl.loss.clip_high) == ("k1", 0.28)
@@ -301,6 +301,25 @@ def test_an_old_runs_config_yaml_loads_as_resume_reads_it(tmp_path):
     assert verify.run_file_problems(tmp_path)[0] == ("config.yaml", [])
     resumed = config.with_resume_overrides(cfg, ["rl.sync_tolerance=0.3"], notes)  # resume --set, old name
     assert resumed.rl.mismatch.sync_tolerance == 0.3 and "rl.mismatch.sync_tolerance" in notes[-1]
+
+
+def test_a_run_that_chose_its_rl_trainer_still_loads_and_a_new_config_naming_it_is_refused(tmp_path):
+    """rl.trainer (TRL's GRPO/RLOO trainers or rlctl's loop) is gone: an older run's config.yaml that holds it
+    resumes with a notice; a config file or --set naming it exits 2 saying what replaced it."""
+    from rlctl.checkpoint import verify
+
+    cfg = config.resolve("tiny-demo")
+    data = yaml.safe_load(config.dump(cfg))
+    data["rl"]["trainer"] = "auto"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    notes: list[str] = []
+    assert verify.run_config(tmp_path, notes=notes) == cfg
+    assert any("rl.trainer is no longer read" in n for n in notes), notes
+    assert config.load_run_config(tmp_path / "config.yaml") == cfg
+    for args in (["--set", "rl.trainer=rlctl"], ["--config", str(tmp_path / "config.yaml")]):
+        proc = rlctl("plan", "--preset", "tiny-demo", *args)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert "rl.trainer is gone: rlctl's own loop now trains every RL algorithm" in " ".join(proc.stderr.split())
 
 
 @pytest.mark.parametrize(

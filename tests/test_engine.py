@@ -24,7 +24,7 @@ from rlctl.plan import hardware
 from rlctl.plan import planner as plan
 from rlctl.plan.parts import VllmSettings
 from rlctl.rollout import vllm
-from rlctl.trainer.offload import Offloaded, callbacks, offload_optimizer_state, reload_optimizer_state
+from rlctl.trainer.offload import Offloaded, offload_optimizer_state, reload_optimizer_state
 
 REPO = Path(__file__).resolve().parent.parent
 STUB = REPO / "tests" / "vllm_stub"
@@ -102,7 +102,6 @@ def test_choose_refuses_forced_vllm_where_it_cannot_run(monkeypatch):
 
 def test_rlctl_loop_plans_colocated_vllm(vllm_here):
     p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0", "rl.algorithm=ppo")
-    assert p.config.rl.path == "rlctl"
     assert p.generation_engine == "vllm" and p.vllm is not None
     gen = next(ph for ph in p.memory.phases if ph.phase == "generation")
     assert "vLLM KV cache" in gen.components_gib
@@ -193,26 +192,6 @@ def test_llm_kwargs_match_what_trl_builds(vllm_here):
     assert "max_num_batched_tokens=4096" in call
 
 
-def test_grpo_trainer_feeds_vllm_the_arguments_we_set():
-    """TRL passes vllm_gpu_memory_utilization, vllm_tensor_parallel_size, vllm_max_model_length and
-    vllm_enable_sleep_mode straight to VLLMGeneration; max_num_seqs is batch x TP x steps_per_generation."""
-    from trl.trainer import grpo_trainer
-
-    source = inspect.getsource(grpo_trainer.GRPOTrainer.__init__)
-    for line in (
-        "tensor_parallel_size=args.vllm_tensor_parallel_size",
-        "gpu_memory_utilization=args.vllm_gpu_memory_utilization",
-        "max_model_length=args.vllm_max_model_length",
-        "enable_sleep_mode=args.vllm_enable_sleep_mode",
-    ):
-        assert line in source, line
-    assert re.search(
-        r"max_num_seqs=args\.per_device_train_batch_size\s*\*\s*args\.vllm_tensor_parallel_size\s*"
-        r"\*\s*args\.steps_per_generation",
-        source,
-    )
-
-
 def test_vllm_generation_kwargs_are_trls_and_the_plans(vllm_here):
     """rlctl's RL loop hands TRL's VLLMGeneration the engine the planner sized (same numbers as llm_kwargs)."""
     from trl.generation.vllm_generation import VLLMGeneration
@@ -297,8 +276,6 @@ def test_vllm_code_lives_in_one_module():
         if path != REPO / "rlctl" / "rollout" / "vllm.py" and pattern.search(path.read_text())
     ]
     assert offenders == []
-    rl = (REPO / "rlctl" / "stages" / "rl.py").read_text()
-    assert "vllm.trl_kwargs(ctx.plan)" in rl and "offload.callbacks(ctx.plan, offloaded)" in rl
 
 
 # --- Optimizer state between phases ------------------------------------------------------------------------------
@@ -349,31 +326,6 @@ def test_reload_returns_state_to_where_it_lived():
     opt.state[param] = {"step": torch.tensor(1.0), "exp_avg": torch.ones(3), "exp_avg_sq": torch.ones(3)}
     assert reload_optimizer_state(opt, Offloaded()) == 2 * 3 * 4  # no record: to the parameter's device
     assert opt.state[param]["exp_avg"].is_meta and not opt.state[param]["step"].is_meta
-
-
-def test_callbacks_follow_the_plan(vllm_here):
-    from transformers import TrainerCallback
-
-    assert callbacks(build("qwen7b-grpo", "8xH100-80GB"), Offloaded()) == []
-    # AdamW leaves the GPU between phases here (tests/test_planner.py works the numbers out)
-    p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192", "rl.algorithm=reinforce-pp")
-    assert p.phase_offload
-    offloaded = Offloaded()
-    (cb,) = callbacks(p, offloaded)
-    assert isinstance(cb, TrainerCallback)
-    # driven the way transformers' Trainer drives it (keyword `optimizer`), on CPU tensors
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 2)
-    opt = torch.optim.AdamW(model.parameters())
-    cb.on_train_begin(None, None, None, optimizer=opt)
-    for _ in range(3):
-        model(torch.randn(3, 4)).sum().backward()
-        cb.on_pre_optimizer_step(None, None, None, optimizer=opt)
-        opt.step()
-        cb.on_optimizer_step(None, None, None, optimizer=opt)
-        opt.zero_grad()
-    assert all(s["exp_avg"].device.type == "cpu" for s in opt.state.values())
-    assert offloaded.switches["offload"]["calls"] == 4 and offloaded.switches["reload"]["calls"] == 3
 
 
 def test_the_install_command_reaches_the_console_intact(monkeypatch):

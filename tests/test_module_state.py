@@ -37,7 +37,6 @@ REGISTRIES = {
 }
 # Hooks into TRL objects, all in the one module that reaches into TRL's internals (no state outlives the object).
 HOOKS = {
-    ("rollout/trl_compat.py", "trainer._generate_and_score_completions"),  # the generation phase, measured
     ("rollout/trl_compat.py", "generation._iter_named_params"),  # rlctl's sharded weights pushed to vLLM
 }
 

@@ -65,7 +65,7 @@ def test_parameter_counts_match_published_models(arch, published, qkv_biases):
 #   6,400 = 80,128) = 160,256; a critic's (score head 64 x 1): 2 x (73,728 + 64) = 147,584
 SMALL = memory_arch.Arch(layers=2, hidden=64, heads=4, kv_heads=2, vocab=100, intermediate=128, tie_embeddings=False)
 P, PL, COPIES, CRITIC_COPIES = 86_848, 8_192, 160_256, 147_584
-LOGITS = 32_896  # TRL's chunked LM head on RL below (test_activations_and_logits_by_hand)
+LOGITS = 52_096  # rlctl's chunked LM head on RL below (test_activations_and_logits_by_hand)
 
 
 def small_env(procs: int = 1, engine_name: str = "vllm") -> memory_model.Env:
@@ -157,15 +157,18 @@ def test_activations_and_logits_by_hand():
     assert memory_model.activations(SMALL, small_env(4), fsdp2._replace(checkpointing=True), RL, 2) == 75_264
     # LoRA keeps dropout copies too: 28 x 2 x (2,432 + 1,024) = 193,536
     assert memory_model.activations(SMALL, env, memory_model.Setup("single", "lora"), RL, 2) == 193_536
-    # TRL's chunked LM head (GRPO): 2 sequences x 8 completion tokens = 16 scored tokens; one tile of 16 x 100 bf16
-    # logits = 3,200, the fp32 gradient of the hidden states 16 x 64 x 4 = 4,096, and the fp32 gradient of the
-    # trained head 100 x 64 x 4 = 25,600 -> 32,896 (a LoRA policy's frozen head has none: 7,296)
-    assert memory_model.logits(SMALL, env, full, RL, 2) == LOGITS == 32_896
-    assert memory_model.logits(SMALL, env, memory_model.Setup("single", "lora"), RL, 2) == 7_296
-    # rlctl's RL loop materialises them: 16 tokens x vocab 100 x 16 B = 25,600, in float32 too
-    loop = RL._replace(loop_reference=True)
-    assert memory_model.logits(SMALL, env, full, loop, 2) == 25_600
-    assert memory_model.logits(SMALL, env._replace(precision="no"), full, loop, 2) == 25_600
+    # rlctl's RL loop scores the 2 sequences x 8 completion tokens = 16 tokens through the head in chunks (all 16 in
+    # one here): 16 x vocab 100 x 14 B = 22,400, the fp32 gradient of the hidden states 16 x 64 x 4 = 4,096, and the
+    # fp32 gradient of the trained head 100 x 64 x 4 = 25,600 -> 52,096 in any precision (a LoRA policy's frozen head
+    # has none: 26,496)
+    assert memory_model.logits(SMALL, env, full, RL, 2) == LOGITS == 52_096
+    assert memory_model.logits(SMALL, env._replace(precision="no"), full, RL, 2) == LOGITS
+    assert memory_model.logits(SMALL, env, memory_model.Setup("single", "lora"), RL, 2) == 26_496
+    # a chunk holds at most LOGPROB_CHUNK_ENTRIES logits (at least one token of each sequence)
+    big = SMALL._replace(vocab=2**22)
+    assert memory_model.logits(big, env, memory_model.Setup("single", "lora"), RL, 2) == (
+        memory_model.LOGPROB_CHUNK_ENTRIES * 14 + 16 * 64 * 4
+    )
 
 
 def test_phases_by_hand():
@@ -259,9 +262,9 @@ def test_qwen7b_on_8xh100_numbers(vllm_here):
     tokens = rl.micro_batch_size * (512 + 1024)  # max_prompt_length + max_new_tokens
     per_layer = 2 * (10 * 3584 + 2 * 512 + 4 * 18944)  # 225,280 B per token per layer
     assert train["activations"] == pytest.approx(tokens * 28 * per_layer / GiB, abs=1e-3)  # 36.094
-    # TRL's chunked LM head: a 4,096 x 32,768 bf16 tile 268,435,456 + fp32 hidden-state gradient 4 x 1,024 x 3,584
-    # x 4 = 58,720,256 + the head's fp32 gradient (gathered whole by TRL) 152,064 x 3,584 x 4 = 2,179,989,504
-    assert train["logits"] == pytest.approx(2_507_145_216 / GiB, abs=1e-3)  # 2.335
+    # the loop's chunked LM head: one chunk of 2^26 logits x 14 B = 939,524,096 + fp32 hidden-state gradient
+    # 4 x 1,024 x 3,584 x 4 = 58,720,256 + the head's fp32 gradient 152,064 x 3,584 x 4 = 2,179,989,504
+    assert train["logits"] == pytest.approx(3_178_233_856 / GiB, abs=1e-3)  # 2.960
     peak = 0.8 + 1.0 + sum(train[k] for k in ("policy weights", "policy gradients", "optimizer states"))
     peak += train["activations"] + train["logits"]
     assert phase(p, "rl/training").peak_gib == pytest.approx(peak, abs=2e-3)
@@ -292,11 +295,11 @@ def test_qwen05b_on_one_h100_numbers(vllm_here):
     tokens = 16 * (512 + 1024)  # 24,576
     per_layer = 30 * 896 + 4 * 128 + 8 * 4864  # 66,304 B per token per layer (fp32 residual)
     assert train["activations"] == pytest.approx(tokens * 24 * per_layer / GiB, abs=1e-3)  # 36.422
-    # TRL's chunked LM head: tile 4,096 x 32,768 x 2 B = 268,435,456 + hidden-state gradient 16 x 1,024 x 896 x 4
-    # = 58,720,256 + the tied head's fp32 gradient 151,936 x 896 x 4 = 544,538,624 -> 871,694,336 B
-    assert train["logits"] == pytest.approx(871_694_336 / GiB, abs=1e-3)  # 0.812
-    # 0.8 + 1 (vLLM residue) + 1.840 + 1.840 + 3.681 + 0.920 + 36.422 + 0.812 = 47.315 of 79.65 x 0.95 = 75.668
-    assert phase(p, "rl/training").peak_gib == pytest.approx(47.315, abs=2e-3)
+    # the loop's chunked LM head: 2^26 logits x 14 B = 939,524,096 + hidden-state gradient 16 x 1,024 x 896 x 4
+    # = 58,720,256 + the tied head's fp32 gradient 151,936 x 896 x 4 = 544,538,624 -> 1,542,782,976 B
+    assert train["logits"] == pytest.approx(1_542_782_976 / GiB, abs=1e-3)  # 1.437
+    # 0.8 + 1 (vLLM residue) + 1.840 + 1.840 + 3.681 + 0.920 + 36.422 + 1.437 = 47.940 of 79.65 x 0.95 = 75.668
+    assert phase(p, "rl/training").peak_gib == pytest.approx(47.940, abs=2e-3)
     # disk: (keep_last 2 + the best + the one being written) checkpoints x (fp32 weights 4P + AdamW 8P)
     # + the fp32 final model 4P = 52P
     assert p.memory.disk.need_gib == pytest.approx(52 * n / GiB, abs=1e-3)  # 23.924
@@ -364,15 +367,13 @@ def test_reference_placement(vllm_here):
     assert build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0").reference == "none"
     sharded = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.04")
     assert sharded.reference == "gpu-sharded"
-    # TRL builds the reference in the policy's dtype, fp32 under full training, sharded over 8 GPUs:
-    # 4 x 7,615,487,488 / 8 = 3,807,743,744 B = 3.546 GiB
-    assert phase(sharded, "rl/training").components_gib["reference model"] == pytest.approx(3.546, abs=1e-3)
-    # replicated: 4 x 494,005,120 = 1,976,020,480 B = 1.840 GiB on the one GPU
+    # rlctl's RL loop (every algorithm) loads its reference frozen, in bf16, and shards it with the policy under
+    # FSDP2: 2 x 7,615,487,488 / 8 = 1,903,871,872 B = 1.773 GiB per GPU
+    assert phase(sharded, "rl/training").components_gib["reference model"] == pytest.approx(1.773, abs=1e-3)
+    # replicated: 2 x 494,005,120 = 988,010,240 B = 0.920 GiB on the one GPU
     whole = build("qwen0.5b-grpo", "1xH100-80GB", "rl.beta=0.04")
     assert (whole.strategy, whole.reference) == ("single", "gpu")
-    assert phase(whole, "rl/training").components_gib["reference model"] == pytest.approx(1.840, abs=1e-3)
-    # rlctl's own RL loop (reinforce-pp) loads its reference frozen, in bf16, and shards it with the policy under
-    # FSDP2: 2 x 7,615,487,488 / 8 = 1,903,871,872 B = 1.773 GiB per GPU
+    assert phase(whole, "rl/training").components_gib["reference model"] == pytest.approx(0.920, abs=1e-3)
     loop = build("qwen7b-grpo", "8xH100-80GB", "rl.algorithm=reinforce-pp", "rl.beta=0.04")
     assert (loop.strategy, loop.adapter, loop.reference) == ("fsdp2", "full", "gpu-sharded")
     assert phase(loop, "rl/training").components_gib["reference model"] == pytest.approx(1.773, abs=1e-3)
@@ -403,25 +404,29 @@ def test_tensor_parallel_when_vllm_weights_crowd_one_gpu(vllm_here):
 
 def test_phase_offload_chosen_when_training_needs_the_room(vllm_here):
     # Qwen2.5-1.5B (P = 28 x 46,795,776 + 151,936 x 1,536 + 1,536 = 1,543,656,960) on one A100-40GB (budget
-    # 40 x 0.95 = 38 GiB), rlctl's loop (reinforce-pp) with 8,192-token completions, micro-batch 1 of 8,704 tokens,
-    # checkpointed:
+    # 40 x 0.95 = 38 GiB), rlctl's loop with 32,768-token completions, micro-batch 2, checkpointed:
     #   context 0.8 + vLLM residue 1 + fp32 weights 4P 5.751 + grads 5.751
     #   + bf16 copies 2 x (28 x 46,792,704 + 233,373,696) = 3,087,138,816 B = 2.875
-    #   + activations 8,704 x (28 x 4 B x 1,536 + 30 x 1,536 + 4 x 256 + 8 x 8,960) = 2,531,262,464 B = 2.357
-    #   + the loop's logits 8,192 x 151,936 x 16 B = 18.547 -> 37.081 GiB; with AdamW (8P = 11.501) also on the GPU
-    #   48.582 > 38
+    #   + activations 18.027 + the loop's chunked LM head 2^26 x 14 B + 65,536 x 1,536 x 4 + 151,936 x 1,536 x 4
+    #   = 2.119 -> 36.323 GiB; with AdamW (8P = 11.501) also on the GPU 47.8 > 38
     # so AdamW leaves the GPU between steps; the optimizer step: 0.8 + 1 + 5.751 + 5.751 + 11.501 = 24.803
-    p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192", "rl.algorithm=reinforce-pp")
+    p = build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=32768", "rl.algorithm=reinforce-pp")
     assert (p.strategy, p.adapter, p.phase_offload, p.gradient_checkpointing) == ("single", "full", True, True)
-    assert (p.stages[0].micro_batch_size, p.stages[0].grad_accum) == (1, 256)
+    assert (p.stages[0].micro_batch_size, p.stages[0].grad_accum) == (2, 128)
     names = [ph.label for ph in p.memory.phases]
     assert names == ["rl/generation", "rl/training", "rl/optimizer step"]
     assert "optimizer states" not in phase(p, "rl/generation").components_gib
-    assert phase(p, "rl/training").peak_gib == pytest.approx(37.081, abs=2e-3)
+    assert phase(p, "rl/training").components_gib["logits"] == pytest.approx(
+        (2**26 * 14 + 65_536 * 1_536 * 4 + 151_936 * 1_536 * 4) / GiB, abs=1e-3
+    )
+    assert phase(p, "rl/training").peak_gib == pytest.approx(36.323, abs=2e-3)
     assert phase(p, "rl/optimizer step").peak_gib == pytest.approx(24.803, abs=2e-3)
     assert p.memory.host.components_gib["optimizer states (between phases)"] == pytest.approx(11.501, abs=1e-3)
     why = next(d["why"] for d in p.decisions if d["setting"] == "optimizer offload" and d["value"] == "between phases")
-    assert "rl/training would peak at 48.6 GiB > 38.0 GiB" in why
+    assert "rl/training would peak at 47.8 GiB > 38.0 GiB" in why
+    # at 8,192 tokens, where the loop once held all [tokens x vocabulary] logits (18.5 GiB) and needed it, AdamW
+    # now stays
+    assert not build("qwen1.5b-grpo", "1xA100-40GB", "rl.beta=0.0", "rl.max_new_tokens=8192").phase_offload
 
 
 def test_transformers_generation_when_vllm_is_not_used(monkeypatch):
@@ -447,22 +452,6 @@ def test_transformers_generation_runs_in_chunks_that_fit(monkeypatch):
     )  # 256 rollouts x (prompt + completion) x K,V x 28 layers x 4 kv heads x 128 x bf16 (gathered FSDP2 units)
     rl = next(s for s in p.stages if s.name == "rl")
     assert 256 % rl.micro_batch_size == 0  # whole micro-batches, and whole groups of 8
-
-
-def test_trl_generates_in_the_planned_chunks():
-    from trl import GRPOConfig
-
-    from rlctl.runtime.context import StageContext
-    from rlctl.stages.rl import trl_batching
-
-    p = build("qwen7b-grpo", "1xH100-80GB", "rl.use_vllm=false")
-    rl = next(s for s in p.stages if s.name == "rl")
-    ctx = StageContext(p.config, p, rl, Path("/tmp/x"), {}, None, True)
-    batching = trl_batching(ctx)
-    assert batching["steps_per_generation"] * batching["per_device_train_batch_size"] == 256
-    assert batching["gradient_accumulation_steps"] % batching["steps_per_generation"] == 0  # on-policy, no IS
-    args = GRPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, num_generations=8, **batching)
-    assert args.generation_batch_size == 256
 
 
 # --- Tiny demo on CPU: reported against RAM, never refused --------------------------------------------------------

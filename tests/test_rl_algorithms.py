@@ -16,7 +16,7 @@ from rlctl.config import presets
 from rlctl.errors import UserError
 from tests.helpers import rlctl, summary
 
-RL_ALGORITHMS = list(config.RL_ALGORITHM_PATHS)
+RL_ALGORITHMS = list(config.RL_ALGORITHMS)
 ALL_ALGORITHMS = [*RL_ALGORITHMS, *config.OFFLINE_ALGORITHMS]
 # Every RL algorithm preset sets all of these (keys under rl), so `--algorithm X` gives the same config whatever
 # came before.
@@ -78,7 +78,7 @@ def test_rl_presets_set_every_algorithm_key_and_resolve(name):
     assert set(ALGORITHM_KEYS) <= keys, set(ALGORITHM_KEYS) - keys
     assert "learning_rate" not in layer and "max_steps" not in layer, "scale-dependent knobs belong to recipes"
     cfg = config.resolve(preset="tiny-demo", algorithm=name)
-    assert cfg.rl.algorithm == name and cfg.rl.path == config.RL_ALGORITHM_PATHS[name]
+    assert cfg.rl.algorithm == name
     # order independence: the same algorithm on top of any other gives the same rl section
     for other in ("ppo", "gspo", "dapo"):
         stacked = config.validate(
@@ -92,10 +92,7 @@ def test_offline_algorithms_replace_rm_and_rl_with_their_stage():
     assert config.resolve(preset="tiny-demo", algorithm="kto").stages == ["sft", "kto"]
 
 
-def test_trl_knobs_come_from_the_algorithm_keys():
-    from rlctl.stages.rl import TRL_LOSS_TYPE
-
-    assert TRL_LOSS_TYPE == {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
+def test_algorithm_presets_set_their_published_knobs():
     dr = config.resolve(preset="tiny-demo", algorithm="dr-grpo").rl
     assert (dr.advantage, dr.loss.agg, dr.beta) == ("dr_grpo", "seq-mean-token-sum-norm", 0.0)
     gspo = config.resolve(preset="tiny-demo", algorithm="gspo").rl
@@ -119,8 +116,7 @@ BAD = [
     (["rl.loss.policy=cispo", "rl.loss.agg=token-mean", "rl.loss.clip_high=5.0"], ["moved", "rl.loss.cispo_cap=5.0"]),
     (["rl.loss.cispo_cap=0.5"], ["rl.loss.cispo_cap", "greater than 1"]),
     (["rl.algorithm=ppo", "rl.advantage=gae", "rl.critic.init=null"], ["needs a critic", "rl.critic.init=policy"]),
-    (["rl.algorithm=grpo", "rl.kl.estimator=k1"], ["TRL GRPOTrainer", "nearest valid: rl.kl.estimator=k3"]),
-    (["rl.algorithm=rloo"], ["TRL RLOOTrainer", "nearest valid: rl.advantage=rloo"]),
+    (["rl.trainer=rlctl"], ["rl.trainer is gone", "rlctl's own loop now trains every RL algorithm"]),
     (["rl.algorithm=dpo"], ["offline preference algorithm", "--algorithm dpo"]),
     (["rl.loss.dual_clip=0.5"], ["rl.loss.dual_clip", "greater than 1"]),
 ]

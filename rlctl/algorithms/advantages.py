@@ -51,7 +51,7 @@ class AdvantageConfig:
     lam: float = 1.0
     norm_by_std: bool = True
     whiten: bool = True
-    eps: float = 1e-6
+    eps: float = 1e-4
 
 
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
@@ -176,8 +176,8 @@ def grpo(
     supervision: ``Â_{i,t} = r̃_i = (r_i - mean(r)) / std(r)``).
 
     ``A_i = (r_i - mean_g(r)) / (std_g(r) + eps)`` (std unbiased, as verl and TRL; dropped if
-    ``not cfg.norm_by_std``), broadcast to every valid token; returns = advantages. TRL uses eps=1e-4,
-    verl 1e-6.
+    ``not cfg.norm_by_std``), broadcast to every valid token; returns = advantages. eps=1e-4 as TRL's
+    GRPOTrainer, the loop's test oracle (tests/test_trl_oracle.py); verl uses 1e-6.
     """
     scores = _scores(token_rewards, mask)
     _, mean, std = _group_stats(scores, index)

@@ -21,10 +21,9 @@ from rlctl.config.rl import (
     AGG_MODES,
     KL_NAMES,
     OFFLINE_ALGORITHMS,
-    PATH_NAMES,
     PF_PPO_MODES,
     POLICY_LOSS_NAMES,
-    RL_ALGORITHM_PATHS,
+    RL_ALGORITHMS,
     RewardSpec,
     RLConfig,
 )
@@ -50,11 +49,10 @@ __all__ = [
     "AGG_MODES",
     "KL_NAMES",
     "OFFLINE_ALGORITHMS",
-    "PATH_NAMES",
     "PF_PPO_MODES",
     "POLICY_LOSS_NAMES",
     "RESUMABLE",
-    "RL_ALGORITHM_PATHS",
+    "RL_ALGORITHMS",
     "STAGE_ORDER",
     "CheckpointConfig",
     "DPOConfig",
@@ -353,7 +351,7 @@ def with_resume_overrides(
 
 def read_run_config(path: Path, notes: list[str] | None = None) -> dict[str, Any]:
     """The mapping of a run directory's config.yaml, keys that moved since it was written at their new places."""
-    return aliases.renamed(presets.read_yaml(path), str(path), notes)
+    return aliases.without_retired(aliases.renamed(presets.read_yaml(path), str(path), notes), str(path), notes)
 
 
 def load_run_config(path: Path) -> RunConfig:

@@ -1,6 +1,7 @@
 """Names users type that are not rlctl's keys, answered with rlctl's key: TRL and transformers argument names,
 accepted as an alias where the meaning is the same and refused with "did you mean" where it differs, and the rl
-keys of earlier releases that moved into a section of rl (`MOVED`), accepted with a notice naming the new key.
+keys of earlier releases that moved into a section of rl (`MOVED`), accepted with a notice naming the new key, or
+whose choice is gone (`RETIRED`): refused in what a user writes, dropped with a notice from an older run's config.
 One table (`ALIASES`) serves the layering (accepted names are rewritten in each layer before layers merge, in
 config files, --set and the config.yaml of older run directories) and the unknown-key message (refused names),
 and is printed in docs/config.md.
@@ -66,6 +67,12 @@ MOVED: tuple[tuple[str, str], ...] = (
     ("max_turns", "agent.max_turns"),
     ("max_tool_output_tokens", "agent.max_tool_output_tokens"),
 )
+
+# rl keys of earlier releases whose choice is gone: key under its section -> what replaced it.
+RETIRED: dict[tuple[str, str], str] = {
+    ("rl", "trainer"): "rlctl's own loop now trains every RL algorithm (grpo, rloo and the rest, with the same "
+    "advantage, loss and KL keys), so there is no trainer to choose",
+}
 
 
 ALIASES: tuple[Alias, ...] = (
@@ -206,8 +213,11 @@ def refusal(loc: tuple[str, ...]) -> str | None:
 
 def canonical(layer: dict[str, Any], source: str, notes: list[str] | None = None) -> dict[str, Any]:
     """`layer` with accepted aliases moved to their rlctl keys (`renamed`); a UserError when a layer sets a name and
-    its key, or a stage's epochs and max_steps, together."""
+    its key, a stage's epochs and max_steps together, or a retired key (`RETIRED`)."""
     out = renamed(layer, source, notes)
+    for (section, name), why in RETIRED.items():
+        if isinstance(out.get(section), dict) and name in out[section]:
+            raise UserError(f"Invalid {source}: {section}.{name} is gone: {why}. Remove it.")
     for stage in STAGE_ORDER:
         sc = out.get(stage)
         if isinstance(sc, dict) and "epochs" in sc and "max_steps" in sc:
@@ -246,6 +256,19 @@ def renamed(data: dict[str, Any], source: str, notes: list[str] | None = None) -
                 moved.append(f"{typed(section, name)} is now {key}")
     if moved and notes is not None:
         notes.append(f"{source}: {'; '.join(moved)}.")
+    return out
+
+
+def without_retired(data: dict[str, Any], source: str, notes: list[str] | None = None) -> dict[str, Any]:
+    """A saved config (an older run's config.yaml) without the keys whose choice is gone, one line in `notes`
+    naming each."""
+    out = copy.deepcopy(data)
+    for (section, name), why in RETIRED.items():
+        holder = out.get(section)
+        if isinstance(holder, dict) and name in holder:
+            del holder[name]
+            if notes is not None:
+                notes.append(f"{source}: {section}.{name} is no longer read: {why}.")
     return out
 
 

@@ -1,9 +1,8 @@
-"""The rl section of the config: the algorithm, its knobs, the rewards, and which code path runs each algorithm
-(TRL's trainers or rlctl's loop), with the TRL trainers' limits checked at validation. The keys set daily sit
+"""The rl section of the config: the algorithm, its knobs and the rewards, which rlctl's own RL loop trains for
+every algorithm (rlctl/trainer/loop.py), with the rules that span several keys checked. The keys set daily sit
 under rl itself; those set rarely in its sections (loss, kl, critic, returns, filters, mismatch, agent,
 async_rollout; their old flat names are read through `rlctl.config.aliases.MOVED`)."""
 
-from operator import attrgetter
 from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
@@ -34,7 +33,7 @@ class RewardSpec(Section):
         ge=0,
         description="Seconds one batch call of this reward may take. The reward runs in a worker process that is "
         "stopped at the deadline (then `on_error` decides); halfway there the console warns that it is slow. 0 runs "
-        "it inside the training process without a deadline (needed for TRL's `log_metric`/`log_extra` callables).",
+        "it inside the training process without a deadline (for a reward that cannot be sent to another process).",
     )
 
 
@@ -50,54 +49,13 @@ KL_NAMES: tuple[str, ...] = get_args(KLEstimator)
 AGG_MODES: tuple[str, ...] = get_args(LossAgg)
 PF_PPO_MODES: tuple[str, ...] = get_args(PFPPOMode)
 
-# The one code path that runs each RL algorithm (`rl.algorithm`): TRL where it implements the algorithm
-# faithfully, else rlctl's own loop (rlctl/trainer/loop.py). dpo and kto are offline stages, not rl.
-RL_ALGORITHM_PATHS: dict[str, str] = {
-    "grpo": "trl-grpo",
-    "dr-grpo": "trl-grpo",
-    "gspo": "trl-grpo",
-    "cispo": "trl-grpo",
-    "rloo": "trl-rloo",
-    "ppo": "rlctl",
-    "dapo": "rlctl",
-    "reinforce-pp": "rlctl",
-    "reinforce-pp-baseline": "rlctl",
-    "remax": "rlctl",
-    "pf-ppo": "rlctl",
-}
+# The RL algorithms (`rl.algorithm`, each an algorithm preset): rlctl's own loop (rlctl/trainer/loop.py) trains every
+# one of them. dpo and kto are offline stages, not rl.
+RL_ALGORITHMS: tuple[str, ...] = (
+    "grpo", "dr-grpo", "gspo", "cispo", "rloo",
+    "ppo", "dapo", "reinforce-pp", "reinforce-pp-baseline", "remax", "pf-ppo",
+)  # fmt: skip
 OFFLINE_ALGORITHMS: tuple[str, ...] = ("dpo", "kto")
-PATH_NAMES = {"trl-grpo": "TRL GRPOTrainer", "trl-rloo": "TRL RLOOTrainer", "rlctl": "the rlctl loop"}
-# What each TRL trainer runs faithfully: key (under rl) -> allowed values, the first being the nearest valid default.
-_TRL_LIMITS: dict[str, dict[str, tuple[Any, ...]]] = {
-    "trl-grpo": {
-        "advantage": ("grpo", "dr_grpo"),
-        "loss.policy": ("ppo", "gspo", "cispo"),
-        "loss.agg": ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"),
-        "kl.estimator": ("k3",),
-        "kl.in_reward": (False,),
-        "kl.target": (None,),
-        "loss.dual_clip": (None,),
-        "critic.init": (None,),
-        "filters.dynamic_sampling": (False,),
-        "filters.pf_ppo_mode": (None,),
-    },
-    "trl-rloo": {
-        "advantage": ("rloo",),
-        "loss.policy": ("ppo",),
-        "loss.agg": ("seq-mean-token-sum",),
-        "kl.estimator": ("k1",),
-        "kl.in_reward": (True,),
-        "kl.target": (None,),
-        "loss.dual_clip": (None,),
-        "critic.init": (None,),
-        "filters.dynamic_sampling": (False,),
-        "filters.pf_ppo_mode": (None,),
-    },
-}
-
-
-def _yaml(value: Any) -> str:
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 class AsyncRollout(Section):
@@ -258,7 +216,7 @@ class Mismatch(Section):
 
 
 class Agent(Section):
-    """rl.agent: multi-turn rollouts with rl.tools (rlctl loop only; see docs/agents.md)."""
+    """rl.agent: multi-turn rollouts with rl.tools (see docs/agents.md)."""
 
     max_turns: int = Field(
         4, ge=1, description="With rl.tools: most model turns per rollout (a tool call and its result between two)."
@@ -269,19 +227,12 @@ class Agent(Section):
 
 
 class RLConfig(TrainConfig):
-    """The RL stage. `algorithm` picks the code path; `advantage`, `beta` and the sections below them (loss, kl,
-    critic, returns, filters) are the algorithm's knobs, which every algorithm preset sets in full (see
-    presets/algorithms/ and docs/algorithms.md). `max_steps` counts rollout batches: each makes ppo_epochs x
-    ppo_mini_batches optimizer updates."""
+    """The RL stage, trained by rlctl's loop. `algorithm` names the algorithm preset; `advantage`, `beta` and the
+    sections below them (loss, kl, critic, returns, filters) are its knobs, which every algorithm preset sets in
+    full (see presets/algorithms/ and docs/algorithms.md). `max_steps` counts rollout batches: each makes
+    ppo_epochs x ppo_mini_batches optimizer updates."""
 
     algorithm: str = Field("grpo", description="RL algorithm (an algorithm preset name; see `rlctl presets list`).")
-    trainer: Literal["auto", "rlctl"] = Field(
-        "auto",
-        description="Which code trains rl. auto: TRL's GRPOTrainer for grpo, dr-grpo, gspo and cispo and its "
-        "RLOOTrainer for rloo, rlctl's own loop for the others - and for every algorithm where only the loop "
-        "can run the plan (hardware.strategy=fsdp2 on CPU: the plan says so). rlctl: rlctl's loop for every "
-        "algorithm (the same advantage, loss and KL keys; the loop also runs multi-turn tools).",
-    )
     prompts_per_step: int = Field(16, ge=1, description="Prompts sampled per step (rollout batch).")
     group_size: int = Field(8, ge=2, description="Completions sampled per prompt (the group).")
     max_new_tokens: int = Field(256, ge=1, description="Longest completion in tokens.")
@@ -301,7 +252,7 @@ class RLConfig(TrainConfig):
     )
     tools: list[str] = Field(
         default_factory=list,
-        description="Tools the policy may call in multi-turn rollouts (rlctl loop only; see docs/agents.md and "
+        description="Tools the policy may call in multi-turn rollouts (see docs/agents.md and "
         "rl.agent): built-in `calculator` (exact arithmetic) and `python` (sandboxed), a plugin "
         "`path/to/file.py:function` (its signature and docstring describe it to the model), or an entry point of "
         "group `rlctl.tools`; empty = single-turn.",
@@ -362,13 +313,6 @@ class RLConfig(TrainConfig):
             )
         return self
 
-    @property
-    def path(self) -> str | None:
-        """The code path of `algorithm`: trl-grpo, trl-rloo or rlctl (None for an offline algorithm); async
-        rollouts always run in rlctl's loop."""
-        path = RL_ALGORITHM_PATHS.get(self.algorithm)
-        return "rlctl" if path and (self.trainer == "rlctl" or self.async_rollout.enabled) else path
-
     def check(self, stages: list[str]) -> None:
         """Rules of the RL stage that span several keys; a ValueError naming the rule and the nearest valid setting."""
         if self.algorithm in OFFLINE_ALGORITHMS:
@@ -376,28 +320,13 @@ class RLConfig(TrainConfig):
                 f"rl.algorithm={self.algorithm} is an offline preference algorithm that runs as the "
                 f"{self.algorithm} stage, not in rl; use --algorithm {self.algorithm} (stages sft,{self.algorithm})"
             )
-        if self.path is None:
-            known = [*RL_ALGORITHM_PATHS, *OFFLINE_ALGORITHMS]
+        if self.algorithm not in RL_ALGORITHMS:
+            known = [*RL_ALGORITHMS, *OFFLINE_ALGORITHMS]
             raise ValueError(
                 f"rl.algorithm '{self.algorithm}' is not a known algorithm.{did_you_mean(self.algorithm, known)} "
                 f"Known: {', '.join(sorted(known))}"
             )
-        limits = _TRL_LIMITS.get(self.path, {})
-        for key, allowed in limits.items():
-            value = attrgetter(key)(self)
-            if value not in allowed:
-                loop = ", ".join(a for a, p in RL_ALGORITHM_PATHS.items() if p == "rlctl")
-                raise ValueError(
-                    f"rl.{key}={_yaml(value)}: algorithm {self.algorithm} runs through {PATH_NAMES[self.path]}, "
-                    f"which supports rl.{key} in {{{', '.join(_yaml(a) for a in allowed)}}}; nearest valid: "
-                    f"rl.{key}={_yaml(allowed[0])} (other combinations run in the rlctl loop: {loop})"
-                )
         loss, critic, kl = self.loss, self.critic, self.kl
-        if self.path == "trl-grpo" and loss.policy == "cispo" and loss.agg != "token-mean":
-            raise ValueError(
-                f"rl.loss.agg={loss.agg}: TRL's cispo loss normalises over all tokens; nearest valid: "
-                "rl.loss.agg=token-mean"
-            )
         if loss.clip_high > 1 and loss.policy == "cispo":
             raise ValueError(
                 f"rl.loss.clip_high={loss.clip_high}: clip_high is the ratio clip of ppo and gspo (within (0, 1]); "
@@ -428,13 +357,6 @@ class RLConfig(TrainConfig):
             raise ValueError(
                 f"rl.kl.target={kl.target} adapts beta, which is 0 (no KL); nearest valid: rl.kl.target=null, "
                 "or set rl.beta > 0 as the starting coefficient"
-            )
-        if self.tools and self.path != "rlctl":
-            loop = ", ".join(a for a, p in RL_ALGORITHM_PATHS.items() if p == "rlctl")
-            raise ValueError(
-                f"rl.tools: multi-turn rollouts with tools run in the rlctl loop, but algorithm {self.algorithm} runs "
-                f"through {PATH_NAMES[self.path]}; nearest valid: rl.trainer=rlctl (the same algorithm in the loop), "
-                f"rl.algorithm=reinforce-pp-baseline (or {loop}), or rl.tools=[]"
             )
         if len(set(self.tools)) != len(self.tools):
             raise ValueError(f"rl.tools lists a tool twice: {', '.join(self.tools)}")

@@ -131,12 +131,11 @@ def _planned_beside(ctx: StageContext) -> dict[str, Any]:
         out["reference"] = plan.reference if uses_reference(ctx) else "none"
         if out["reference"] not in ("none", "adapters-disabled"):
             # rlctl's loop loads it frozen (bf16 under bf16); TRL's trainers build it in the policy's dtype
-            loop = name == "rl" and ctx.cfg.rl.path == "rlctl"
-            out["reference_dtype"] = _name(torch_dtype(ctx, trainable=not loop))
+            out["reference_dtype"] = _name(torch_dtype(ctx, trainable=name != "rl"))
     if name == "rl":
         if any(r.name == "reward_model" for r in ctx.cfg.rl.rewards):
             out["reward_model_dtype"] = _name(torch_dtype(ctx, trainable=False))
-        out["critic"] = ctx.cfg.rl.path == "rlctl" and ctx.cfg.rl.critic.init is not None
+        out["critic"] = ctx.cfg.rl.critic.init is not None
         out["phase_offload"] = (NO_OP if plan.hardware.is_cpu else "between phases") if plan.phase_offload else "off"
     return out
 

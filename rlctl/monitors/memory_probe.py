@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint
-from rlctl.rollout import trl_compat
 
 if TYPE_CHECKING:
     from rlctl.plan.parts import MemoryTable, PhaseMemory
@@ -239,9 +238,8 @@ class TrainerPhases(TrainerCallback):
 
 
 def install(ctx: StageContext, trainer: Any) -> None:
-    """Measure a TRL trainer's phases; GRPO's and RLOO's generation (and scoring) is its own phase."""
+    """Measure a TRL trainer's phases (SFT, reward model, DPO, KTO)."""
     trainer.add_callback(TrainerPhases(ctx))
-    trl_compat.around_generation(trainer, lambda: lap(ctx, "training"), lambda: lap(ctx, "generation"))
 
 
 # --- Beside the plan ----------------------------------------------------------------------------------------------

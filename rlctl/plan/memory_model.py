@@ -48,7 +48,10 @@ NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit NF4 + 8-bit absmax per 64 + f
 MAX_MICRO = 64  # largest micro-batch the planner considers
 TOKENS_PER_MICRO = 4096  # checkpointing stays off when a micro-batch of this many tokens fits without it
 LOGIT_BYTES = {"sft": 12.0, "dpo": 8.0, "rm": 0.0}  # per token per vocab entry at bf16 (x2 in float32), see docs
-LOOP_LOGIT_BYTES = 16.0  # rlctl's RL loop, any precision: fp32 logits, scaled copy, log-softmax and its gradients
+# rlctl's RL loop scores tokens through the LM head in chunks of this many logits (rlctl.rollout.samples), each
+# recomputed in the backward pass: per entry the head's output, its fp32 copy, log-sum-exp's exp and the gradient
+LOGPROB_CHUNK_ENTRIES = 2**26
+LOOP_CHUNK_BYTES = 14.0
 FUSED_TILE = (4096, 32768)  # TRL's chunked LM head (GRPO, RLOO, KTO): tokens x vocabulary entries per tile
 SAMPLING_LOGIT_BYTES = 12.0  # transformers generate: fp32 last-token logits, processed copy, probabilities
 CRITIC_ALGORITHMS = frozenset({"ppo", "vapo"})  # algorithms that train a value model next to the policy
@@ -114,9 +117,9 @@ class Workload(
 
     @property
     def fused_head(self) -> bool:
-        """TRL 1.16's GRPO, RLOO and KTO trainers score tokens through its chunked LM head (`add_fused_lm_head`):
-        no [tokens x vocabulary] logits."""
-        return self.stage == "kto" or (self.stage == "rl" and not self.loop_reference)
+        """TRL 1.16's KTO trainer scores tokens through its chunked LM head (`add_fused_lm_head`): no [tokens x
+        vocabulary] logits (rlctl's RL loop chunks its own: `logits`)."""
+        return self.stage == "kto"
 
 
 class Setup(
@@ -373,17 +376,18 @@ def activations(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) ->
 def logits(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> float:
     """The LM head's working memory for one micro-batch's scored tokens.
 
-    TRL's chunked LM head: one [4,096 x 32,768] tile of logits in the compute dtype, the fp32 gradient of the
-    hidden states, and the fp32 gradient of the head's weight when it trains. rlctl's RL loop: LOOP_LOGIT_BYTES per
-    entry whatever the precision (accelerate hands back fp32 logits under bf16; the loop's log-softmax and its
-    backward are fp32). SFT and DPO: LOGIT_BYTES per entry at bf16, twice that in float32."""
+    TRL's chunked LM head (KTO): one [4,096 x 32,768] tile of logits in the compute dtype, the fp32 gradient of the
+    hidden states, and the fp32 gradient of the head's weight when it trains. rlctl's RL loop: one chunk of
+    LOGPROB_CHUNK_ENTRIES logits at LOOP_CHUNK_BYTES per entry, the fp32 gradient of the hidden states and of the
+    head's weight when it trains. SFT and DPO: LOGIT_BYTES per entry at bf16, twice that in float32."""
     tokens = micro * wl.seqs * wl.logit_tokens
+    head_grad = arch.embedding * 4.0 if setup.adapter == "full" else 0.0
+    if wl.stage == "rl":
+        chunk = min(tokens * arch.vocab, max(LOGPROB_CHUNK_ENTRIES, micro * arch.vocab))
+        return chunk * LOOP_CHUNK_BYTES + tokens * arch.hidden * 4.0 + head_grad
     if wl.fused_head:
         tile = min(tokens, FUSED_TILE[0]) * min(arch.vocab, FUSED_TILE[1]) * env.wb
-        head_grad = arch.embedding * 4.0 if setup.adapter == "full" else 0.0
         return tile + tokens * arch.hidden * 4.0 + head_grad
-    if wl.stage == "rl":
-        return tokens * arch.vocab * LOOP_LOGIT_BYTES
     return tokens * arch.vocab * LOGIT_BYTES.get(wl.stage, 8.0) * env.wb / 2
 
 

@@ -144,8 +144,8 @@ def workloads(cfg: RunConfig, world: int) -> list[Workload]:
                     reward_model=any(r.name == "reward_model" for r in rl.rewards),
                     critic=critic,
                     micro_fixed=micro,
-                    loop_reference=getattr(rl, "path", None) == "rlctl",
-                    chunkable=getattr(rl, "path", None) == "rlctl" or rl.ppo_epochs * rl.ppo_mini_batches == 1,
+                    loop_reference=True,
+                    chunkable=True,
                 )
             )
         elif name == "rm":  # a sequence classifier on chosen + rejected: no vocabulary logits

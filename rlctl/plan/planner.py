@@ -209,13 +209,12 @@ def build(
     """The plan for `cfg` in `run_dir`; a UserError (exit 2) when no plan fits the hardware. `lengths`: the data's
     counted lengths by stage (see LENGTH_KEYS), `prompt_tokens` its longest RL prompt alone, as the pre-flight
     counted them (else what the run directory recorded, else unknown: the configured limits). `cfg` is left as
-    given: what the plan resolves (epochs into steps, the trainer, embeddings, architecture) is in `Plan.config`."""
+    given: what the plan resolves (epochs into steps, embeddings, architecture) is in `Plan.config`."""
     cfg = cfg.model_copy(deep=True)
     hardware = _nodes(cfg, hw.resolve(cfg.hardware.spec))
     procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
     warnings = missing_data(cfg)
     epoch_decisions = epochs.resolve(cfg)
-    trainer = strategies.loop_for_sharding(cfg, hardware)
     embeddings = strategies.embeddings_for_adapters(cfg)
     cfg, arch_source = model_arch.resolve(cfg, warnings)
     precision = precision_for(cfg, hardware, warnings)
@@ -245,7 +244,8 @@ def build(
     for name, batch in global_batches.items():
         batches[name] = (batch, *_batching(name, batch, getattr(cfg, name).micro_batch_size, world))
     given = lengths if prompt_tokens is None else {**(lengths or {}), "rl": prompt_tokens}
-    mem_cfg = data_lengths.as_long_as_the_data(cfg, data_lengths.data_lengths_of(run_dir, given), trainer)
+    fitted: list[dict[str, str]] = []  # the lengths the memory model takes from the data
+    mem_cfg = data_lengths.as_long_as_the_data(cfg, data_lengths.data_lengths_of(run_dir, given), fitted)
     mem = _decide_memory(mem_cfg, hardware, procs, engine, precision, split)
     if mem is None:  # no architecture numbers: the defaults, unchecked
         strategy = cfg.hardware.strategy
@@ -301,7 +301,7 @@ def build(
     if split is not None:
         split, vllm, generation = _async_sides(split, memory_table, vllm, generation)
         decisions.append(split.decision())
-    decisions += epoch_decisions + trainer + (embeddings if adapter in ("lora", "qlora") else [])
+    decisions += epoch_decisions + fitted + (embeddings if adapter in ("lora", "qlora") else [])
     per_stage = strategies.stage_strategies(cfg, hardware, strategy, decisions, warnings)
     here = hardware.is_cpu or hw.has_local_gpu()
     vllm_forced = engine == "vllm" and cfg.rl.use_vllm is True

@@ -1,9 +1,8 @@
-"""Plan decisions about how each stage trains: embeddings beside adapters, rlctl's loop where only it can shard,
-and each stage's distribution strategy where the hardware cannot run the plan's."""
+"""Plan decisions about how each stage trains: embeddings beside adapters, and each stage's distribution strategy
+where the hardware cannot run the plan's."""
 
 from __future__ import annotations
 
-from rlctl import config as config_mod
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import hardware as hw
@@ -25,21 +24,6 @@ def embeddings_for_adapters(cfg: RunConfig) -> list[dict[str, str]]:
     return [{"setting": "model.train_embeddings", "value": "true (embeddings and output head train)", "why": why}]
 
 
-def loop_for_sharding(cfg: RunConfig, hardware: hw.Hardware) -> list[dict[str, str]]:
-    """hardware.strategy=fsdp2 on CPU with rl.trainer=auto: an algorithm TRL trains runs in rlctl's loop instead,
-    the only trainer that shards there. Set in `cfg` itself, so the run's config.yaml holds it for every process and
-    every resume. The decision, or none."""
-    rl = cfg.rl
-    if not (hardware.is_cpu and cfg.hardware.strategy == "fsdp2" and "rl" in cfg.stages):
-        return []
-    if rl.trainer != "auto" or rl.path in ("rlctl", None):
-        return []
-    trl = config_mod.PATH_NAMES[rl.path]
-    rl.trainer = "rlctl"
-    why = f"{trl} cannot shard on CPU (accelerate engages FSDP only on GPUs); rlctl's loop shards itself"
-    return [{"setting": "rl.trainer", "value": f"rlctl ({rl.algorithm} in rlctl's loop)", "why": why}]
-
-
 def stage_strategies(
     cfg: RunConfig, hardware: hw.Hardware, strategy: str, decisions: list[dict[str, str]], warnings: list[str]
 ) -> dict[str, str]:
@@ -48,14 +32,14 @@ def stage_strategies(
     GPUs, and the plan says so. fsdp2 on CPU with no stage that can shard is refused."""
     if not (hardware.is_cpu and strategy == "fsdp2"):
         return dict.fromkeys(cfg.stages, strategy)
-    out = {name: "fsdp2" if name == "rl" and cfg.rl.path == "rlctl" else "ddp" for name in cfg.stages}
+    out = {name: "fsdp2" if name == "rl" else "ddp" for name in cfg.stages}
     ddp = [name for name, how in out.items() if how == "ddp"]
     if len(ddp) == len(out):
         raise UserError(
             f"Invalid config: hardware.strategy=fsdp2 on CPU, but no stage of this run can shard there: "
             f"{', '.join(ddp)} train through TRL and accelerate, which engages FSDP only on GPUs (on CPU it would be "
-            "plain DDP under an FSDP2 label). On CPU rlctl's own RL loop shards itself: run the rl stage (with "
-            "rl.trainer=auto or rlctl; the plan then states which other stages run DDP), or use --set "
+            "plain DDP under an FSDP2 label). On CPU rlctl's own RL loop shards itself: run the rl stage (the plan "
+            "then states which other stages run DDP), or use --set "
             "hardware.strategy=ddp (or auto)."
         )
     if ddp:

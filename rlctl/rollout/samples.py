@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from rlctl.plan.memory_model import LOGPROB_CHUNK_ENTRIES
 
 
 @dataclass
@@ -110,14 +113,60 @@ def rollout_logprobs(samples: list[Sample], like: Tensor) -> Tensor | None:
 
 
 def token_logprobs(model, batch: Batch, temperature: float) -> Tensor:
-    """log π(y_t | x, y_<t) of the completion tokens, [b, T], from logits / temperature (as sampled)."""
+    """log π(y_t | x, y_<t) of the completion tokens, [b, T], from logits / temperature (as sampled).
+
+    The LM head runs in chunks of tokens (`LOGPROB_CHUNK_ENTRIES` logits at a time, each recomputed in the
+    backward pass) on the final hidden states, which a hook on the head takes from the model's own forward (so DDP,
+    FSDP2, LoRA and autocast see an ordinary forward); the model itself projects one position. No
+    [tokens x vocabulary] tensor is ever whole, and no division at temperature 1. Models whose logits the head alone
+    does not make (soft-capped or scaled logits) get the plain forward."""
     t = batch.completion_ids.shape[1]
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-        logits_to_keep=t + 1,
-    )
-    logits = out.logits[:, :-1].float() / temperature
-    return torch.log_softmax(logits, -1).gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+    inputs |= {"position_ids": batch.position_ids, "use_cache": False}
+    head = _output_head(model)
+    if head is None:
+        logits = model(**inputs, logits_to_keep=t + 1).logits[:, :-1].float()
+        return _picked_logprobs(logits, batch.completion_ids, temperature)
+    captured: list[Tensor] = []
+
+    def take_hidden(_module, args):
+        captured.append(args[0][:, -t - 1 : -1])
+        return (args[0][:, -1:],)  # the model's own projection: one position, whose logits nobody reads
+
+    handle = head.register_forward_pre_hook(take_hidden)
+    try:
+        model(**inputs, logits_to_keep=t + 1)
+    finally:
+        handle.remove()
+    hidden, ids = captured[0], batch.completion_ids
+    rows = max(1, LOGPROB_CHUNK_ENTRIES // head.weight.shape[0] // max(1, hidden.shape[0]))
+    parts = []
+    for i in range(0, t, rows):
+        h, y = hidden[:, i : i + rows], ids[:, i : i + rows]
+        if torch.is_grad_enabled():
+            parts.append(checkpoint(_head_logprobs, head, h, y, temperature, use_reentrant=False))
+        else:
+            parts.append(_head_logprobs(head, h, y, temperature))
+    return torch.cat(parts, dim=1)
+
+
+def _output_head(model) -> torch.nn.Module | None:
+    """The LM head whose output alone gives the logits (None for soft-capped or scaled logits, or no head)."""
+    inner = getattr(model, "module", model)  # DDP's wrapper
+    config = getattr(inner, "config", None)
+    if any(getattr(config, key, None) for key in ("final_logit_softcapping", "logit_scale", "logits_scaling")):
+        return None
+    get = getattr(inner, "get_output_embeddings", None)
+    head = get() if get is not None else None
+    return head if isinstance(head, torch.nn.Module) and hasattr(head, "weight") else None
+
+
+def _head_logprobs(head: torch.nn.Module, hidden: Tensor, ids: Tensor, temperature: float) -> Tensor:
+    return _picked_logprobs(head(hidden).float(), ids, temperature)
+
+
+def _picked_logprobs(logits: Tensor, ids: Tensor, temperature: float) -> Tensor:
+    """log-softmax(logits / temperature) at `ids`, as the label's logit less the log-sum-exp (no log-softmax copy)."""
+    if temperature != 1.0:
+        logits = logits / temperature
+    return logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)

@@ -5,8 +5,6 @@ and refuses another series with the install command, rather than failing deep in
 - `VLLMGeneration` (trl.generation.vllm_generation): the colocated engine of rlctl's loop.
 - `VLLMGeneration._iter_named_params` / `sync_weights`: the weight push, replaced for a sharded policy and for
   vLLM's CPU build.
-- `GRPOTrainer._generate_and_score_completions` (and RLOO's): wrapped so the memory probe sees generation as a
-  phase of its own.
 """
 
 from __future__ import annotations
@@ -50,22 +48,3 @@ def pushed_weights(generation: Any) -> Iterator[tuple[str, Any]]:
 def replace_push(generation: Any, push: Callable[[Any], None]) -> None:
     """Replace the engine's weight push (`sync_weights`) with `push(generation)`."""
     generation.sync_weights = types.MethodType(push, generation)
-
-
-def around_generation(trainer: Any, before: Callable[[], None], after: Callable[[], None]) -> bool:
-    """Call `before` and `after` around each of a GRPO/RLOO trainer's generate-and-score phases; False for a
-    trainer without one (SFT, DPO, ...)."""
-    check()
-    generate = getattr(trainer, "_generate_and_score_completions", None)
-    if generate is None:
-        return False
-
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        before()
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            after()
-
-    trainer._generate_and_score_completions = wrapped
-    return True

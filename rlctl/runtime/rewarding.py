@@ -1,9 +1,10 @@
-"""The RL stage's reward sources, shared by TRL's trainers (rlctl.stages.rl) and rlctl's loop
-(rlctl.trainer.loop): rl.rewards resolved to functions (in worker processes with deadlines, guarded by their
+"""The RL stage's reward sources for rlctl's loop (rlctl.trainer.loop): rl.rewards resolved to functions (in worker processes with deadlines, guarded by their
 on_error) or the trained reward model, DAPO's overlong buffer in tokens, and the loop's `Scorer` that sums them
 per completion."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -50,7 +51,9 @@ class Scorer:
         self.funcs = [f.to(device).eval() if isinstance(f, torch.nn.Module) else f for f in self.funcs]
         self.tok, self.rl, self.buffer = tokenizer, ctx.cfg.rl, overlong_buffer_tokens(ctx)
 
-    def __call__(self, samples: list[Sample]) -> None:
+    def __call__(self, samples: list[Sample], state: Any = None) -> None:
+        """Each sample's score; `state` (a transformers `TrainerState`: the optimizer steps so far and the stage's
+        total) reaches rewards as `trainer_state`, as TRL's trainers pass it."""
         prompts = [s.row["prompt"] for s in samples]
         texts = self.tok.batch_decode([s.completion_ids for s in samples], skip_special_tokens=True)
         chat = isinstance(prompts[0], list)
@@ -66,7 +69,8 @@ class Scorer:
                 values = evaluate.reward_scores(fn, rm_tok, full)
             else:
                 ids = [s.completion_ids for s in samples]
-                values = fn(prompts=prompts, completions=completions, completion_ids=ids, **columns)
+                trainer = {"completion_ids": ids, "trainer_state": state}
+                values = fn(prompts=prompts, completions=completions, **trainer, **columns)
             total += weight * torch.tensor([float(v) if v is not None else 0.0 for v in values])
         if self.buffer:
             lengths = torch.tensor([len(s.completion_ids) for s in samples])

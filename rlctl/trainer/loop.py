@@ -140,7 +140,7 @@ def rollout(loop: Loop, step: int) -> Rollout:
         rounds += 1
         mine = loop.pipeline.next_round(loop, step) if loop.pipeline else sample_round(loop)
         clock.lap("generate")
-        loop.scorer(mine)
+        loop.scorer(mine, trainer_state(loop, step))
         round_samples = gather_object(mine)
         clock.lap("score")
         generated += round_samples
@@ -151,6 +151,15 @@ def rollout(loop: Loop, step: int) -> Rollout:
             (kept if varied[i] else spare).append(round_samples[i : i + rl.group_size])
     samples = [s for group in (kept + spare)[: rl.prompts_per_step] for s in group]
     return Rollout(samples, generated, rounds, max(0, rl.prompts_per_step - len(kept)))
+
+
+def trainer_state(loop: Loop, step: int):
+    """What reward functions get as `trainer_state` (a transformers `TrainerState`, as TRL's trainers pass it): the
+    policy's optimizer steps before this step's update and the stage's total."""
+    from transformers import TrainerState
+
+    updates = loop.rl.ppo_epochs * loop.rl.ppo_mini_batches
+    return TrainerState(global_step=(step - 1) * updates, max_steps=loop.rl.max_steps * updates)
 
 
 def sample_round(loop: Loop) -> list[Sample]:
@@ -178,7 +187,7 @@ def prepare(loop: Loop, samples: list[Sample], step: int) -> Prepared:
     acc, rl = loop.acc, loop.rl
     mine = samples[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
     if rl.advantage == "remax":
-        remax_baseline(loop, mine)
+        remax_baseline(loop, mine, step)
     unwrapped = acc.unwrap_model(loop.policy)
     batch = collate(mine, loop.tok.pad_token_id, acc.device)
     temp = rl.temperature
@@ -202,7 +211,7 @@ def prepare(loop: Loop, samples: list[Sample], step: int) -> Prepared:
     return Prepared(batch, old_logp, ref_logp, values, baseline, is_weights, mismatch)
 
 
-def remax_baseline(loop: Loop, mine: list[Sample]) -> None:
+def remax_baseline(loop: Loop, mine: list[Sample], step: int) -> None:
     """ReMax's baseline: the reward of the greedy completion of the same prompt, set on each sample."""
     firsts = {s.group: s for s in mine}
     greedy = [Sample(g, s.row, s.prompt_ids) for g, s in firsts.items()]
@@ -212,7 +221,7 @@ def remax_baseline(loop: Loop, mine: list[Sample]) -> None:
         for s, ids in zip(greedy, loop.generator.generate([s.prompt_ids for s in greedy], greedy=True), strict=True):
             s.completion_ids = ids
     loop.clock.lap("generate")
-    loop.scorer(greedy)
+    loop.scorer(greedy, trainer_state(loop, step))
     loop.clock.lap("score")
     by_group = {s.group: s.score for s in greedy}
     for s in mine:

@@ -4,19 +4,15 @@ run without it, as the memory plan assumes.
 
 * `offload_optimizer_state` / `reload_optimizer_state` move it out and back; `Offloaded` keeps where each moved
   tensor lived and the switches so far (bytes, seconds: the layout records, `rlctl.monitors.layout`);
-* rlctl's loop calls them around the policy's optimizer step (`rlctl.trainer.loop.optimizer_step`), TRL's trainers
-  through `callbacks(plan, offloaded)` (the rl stage's GRPO and RLOO, `rlctl.stages.rl`).
+* rlctl's loop calls them around the policy's optimizer step (`rlctl.trainer.loop.optimizer_step`).
 
-Importing this module is cheap (no torch): torch and transformers are imported inside the functions that need them.
+Importing this module is cheap (no torch): torch is imported inside the functions that need it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from rlctl.plan import Plan
+from typing import Any
 
 
 @dataclass
@@ -96,29 +92,3 @@ def reload_optimizer_state(optimizer: Any, offloaded: Offloaded) -> int:
         torch.cuda.synchronize()  # the optimizer step needs them anyway; the switch's seconds are then real
     offloaded.tally("reload", moved, start)
     return moved
-
-
-def callbacks(plan: Plan, offloaded: Offloaded) -> list:
-    """Trainer callbacks the plan needs: the optimizer-state offload between phases when the planner chose it
-    (recorded in `offloaded`)."""
-    if not plan.phase_offload:
-        return []
-    from transformers import TrainerCallback
-
-    class OffloadOptimizerBetweenPhases(TrainerCallback):
-        """AdamW state lives in host RAM except around `optimizer.step()`: generation (and forward/backward)
-        run without it, as the memory plan assumes."""
-
-        def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
-            if optimizer is not None:
-                offload_optimizer_state(optimizer, offloaded)
-
-        def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
-            if optimizer is not None:
-                reload_optimizer_state(optimizer, offloaded)
-
-        def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
-            if optimizer is not None:
-                offload_optimizer_state(optimizer, offloaded)
-
-    return [OffloadOptimizerBetweenPhases()]

@@ -25,7 +25,7 @@ from typing import Any
 def owns(ctx: Any) -> bool:
     """Whether rlctl shards this stage's models itself: its RL loop under fsdp2 (TRL stages shard through
     accelerate, on GPUs)."""
-    return ctx.stage.strategy == "fsdp2" and ctx.stage.name == "rl" and ctx.cfg.rl.path == "rlctl"
+    return ctx.stage.strategy == "fsdp2" and ctx.stage.name == "rl"
 
 
 @contextlib.contextmanager
