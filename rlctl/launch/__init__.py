@@ -36,7 +36,7 @@ from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import preflight, tbevents
 from rlctl.launch import progress as progress_mod
-from rlctl.plan import data_lengths, packages, resolved
+from rlctl.plan import data_lengths, engine, packages, resolved
 from rlctl.plan import planner as plan_mod
 
 if TYPE_CHECKING:  # rich's progress and tables load only when a run starts or a summary is shown
@@ -153,6 +153,9 @@ def _env(the_plan: plan_mod.Plan) -> dict[str, str]:
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     if the_plan.config.rl.allow_unconfined_code:
         env["RLCTL_ALLOW_UNCONFINED_CODE"] = "1"  # read by rlctl.sandbox.jail
+    colocated = the_plan.generation_engine == "vllm" and the_plan.async_split is None
+    if engine.expandable_segments(the_plan.hardware, colocated, packages.installed_version("vllm")):
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     if the_plan.hardware.is_cpu:
         env["ACCELERATE_USE_CPU"] = "1"
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(the_plan.num_processes, 1))))

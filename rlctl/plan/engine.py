@@ -63,6 +63,23 @@ def sleep_mode_for(hardware: Hardware) -> bool:
     return not hardware.is_cpu
 
 
+# vLLM releases that turn expandable segments off inside their sleep-mode memory pool (and back on after); older ones
+# cannot share a process with them (pytorch/pytorch#147851)
+POOL_KEEPS_EXPANDABLE = (0, 31)
+
+
+def expandable_segments(hardware: Hardware, colocated_vllm: bool, vllm_version: str | None) -> bool:
+    """Whether the training processes may use torch's expandable segments (less fragmentation between phases of
+    different shapes, so what a phase frees is given back whole): on GPUs, unless a colocated vLLM's sleep-mode pool
+    shares the process and that vLLM predates POOL_KEEPS_EXPANDABLE."""
+    if hardware.is_cpu:
+        return False
+    if not colocated_vllm:
+        return True
+    release = tuple(int(p) for p in (vllm_version or "0").split(".")[:2] if p.isdigit())
+    return release >= POOL_KEEPS_EXPANDABLE
+
+
 def max_model_length(cfg: RunConfig) -> int:
     """The longest sequence vLLM must hold: the longest prompt plus the longest completion."""
     return cfg.data.max_prompt_length + cfg.rl.max_new_tokens

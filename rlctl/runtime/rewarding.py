@@ -1,6 +1,6 @@
-"""The RL stage's reward sources for rlctl's loop (rlctl.trainer.loop): rl.rewards resolved to functions (in worker processes with deadlines, guarded by their
-on_error) or the trained reward model, DAPO's overlong buffer in tokens, and the loop's `Scorer` that sums them
-per completion."""
+"""The RL stage's reward sources for rlctl's loop (rlctl.trainer.loop): rl.rewards resolved to functions (in worker
+processes with deadlines, guarded by their on_error) or the trained reward model, DAPO's overlong buffer in tokens,
+and the loop's `Scorer` that sums them per completion."""
 
 from __future__ import annotations
 

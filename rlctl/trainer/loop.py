@@ -64,7 +64,7 @@ from rlctl.runtime.context import (
 )
 from rlctl.trainer import async_rollout
 from rlctl.trainer.models import ref_logprobs, token_values
-from rlctl.trainer.offload import offload_optimizer_state, reload_optimizer_state
+from rlctl.trainer.offload import offload_optimizer_state, release_cached_blocks, reload_optimizer_state
 from rlctl.trainer.state import Loop, restore, save_checkpoint, setup
 
 
@@ -132,6 +132,7 @@ def rollout(loop: Loop, step: int) -> Rollout:
 
     rl, clock = loop.rl, loop.clock
     if loop.pipeline is None:
+        release_cached_blocks(loop.acc.device)
         loop.generator.sync(loop.acc.unwrap_model(loop.policy).eval())
         clock.lap("sync")
     kept, spare, generated, rounds = [], [], [], 0

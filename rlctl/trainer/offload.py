@@ -4,7 +4,8 @@ run without it, as the memory plan assumes.
 
 * `offload_optimizer_state` / `reload_optimizer_state` move it out and back; `Offloaded` keeps where each moved
   tensor lived and the switches so far (bytes, seconds: the layout records, `rlctl.monitors.layout`);
-* rlctl's loop calls them around the policy's optimizer step (`rlctl.trainer.loop.optimizer_step`).
+* rlctl's loop calls them around the policy's optimizer step (`rlctl.trainer.loop.optimizer_step`), and
+  `release_cached_blocks` before each rollout.
 
 Importing this module is cheap (no torch): torch is imported inside the functions that need it.
 """
@@ -92,3 +93,13 @@ def reload_optimizer_state(optimizer: Any, offloaded: Offloaded) -> int:
         torch.cuda.synchronize()  # the optimizer step needs them anyway; the switch's seconds are then real
     offloaded.tally("reload", moved, start)
     return moved
+
+
+def release_cached_blocks(device: Any) -> None:
+    """Give the CUDA caching allocator's free blocks (the training phase's activations, logits, gradients) back to
+    the device before generation wakes the engine, so the engine finds them free and the memory probe's next phase
+    starts from what is allocated; nothing on CPU."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
