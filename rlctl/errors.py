@@ -42,6 +42,17 @@ class DataRowError(RuntimeError):
     the file and line."""
 
 
+class ChildDied(RuntimeError):
+    """A process rlctl started and talks to died (`what`: its name, as the message says it); the runner adds the last
+    checkpoint and the resume command."""
+
+    def __init__(self, what: str, pid: int | None, exitcode: int | None):
+        from rlctl.processes import exit_text
+
+        super().__init__(f"The {what} (pid {pid}) died: {exit_text(exitcode)}.")
+        self.what, self.pid, self.exitcode = what, pid, exitcode
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     """torch's (CUDA or other accelerator) out-of-memory error or Python's MemoryError, without importing torch."""
     return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"

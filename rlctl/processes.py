@@ -15,3 +15,17 @@ def die_with_parent() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def exit_text(exitcode: int | None) -> str:
+    """How a child process ended, from its exit code (multiprocessing's: -N for signal N), in words."""
+    if exitcode is None:
+        return "it stopped answering"
+    if exitcode >= 0:
+        return f"it exited with code {exitcode}"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        return f"it was killed by signal {-exitcode}"
+    why = " (a kill -9, or the system's out-of-memory killer)" if name == "SIGKILL" else ""
+    return f"it was killed by signal {-exitcode}, {name}{why}"
