@@ -38,6 +38,7 @@ from rlctl.launch import preflight, tbevents
 from rlctl.launch import progress as progress_mod
 from rlctl.plan import data_lengths, packages, resolved
 from rlctl.plan import planner as plan_mod
+from rlctl.scrub import scrub
 
 if TYPE_CHECKING:  # rich's progress and tables load only when a run starts or a summary is shown
     from rich.progress import Progress
@@ -377,7 +378,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         return errors[-1].get("exit_code", 1)  # 2: the runner found bad input (data) before training on it
     with log_path.open("rb") as f:
         f.seek(log_start)
-        cause = failure(f.read().decode(errors="replace"))
+        cause = scrub(failure(f.read().decode(errors="replace")))
     console.print(_failed(last_stage, code, cause, log_path, run_dir))
     return 2 if code == 2 else 1
 
@@ -448,6 +449,9 @@ def _show(
     stage = rec.get("stage", "?")
     if rec.get("event") == "alarm":
         progress.console.print(f"[yellow]alarm[/] ({stage}, step {rec.get('step')}): {escape(rec['message'])}")
+        return
+    if rec.get("event") == "tracker_failed":
+        progress.console.print(f"[yellow]warning[/] ({stage}): {escape(rec['message'])}")
         return
     if rec.get("event") == "reward_slow":
         progress.console.print(
