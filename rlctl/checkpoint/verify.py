@@ -163,7 +163,7 @@ def verify_run(run_dir: Path) -> list[tuple[str, list[str]]]:
     """(file or folder relative to the run, its problems) for the run's own records (`run_file_problems`), then
     every complete checkpoint, final folder and export of a run, in run order; an empty problem list means
     intact."""
-    out = run_file_problems(run_dir)
+    out = run_file_problems(run_dir) + _missing_finals(run_dir)
     for stage_dir in sorted(p for p in run_dir.iterdir() if (p / "checkpoints").is_dir() or (p / "final").is_dir()):
         for ckpt in checkpoint.complete_checkpoints(stage_dir / "checkpoints"):
             out.append((str(ckpt.relative_to(run_dir)), checkpoint_problems(ckpt)))
@@ -175,6 +175,17 @@ def verify_run(run_dir: Path) -> list[tuple[str, list[str]]]:
         problems = verify_export(export) if recorded_files else folder_problems(export, None)
         out.append((str(export.relative_to(run_dir)), problems))
     return out
+
+
+def _missing_finals(run_dir: Path) -> list[tuple[str, list[str]]]:
+    """(STAGE/final, its problem) for each stage summary.json lists as finished whose final folder is gone."""
+    try:
+        completed = strictjson.read(run_dir / "summary.json", missing={}).get("completed", [])
+    except strictjson.DamagedFile:
+        return []  # run_file_problems names it
+    gone = [s for s in completed if isinstance(s, str) and not (run_dir / s / "final").is_dir()]
+    why = f"missing: the stage finished but its final folder is gone; `rlctl resume {run_dir}` re-creates it"
+    return [(f"{stage}/final", [why]) for stage in gone]
 
 
 def is_export(folder: Path) -> bool:
