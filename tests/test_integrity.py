@@ -193,3 +193,23 @@ def test_a_finished_run_whose_final_folder_is_gone_is_named_and_resume_re_create
     assert len(records(run_dir)) == steps, "nothing was trained again"
     assert rlctl("verify", str(run_dir)).returncode == 0
     assert rlctl("export", str(run_dir)).returncode == 0
+
+
+def test_verify_of_an_export_names_files_its_manifest_does_not_know_and_fails_on_those_that_load(tmp_path: Path):
+    from rlctl.checkpoint import safewrite
+
+    out = tmp_path / "export"
+    staged = safewrite.staging(out)
+    (staged / "config.json").write_text("{}")
+    _safetensors(staged / "model.safetensors", 10)
+    safewrite.publish(staged, out, "export", force=False)
+    (out / "NOTES.md").write_text("my notes")
+    named = rlctl("verify", str(out))
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert "NOTES.md" in named.stdout, named.stdout
+    (out / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}')
+    _safetensors(out / "adapter_model.safetensors", 10)
+    planted = rlctl("verify", str(out))
+    said = " ".join(planted.stdout.split())
+    assert planted.returncode == 1, said
+    assert said.split("would load: ")[1].split(";")[0] == "adapter_config.json, adapter_model.safetensors", said

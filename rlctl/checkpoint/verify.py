@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -16,11 +17,14 @@ import yaml
 
 from rlctl import checkpoint, strictjson
 from rlctl.checkpoint.integrity import folder_problems
-from rlctl.checkpoint.safewrite import MANIFEST, recorded
+from rlctl.checkpoint.safewrite import MANIFEST, listed, recorded
 from rlctl.config import RunConfig, dump, read_run_config, validate
 from rlctl.errors import UserError
 
 DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
+# files beside an export that no model load reads (matched against the path in the folder)
+HARMLESS = ("README*", "*.md", "LICENSE*", "NOTICE*", ".gitattributes", "*.png", "*.jpg", "*.jpeg", "*.gif", "*.svg")
+HARMLESS += (".cache/huggingface/*",)  # what `hf download --local-dir` records of the files it fetched
 
 
 def restore_hint(run_dir: Path) -> str:
@@ -184,7 +188,7 @@ def _missing_finals(run_dir: Path) -> list[tuple[str, list[str]]]:
     except strictjson.DamagedFile:
         return []  # run_file_problems names it
     gone = [s for s in completed if isinstance(s, str) and not (run_dir / s / "final").is_dir()]
-    why = f"missing: the stage finished but its final folder is gone; `rlctl resume {run_dir}` re-creates it"
+    why = f"gone, though the stage finished; `rlctl resume {run_dir}` re-creates it from its last checkpoint"
     return [(f"{stage}/final", [why]) for stage in gone]
 
 
@@ -208,4 +212,19 @@ def verify_export(folder: Path) -> list[str]:
         files = strictjson.loads(path.read_text(encoding="utf-8"))["files"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         return [f"{MANIFEST} is damaged ({type(e).__name__}: {e})", *folder_problems(folder, None)]
-    return folder_problems(folder, files)
+    loaded, _ = unrecorded(folder)
+    planted = [
+        f"files not written by rlctl (not in {MANIFEST}) that transformers or peft would load: {listed(loaded)}; "
+        "remove them, or export again into a new folder"
+    ]
+    return folder_problems(folder, files) + (planted if loaded else [])
+
+
+def unrecorded(folder: Path) -> tuple[list[str], list[str]]:
+    """The files of an export folder its manifest does not list: (those a model load may read: weights, configs,
+    adapters, tokenizer or code files, anything unknown; the harmless ones: READMEs, notes, licenses, images)."""
+    _, files = recorded(folder)
+    extra = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
+    extra = [rel for rel in extra if rel not in files and rel != MANIFEST]
+    harmless = [rel for rel in extra if any(fnmatch.fnmatch(rel, pattern) for pattern in HARMLESS)]
+    return [rel for rel in extra if rel not in harmless], harmless
