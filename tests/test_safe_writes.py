@@ -113,6 +113,39 @@ def run_copy(demo_run: Path, tmp_path: Path) -> Path:
     return run
 
 
+def _finished_run(run_dir: Path) -> None:
+    """A run directory as far as `rlctl export` reads it: config, summary, and an rl/final folder of full weights
+    (copied, so no model is loaded)."""
+    import struct
+
+    from rlctl.config import dump, presets, validate
+
+    final = run_dir / "rl" / "final"
+    final.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(dump(validate(presets.load("tiny-demo"))))
+    (run_dir / "summary.json").write_text(json.dumps({"stages": {}, "completed": ["sft", "rm", "rl"]}))
+    header = json.dumps({"w": {"dtype": "F32", "shape": [10], "data_offsets": [0, 40]}}).encode()
+    (final / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\x01" * 40)
+    (final / "config.json").write_text("{}")
+    (final / "generation_config.json").write_text("{}")
+
+
+def test_an_export_removes_what_a_killed_export_of_its_target_left_half_written(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    _finished_run(run_dir)
+    stale = run_dir / ".export.k9q2x7ab.rlctl-tmp"  # as `staging` names it; the export was killed with kill -9
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    other = run_dir / ".export.v2.k9q2x7ab.rlctl-tmp"  # another target's (export.v2): not this export's to remove
+    other.mkdir()
+    proc = rlctl("export", str(run_dir))
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0, said
+    assert not stale.exists() and other.is_dir()
+    assert f"Removed {stale.name} next to {run_dir / 'export'}" in said, said
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.endswith(".rlctl-tmp")) == [other.name]
+
+
 def test_export_into_the_users_folder(run_copy: Path, tmp_path: Path):
     mine = _folder(tmp_path / "mine", {"notes.txt": "keep me"})
     proc = rlctl("export", str(run_copy), "--out", str(mine))
