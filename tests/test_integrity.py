@@ -178,8 +178,8 @@ def test_a_finished_run_whose_final_folder_is_gone_is_named_and_resume_re_create
     weights = (final / "model.safetensors").read_bytes()
     shutil.rmtree(final)
     checked = rlctl("verify", str(run_dir))
-    assert checked.returncode == 1 and "rl/final: " in checked.stdout, checked.stdout + checked.stderr
-    assert f"rlctl resume {run_dir}" in checked.stdout
+    said = " ".join(checked.stdout.split())
+    assert checked.returncode == 1 and "rl/final: damaged: gone" in said and f"rlctl resume {run_dir}" in said, said
     for command in ("export", "eval"):
         refused = rlctl(command, str(run_dir))
         said = " ".join((refused.stdout + refused.stderr).split())
