@@ -49,7 +49,7 @@ class ChildDied(RuntimeError):
     def __init__(self, what: str, pid: int | None, exitcode: int | None):
         from rlctl.processes import exit_text
 
-        super().__init__(f"The {what} (pid {pid}) died: {exit_text(exitcode)}.")
+        super().__init__(f"The {what} (pid {pid}) {exit_text(exitcode)}.")
         self.what, self.pid, self.exitcode = what, pid, exitcode
 
 

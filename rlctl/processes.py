@@ -18,14 +18,15 @@ def die_with_parent() -> None:
 
 
 def exit_text(exitcode: int | None) -> str:
-    """How a child process ended, from its exit code (multiprocessing's: -N for signal N), in words."""
+    """How a child process ended, from its exit code (-N for signal N, as subprocess and multiprocessing give it),
+    as a predicate: 'was killed by signal 9 (SIGKILL: ...)', 'exited with code 3'."""
     if exitcode is None:
-        return "it stopped answering"
+        return "stopped answering"
     if exitcode >= 0:
-        return f"it exited with code {exitcode}"
+        return f"exited with code {exitcode}"
     try:
         name = signal.Signals(-exitcode).name
     except ValueError:
-        return f"it was killed by signal {-exitcode}"
-    why = " (a kill -9, or the system's out-of-memory killer)" if name == "SIGKILL" else ""
-    return f"it was killed by signal {-exitcode}, {name}{why}"
+        return f"was killed by signal {-exitcode}"
+    why = ": a kill -9, or the system's out-of-memory killer" if name == "SIGKILL" else ""
+    return f"was killed by signal {-exitcode} ({name}{why})"

@@ -237,6 +237,25 @@ def test_a_launch_killed_without_a_word_names_its_stage(tmp_path: Path):
     assert f"Full log: {log}." in said
     named = "Stage rl failed: OSError (raised at x.py:3)."
     assert _failed("rl", 1, named, log, tmp_path).startswith(f"[red]Training failed (exit 1).[/] {named}")
+    (tmp_path / "rl" / "checkpoints" / "checkpoint-4").mkdir(parents=True)
+    (tmp_path / "rl" / "checkpoints" / "checkpoint-4" / "rlctl_complete").write_text("{}")
+    said = _failed("rl", 1, named, log, tmp_path)
+    assert said.endswith(
+        f"rlctl resume {tmp_path} (it continues from rl/checkpoints/checkpoint-4, the last complete checkpoint)"
+    )
+
+
+def test_a_training_process_killed_by_a_signal_is_named():
+    from rlctl.launch import failure
+
+    one = "subprocess.CalledProcessError: Command '['python', 'r']' died with <Signals.SIGKILL: 9>."
+    several = "[0]:\n  time      : 2026-01-01\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 4242)"
+    for log in (f'Traceback (most recent call last):\n  File "launch.py", line 9\n{one}\n', several):
+        said = failure(log)
+        assert (
+            said
+            == "A training process was killed by signal 9 (SIGKILL: a kill -9, or the system's out-of-memory killer)."
+        ), said
 
 
 def test_init_and_train_never_write_over_the_users_files(tmp_path: Path):

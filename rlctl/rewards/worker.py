@@ -133,7 +133,7 @@ class Worker:
             self.stop()
             return f"its worker process (pid {pid}) closed its pipe without answering and was stopped"
         self.proc = None
-        return f"its worker process (pid {pid}) died before answering: {processes.exit_text(code)}"
+        return f"its worker process (pid {pid}) {processes.exit_text(code)} before answering"
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
