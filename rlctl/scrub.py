@@ -8,11 +8,13 @@ import re
 HIDDEN = "***"
 # scheme://user:PASSWORD@host -> scheme://user:***@host
 _URI_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)[^\s/@]+@")
-# password=..., api_key: ..., "token": "..." (the value up to a space, quote, comma, semicolon or &)
-_NAMED = re.compile(
-    r"""(?i)(\b[\w-]*(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key)["']?\s*[=:]\s*["']?)"""
-    r"""[^\s"',;&]+"""
+# password=..., WANDB_API_KEY: ..., "token": "..." (the value up to a space, quote, comma, semicolon or &); a
+# tokenizer's pad_token or eos_token is no secret
+_KEY = (
+    r"(?:[\w-]*[_-])?(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key)"
+    r"|(?:(?:auth|access|api|hf|refresh|session|github|wandb)[_-]?)?token"
 )
+_NAMED = re.compile(rf"""(?i)(\b(?:{_KEY})["']?\s*[=:]\s*["']?)[^\s"',;&]+""")
 _BEARER = re.compile(r"(?i)(\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}")
 _TOKENS = re.compile(r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,})\b")
 

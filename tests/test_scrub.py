@@ -20,6 +20,7 @@ from rlctl.scrub import scrub
         ('{"api_key": "xyz"}', '{"api_key": "***"}'),
         ("Authorization: Bearer abcdefghijk", "Authorization: Bearer ***"),
         ("token hf_abcdefghijklmnopqrstuvwxyz refused", "token *** refused"),
+        ("HF_TOKEN=abc WANDB_API_KEY: 0123abcd", "HF_TOKEN=*** WANDB_API_KEY: ***"),
     ],
 )
 def test_credentials_are_hidden(text: str, want: str):
@@ -27,7 +28,13 @@ def test_credentials_are_hidden(text: str, want: str):
 
 
 @pytest.mark.parametrize(
-    "text", ["https://user@host/x", "max_new_tokens=32 at http://host:8080/a", "loss 3.0 at step 4 (rl.kl.beta=0.1)"]
+    "text",
+    [
+        "https://user@host/x",
+        "max_new_tokens=32 at http://host:8080/a",
+        "loss 3.0 at step 4 (rl.kl.beta=0.1)",
+        "pad_token: <pad>, eos_token='</s>'",
+    ],
 )
 def test_text_without_credentials_is_kept(text: str):
     assert scrub(text) == text
