@@ -6,6 +6,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 
+from rlctl.processes import exit_text
+
 
 class UserError(Exception):
     """Bad input (usage, config, data). The CLI prints the message as one paragraph and exits 2."""
@@ -47,10 +49,7 @@ class ChildDied(RuntimeError):
     checkpoint and the resume command."""
 
     def __init__(self, what: str, pid: int | None, exitcode: int | None):
-        from rlctl.processes import exit_text
-
         super().__init__(f"The {what} (pid {pid}) {exit_text(exitcode)}.")
-        self.what, self.pid, self.exitcode = what, pid, exitcode
 
 
 def is_out_of_memory(error: BaseException) -> bool:

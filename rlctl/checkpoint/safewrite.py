@@ -90,9 +90,7 @@ def drop_stale(target: Path) -> str:
     folder, or the old folder `publish` set aside); a note naming it, '' when nothing was left. Call under
     `lock(target)`: then no write of `target` is under way."""
     own = re.compile(rf"\.{re.escape(target.name)}\.[A-Za-z0-9_]{{8}}\.rlctl-(tmp|old)")  # mkdtemp's 8 characters
-    stale = (
-        sorted(p for p in target.parent.glob(".*.rlctl-*") if own.fullmatch(p.name)) if target.parent.is_dir() else []
-    )
+    stale = sorted(p for p in target.parent.glob(".*.rlctl-*") if own.fullmatch(p.name))
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
     if not stale:
