@@ -204,9 +204,10 @@ def test_verify_of_an_export_names_files_its_manifest_does_not_know_and_fails_on
     _safetensors(staged / "model.safetensors", 10)
     safewrite.publish(staged, out, "export", force=False)
     (out / "NOTES.md").write_text("my notes")
+    (out / "notes.txt").write_text("more notes")
     named = rlctl("verify", str(out))
     assert named.returncode == 0, named.stdout + named.stderr
-    assert "NOTES.md" in named.stdout, named.stdout
+    assert "also holds NOTES.md, notes.txt, not written by rlctl" in named.stdout, named.stdout
     (out / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}')
     _safetensors(out / "adapter_model.safetensors", 10)
     planted = rlctl("verify", str(out))

@@ -22,9 +22,11 @@ from rlctl.config import RunConfig, dump, read_run_config, validate
 from rlctl.errors import UserError
 
 DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
-# files beside an export that no model load reads (matched against the path in the folder)
-HARMLESS = ("README*", "*.md", "LICENSE*", "NOTICE*", ".gitattributes", "*.png", "*.jpg", "*.jpeg", "*.gif", "*.svg")
-HARMLESS += (".cache/huggingface/*",)  # what `hf download --local-dir` records of the files it fetched
+# the files a model load from a folder may read (transformers, peft, tokenizers, remote code, llama.cpp), by name
+LOADED = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.npz", "*.gguf", "*.index.json")
+LOADED += ("config.json", "generation_config.json", "adapter_config.json", "*processor_config.json", "*.py")
+LOADED += ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt", "*.model")
+LOADED += ("*.tiktoken", "chat_template.*")
 
 
 def restore_hint(run_dir: Path) -> str:
@@ -222,9 +224,9 @@ def verify_export(folder: Path) -> list[str]:
 
 def unrecorded(folder: Path) -> tuple[list[str], list[str]]:
     """The files of an export folder its manifest does not list: (those a model load may read: weights, configs,
-    adapters, tokenizer or code files, anything unknown; the harmless ones: READMEs, notes, licenses, images)."""
+    adapters, tokenizer or code files, in any subfolder too; the others: READMEs, notes, images...)."""
     _, files = recorded(folder)
     extra = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
     extra = [rel for rel in extra if rel not in files and rel != MANIFEST]
-    harmless = [rel for rel in extra if any(fnmatch.fnmatch(rel, pattern) for pattern in HARMLESS)]
-    return [rel for rel in extra if rel not in harmless], harmless
+    loaded = [rel for rel in extra if any(fnmatch.fnmatch(Path(rel).name, pattern) for pattern in LOADED)]
+    return loaded, [rel for rel in extra if rel not in loaded]
