@@ -146,6 +146,15 @@ def test_an_export_removes_what_a_killed_export_of_its_target_left_half_written(
     assert sorted(p.name for p in run_dir.iterdir() if p.name.endswith(".rlctl-tmp")) == [other.name]
 
 
+def test_drop_stale_removes_a_killed_write_file_of_its_target_only(tmp_path: Path):
+    target = tmp_path / "eval.json"
+    (tmp_path / ".eval.json.k9q2x7ab.rlctl-tmp").write_text('{"half": ')  # write_file's temporary file
+    (tmp_path / ".eval.json.rlctl-lock").write_text("123\n")
+    assert safewrite.drop_stale(target).startswith(f"Removed .eval.json.k9q2x7ab.rlctl-tmp next to {target}")
+    assert [p.name for p in tmp_path.iterdir()] == [".eval.json.rlctl-lock"]
+    assert safewrite.drop_stale(target) == ""
+
+
 def test_export_into_the_users_folder(run_copy: Path, tmp_path: Path):
     mine = _folder(tmp_path / "mine", {"notes.txt": "keep me"})
     proc = rlctl("export", str(run_copy), "--out", str(mine))

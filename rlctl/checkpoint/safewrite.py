@@ -87,12 +87,15 @@ def staging(target: Path) -> Path:
 
 def drop_stale(target: Path) -> str:
     """Remove what an earlier write of `target` that was killed left half-written next to it (its `staging`
-    folder, or the old folder `publish` set aside); a note naming it, '' when nothing was left. Call under
-    `lock(target)`: then no write of `target` is under way."""
+    folder, the old folder `publish` set aside, or `write_file`'s temporary file); a note naming it, '' when
+    nothing was left. Call under `lock(target)`: then no write of `target` is under way."""
     own = re.compile(rf"\.{re.escape(target.name)}\.[A-Za-z0-9_]{{8}}\.rlctl-(tmp|old)")  # mkdtemp's 8 characters
     stale = sorted(p for p in target.parent.glob(".*.rlctl-*") if own.fullmatch(p.name))
     for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     if not stale:
         return ""
     return (

@@ -349,6 +349,8 @@ def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptio
     samples_path = out.with_suffix(".samples.jsonl")
     with safewrite.lock(out, "eval"):
         _check_eval_out(out)  # again: another eval may have written it meanwhile
+        for note in filter(None, (safewrite.drop_stale(out), safewrite.drop_stale(samples_path))):
+            ui.console.print(f"[yellow]note:[/] {escape(note)}")
         safewrite.write_file(samples_path, "".join(strictjson.dumps(s, default=str) + "\n" for s in result.samples))
         safewrite.write_file(out, strictjson.dumps(metrics, indent=2) + "\n")
     print_eval(ui, metrics, result.samples)
