@@ -6,6 +6,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 
+from rlctl.processes import exit_text
+
 
 class UserError(Exception):
     """Bad input (usage, config, data). The CLI prints the message as one paragraph and exits 2."""
@@ -40,6 +42,14 @@ class RowFailure(Exception):
 class DataRowError(RuntimeError):
     """A row of the user's data failed a stage at runtime (a chat template refused it, say); the message names
     the file and line."""
+
+
+class ChildDied(RuntimeError):
+    """A process rlctl started and talks to died (`what`: its name, as the message says it); the runner adds the last
+    checkpoint and the resume command."""
+
+    def __init__(self, what: str, pid: int | None, exitcode: int | None):
+        super().__init__(f"The {what} (pid {pid}) {exit_text(exitcode)}.")
 
 
 def is_out_of_memory(error: BaseException) -> bool:

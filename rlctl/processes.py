@@ -15,3 +15,18 @@ def die_with_parent() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def exit_text(exitcode: int | None) -> str:
+    """How a child process ended, from its exit code (-N for signal N, as subprocess and multiprocessing give it),
+    as a predicate: 'was killed by signal 9 (SIGKILL: ...)', 'exited with code 3'."""
+    if exitcode is None:
+        return "stopped answering"
+    if exitcode >= 0:
+        return f"exited with code {exitcode}"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        return f"was killed by signal {-exitcode}"
+    why = ": a kill -9, or the system's out-of-memory killer" if name == "SIGKILL" else ""
+    return f"was killed by signal {-exitcode} ({name}{why})"

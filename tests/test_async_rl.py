@@ -94,3 +94,36 @@ def test_a_push_the_generator_did_not_take_in_intact_stops_the_run(tmp_path: Pat
     assert "the async generator sampled with weights other than the policy version 0" in text, text
     assert "Traceback" not in proc.stdout + proc.stderr
     assert _steps(run_dir) == {}  # stopped before the first step trained
+
+
+# Fault injection (sitecustomize, the generator process only): once the rl stage has a complete checkpoint, the
+# generator kills itself with SIGKILL, as a kill -9 from outside (or the kernel's OOM killer) would.
+KILL_GENERATOR = """
+import sys
+if "--multiprocessing-fork" in sys.orig_argv:
+    import glob, os, signal, threading, time
+    def kill_after_checkpoint(pattern=os.environ["KILL_AFTER"]):
+        while not glob.glob(pattern):
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=kill_after_checkpoint, daemon=True).start()
+"""
+
+
+def test_a_killed_generator_is_named_with_the_last_checkpoint_and_the_resume(tmp_path: Path):
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(KILL_GENERATOR)
+    path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
+    run_dir = tmp_path / "run"
+    marker = str(run_dir / "rl" / "checkpoints" / "checkpoint-*" / "rlctl_complete")
+    args = ["--preset", "tiny-demo", *ASYNC, "--set", "stages=[rl]", "--set", "rl.rewards=[{name: exact_match}]"]
+    args += ["--set", "rl.max_steps=30", "--set", "rl.save_every=2", "--run-dir", str(run_dir)]
+    proc = rlctl("train", *args, env={"PYTHONPATH": path, "KILL_AFTER": marker})
+    out = proc.stdout + proc.stderr
+    text = " ".join(out.split())
+    assert proc.returncode == 1, text
+    assert "Traceback" not in out and "ConnectionRefusedError" not in text, text
+    assert "The async generator process (pid " in text and "SIGKILL" in text, text
+    assert "checkpoint-" in text and f"rlctl resume {run_dir}" in text, text
+    assert _steps(run_dir) and max(_steps(run_dir)) < 30

@@ -14,7 +14,7 @@ import pytest
 from rlctl import checkpoint, strictjson
 from rlctl.checkpoint import integrity, verify
 from rlctl.errors import UserError
-from tests.helpers import rlctl
+from tests.helpers import records, rlctl
 
 
 def _safetensors(path: Path, n: int) -> None:
@@ -165,3 +165,52 @@ def test_export_never_copies_damaged_final_weights(tmp_path: Path):
     src, note = export.intact_source(tmp_path, "rl", final)
     assert src == folder / "checkpoint-2", "the newest intact checkpoint, never the damaged final or checkpoint-4"
     assert note.startswith(f"{final} is damaged (model.safetensors ") and "checkpoint-2" in note
+
+
+def test_a_finished_run_whose_final_folder_is_gone_is_named_and_resume_re_creates_it(tmp_path: Path):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    sets = ["stages=[rl]", "rl.rewards=[{name: exact_match}]", "rl.max_steps=4", "rl.save_every=2"]
+    proc = rlctl("train", "--preset", "tiny-demo", *[a for s in sets for a in ("--set", s)], "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    final = run_dir / "rl" / "final"
+    weights = (final / "model.safetensors").read_bytes()
+    shutil.rmtree(final)
+    checked = rlctl("verify", str(run_dir))
+    said = " ".join(checked.stdout.split())
+    assert checked.returncode == 1 and "rl/final: damaged: gone" in said and f"rlctl resume {run_dir}" in said, said
+    for command in ("export", "eval"):
+        refused = rlctl(command, str(run_dir))
+        said = " ".join((refused.stdout + refused.stderr).split())
+        assert refused.returncode == 2 and "its final folder" in said, said
+        assert f"`rlctl resume {run_dir}` re-creates it" in said, said
+    steps = len(records(run_dir))
+    resumed = rlctl("resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "re-created from checkpoint-4" in " ".join(resumed.stdout.split()), resumed.stdout
+    assert (final / "model.safetensors").read_bytes() == weights
+    assert len(records(run_dir)) == steps, "nothing was trained again"
+    assert rlctl("verify", str(run_dir)).returncode == 0
+    assert rlctl("export", str(run_dir)).returncode == 0
+
+
+def test_verify_of_an_export_names_files_its_manifest_does_not_know_and_fails_on_those_that_load(tmp_path: Path):
+    from rlctl.checkpoint import safewrite
+
+    out = tmp_path / "export"
+    staged = safewrite.staging(out)
+    (staged / "config.json").write_text("{}")
+    _safetensors(staged / "model.safetensors", 10)
+    safewrite.publish(staged, out, "export", force=False)
+    (out / "NOTES.md").write_text("my notes")
+    (out / "notes.txt").write_text("more notes")
+    named = rlctl("verify", str(out))
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert "also holds NOTES.md, notes.txt, not written by rlctl" in named.stdout, named.stdout
+    (out / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}')
+    _safetensors(out / "adapter_model.safetensors", 10)
+    planted = rlctl("verify", str(out))
+    said = " ".join(planted.stdout.split())
+    assert planted.returncode == 1, said
+    assert said.split("would load: ")[1].split(";")[0] == "adapter_config.json, adapter_model.safetensors", said

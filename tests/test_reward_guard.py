@@ -14,8 +14,11 @@ from rlctl.errors import RewardError, UserError, is_out_of_memory
 from rlctl.rewards import worker
 
 PLUGIN = """
-import math, time
+import math, os, signal, time
 import numpy
+
+def killed(prompts, completions, **_):
+    os.kill(os.getpid(), signal.SIGKILL)  # as a kill -9 from outside, or the out-of-memory killer
 
 def sleepy(prompts, completions, **_):
     print("printed by the reward")  # goes to the log, not into the worker's answers
@@ -77,6 +80,15 @@ def test_a_hanging_reward_is_stopped_at_its_deadline_and_named(plugin: Path, sta
     assert "stopped after 2." in text and "on_error: zero" in text
     assert events == [("reward_slow", {"reward": f"{plugin}:sleepy", "seconds": pytest.approx(1.0, abs=0.5),
                                        "timeout_s": 2})]  # fmt: skip
+
+
+def test_a_reward_worker_that_dies_is_named_with_its_pid_and_signal(plugin: Path, stage):
+    (fn,) = stage(plugin, ("killed", "raise", 30))
+    with pytest.raises(RewardError) as info:
+        fn(prompts=["1+1="], completions=["2"], answer=["2"])
+    text = str(info.value)
+    assert f"Reward '{plugin}:killed'" in text and "worker process (pid " in text, text
+    assert "was killed by signal 9 (SIGKILL: a kill -9, or the system's out-of-memory killer)" in text, text
 
 
 def test_on_error_zero_scores_a_timed_out_batch_zero_counts_it_and_the_next_call_works(plugin: Path, stage):

@@ -113,6 +113,48 @@ def run_copy(demo_run: Path, tmp_path: Path) -> Path:
     return run
 
 
+def _finished_run(run_dir: Path) -> None:
+    """A run directory as far as `rlctl export` reads it: config, summary, and an rl/final folder of full weights
+    (copied, so no model is loaded)."""
+    import struct
+
+    from rlctl.config import dump, presets, validate
+
+    final = run_dir / "rl" / "final"
+    final.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(dump(validate(presets.load("tiny-demo"))))
+    (run_dir / "summary.json").write_text(json.dumps({"stages": {}, "completed": ["sft", "rm", "rl"]}))
+    header = json.dumps({"w": {"dtype": "F32", "shape": [10], "data_offsets": [0, 40]}}).encode()
+    (final / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\x01" * 40)
+    (final / "config.json").write_text("{}")
+    (final / "generation_config.json").write_text("{}")
+
+
+def test_an_export_removes_what_a_killed_export_of_its_target_left_half_written(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    _finished_run(run_dir)
+    stale = run_dir / ".export.k9q2x7ab.rlctl-tmp"  # as `staging` names it; the export was killed with kill -9
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    other = run_dir / ".export.v2.k9q2x7ab.rlctl-tmp"  # another target's (export.v2): not this export's to remove
+    other.mkdir()
+    proc = rlctl("export", str(run_dir))
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0, said
+    assert not stale.exists() and other.is_dir()
+    assert f"Removed {stale.name} next to {run_dir / 'export'}" in said, said
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.endswith(".rlctl-tmp")) == [other.name]
+
+
+def test_drop_stale_removes_a_killed_write_file_of_its_target_only(tmp_path: Path):
+    target = tmp_path / "eval.json"
+    (tmp_path / ".eval.json.k9q2x7ab.rlctl-tmp").write_text('{"half": ')  # write_file's temporary file
+    (tmp_path / ".eval.json.rlctl-lock").write_text("123\n")
+    assert safewrite.drop_stale(target).startswith(f"Removed .eval.json.k9q2x7ab.rlctl-tmp next to {target}")
+    assert [p.name for p in tmp_path.iterdir()] == [".eval.json.rlctl-lock"]
+    assert safewrite.drop_stale(target) == ""
+
+
 def test_export_into_the_users_folder(run_copy: Path, tmp_path: Path):
     mine = _folder(tmp_path / "mine", {"notes.txt": "keep me"})
     proc = rlctl("export", str(run_copy), "--out", str(mine))
@@ -204,6 +246,25 @@ def test_a_launch_killed_without_a_word_names_its_stage(tmp_path: Path):
     assert f"Full log: {log}." in said
     named = "Stage rl failed: OSError (raised at x.py:3)."
     assert _failed("rl", 1, named, log, tmp_path).startswith(f"[red]Training failed (exit 1).[/] {named}")
+    (tmp_path / "rl" / "checkpoints" / "checkpoint-4").mkdir(parents=True)
+    (tmp_path / "rl" / "checkpoints" / "checkpoint-4" / "rlctl_complete").write_text("{}")
+    said = _failed("rl", 1, named, log, tmp_path)
+    assert said.endswith(
+        f"rlctl resume {tmp_path} (it continues from rl/checkpoints/checkpoint-4, the last complete checkpoint)"
+    )
+
+
+def test_a_training_process_killed_by_a_signal_is_named():
+    from rlctl.launch import failure
+
+    one = "subprocess.CalledProcessError: Command '['python', 'r']' died with <Signals.SIGKILL: 9>."
+    several = "[0]:\n  time      : 2026-01-01\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 4242)"
+    for log in (f'Traceback (most recent call last):\n  File "launch.py", line 9\n{one}\n', several):
+        said = failure(log)
+        assert (
+            said
+            == "A training process was killed by signal 9 (SIGKILL: a kill -9, or the system's out-of-memory killer)."
+        ), said
 
 
 def test_init_and_train_never_write_over_the_users_files(tmp_path: Path):

@@ -16,7 +16,7 @@ import pytest
 
 from rlctl.launch import trackers
 from rlctl.launch.tbevents import Scalars
-from tests.helpers import rlctl, strict_records, without
+from tests.helpers import free_port, rlctl, strict_records, without
 
 wandb = pytest.importorskip("wandb")
 mlflow = pytest.importorskip("mlflow")
@@ -170,6 +170,23 @@ def test_a_failing_tracker_is_dropped_with_one_warning(tmp_path: Path, monkeypat
     err = capsys.readouterr().err
     assert err.count("the mlflow tracker failed") == 1 and "dropped" in err
     assert fan.pending == [] and fan.open == {}
+
+
+def test_a_tracker_failing_in_a_run_shows_on_the_console_once_and_leaks_no_password(tmp_path: Path):
+    run_dir, secret = tmp_path / "run", "s3cretPASS"
+    uri = f"http://alice:{secret}@127.0.0.1:{free_port()}/"  # nothing listens there
+    env = {"MLFLOW_TRACKING_URI": uri, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+    sets = ["stages=[sft]", "sft.max_steps=2", "logging.report_to=[mlflow]"]
+    args = [a for s in sets for a in ("--set", s)]
+    proc = rlctl("train", "--preset", "tiny-demo", *args, "--run-dir", str(run_dir), env=env)
+    console = proc.stdout + proc.stderr
+    assert proc.returncode == 0, console
+    assert console.count("the mlflow tracker failed") == 1, console
+    assert "alice:***@127.0.0.1" in console and secret not in console, console
+    report = rlctl("report", str(run_dir))
+    assert report.returncode == 0 and secret not in report.stdout + report.stderr
+    leaked = [p for p in run_dir.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
 
 
 def test_tensorboard_needs_no_package(tmp_path: Path):

@@ -330,6 +330,7 @@ def export(
     ckpt = adapter_source(run_dir, cfg, stage) if adapter else None  # refuse before loading anything
     safewrite.check_target(out, kind(adapter), force)
     with safewrite.lock(out, "export"):
+        stale = safewrite.drop_stale(out)
         tmp = safewrite.staging(out)
         try:
             _write(tmp, cfg, src, ckpt)
@@ -338,7 +339,7 @@ def export(
             safewrite.publish(tmp, out, kind(adapter), force)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return out, " ".join(n for n in (source.note, fallback) if n)
+    return out, " ".join(n for n in (source.note, fallback, stale) if n)
 
 
 def intact_source(run_dir: Path, stage: str, final: Path) -> tuple[Path, str]:

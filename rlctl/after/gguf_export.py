@@ -261,6 +261,7 @@ def export(
     safewrite.check_target(out, KIND, force)
     name = file_name(cfg.name, gguf_type)
     with safewrite.lock(out, "export"):
+        stale = safewrite.drop_stale(out)
         tmp = safewrite.staging(out)
         try:
             hf = tmp / "hf"
@@ -275,4 +276,4 @@ def export(
             safewrite.publish(tmp, out, KIND, force)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return out, source.note, verified
+    return out, " ".join(n for n in (source.note, stale) if n), verified

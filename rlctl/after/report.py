@@ -284,6 +284,7 @@ def build(run_dir: Path, out: Path | None = None, force: bool = False) -> Report
     final = out or run_dir / "report"
     safewrite.check_target(final, "report", force)
     with safewrite.lock(final, "report"):
+        notes += [stale] if (stale := safewrite.drop_stale(final)) else []
         tmp = safewrite.staging(final)
         try:
             rep = _write(cfg, summary, records, run_dir, tmp)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlctl import checkpoint
 from rlctl.config import RESUMABLE
-from rlctl.errors import DataRowError, RewardError, is_out_of_memory
+from rlctl.errors import ChildDied, DataRowError, RewardError, is_out_of_memory
 from rlctl.plan import hardware
 
 
@@ -54,6 +54,11 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
     run_dir = plan.run_dir
     if is_out_of_memory(error):
         return out_of_memory(error, plan, stage, measured)
+    if isinstance(error, ChildDied):
+        return (
+            f"{error} Stage {stage} stopped; {_last_good(checkpoints)}. Continue from it with "
+            f"`rlctl resume {run_dir}`. The full log is in {run_dir}/logs/train.log."
+        )
     if isinstance(error, RewardError):
         return f"{error} Then `rlctl resume {run_dir}{_zero_on_error(plan)}` ({_last_good(checkpoints)})."
     disk_full = no_space(error)

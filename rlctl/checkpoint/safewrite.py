@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -82,6 +83,25 @@ def staging(target: Path) -> Path:
     with unwritable(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".rlctl-tmp", dir=target.parent))
+
+
+def drop_stale(target: Path) -> str:
+    """Remove what an earlier write of `target` that was killed left half-written next to it (its `staging`
+    folder, the old folder `publish` set aside, or `write_file`'s temporary file); a note naming it, '' when
+    nothing was left. Call under `lock(target)`: then no write of `target` is under way."""
+    own = re.compile(rf"\.{re.escape(target.name)}\.[A-Za-z0-9_]{{8}}\.rlctl-(tmp|old)")  # mkdtemp's 8 characters
+    stale = sorted(p for p in target.parent.glob(".*.rlctl-*") if own.fullmatch(p.name))
+    for path in stale:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if not stale:
+        return ""
+    return (
+        f"Removed {listed([p.name for p in stale])} next to {target}: left half-written by an earlier write of it "
+        "that was stopped."
+    )
 
 
 def check_writable(target: Path) -> None:

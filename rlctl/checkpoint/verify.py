@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -16,11 +17,16 @@ import yaml
 
 from rlctl import checkpoint, strictjson
 from rlctl.checkpoint.integrity import folder_problems
-from rlctl.checkpoint.safewrite import MANIFEST, recorded
+from rlctl.checkpoint.safewrite import MANIFEST, listed, recorded
 from rlctl.config import RunConfig, dump, read_run_config, validate
 from rlctl.errors import UserError
 
 DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
+# the files a model load from a folder may read (transformers, peft, tokenizers, remote code, llama.cpp), by name
+LOADED = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.npz", "*.gguf", "*.index.json")
+LOADED += ("config.json", "generation_config.json", "adapter_config.json", "*processor_config.json", "*.py")
+LOADED += ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt", "*.model")
+LOADED += ("*.tiktoken", "chat_template.*")
 
 
 def restore_hint(run_dir: Path) -> str:
@@ -163,7 +169,7 @@ def verify_run(run_dir: Path) -> list[tuple[str, list[str]]]:
     """(file or folder relative to the run, its problems) for the run's own records (`run_file_problems`), then
     every complete checkpoint, final folder and export of a run, in run order; an empty problem list means
     intact."""
-    out = run_file_problems(run_dir)
+    out = run_file_problems(run_dir) + _missing_finals(run_dir)
     for stage_dir in sorted(p for p in run_dir.iterdir() if (p / "checkpoints").is_dir() or (p / "final").is_dir()):
         for ckpt in checkpoint.complete_checkpoints(stage_dir / "checkpoints"):
             out.append((str(ckpt.relative_to(run_dir)), checkpoint_problems(ckpt)))
@@ -175,6 +181,17 @@ def verify_run(run_dir: Path) -> list[tuple[str, list[str]]]:
         problems = verify_export(export) if recorded_files else folder_problems(export, None)
         out.append((str(export.relative_to(run_dir)), problems))
     return out
+
+
+def _missing_finals(run_dir: Path) -> list[tuple[str, list[str]]]:
+    """(STAGE/final, its problem) for each stage summary.json lists as finished whose final folder is gone."""
+    try:
+        completed = strictjson.read(run_dir / "summary.json", missing={}).get("completed", [])
+    except strictjson.DamagedFile:
+        return []  # run_file_problems names it
+    gone = [s for s in completed if isinstance(s, str) and not (run_dir / s / "final").is_dir()]
+    why = f"gone, though the stage finished; `rlctl resume {run_dir}` re-creates it from its last checkpoint"
+    return [(f"{stage}/final", [why]) for stage in gone]
 
 
 def is_export(folder: Path) -> bool:
@@ -197,4 +214,19 @@ def verify_export(folder: Path) -> list[str]:
         files = strictjson.loads(path.read_text(encoding="utf-8"))["files"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         return [f"{MANIFEST} is damaged ({type(e).__name__}: {e})", *folder_problems(folder, None)]
-    return folder_problems(folder, files)
+    loaded, _ = unrecorded(folder)
+    planted = [
+        f"files not written by rlctl (not in {MANIFEST}) that transformers or peft would load: {listed(loaded)}; "
+        "remove them, or export again into a new folder"
+    ]
+    return folder_problems(folder, files) + (planted if loaded else [])
+
+
+def unrecorded(folder: Path) -> tuple[list[str], list[str]]:
+    """The files of an export folder its manifest does not list: (those a model load may read: weights, configs,
+    adapters, tokenizer or code files, in any subfolder too; the others: READMEs, notes, images...)."""
+    _, files = recorded(folder)
+    extra = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
+    extra = [rel for rel in extra if rel not in files and rel != MANIFEST]
+    loaded = [rel for rel in extra if any(fnmatch.fnmatch(Path(rel).name, pattern) for pattern in LOADED)]
+    return loaded, [rel for rel in extra if rel not in loaded]

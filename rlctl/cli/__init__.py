@@ -22,6 +22,7 @@ from rlctl.cli import results  # noqa: F401
 # isort: on
 from rlctl.cli.app import app, cli_command, err_console
 from rlctl.errors import UserError
+from rlctl.scrub import scrub
 
 __all__ = ["app", "cli_command", "main"]
 
@@ -47,7 +48,7 @@ def main() -> None:
     except UserError as e:
         from rich.markup import escape
 
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}")  # keep 'rlctl[vllm]' and the like intact
+        err_console.print(f"[bold red]error:[/] {escape(scrub(str(e)))}")  # keep 'rlctl[vllm]' and the like intact
         sys.exit(2)
 
 

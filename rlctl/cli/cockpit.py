@@ -349,6 +349,8 @@ def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptio
     samples_path = out.with_suffix(".samples.jsonl")
     with safewrite.lock(out, "eval"):
         _check_eval_out(out)  # again: another eval may have written it meanwhile
+        for note in filter(None, (safewrite.drop_stale(out), safewrite.drop_stale(samples_path))):
+            ui.console.print(f"[yellow]note:[/] {escape(note)}")
         safewrite.write_file(samples_path, "".join(strictjson.dumps(s, default=str) + "\n" for s in result.samples))
         safewrite.write_file(out, strictjson.dumps(metrics, indent=2) + "\n")
     print_eval(ui, metrics, result.samples)
@@ -435,10 +437,18 @@ def doctor_command(ui: UI, online: bool, as_json: bool) -> int:
 
 
 # -------------------------------------------------------------------------------------------- verify
+def _harmless_extras(folder: Path) -> list[str]:
+    """The files beside an export that its manifest does not list and no model load reads (a README, notes)."""
+    from rlctl.checkpoint import verify
+
+    return verify.unrecorded(folder)[1] if verify.is_export(folder) else []
+
+
 def verify_command(ui: UI, run_dir: Path, as_json: bool) -> int:
     """`rlctl verify`: one line per checkpoint, final folder and export of a run, or one for an export folder; 1
     when any is damaged."""
     from rlctl.checkpoint import verify
+    from rlctl.checkpoint.safewrite import listed
 
     is_run = (run_dir / "config.yaml").is_file()
     if is_run:
@@ -451,13 +461,18 @@ def verify_command(ui: UI, run_dir: Path, as_json: bool) -> int:
             f"{verify.MANIFEST})."
         )
     damaged = [name for name, problems in checks if problems]
+    extras = {name: _harmless_extras(run_dir / name if is_run else run_dir) for name, _ in checks}
     if as_json:
-        report = [{"path": name, "intact": not problems, "problems": problems} for name, problems in checks]
+        report = [
+            {"path": name, "intact": not problems, "problems": problems, "not_written_by_rlctl": extras[name]}
+            for name, problems in checks
+        ]
         sys.stdout.write(json.dumps({"ok": not damaged, "checked": report}, indent=2) + "\n")
         return 1 if damaged else 0
     for name, problems in checks:
         mark = "[green]intact[/]" if not problems else "[red]damaged[/]: " + escape("; ".join(problems))
-        ui.results().print(f"{escape(name)}: {mark}")
+        also = f" (also holds {escape(listed(extras[name]))}, not written by rlctl; no model load reads them)"
+        ui.results().print(f"{escape(name)}: {mark}{also if extras[name] else ''}")
     if not checks:
         ui.results().print(f"{escape(str(run_dir))} holds no checkpoint, final folder or export yet.")
     elif damaged and not is_run:

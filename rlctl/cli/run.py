@@ -282,6 +282,7 @@ def resume(
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
+    from rlctl.after import finals
     from rlctl.checkpoint import verify
     from rlctl.launch import preflight, resume_check
 
@@ -292,6 +293,8 @@ def resume(
     except strictjson.DamagedFile as e:
         _, how = resume_check.rebuild_summary(run_dir, cfg)
         console.print(f"[yellow]warning:[/] {escape(str(e.path))} is damaged ({escape(e.damage)}); {escape(how)}.")
+    for note in finals.restore_finals(run_dir, cfg):
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     if resume_check.finished(run_dir, cfg):
         console.print(f"{run_dir} is finished: every stage ({', '.join(cfg.stages)}) completed. Nothing to resume.")
         raise typer.Exit(0)

@@ -38,6 +38,7 @@ from rlctl.launch import preflight, tbevents
 from rlctl.launch import progress as progress_mod
 from rlctl.plan import data_lengths, engine, packages, resolved
 from rlctl.plan import planner as plan_mod
+from rlctl.scrub import scrub
 
 if TYPE_CHECKING:  # rich's progress and tables load only when a run starts or a summary is shown
     from rich.progress import Progress
@@ -380,17 +381,22 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         return errors[-1].get("exit_code", 1)  # 2: the runner found bad input (data) before training on it
     with log_path.open("rb") as f:
         f.seek(log_start)
-        cause = failure(f.read().decode(errors="replace"))
+        cause = scrub(failure(f.read().decode(errors="replace")))
+    if code < 0:  # the launcher itself (its processes die with it)
+        cause = f"The training launcher (pid {proc.pid}) {processes.exit_text(code)}."
     console.print(_failed(last_stage, code, cause, log_path, run_dir))
     return 2 if code == 2 else 1
 
 
 def _failed(stage: str, code: int, cause: str, log_path: Path, run_dir: Path) -> str:
-    """The paragraph of a launch that ended without an `error` event: the stage it was in, the cause, the log."""
+    """The paragraph of a launch that ended without an `error` event: the stage it was in, the cause, the log, and
+    the stage's last complete checkpoint, which a resume continues from."""
     where = f" in stage {stage}" if stage and f"Stage {stage} " not in cause else ""
+    last = checkpoint.last_complete(run_dir / stage / "checkpoints") if stage else None
+    start = f" (it continues from {stage}/checkpoints/{last.name}, the last complete checkpoint)" if last else ""
     return (
         f"[red]Training failed{escape(where)} (exit {code}).[/] {escape(cause)} Full log: {log_path}. After fixing "
-        f"the cause: rlctl resume {run_dir}"
+        f"the cause: rlctl resume {run_dir}{start}"
     )
 
 
@@ -410,6 +416,9 @@ def failure(log: str) -> str:
     said = [line for line in lines if line.startswith("rlctl: ")]
     if said:
         return said[-1].removeprefix("rlctl: ")
+    signum = _killed_by(lines)
+    if signum is not None:
+        return f"A training process {processes.exit_text(-signum)}."
     raised = []  # the exception line ending each traceback; the launcher's own (CalledProcessError) left out
     for i, line in enumerate(lines):
         if line.startswith("Traceback (most recent call last)"):
@@ -419,6 +428,20 @@ def failure(log: str) -> str:
     if raised:
         return f"The training process raised {raised[-1]}."
     return "The training process ended without saying why (killed by the system, out of memory?)."
+
+
+# how accelerate's launcher logs a training process a signal killed: one process (subprocess's CalledProcessError),
+# several (torch.distributed.elastic's error summary)
+KILLED = (re.compile(r"died with <Signals\.\w+: (\d+)>"), re.compile(r"exitcode\s*:\s*-(\d+)"))
+
+
+def _killed_by(lines: list[str]) -> int | None:
+    """The signal that killed a training process, as its launcher logged it last; None when none did."""
+    for line in reversed(lines):
+        for pattern in KILLED:
+            if found := pattern.search(line):
+                return int(found[1])
+    return None
 
 
 def bar_columns() -> list:
@@ -451,6 +474,9 @@ def _show(
     stage = rec.get("stage", "?")
     if rec.get("event") == "alarm":
         progress.console.print(f"[yellow]alarm[/] ({stage}, step {rec.get('step')}): {escape(rec['message'])}")
+        return
+    if rec.get("event") == "tracker_failed":
+        progress.console.print(f"[yellow]warning[/] ({stage}): {escape(rec['message'])}")
         return
     if rec.get("event") == "reward_slow":
         progress.console.print(

@@ -24,6 +24,7 @@ from rlctl.plan import planner as plan_mod
 from rlctl.plan import resolved
 from rlctl.rewards.worker import Workers
 from rlctl.runtime import context
+from rlctl.scrub import scrub
 
 
 def build_base(cfg: RunConfig, run_dir: Path) -> None:
@@ -35,6 +36,11 @@ def build_base(cfg: RunConfig, run_dir: Path) -> None:
         return
     texts = tasks.corpus(plan_mod.data_paths(cfg, run_dir))
     tiny.build(base, cfg.model.arch, texts, cfg.seed)
+
+
+def _traceback() -> None:
+    """The exception being handled, in full, on stderr (the run's log): its messages scrubbed of credentials."""
+    print(scrub(traceback.format_exc()), file=sys.stderr, end="")
 
 
 def main(run_dir: Path) -> None:
@@ -51,9 +57,9 @@ def main(run_dir: Path) -> None:
         if isinstance(e, UserError):
             message, code = str(e), 2
         else:
-            traceback.print_exc()  # the full story in the log
+            _traceback()
             message, code = faults.unexpected(e, run_dir, "setup", node_log(run_dir, 0)), 1
-        print(f"rlctl: {message}", file=sys.stderr)
+        print(f"rlctl: {scrub(message)}", file=sys.stderr)
         sys.exit(code)
     finally:
         workers.stop_all()
@@ -70,8 +76,9 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     cfg = the_plan.config
     state = PartialState(cpu=the_plan.hardware.is_cpu)
     watch = alarms.Watch(cfg.logging.alarm_steps, cfg.logging.alarms)
-    fanout = trackers.Fanout(list(cfg.logging.report_to), run_dir, cfg.name, cfg.model_dump(mode="json"))
-    log = context.MetricsLog(run_dir, state.is_main_process, watch, fanout.add if fanout.pending else None)
+    log = context.MetricsLog(run_dir, state.is_main_process, watch)
+    fanout = trackers.Fanout(list(cfg.logging.report_to), run_dir, cfg.name, cfg.model_dump(mode="json"), log.write)
+    log.to_trackers = fanout.add if fanout.pending else None
     paths = plan_mod.data_paths(cfg, run_dir)
     summary = resume_check.read_summary(run_dir, cfg)
     summary["world_size"] = state.num_processes
@@ -110,8 +117,8 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
             if message is None:
                 message = faults.unexpected(e, run_dir, ctx.stage.name, node_log(run_dir, cfg.hardware.node_rank))
             if not isinstance(e, UserError | context.Stopped):
-                traceback.print_exc()  # the full story in logs/train.log; the user sees the message
-            code = 2 if isinstance(e, UserError) else 1
+                _traceback()
+            message, code = scrub(message), 2 if isinstance(e, UserError) else 1
             log.write(stage=ctx.stage.name, event="error", message=message, exit_code=code)
             print(f"rlctl: {message}", file=sys.stderr)
             sys.exit(code)

@@ -12,8 +12,9 @@ memory records and alarms, named as in TensorBoard (`stage/metric`, `stage/eval/
   file store); experiment MLFLOW_EXPERIMENT_NAME or "rlctl".
 - trackio: trackio's local store (TRACKIO_DIR, default ~/.cache/huggingface/trackio), project "rlctl".
 
-A tracker that fails (not logged in, no server, a bug) is reported once on stderr and dropped; the run, metrics.jsonl
-and the other trackers go on.
+A tracker that fails (not logged in, no server, a bug) is reported once, credentials scrubbed (rlctl.scrub), on
+stderr (the run's log) and as a `tracker_failed` record (the console), and dropped; the run, metrics.jsonl and the
+other trackers go on.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import atexit
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from rlctl.launch.tbevents import Scalars
+from rlctl.scrub import scrub
 
 PROJECT = "rlctl"
 
@@ -115,13 +118,22 @@ class Fanout:
     """metrics.jsonl records -> the configured trackers (those of `names` with an adapter; tensorboard's files are
     written by `rlctl train` itself). Opened on the first record, closed when the process exits (before the
     trackers' own exit hooks, registered earlier, tear their clients down); a tracker that raises is warned about
-    once and dropped."""
+    once (on stderr and through `note`, which writes a metrics.jsonl record) and dropped."""
 
-    def __init__(self, names: list[str], run_dir: Path, run_name: str, config: dict[str, Any]):
+    def __init__(
+        self,
+        names: list[str],
+        run_dir: Path,
+        run_name: str,
+        config: dict[str, Any],
+        note: Callable[..., None] | None = None,
+    ):
         self.pending = [n for n in names if n in ADAPTERS]
         self.run_dir, self.run_name, self.config = run_dir, run_name, config
         self.open: dict[str, Tracker] = {}
         self.scalars = Scalars()
+        self.note = note
+        self.stage = "run"  # the stage of the record being sent
 
     def _call(self, name: str, action: str, *args: Any) -> None:
         try:
@@ -132,19 +144,25 @@ class Fanout:
         except Exception as e:  # any failure of a tracker: warn, drop it, train on
             self.pending.remove(name)
             self.open.pop(name, None)
-            what = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
-            print(
-                f"rlctl: warning: the {name} tracker failed ({what}); it is dropped for the rest of the run "
-                f"(metrics.jsonl and the other trackers go on; logging.report_to).",
-                file=sys.stderr,
-            )
+            self._warn(name, e)
+
+    def _warn(self, name: str, error: Exception) -> None:
+        """The one warning of tracker `name` failing, its error scrubbed of credentials."""
+        what = scrub(f"{type(error).__name__}: {error}".strip().splitlines()[0][:300])
+        message = (
+            f"the {name} tracker failed ({what}); it is dropped for the rest of the run (metrics.jsonl and the "
+            "other trackers go on; logging.report_to)."
+        )
+        print(f"rlctl: warning: {message}", file=sys.stderr)
+        if self.note is not None:
+            self.note(stage=self.stage, event="tracker_failed", tracker=name, message=message)
 
     def add(self, rec: dict[str, Any]) -> None:
         point = self.scalars.of(rec)
         if point is None:
             return
         values, step = point
-        stage = rec.get("stage", "run")
+        stage = self.stage = rec.get("stage", "run")
         for name in list(self.pending):
             if values:
                 self._call(name, "log", values, stage, step)

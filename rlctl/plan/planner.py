@@ -37,11 +37,23 @@ def final_dir(run_dir: str | Path, stage: str) -> Path:
 POLICY_STAGES = ("rl", "dpo", "sft")  # latest first: the policy a run ends with
 
 
+def final_gone(run_dir: Path, stage: str) -> UserError:
+    """A finished stage's final folder is gone: the error naming the way out (`rlctl resume` re-creates it)."""
+    return UserError(
+        f"{run_dir}: stage {stage} finished, but its final folder {final_dir(run_dir, stage)} is gone (deleted or "
+        f"moved). `rlctl resume {run_dir}` re-creates it from the stage's last complete checkpoint (`rlctl verify "
+        f"{run_dir}` lists them); then run this command again."
+    )
+
+
 def final_policy(run_dir: Path, cfg: RunConfig, completed: list[str]) -> tuple[str, Path]:
-    """(stage, folder) of the last policy stage that finished."""
+    """(stage, folder) of the last policy stage that finished; final_gone when its final folder is missing (an
+    earlier stage's model is never taken instead)."""
     for stage in POLICY_STAGES:
         folder = final_dir(run_dir, stage)
-        if stage in cfg.stages and stage in completed and folder.is_dir():
+        if stage in cfg.stages and stage in completed:
+            if not folder.is_dir():
+                raise final_gone(run_dir, stage)
             return stage, folder
     raise UserError(
         f"{run_dir} has no finished policy stage to export (finished: {', '.join(completed) or 'none'}). "

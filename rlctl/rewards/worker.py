@@ -107,9 +107,7 @@ class Worker:
         try:
             return _recv(self.proc.stdout)
         except EOFError:
-            code = self.proc.wait()
-            self.proc = None
-            return "error", ("WorkerDied", f"its worker process exited with code {code} before answering")
+            return "error", ("WorkerDied", self._died())
 
     def call(self, args: tuple, timeout_s: float, on_slow: Callable[[float], None] | None) -> Any:
         """The reward's values for (prompts, completions, kwargs); raises what it raised, or RewardTimeout."""
@@ -119,12 +117,23 @@ class Worker:
         try:
             _send(self.proc.stdin, args)
         except BrokenPipeError:
-            self.stop()
-            raise remote_error("WorkerDied", "its worker process exited") from None
+            raise remote_error("WorkerDied", self._died()) from None
         kind, payload = self._reply(start, timeout_s, on_slow, len(args[1]))
         if kind == "error":
             raise remote_error(*payload)
         return payload
+
+    def _died(self) -> str:
+        """How the worker process that closed its pipe ended (killed when it has not within seconds); forgotten then,
+        so the next call starts a fresh one."""
+        pid = self.proc.pid
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return f"its worker process (pid {pid}) closed its pipe without answering and was stopped"
+        self.proc = None
+        return f"its worker process (pid {pid}) {processes.exit_text(code)} before answering"
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -27,13 +27,14 @@ import signal
 import tempfile
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from rlctl import processes
+from rlctl.errors import ChildDied
 from rlctl.rollout import multiturn
 from rlctl.rollout.samples import Sample, collate, token_logprobs
 
@@ -115,7 +116,7 @@ class AsyncEngine:
         the copy held the lock. `weights` is iterated to its end (a sharded policy gathers in it, on every
         process)."""
         start, sums = time.perf_counter(), {}
-        with self.lock:
+        with self._locked():
             for name, tensor in weights:
                 self.buffers[name].copy_(tensor.detach())
                 sums[name] = float(tensor.detach().double().sum())
@@ -130,20 +131,36 @@ class AsyncEngine:
         self.requests.put(round_)
 
     def receive(self) -> Done:
-        """The next sampled round (in the order submitted); a RuntimeError when the generator failed or died."""
+        """The next sampled round (in the order submitted); ChildDied when the generator died, a RuntimeError when
+        it failed."""
         while True:
             try:
                 reply = self.replies.get(timeout=POLL_S)
             except queue.Empty:
-                if not self.proc.is_alive():
-                    raise RuntimeError(
-                        f"the async generator process exited with code {self.proc.exitcode} without answering "
-                        "(out of memory? see logs/train.log)"
-                    ) from None
+                self._check_alive()
                 continue
+            except Exception:  # a reply whose sender died cannot be read: its shared tensors went with it
+                self._check_alive(wait_s=POLL_S)
+                raise
             if isinstance(reply, str):
                 raise RuntimeError(f"the async generator process failed:\n{reply}")
             return reply
+
+    def _check_alive(self, wait_s: float = 0.0) -> None:
+        """ChildDied when the generator process has ended (waiting up to `wait_s` for an end under way)."""
+        self.proc.join(wait_s)
+        if not self.proc.is_alive():
+            raise ChildDied("async generator process", self.proc.pid, self.proc.exitcode) from None
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The shared weights' lock; ChildDied when the generator died holding it (killed mid-load)."""
+        while not self.lock.acquire(timeout=POLL_S):
+            self._check_alive()
+        try:
+            yield
+        finally:
+            self.lock.release()
 
     def intact(self, done: Done) -> bool:
         """Whether the round was sampled with exactly the weights pushed as its version."""

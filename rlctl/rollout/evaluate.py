@@ -265,6 +265,7 @@ def load_policy(target: Path, stage: str | None = None, device: str | None = Non
     """The policy of a run directory (its last finished policy stage, or `stage`), or a model folder / Hub id."""
     from rlctl.config import load_run_config
     from rlctl.plan import final_dir, final_policy
+    from rlctl.plan.planner import final_gone
 
     device = device or default_device()
     if (target / "config.yaml").is_file():
@@ -276,7 +277,9 @@ def load_policy(target: Path, stage: str | None = None, device: str | None = Non
         completed = summary.get("completed", [])
         if stage:
             folder = final_dir(target, stage)
-            if stage not in completed or not folder.is_dir():
+            if stage in completed and not folder.is_dir():
+                raise final_gone(target, stage)
+            if stage not in completed:
                 done = ", ".join(completed) or "none"
                 raise UserError(f"{target} has no finished stage '{stage}' to evaluate (finished: {done}).")
         else:
