@@ -1,0 +1,369 @@
+"""The page of `rlctl ui` (Gradio Blocks): tabs for the recipe and config, the data, the plan, the live run, the
+runs of a folder, trying and evaluating a model, and the export. Every check is the CLI's (`views`), every action
+the real `rlctl` command (`jobs`); what a tab shows of a run is read from its run directory, so every browser tab
+sees the same."""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import gradio as gr
+import pandas as pd
+
+from rlctl.cli.web import views
+from rlctl.errors import UserError
+
+if TYPE_CHECKING:
+    from rlctl.cli.web.jobs import Jobs
+
+STAGES = ["sft", "rm", "rl", "dpo", "kto"]
+DATA_ROLES = ["sft", "preference", "rl", "eval"]
+TICK_S = 2.0
+CSS = """
+.ok {color: #15803d; font-weight: 600}
+.bad {color: #b91c1c; font-weight: 600; white-space: pre-wrap}
+.note {color: #92400e}
+"""
+
+
+def said(ok: bool, text: str, notes: tuple[str, ...] = ()) -> str:
+    """A message for an HTML box: green when all is well, red (the CLI's error) otherwise."""
+    lines = [f'<div class="{"ok" if ok else "bad"}">{html.escape(text)}</div>']
+    lines += [f'<div class="note">note: {html.escape(n)}</div>' for n in notes]
+    return "\n".join(lines)
+
+
+def frame(points: list[views.Point]) -> pd.DataFrame:
+    return pd.DataFrame([asdict(p) for p in points], columns=["series", "step", "value"])
+
+
+def build(root: Path, jobs: Jobs) -> gr.Blocks:
+    """The page for the folder `root`, its runs started through `jobs`."""
+    from rlctl.cli.prepare import recipe_rows
+    from rlctl.config import presets
+
+    recipes = {r.name: r for r in recipe_rows()}
+    blocks = {
+        kind: [n for n, p in presets.all_presets().items() if p.kind == kind] for kind in ("algorithms", "hardware")
+    }
+
+    def draft(yaml_text, config_path, algorithm, hardware, stages, recipe_stages, sets) -> views.Draft:
+        chosen = tuple(s for s in STAGES if s in (stages or []))
+        return views.Draft(
+            yaml_text or "",
+            config_path or "",
+            algorithm or "",
+            hardware or "",
+            () if list(chosen) == list(recipe_stages or []) else chosen,
+            views.set_items(sets or ""),
+        )
+
+    def pick(name):
+        """A recipe chosen: its shipped YAML (as `rlctl presets show NAME` prints it) and its defaults."""
+        if not name:
+            return [gr.update()] * 8
+        r = recipes[name]
+        about = (
+            f"**{r.name}**: {r.description}\n\nmodel `{r.model}` · algorithm `{r.algorithm}` · stages "
+            f"`{', '.join(r.stages)}` · hardware `{r.hardware}`"
+        )
+        run_dir = f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        text = presets.get(name).path.read_text()
+        return text, f"configs/{name}.yaml", about, r.stages, r.stages, run_dir, "", ""
+
+    with gr.Blocks(title="rlctl", analytics_enabled=False) as page:
+        gr.Markdown("## rlctl: post-training without code")
+        recipe_stages = gr.State([])
+        with gr.Tabs(elem_id="tabs") as tabs:
+            with gr.Tab("1 Recipe & config", id="config"):
+                with gr.Row():
+                    recipe = gr.Dropdown(
+                        [(f"{r.name}: {r.description}", r.name) for r in recipes.values()],
+                        value=None,
+                        label="Recipe",
+                        elem_id="recipe",
+                        scale=3,
+                    )
+                    algorithm = gr.Dropdown(
+                        ["", *blocks["algorithms"]], value="", label="Algorithm (--algorithm)", elem_id="algorithm"
+                    )
+                    hardware = gr.Dropdown(
+                        ["", *blocks["hardware"]],
+                        value="",
+                        allow_custom_value=True,
+                        label="Hardware (--hardware, e.g. 1xH100-80GB)",
+                        elem_id="hardware",
+                    )
+                about = gr.Markdown(elem_id="about")
+                stages = gr.CheckboxGroup(STAGES, label="Stages (--stages)", elem_id="stages")
+                sets = gr.Textbox(
+                    label="Overrides (--set KEY=VALUE, one a line)",
+                    lines=3,
+                    elem_id="sets",
+                    placeholder="sft.max_steps=20",
+                )
+                config_path = gr.Textbox(label="Config file (saved when you plan or start)", elem_id="config-path")
+                yaml_box = gr.Code(language="yaml", label="Config (YAML)", lines=18, elem_id="yaml")
+                check = gr.HTML(elem_id="check")
+            with gr.Tab("2 Data", id="data"):
+                gr.Markdown("The recipe's generated task, or your file: it is read as `rlctl plan` reads it.")
+                with gr.Row():
+                    role = gr.Dropdown(DATA_ROLES, value="sft", label="Role (data.ROLE)", elem_id="data-role")
+                    data_path = gr.Textbox(label="File (in this folder)", elem_id="data-path", scale=3)
+                    use_data = gr.Button("Use this file", elem_id="use-data")
+                read_data = gr.Button("Read the data", elem_id="read-data")
+                data_text = gr.Code(label="Formats, rows, lengths", interactive=False, elem_id="data-text")
+                data_rows = gr.JSON(label="First rows", elem_id="data-rows")
+            with gr.Tab("3 Plan", id="plan"):
+                run_dir = gr.Textbox(label="Run directory (--run-dir)", elem_id="run-dir")
+                with gr.Row():
+                    plan_btn = gr.Button("Plan", elem_id="plan-btn")
+                    start = gr.Button("Start training", variant="primary", elem_id="start")
+                command = gr.Code(
+                    label="The same run from a terminal (in this folder)",
+                    language="shell",
+                    interactive=False,
+                    elem_id="command",
+                    lines=2,
+                )
+                plan_text = gr.Code(label="rlctl plan", interactive=False, elem_id="plan-text")
+                memory = gr.Dataframe(
+                    headers=views.MEMORY_COLUMNS,
+                    label="Memory per phase against the budget",
+                    interactive=False,
+                    elem_id="memory",
+                )
+            with gr.Tab("4 Run", id="run"):
+                with gr.Row():
+                    watched = gr.Textbox(label="Run directory", elem_id="watched", scale=3)
+                    stop = gr.Button("Stop (checkpoint)", variant="stop", elem_id="stop")
+                    resume = gr.Button("Resume", elem_id="resume")
+                job_state = gr.HTML(elem_id="job-state")
+                headline = gr.Textbox(label="Progress", interactive=False, elem_id="headline")
+                with gr.Row():
+                    curves = gr.LinePlot(
+                        x="step", y="value", color="series", label="Training curves", elem_id="curves", height=280
+                    )
+                    heldout = gr.LinePlot(
+                        x="step", y="value", color="series", label="Held-out scores", elem_id="heldout", height=280
+                    )
+                alarms = gr.HTML(elem_id="alarms")
+                log = gr.Code(
+                    label="Output of the latest command on this run", interactive=False, elem_id="log", lines=12
+                )
+            with gr.Tab("5 Runs", id="runs"):
+                with gr.Row():
+                    folder = gr.Textbox("runs", label="Runs folder", elem_id="runs-folder", scale=3)
+                    list_btn = gr.Button("List", elem_id="list-runs")
+                runs_table = gr.Dataframe(
+                    headers=["path", "name", "stages", "completed", "latest"], interactive=False, elem_id="runs-table"
+                )
+                with gr.Row():
+                    run_a = gr.Dropdown([], label="Run A", elem_id="run-a", allow_custom_value=True)
+                    run_b = gr.Dropdown([], label="Run B", elem_id="run-b", allow_custom_value=True)
+                    compare_btn = gr.Button("Compare", elem_id="compare")
+                    open_btn = gr.Button("Watch A", elem_id="open-a")
+                compare_plot = gr.LinePlot(
+                    x="step", y="value", color="series", label="Curves, A and B", elem_id="compare-plot", height=280
+                )
+                diff = gr.Dataframe(
+                    headers=["key", "A", "B"], label="Config differences", interactive=False, elem_id="diff"
+                )
+            with gr.Tab("6 Try & eval", id="try"):
+                gr.Markdown("Runs `rlctl eval RUN` on the run's held-out data (the Run tab's run).")
+                with gr.Row():
+                    limit = gr.Number(50, precision=0, minimum=1, label="Rows (--limit)", elem_id="eval-limit")
+                    eval_btn = gr.Button("Evaluate", elem_id="eval")
+                eval_state = gr.HTML(elem_id="eval-state")
+            with gr.Tab("7 Export", id="export"):
+                with gr.Row():
+                    fmt = gr.Radio(["hf", "gguf"], value="hf", label="Format (--format)", elem_id="export-format")
+                    out = gr.Textbox(label="Folder (--out; default RUN/export)", elem_id="export-out")
+                    repo = gr.Textbox(label="Also push to Hub repo (--push namespace/name)", elem_id="export-repo")
+                with gr.Row():
+                    card_btn = gr.Button("Show the model card", elem_id="card-btn")
+                    export_btn = gr.Button("Export", variant="primary", elem_id="export-btn")
+                export_state = gr.HTML(elem_id="export-state")
+                card = gr.Markdown(elem_id="card")
+        timer = gr.Timer(TICK_S)
+
+        draft_inputs = [yaml_box, config_path, algorithm, hardware, stages, recipe_stages, sets]
+
+        def on_check(*values):
+            checked = views.check(root, draft(*values))
+            return said(checked.config is not None, checked.message, checked.notes)
+
+        recipe.change(pick, recipe, [yaml_box, config_path, about, stages, recipe_stages, run_dir, algorithm, hardware])
+        gr.on(
+            [yaml_box.change, algorithm.change, hardware.change, stages.change, sets.change],
+            on_check,
+            draft_inputs,
+            check,
+            show_progress="hidden",
+        )
+
+        def planned(*values):
+            *given, where = values
+            d = draft(*given)
+            try:
+                rel = views.inside(root, where, "run directory").as_posix()
+                views.save(root, d)
+                checked = views.check(root, d)
+                if checked.config is None:
+                    raise UserError(checked.message)
+                shown = views.plan(checked.config, Path(rel))
+            except UserError as e:
+                return str(e), [], str(e), None, ""
+            errors = "\n".join(f"error: {e}" for e in shown.errors)
+            rows = {k: v for k, v in shown.data_rows.items()}
+            return shown.text + errors, shown.memory, shown.data_text + errors, rows, d.train_command(rel)
+
+        plan_outputs = [plan_text, memory, data_text, data_rows, command]
+        plan_btn.click(planned, [*draft_inputs, run_dir], plan_outputs)
+        read_data.click(planned, [*draft_inputs, run_dir], plan_outputs)
+
+        def use_file(role_name, path, current):
+            try:
+                rel = views.inside(root, path, "data file").as_posix()
+            except UserError as e:
+                return current, said(False, str(e))
+            own = (f"data.{role_name}=", "data.generate=")
+            lines = [x for x in views.set_items(current) if not x.startswith(own)]
+            text = "\n".join([*lines, "data.generate=null", f"data.{role_name}={rel}"])
+            return text, said(True, f"data.{role_name}: {rel}")
+
+        use_data.click(use_file, [role, data_path, sets], [sets, check])
+
+        def started(*values):
+            *given, where = values
+            d = draft(*given)
+            try:
+                rel = views.inside(root, where, "run directory")
+                views.save(root, d)
+                checked = views.check(root, d)
+                if checked.config is None:
+                    raise UserError(checked.message)
+                job = jobs.start("train", [*d.args(), "--run-dir", rel.as_posix()], rel)
+            except UserError as e:
+                return gr.update(), gr.update(), said(False, str(e))
+            return rel.as_posix(), gr.Tabs(selected="run"), said(True, job.state())
+
+        start.click(started, [*draft_inputs, run_dir], [watched, tabs, job_state])
+
+        def act(where, what):
+            try:
+                rel = views.inside(root, where, "run directory")
+                if what == "stop":
+                    return said(True, jobs.stop(rel))
+                return said(True, jobs.start("resume", [rel.as_posix()], rel).state())
+            except UserError as e:
+                return said(False, str(e))
+
+        stop.click(lambda w: act(w, "stop"), watched, job_state)
+        resume.click(lambda w: act(w, "resume"), watched, job_state)
+
+        def refresh(where):
+            """The tick: the watched run's state, read from its run directory and the command on it."""
+            empty = frame([])
+            if not where:
+                return "", "no run yet: start one from the Plan tab", empty, empty, "", "", "", ""
+            try:
+                rel = views.inside(root, where, "run directory")
+            except UserError as e:
+                return said(False, str(e)), "", empty, empty, "", "", "", ""
+            job = jobs.get(rel)
+            state = views.run_state(root / rel, job.log if job else None)
+            if job is not None:
+                running = said(job.proc.poll() in (None, 0, 130, 143), job.state())
+            else:
+                running = said(True, "finished" if state.finished else "not started from this page")
+            alarm_html = "".join(f'<div class="bad">alarm: {html.escape(a)}</div>' for a in state.alarms)
+            return (
+                running,
+                state.headline,
+                frame(state.training),
+                frame(state.heldout),
+                alarm_html,
+                state.log_tail,
+                running,
+                running,
+            )
+
+        timer.tick(
+            refresh,
+            watched,
+            [job_state, headline, curves, heldout, alarms, log, eval_state, export_state],
+            show_progress="hidden",
+        )
+
+        def listed(where):
+            try:
+                rows = views.runs(root, where)
+            except UserError as e:
+                gr.Warning(str(e))
+                return [], gr.update(), gr.update()
+            paths = [r.path for r in rows]
+            table = [list(asdict(r).values()) for r in rows]
+            return table, gr.update(choices=paths), gr.update(choices=paths)
+
+        list_btn.click(listed, folder, [runs_table, run_a, run_b])
+
+        def compared(a, b):
+            try:
+                pa, pb = (root / views.inside(root, x or "", "run directory") for x in (a, b))
+            except UserError as e:
+                gr.Warning(str(e))
+                return frame([]), []
+            pts = views.points(views.records(pa), views.TRAINING_KEYS, "A: ")
+            pts += views.points(views.records(pb), views.TRAINING_KEYS, "B: ")
+            return frame(pts), views.config_diff(pa, pb)
+
+        compare_btn.click(compared, [run_a, run_b], [compare_plot, diff])
+        open_btn.click(lambda a: (a, gr.Tabs(selected="run")), run_a, [watched, tabs])
+
+        def evaluate(where, rows):
+            try:
+                rel = views.inside(root, where, "run directory")
+                return said(True, jobs.start("eval", [rel.as_posix(), "--limit", str(int(rows or 50))], rel).state())
+            except UserError as e:
+                return said(False, str(e))
+
+        eval_btn.click(evaluate, [watched, limit], eval_state)
+
+        def card_of(where, fmt_name, folder_out, repo_id):
+            try:
+                rel = views.inside(root, where, "run directory")
+                target = views.inside(root, folder_out, "export folder") if folder_out else rel / _default(fmt_name)
+                return views.card(root / rel, root / target, repo_id)
+            except UserError as e:
+                return f"**{html.escape(str(e))}**"
+
+        def exported(where, fmt_name, folder_out, repo_id):
+            shown = card_of(where, fmt_name, folder_out, repo_id)
+            try:
+                rel = views.inside(root, where, "run directory")
+                target = views.inside(root, folder_out, "export folder") if folder_out else rel / _default(fmt_name)
+                args = [rel.as_posix(), "--out", target.as_posix(), "--format", fmt_name]
+                args += ["--push", repo_id] if repo_id else []
+                return shown, said(True, jobs.start("export", args, rel).state())
+            except UserError as e:
+                return shown, said(False, str(e))
+
+        card_btn.click(card_of, [watched, fmt, out, repo], card)
+        export_btn.click(exported, [watched, fmt, out, repo], [card, export_state])
+
+        def opened():
+            """A new tab shows the run the server's latest start is on: every tab sees the same runs."""
+            return jobs.latest.as_posix() if jobs.latest else ""
+
+        page.load(opened, None, watched)
+    return page
+
+
+def _default(fmt_name: str) -> str:
+    """The export folder `rlctl export` picks without --out."""
+    return "export-gguf" if fmt_name == "gguf" else "export"
