@@ -37,8 +37,13 @@ def said(ok: bool, text: str, notes: tuple[str, ...] = ()) -> str:
     return "\n".join(lines)
 
 
-def frame(points: list[views.Point]) -> pd.DataFrame:
-    return pd.DataFrame([asdict(p) for p in points], columns=["series", "step", "value"])
+def frame(points: list[views.Point]) -> pd.DataFrame | None:
+    """Curve points as the plots take them: numbers on both axes, a line per series; None for none (a plot first
+    drawn from an empty table draws no line later)."""
+    if not points:
+        return None
+    table = pd.DataFrame([asdict(p) for p in points], columns=["series", "step", "value"])
+    return table.astype({"series": str, "step": int, "value": float})
 
 
 def build(root: Path, jobs: Jobs) -> gr.Blocks:
@@ -267,8 +272,8 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
         resume.click(lambda w: act(w, "resume"), watched, job_state)
 
         def refresh(where):
-            """The tick: the watched run's state, read from its run directory and the command on it."""
-            empty = frame([])
+            """The watched run's state, read from its run directory and the command on it."""
+            empty = None
             if not where:
                 return "", "no run yet: start one from the Plan tab", empty, empty, "", "", "", ""
             try:
@@ -282,23 +287,19 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
             else:
                 running = said(True, "finished" if state.finished else "not started from this page")
             alarm_html = "".join(f'<div class="bad">alarm: {html.escape(a)}</div>' for a in state.alarms)
-            return (
-                running,
-                state.headline,
-                frame(state.training),
-                frame(state.heldout),
-                alarm_html,
-                state.log_tail,
-                running,
-                running,
-            )
+            training, scores = frame(state.training), frame(state.heldout)
+            return running, state.headline, training, scores, alarm_html, state.log_tail, running, running
 
-        timer.tick(
-            refresh,
-            watched,
-            [job_state, headline, curves, heldout, alarms, log, eval_state, export_state],
-            show_progress="hidden",
-        )
+        def tick(where, last):
+            """Every TICK_S: only what changed goes to the browser (redrawing a plot costs a slow laptop)."""
+            values = refresh(where)
+            seen = [f"{len(v)} points" if isinstance(v, pd.DataFrame) else v for v in values]
+            last = last or [None] * len(values)
+            return [*(gr.skip() if a == b else v for v, a, b in zip(values, seen, last, strict=True)), seen]
+
+        shown = gr.State([])
+        watch_outputs = [job_state, headline, curves, heldout, alarms, log, eval_state, export_state]
+        timer.tick(tick, [watched, shown], [*watch_outputs, shown], show_progress="hidden")
 
         def listed(where):
             try:

@@ -204,10 +204,13 @@ def progress_line(recs: list[dict]) -> str:
     from rlctl.launch.progress import StageProgress
 
     stages: dict[str, StageProgress] = {}
+    current = ""
     for rec in recs:
         if rec.get("stage"):
             stages.setdefault(rec["stage"], StageProgress(rec["stage"])).update(rec)
-    return list(stages.values())[-1].line() if stages else "no step logged yet"
+        if "max_steps" in rec or rec.get("event") == "scoring":  # a stage's step or scoring, not the base's eval
+            current = rec["stage"]
+    return stages[current].line() if current else "no step logged yet"
 
 
 def finished(run_dir: Path) -> bool:
