@@ -37,6 +37,15 @@ def said(ok: bool, text: str, notes: tuple[str, ...] = ()) -> str:
     return "\n".join(lines)
 
 
+def text_of(content: object) -> str:
+    """A chat message's text: Gradio hands content over as a string or a list of typed parts."""
+    if isinstance(content, list):
+        return "".join(text_of(part) for part in content)
+    if isinstance(content, dict):
+        return str(content.get("text", ""))
+    return str(content)
+
+
 def frame(points: list[views.Point]) -> pd.DataFrame | None:
     """Curve points as the plots take them: numbers on both axes, a line per series; None for none (a plot first
     drawn from an empty table draws no line later)."""
@@ -179,6 +188,20 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
                     headers=["key", "A", "B"], label="Config differences", interactive=False, elem_id="diff"
                 )
             with gr.Tab("6 Try & eval", id="try"):
+                with gr.Row():
+                    model_pick = gr.Dropdown(
+                        [],
+                        label="Model (final folder, checkpoint or export of the run)",
+                        elem_id="model-pick",
+                        scale=3,
+                        allow_custom_value=True,
+                    )
+                    models_btn = gr.Button("List the run's models", elem_id="list-models")
+                    max_new = gr.Number(32, precision=0, minimum=1, label="Max new tokens", elem_id="max-new")
+                chat = gr.Chatbot(label="Try it", elem_id="chat", height=260)
+                with gr.Row():
+                    prompt = gr.Textbox(label="Prompt", elem_id="prompt", scale=4, placeholder="12+34=")
+                    send = gr.Button("Send", elem_id="send")
                 gr.Markdown("Runs `rlctl eval RUN` on the run's held-out data (the Run tab's run).")
                 with gr.Row():
                     limit = gr.Number(50, precision=0, minimum=1, label="Rows (--limit)", elem_id="eval-limit")
@@ -193,7 +216,13 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
                     card_btn = gr.Button("Show the model card", elem_id="card-btn")
                     export_btn = gr.Button("Export", variant="primary", elem_id="export-btn")
                 export_state = gr.HTML(elem_id="export-state")
-                card = gr.Markdown(elem_id="card")
+                card = gr.Code(
+                    label="Model card (README.md)",
+                    language="markdown",
+                    interactive=False,
+                    wrap_lines=True,
+                    elem_id="card",
+                )
         timer = gr.Timer(TICK_S)
 
         draft_inputs = [yaml_box, config_path, algorithm, hardware, stages, recipe_stages, sets]
@@ -335,13 +364,36 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
 
         eval_btn.click(evaluate, [watched, limit], eval_state)
 
+        loaded = views.Loaded()  # this server's chat model, one at a time
+
+        def models_of(where):
+            try:
+                found = views.model_folders(root, views.inside(root, where, "run directory"))
+            except UserError as e:
+                gr.Warning(str(e))
+                return gr.update()
+            return gr.update(choices=found, value=found[0] if found else None)
+
+        def answer(folder, history, text, tokens):
+            history = [{"role": m["role"], "content": text_of(m["content"])} for m in history or []]
+            history.append({"role": "user", "content": text})
+            try:
+                said_back = views.reply(root, loaded, folder or "", history, int(tokens or 32))
+            except UserError as e:
+                said_back = f"error: {e}"
+            return [*history, {"role": "assistant", "content": said_back}], ""
+
+        models_btn.click(models_of, watched, model_pick)
+        send.click(answer, [model_pick, chat, prompt, max_new], [chat, prompt])
+        prompt.submit(answer, [model_pick, chat, prompt, max_new], [chat, prompt])
+
         def card_of(where, fmt_name, folder_out, repo_id):
             try:
                 rel = views.inside(root, where, "run directory")
                 target = views.inside(root, folder_out, "export folder") if folder_out else rel / _default(fmt_name)
                 return views.card(root / rel, root / target, repo_id)
             except UserError as e:
-                return f"**{html.escape(str(e))}**"
+                return str(e)
 
         def exported(where, fmt_name, folder_out, repo_id):
             shown = card_of(where, fmt_name, folder_out, repo_id)

@@ -306,3 +306,43 @@ def card(run_dir: Path, out: Path, repo_id: str | None) -> str:
     from rlctl.after import export
 
     return export.card_text(run_dir, out, repo_id=repo_id or None)
+
+
+# ---------------------------------------------------------------------------------------------------- try a model
+def model_folders(root: Path, run_dir: Path) -> list[str]:
+    """What the chat box can load from a run: each policy stage's final folder, then its checkpoints, newest first,
+    and the run's exports."""
+    from rlctl.checkpoint import complete_checkpoints
+    from rlctl.plan import final_dir, stage_dir
+    from rlctl.plan.planner import POLICY_STAGES
+
+    base = root / run_dir
+    found: list[Path] = []
+    for stage in POLICY_STAGES:
+        found += [final_dir(base, stage)] if final_dir(base, stage).is_dir() else []
+        found += reversed(complete_checkpoints(stage_dir(base, stage) / "checkpoints"))
+    found += [d for d in (base / "export", base / "export-gguf") if (d / "config.json").is_file()]
+    return [d.relative_to(root).as_posix() for d in found]
+
+
+@dataclass
+class Loaded:
+    """The model the chat box talks to (one at a time, loaded on first use)."""
+
+    folder: str = ""
+    model: object = None
+    tokenizer: object = None
+
+
+def reply(root: Path, loaded: Loaded, folder: str, history: list[dict], max_new_tokens: int) -> str:
+    """The model's greedy answer to the conversation (its chat template when it has one, else the last message as
+    plain text), generated as `rlctl eval` generates."""
+    from rlctl.rollout import evaluate
+
+    path = root / inside(root, folder, "model folder")
+    if loaded.folder != folder:
+        loaded.model, loaded.tokenizer = evaluate.load_causal_lm(path, evaluate.default_device())
+        loaded.folder = folder
+    tok = loaded.tokenizer
+    prompt = history if getattr(tok, "chat_template", None) else history[-1]["content"]
+    return evaluate.generate(loaded.model, tok, [prompt], max_new_tokens)[0]
