@@ -77,26 +77,60 @@ def test_a_bad_key_gets_the_clis_message(tmp_path):
     )
 
 
-# ---------------------------------------------------------------------------------------------------- the browser
-@pytest.fixture
-def server(tmp_path):
-    """`rlctl ui` in a fresh folder, on a free port: (url, folder)."""
+# ---------------------------------------------------------------------------------------------------- the server
+def start_ui(folder: Path, *args: str):
+    """`rlctl ui ARGS` serving `folder`: (process, the URL it printed)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlctl.cli", "ui"],
-        cwd=tmp_path,
+        [sys.executable, "-m", "rlctl.cli", "ui", *args],
+        cwd=folder,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     line = proc.stdout.readline()
-    found = re.search(r"http://127\.0\.0\.1:\d+/", line)
-    assert found, line + proc.stdout.read() if proc.poll() is not None else line
-    yield found.group(0), tmp_path
+    found = re.search(r"http://\S+", line)
+    assert found, line + (proc.stdout.read() if proc.poll() is not None else "")
+    return proc, found.group(0)
+
+
+def stop_ui(proc) -> None:
     proc.send_signal(signal.SIGINT)  # Ctrl-C: the server stops, and with it any run still going, at a checkpoint
     try:
         proc.wait(120)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture
+def server(tmp_path):
+    """`rlctl ui` in a fresh folder, on the free port it picks: (url, folder)."""
+    proc, url = start_ui(tmp_path)
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url), url
+    yield url, tmp_path
+    stop_ui(proc)
+
+
+def test_another_host_needs_the_token_the_url_carries(tmp_path):
+    import urllib.error
+    import urllib.request
+    from http.cookiejar import CookieJar
+
+    proc, url = start_ui(tmp_path, "--host", "127.0.0.2")  # a loopback address that is not localhost's
+    try:
+        token = re.search(r"\?token=(\S+)$", url).group(1)
+        bare = url.split("?")[0]
+        for wrong in (bare, f"{bare}?token=x{token}"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(wrong, timeout=30)
+            assert refused.value.code == 403
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+        assert browser.open(url, timeout=30).status == 200
+        assert browser.open(f"{bare}config", timeout=30).status == 200  # the page's own requests: the cookie
+    finally:
+        stop_ui(proc)
+
+
+# ---------------------------------------------------------------------------------------------------- the browser
 
 
 @pytest.fixture

@@ -16,12 +16,22 @@ COOKIE = "rlctl_ui_token"
 LOCAL = ("127.0.0.1", "localhost", "::1")
 
 
-def free_port(host: str) -> int:
-    """A port nobody listens on now, on `host`."""
+def listening(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` (0: a free port) and listening: the URL printed is reachable at once."""
+    from rlctl.errors import UserError
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise UserError(
+            f"Cannot serve on {host}:{port}: {e.strerror or e}. Pick another --port (0: a free one)."
+        ) from None
+    sock.listen(128)
+    return sock
 
 
 def gate(app, token: str) -> None:
@@ -58,13 +68,13 @@ def serve(host: str, port: int) -> None:
         gate(app, token)
     blocks = page.build(root, jobs)
     app = gr.mount_gradio_app(app, blocks, path="", ssr_mode=False, css=page.CSS, footer_links=[])
-    port = port or free_port(host)
+    sock = listening(host, port)
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+    url = f"http://{shown}:{sock.getsockname()[1]}/" + (f"?token={token}" if token else "")
     console = make_console()
     console.print(f"rlctl ui serving {escape(str(root))} at [bold]{escape(url)}[/] (Ctrl-C stops it)", soft_wrap=True)
     console.file.flush()
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     finally:
         jobs.shutdown()
