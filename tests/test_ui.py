@@ -19,12 +19,14 @@ CHROMIUM = shutil.which("chromium")
 DRIVER = shutil.which("chromedriver")
 # the demo kept short: SFT then GRPO on exact match, a few steps each, a checkpoint every few
 OVERRIDES = [
-    "sft.max_steps=16",
+    "sft.max_steps=12",
     "sft.save_every=4",
-    "sft.eval_samples=16",
-    "rl.max_steps=4",
-    "rl.save_every=2",
-    "rl.eval_samples=16",
+    "sft.eval_samples=8",
+    "rl.max_steps=2",
+    "rl.save_every=1",
+    "rl.prompts_per_step=4",
+    "rl.group_size=4",
+    "rl.eval_samples=8",
     "rl.rewards=[{name: exact_match, weight: 1.0}]",
 ]
 
@@ -154,7 +156,7 @@ class Page:
     """The page as a person sees it: clicks, typing, and waiting for what they would wait to read."""
 
     def __init__(self, driver, shots: Path):
-        self.d, self.shots, self.n = driver, shots, 0
+        self.d, self.shots, self.n, self.started = driver, shots, 0, time.monotonic()
         shots.mkdir(parents=True, exist_ok=True)
 
     def el(self, css: str):
@@ -166,17 +168,18 @@ class Page:
         """What an element shows: a text box's value, a code editor's text, else its text."""
         from selenium.webdriver.common.by import By
 
-        found = self.d.find_elements(By.CSS_SELECTOR, f"{css} textarea, {css} .cm-content")
+        found = self.d.find_elements(By.CSS_SELECTOR, f"{css} textarea, {css} .cm-content, {css} input")
         if found:
             return found[0].get_attribute("value") or found[0].text
         return self.el(css).text
 
-    def wait(self, css: str, pattern: str, timeout: float = 60) -> str:
+    def wait(self, css: str, pattern: str, timeout: float = 60, whole: bool = False) -> str:
+        """Wait until the element shows `pattern` (`whole`: in its text, not in a box inside it)."""
         deadline = time.monotonic() + timeout
         shown = ""
         while time.monotonic() < deadline:
             try:
-                shown = self.text(css)
+                shown = self.el(css).text if whole else self.text(css)
             except Exception:  # not rendered yet
                 shown = ""
             if re.search(pattern, shown):
@@ -198,7 +201,7 @@ class Page:
     def type(self, css: str, text: str) -> None:
         from selenium.webdriver.common.keys import Keys
 
-        box = self.el(f"{css} textarea")
+        box = self.el(f"{css} textarea, {css} input")
         box.click()
         box.send_keys(Keys.CONTROL, "a")
         box.send_keys(Keys.DELETE)
@@ -206,7 +209,9 @@ class Page:
         box.send_keys(Keys.TAB)  # leave the box: Gradio takes the value
 
     def shot(self, name: str) -> None:
+        """A screenshot of the screen as it is now, numbered in order, into the test's output folder."""
         self.n += 1
+        print(f"{time.monotonic() - self.started:5.0f} s  {self.n:02d}-{name}")
         self.d.save_screenshot(str(self.shots / f"{self.n:02d}-{name}.png"))
 
 
@@ -224,7 +229,7 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     url, folder = server
     page = Page(browser, Path(os.environ.get("RLCTL_UI_SHOTS", tmp_path / "screens")))
     browser.get(url)
-    page.wait("#recipe", "Recipe")
+    page.wait("button[role=tab]", "Recipe", whole=True)
     page.shot("load")
 
     recipe = page.el("#recipe input")
@@ -253,6 +258,13 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     page.type("#sets", "\n".join(OVERRIDES))
     page.wait("#check", "Valid: tiny-demo: .*stages sft, rl")
 
+    page.tab("2 Data")
+    page.click("#read-data")
+    data = page.wait("#data-text", r"prompt_completion", timeout=120)
+    assert "Lengths sft" in data
+    page.wait("#data-rows", r"prompt")
+    page.shot("data")
+
     page.tab("3 Plan")
     page.click("#plan-btn")
     plan = page.wait("#plan-text", r"accelerate launch", timeout=120)
@@ -263,13 +275,13 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
 
     page.click("#start")
     first = _step(page.wait("#headline", r"sft step [1-9]", timeout=180))
-    page.wait("#curves", r"step")
+    page.wait("#curves", r"step", whole=True)
     page.shot("run")
-    headline = page.wait("#headline", rf"sft step ({'|'.join(str(n) for n in range(first + 2, 17))})/", 120)
+    headline = page.wait("#headline", rf"sft step ({'|'.join(str(n) for n in range(first + 2, 13))})/", 120)
     assert _step(headline) > first  # the curve grew
     page.shot("run-later")
 
-    page.wait("#headline", r"sft step ([5-9]|1\d)/", timeout=120)  # past the first checkpoint
+    page.wait("#headline", r"sft step ([5-9]|1[01])/", timeout=120)  # past the first checkpoint
     page.click("#stop")
     page.wait("#job-state", r"rlctl train: stopped at a checkpoint \(exit 143\)", timeout=120)
     assert list((folder / run_dir / "sft" / "checkpoints").glob("checkpoint-*"))
@@ -279,7 +291,7 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     page.wait("#job-state", r"rlctl resume: done \(exit 0\)", timeout=300)
     summary = json.loads((folder / run_dir / "summary.json").read_text())
     assert summary["completed"] == ["sft", "rl"]
-    page.wait("#headline", r"rl step 4/4")
+    page.wait("#headline", r"rl step 2/2")
     page.shot("finished")
 
     page.tab("7 Export")
@@ -290,9 +302,32 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     assert "tiny-demo" in (folder / run_dir / "export" / "README.md").read_text()
     page.shot("export")
 
+    page.tab("6 Try & eval")
+    page.click("#list-models")
+    page.wait("#model-pick", "rl/final")
+    page.type("#prompt", "12+34=")
+    page.click("#send")
+    page.wait("#chat", r"12\+34=\s*\S+", timeout=120, whole=True)  # the prompt and the model's answer
+    page.type("#eval-limit", "8")
+    page.click("#eval")
+    page.wait("#eval-state", r"rlctl eval: done \(exit 0\)", timeout=180)
+    assert list((folder / run_dir / "eval").glob("*.json"))
+    page.shot("try-eval")
+
+    page.tab("5 Runs")
+    page.click("#list-runs")
+    page.wait("#runs-table", re.escape(run_dir), whole=True)
+    for side in ("#run-a", "#run-b"):
+        box = page.el(f"{side} input")
+        box.click()
+        box.send_keys(run_dir, Keys.ENTER)
+    page.click("#compare")
+    page.wait("#compare-plot", "step", whole=True)
+    page.shot("runs")
+
     browser.switch_to.new_window("tab")  # a second tab: the same run, read from its run directory
     browser.get(url)
-    page.wait("#recipe", "Recipe")
+    page.wait("button[role=tab]", "Recipe", whole=True)
     page.tab("4 Run")
     page.wait("#watched", re.escape(run_dir))
-    page.wait("#headline", r"rl step 4/4")
+    page.wait("#headline", r"rl step 2/2")
