@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 STAGES = ["sft", "rm", "rl", "dpo", "kto"]
 DATA_ROLES = ["sft", "preference", "rl", "eval"]
 TICK_S = 2.0
+PLOT_HEIGHT = 360  # room for the legend under the axes
 CSS = """
+.mono textarea {font-family: ui-monospace, monospace; font-size: 12px}
 .ok {color: #15803d; font-weight: 600}
 .bad {color: #b91c1c; font-weight: 600; white-space: pre-wrap}
 .note {color: #92400e}
@@ -160,14 +162,30 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
                 headline = gr.Textbox(label="Progress", interactive=False, elem_id="headline")
                 with gr.Row():
                     curves = gr.LinePlot(
-                        x="step", y="value", color="series", label="Training curves", elem_id="curves", height=280
+                        x="step",
+                        y="value",
+                        color="series",
+                        label="Training curves",
+                        elem_id="curves",
+                        height=PLOT_HEIGHT,
                     )
                     heldout = gr.LinePlot(
-                        x="step", y="value", color="series", label="Held-out scores", elem_id="heldout", height=280
+                        x="step",
+                        y="value",
+                        color="series",
+                        label="Held-out scores",
+                        elem_id="heldout",
+                        height=PLOT_HEIGHT,
                     )
                 alarms = gr.HTML(elem_id="alarms")
-                log = gr.Code(
-                    label="Output of the latest command on this run", interactive=False, elem_id="log", lines=12
+                log = gr.Textbox(
+                    label="Output of the latest command on this run (its end)",
+                    interactive=False,
+                    lines=12,
+                    max_lines=12,
+                    autoscroll=True,
+                    elem_id="log",
+                    elem_classes="mono",
                 )
             with gr.Tab("5 Runs", id="runs"):
                 with gr.Row():
@@ -182,7 +200,12 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
                     compare_btn = gr.Button("Compare", elem_id="compare")
                     open_btn = gr.Button("Watch A", elem_id="open-a")
                 compare_plot = gr.LinePlot(
-                    x="step", y="value", color="series", label="Curves, A and B", elem_id="compare-plot", height=280
+                    x="step",
+                    y="value",
+                    color="series",
+                    label="Curves, A and B",
+                    elem_id="compare-plot",
+                    height=PLOT_HEIGHT,
                 )
                 diff = gr.Dataframe(
                     headers=["key", "A", "B"], label="Config differences", interactive=False, elem_id="diff"
