@@ -52,7 +52,7 @@ def test_ui_without_the_extra_says_how_to_install_it(tmp_path):
     assert "pip install 'rlctl[ui]'" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_paths_typed_into_the_page_stay_in_the_served_folder(tmp_path):
+def test_paths_typed_into_the_page_stay_in_the_served_folder_and_spare_the_users_files(tmp_path):
     from rlctl.cli.web import views
     from rlctl.errors import UserError
 
@@ -60,6 +60,14 @@ def test_paths_typed_into_the_page_stay_in_the_served_folder(tmp_path):
     for bad in ("../elsewhere", "/etc/passwd", ""):
         with pytest.raises(UserError):
             views.inside(tmp_path, bad, "run directory")
+    (tmp_path / "mine.yaml").write_text("name: mine\n")
+    ours: set[Path] = set()
+    with pytest.raises(UserError, match="the page did not write it"):
+        views.save(tmp_path, views.Draft("name: other\n", "mine.yaml"), ours)
+    assert (tmp_path / "mine.yaml").read_text() == "name: mine\n"
+    views.save(tmp_path, views.Draft("name: page\n", "configs/p.yaml"), ours)
+    views.save(tmp_path, views.Draft("name: page again\n", "configs/p.yaml"), ours)  # its own file: rewritten
+    assert (tmp_path / "configs" / "p.yaml").read_text() == "name: page again\n"
 
 
 def test_a_bad_key_gets_the_clis_message(tmp_path):

@@ -108,7 +108,9 @@ def _launch(console: Console, the_plan: Plan, resuming: bool) -> int:
     return launch._run(the_plan, console, resuming)
 
 
-def _default_run_dir(cfg: RunConfig, preset: str | None) -> Path:
+def default_run_dir(cfg: RunConfig | None, preset: str | None) -> Path:
+    """runs/NAME-TIME: the run directory of a run started without --run-dir (`rlctl ui` proposes it too)."""
+    assert preset or cfg is not None
     return Path("runs") / f"{preset or cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
@@ -143,7 +145,7 @@ def plan(
     console = _ui(ctx).console
     cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
     _apply_nodes(cfg, nodes, node_rank, main_address)
-    the_plan, report = plan_with_preflight(cfg, run_dir or _default_run_dir(cfg, preset))
+    the_plan, report = plan_with_preflight(cfg, run_dir or default_run_dir(cfg, preset))
     if as_json:
         out = the_plan.to_json()
         out["data"], out["preflight"] = report.data, report.to_json()
@@ -237,7 +239,7 @@ def train(
     _check_rendezvous(cfg, count)
     if count > 1 and run_dir is None:
         raise UserError("A multi-node run needs --run-dir: a folder on a filesystem every node shares.")
-    run_dir = run_dir or _default_run_dir(cfg, preset)
+    run_dir = run_dir or default_run_dir(cfg, preset)
     if cfg.hardware.node_rank > 0:
         from rlctl import config as config_mod
         from rlctl.plan import planner as plan_mod

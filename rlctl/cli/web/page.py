@@ -6,7 +6,6 @@ sees the same."""
 from __future__ import annotations
 
 import html
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,12 +59,16 @@ def frame(points: list[views.Point]) -> pd.DataFrame | None:
 def build(root: Path, jobs: Jobs) -> gr.Blocks:
     """The page for the folder `root`, its runs started through `jobs`."""
     from rlctl.cli.prepare import recipe_rows
+    from rlctl.cli.results import export_folder
+    from rlctl.cli.run import default_run_dir
     from rlctl.config import presets
 
     recipes = {r.name: r for r in recipe_rows()}
     blocks = {
         kind: [n for n, p in presets.all_presets().items() if p.kind == kind] for kind in ("algorithms", "hardware")
     }
+
+    written: set[Path] = set()  # the config files this server wrote: the only ones it may write again
 
     def draft(yaml_text, config_path, algorithm, hardware, stages, recipe_stages, sets) -> views.Draft:
         chosen = tuple(s for s in STAGES if s in (stages or []))
@@ -87,7 +90,7 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
             f"**{r.name}**: {r.description}\n\nmodel `{r.model}` · algorithm `{r.algorithm}` · stages "
             f"`{', '.join(r.stages)}` · hardware `{r.hardware}`"
         )
-        run_dir = f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir = default_run_dir(None, name).as_posix()
         text = presets.get(name).path.read_text()
         return text, f"configs/{name}.yaml", about, r.stages, r.stages, run_dir, "", ""
 
@@ -268,7 +271,7 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
             d = draft(*given)
             try:
                 rel = views.inside(root, where, "run directory").as_posix()
-                views.save(root, d)
+                views.save(root, d, written)
                 checked = views.check(root, d)
                 if checked.config is None:
                     raise UserError(checked.message)
@@ -300,7 +303,7 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
             d = draft(*given)
             try:
                 rel = views.inside(root, where, "run directory")
-                views.save(root, d)
+                views.save(root, d, written)
                 checked = views.check(root, d)
                 if checked.config is None:
                     raise UserError(checked.message)
@@ -413,7 +416,9 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
         def card_of(where, fmt_name, folder_out, repo_id):
             try:
                 rel = views.inside(root, where, "run directory")
-                target = views.inside(root, folder_out, "export folder") if folder_out else rel / _default(fmt_name)
+                target = export_folder(
+                    rel, fmt_name, views.inside(root, folder_out, "export folder") if folder_out else None
+                )
                 return views.card(root / rel, root / target, repo_id)
             except UserError as e:
                 return str(e)
@@ -422,7 +427,9 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
             shown = card_of(where, fmt_name, folder_out, repo_id)
             try:
                 rel = views.inside(root, where, "run directory")
-                target = views.inside(root, folder_out, "export folder") if folder_out else rel / _default(fmt_name)
+                target = export_folder(
+                    rel, fmt_name, views.inside(root, folder_out, "export folder") if folder_out else None
+                )
                 args = [rel.as_posix(), "--out", target.as_posix(), "--format", fmt_name]
                 args += ["--push", repo_id] if repo_id else []
                 return shown, said(True, jobs.start("export", args, rel).state())
@@ -438,8 +445,3 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
 
         page.load(opened, None, watched)
     return page
-
-
-def _default(fmt_name: str) -> str:
-    """The export folder `rlctl export` picks without --out."""
-    return "export-gguf" if fmt_name == "gguf" else "export"

@@ -105,11 +105,18 @@ def describe(cfg: RunConfig) -> str:
     return f"Valid: {cfg.name}: {cfg.model.name_or_path}, stages {stages}{algorithm}, {cfg.hardware.spec}"
 
 
-def save(root: Path, draft: Draft) -> Path:
-    """Write the draft's YAML where the page says (the file `--config` names in the shown command)."""
+def save(root: Path, draft: Draft, ours: set[Path]) -> Path:
+    """Write the draft's YAML where the page says (the file `--config` names in the shown command). A file the page
+    did not write (`ours`: what this server wrote) is never replaced by another text."""
     path = root / inside(root, draft.config_path, "config file")
     if path.is_dir():
         raise UserError(f"{draft.config_path} is a folder; name a YAML file for the config.")
+    if path.exists() and path not in ours and path.read_text(errors="replace") != draft.yaml_text:
+        raise UserError(
+            f"{draft.config_path} already exists and the page did not write it; nothing was written. Name another "
+            "config file (or paste that file's text into the editor to start from it)."
+        )
+    ours.add(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(draft.yaml_text)
     return path
