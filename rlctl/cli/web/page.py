@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 STAGES = ["sft", "rm", "rl", "dpo", "kto"]
 DATA_ROLES = ["sft", "preference", "rl", "eval"]
 TICK_S = 2.0
-PLOT_HEIGHT = 360  # room for the legend under the axes
+PLOT_HEIGHT = 340
 CSS = """
 .mono textarea {font-family: ui-monospace, monospace; font-size: 12px}
 .ok {color: #15803d; font-weight: 600}
@@ -54,6 +54,13 @@ def frame(points: list[views.Point]) -> pd.DataFrame | None:
         return None
     table = pd.DataFrame([asdict(p) for p in points], columns=["series", "step", "value"])
     return table.astype({"series": str, "step": int, "value": float})
+
+
+def plot(title: str, elem_id: str) -> gr.LinePlot:
+    """A line per series over steps, titled inside the chart (a label above it would crowd out the legend)."""
+    return gr.LinePlot(
+        x="step", y="value", color="series", title=title, show_label=False, elem_id=elem_id, height=PLOT_HEIGHT
+    )
 
 
 def build(root: Path, jobs: Jobs) -> gr.Blocks:
@@ -164,22 +171,9 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
                 job_state = gr.HTML(elem_id="job-state")
                 headline = gr.Textbox(label="Progress", interactive=False, elem_id="headline")
                 with gr.Row():
-                    curves = gr.LinePlot(
-                        x="step",
-                        y="value",
-                        color="series",
-                        label="Training curves",
-                        elem_id="curves",
-                        height=PLOT_HEIGHT,
-                    )
-                    heldout = gr.LinePlot(
-                        x="step",
-                        y="value",
-                        color="series",
-                        label="Held-out scores",
-                        elem_id="heldout",
-                        height=PLOT_HEIGHT,
-                    )
+                    curves = plot("Loss", "curves")
+                    rewards = plot("Reward and KL (RL)", "rewards")
+                    heldout = plot("Held-out scores", "heldout")
                 alarms = gr.HTML(elem_id="alarms")
                 log = gr.Textbox(
                     label="Output of the latest command on this run (its end)",
@@ -202,14 +196,7 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
                     run_b = gr.Dropdown([], label="Run B", elem_id="run-b", allow_custom_value=True)
                     compare_btn = gr.Button("Compare", elem_id="compare")
                     open_btn = gr.Button("Watch A", elem_id="open-a")
-                compare_plot = gr.LinePlot(
-                    x="step",
-                    y="value",
-                    color="series",
-                    label="Curves, A and B",
-                    elem_id="compare-plot",
-                    height=PLOT_HEIGHT,
-                )
+                compare_plot = plot("Loss, reward and KL of A and B", "compare-plot")
                 diff = gr.Dataframe(
                     headers=["key", "A", "B"], label="Config differences", interactive=False, elem_id="diff"
                 )
@@ -284,7 +271,7 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
 
         plan_outputs = [plan_text, memory, data_text, data_rows, command]
         plan_btn.click(planned, [*draft_inputs, run_dir], plan_outputs)
-        read_data.click(planned, [*draft_inputs, run_dir], plan_outputs)
+        read_data.click(lambda *v: planned(*v)[2:4], [*draft_inputs, run_dir], [data_text, data_rows])
 
         def use_file(role_name, path, current):
             try:
@@ -328,13 +315,12 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
 
         def refresh(where):
             """The watched run's state, read from its run directory and the command on it."""
-            empty = None
             if not where:
-                return "", "no run yet: start one from the Plan tab", empty, empty, "", "", "", ""
+                return "", "no run yet: start one from the Plan tab", None, None, None, "", "", "", ""
             try:
                 rel = views.inside(root, where, "run directory")
             except UserError as e:
-                return said(False, str(e)), "", empty, empty, "", "", "", ""
+                return said(False, str(e)), "", None, None, None, "", "", "", ""
             job = jobs.get(rel)
             state = views.run_state(root / rel, job.log if job else None)
             if job is not None:
@@ -342,8 +328,8 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
             else:
                 running = said(True, "finished" if state.finished else "not started from this page")
             alarm_html = "".join(f'<div class="bad">alarm: {html.escape(a)}</div>' for a in state.alarms)
-            training, scores = frame(state.training), frame(state.heldout)
-            return running, state.headline, training, scores, alarm_html, state.log_tail, running, running
+            plots = frame(state.loss), frame(state.reward), frame(state.heldout)
+            return running, state.headline, *plots, alarm_html, state.log_tail, running, running
 
         def tick(where, last):
             """Every TICK_S: only what changed goes to the browser (redrawing a plot costs a slow laptop)."""
@@ -353,7 +339,7 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
             return [*(gr.skip() if a == b else v for v, a, b in zip(values, seen, last, strict=True)), seen]
 
         shown = gr.State([])
-        watch_outputs = [job_state, headline, curves, heldout, alarms, log, eval_state, export_state]
+        watch_outputs = [job_state, headline, curves, rewards, heldout, alarms, log, eval_state, export_state]
         timer.tick(tick, [watched, shown], [*watch_outputs, shown], show_progress="hidden")
 
         def listed(where):

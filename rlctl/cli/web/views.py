@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 
     from rlctl.config import RunConfig
 
-# the curves the Run tab plots: training (the CLI's live keys) and held-out scores
-TRAINING_KEYS = ("loss", "reward", "kl")
+# the curves the Run tab plots (the CLI's live keys): every stage's loss, RL's reward and KL; and held-out scores
+LOSS_KEYS = ("loss",)
+RL_KEYS = ("reward", "kl")
+TRAINING_KEYS = LOSS_KEYS + RL_KEYS
 LOG_LINES = 40
 
 
@@ -180,7 +182,8 @@ class RunState:
 
     headline: str
     finished: bool
-    training: list[Point]
+    loss: list[Point]
+    reward: list[Point]
     heldout: list[Point]
     alarms: list[str]
     log_tail: str
@@ -249,7 +252,8 @@ def run_state(run_dir: Path, log: Path | None) -> RunState:
     ]
     log_text = tail(log) if log is not None else tail(run_dir / "logs" / "train.log")
     done = finished(run_dir)
-    return RunState(progress_line(recs), done, points(recs, TRAINING_KEYS), points(recs, None), shown, log_text)
+    curves = points(recs, LOSS_KEYS), points(recs, RL_KEYS), points(recs, None)
+    return RunState(progress_line(recs), done, *curves, shown, log_text)
 
 
 # ------------------------------------------------------------------------------------------------ runs of a folder
