@@ -65,6 +65,8 @@ def test_paths_typed_into_the_page_stay_in_the_served_folder_and_spare_the_users
     with pytest.raises(UserError, match="the page did not write it"):
         views.save(tmp_path, views.Draft("name: other\n", "mine.yaml"), ours)
     assert (tmp_path / "mine.yaml").read_text() == "name: mine\n"
+    with pytest.raises(UserError, match="not a YAML file name"):  # text typed in the page never lands in a .py
+        views.save(tmp_path, views.Draft("def reward(): ...\n", "plugin.py"), ours)
     views.save(tmp_path, views.Draft("name: page\n", "configs/p.yaml"), ours)
     views.save(tmp_path, views.Draft("name: page again\n", "configs/p.yaml"), ours)  # its own file: rewritten
     assert (tmp_path / "configs" / "p.yaml").read_text() == "name: page again\n"

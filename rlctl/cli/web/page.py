@@ -155,6 +155,7 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
                     interactive=False,
                     elem_id="command",
                     lines=2,
+                    wrap_lines=True,
                 )
                 plan_text = gr.Code(label="rlctl plan", interactive=False, elem_id="plan-text")
                 memory = gr.Dataframe(

@@ -111,8 +111,8 @@ def save(root: Path, draft: Draft, ours: set[Path]) -> Path:
     """Write the draft's YAML where the page says (the file `--config` names in the shown command). A file the page
     did not write (`ours`: what this server wrote) is never replaced by another text."""
     path = root / inside(root, draft.config_path, "config file")
-    if path.is_dir():
-        raise UserError(f"{draft.config_path} is a folder; name a YAML file for the config.")
+    if path.is_dir() or path.suffix not in (".yaml", ".yml"):  # never a .py a reward plugin could name
+        raise UserError(f"{draft.config_path} is not a YAML file name; name the config file NAME.yaml.")
     if path.exists() and path not in ours and path.read_text(errors="replace") != draft.yaml_text:
         raise UserError(
             f"{draft.config_path} already exists and the page did not write it; nothing was written. Name another "
