@@ -1,8 +1,8 @@
 """`rlctl ui`: the toolkit as a local web page (Gradio), driving the same code as the CLI.
 
 Package `rlctl.cli.web`: the command (this module, light: the UI library loads only when it runs), the server and
-its access token (`serve`), the page (`page`), what it shows as plain data (`views`) and the rlctl commands it
-starts as subprocesses (`jobs`).
+its access token (`serve`), the page's layout (`page`) and what its controls do (`actions`), what it shows as plain
+data (`views`) and the rlctl commands it starts as subprocesses (`jobs`).
 """
 
 from __future__ import annotations
