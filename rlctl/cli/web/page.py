@@ -91,13 +91,14 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
                 with gr.Row():
                     plan_btn = gr.Button("Plan", elem_id="plan-btn")
                     start = gr.Button("Start training", variant="primary", elem_id="start")
-                command = gr.Code(
+                command = gr.Textbox(
                     label="The same run from a terminal (in this folder)",
-                    language="shell",
                     interactive=False,
+                    lines=1,
+                    max_lines=4,
+                    buttons=["copy"],
                     elem_id="command",
-                    lines=2,
-                    wrap_lines=True,
+                    elem_classes="mono",
                 )
                 plan_text = gr.Code(label="rlctl plan", interactive=False, elem_id="plan-text")
                 memory = gr.Dataframe(
