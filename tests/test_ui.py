@@ -89,6 +89,20 @@ def test_a_bad_key_gets_the_clis_message(tmp_path):
     )
 
 
+def test_stop_reaches_a_run_the_page_did_not_start(tmp_path):
+    """A run started from a terminal (or by an earlier server): Stop signals the rlctl named in its run.lock."""
+    from rlctl.cli.web.jobs import Jobs
+
+    run = tmp_path / "runs" / "t"
+    run.mkdir(parents=True)
+    jobs = Jobs(tmp_path)
+    assert jobs.stop(Path("runs/t")).startswith("Nothing to stop")
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "rlctl", "train"])
+    (run / "run.lock").write_text(f"{stand_in.pid}\n")
+    assert "not started from this page" in jobs.stop(Path("runs/t"))
+    assert stand_in.wait(30) == -signal.SIGTERM
+
+
 # ---------------------------------------------------------------------------------------------------- the server
 def start_ui(folder: Path, *args: str):
     """`rlctl ui ARGS` serving `folder`: (process, the URL it printed)."""

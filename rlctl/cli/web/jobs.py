@@ -80,12 +80,29 @@ class Jobs:
             return job
 
     def stop(self, run_dir: Path) -> str:
-        """Ask the run's `rlctl train`/`resume` to stop at the next step with a checkpoint (SIGTERM, as kill does)."""
+        """Ask the run's `rlctl train`/`resume` to stop at the next step with a checkpoint (SIGTERM, as kill does):
+        the one this server started, else the rlctl holding the run's lock (a terminal's, an earlier server's)."""
         job = self._jobs.get(run_dir)
-        if job is None or not job.running() or job.command not in ("train", "resume"):
-            return f"Nothing to stop: no run started from this page is training in {run_dir}."
-        job.proc.send_signal(signal.SIGTERM)
-        return f"Stopping {run_dir} at the next step with a checkpoint..."
+        if job is not None and job.running() and job.command in ("train", "resume"):
+            job.proc.send_signal(signal.SIGTERM)
+            return f"Stopping {run_dir} at the next step with a checkpoint..."
+        pid = self._lock_holder(run_dir)
+        if pid is None:
+            return f"Nothing to stop: no rlctl is training in {run_dir}."
+        os.kill(pid, signal.SIGTERM)
+        return f"Stopping {run_dir} (rlctl pid {pid}, not started from this page) at the next step with a checkpoint..."
+
+    def _lock_holder(self, run_dir: Path) -> int | None:
+        """The live rlctl process named in RUN_DIR/run.lock (the launcher's lock), if any."""
+        import psutil
+
+        lock = self.root / run_dir / "run.lock"
+        try:
+            pid = int(lock.read_text().strip())
+            alive = psutil.Process(pid)
+            return pid if "rlctl" in " ".join(alive.cmdline()) else None
+        except (OSError, ValueError, psutil.Error):
+            return None
 
     def shutdown(self) -> None:
         """The server stops: each command still running is stopped as `stop` does, and awaited."""
