@@ -298,14 +298,15 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     page.shot("plan")
 
     page.click("#start")
-    first = _step(page.wait("#headline", r"sft step [1-9]", timeout=180))
+    first = _step(page.wait("#headline", r"sft step [1-9]|rl step", timeout=180))
     page.wait("#curves", r"step", whole=True)
     page.shot("run")
-    headline = page.wait("#headline", rf"sft step ({'|'.join(str(n) for n in range(first + 2, 13))})/", 120)
-    assert _step(headline) > first  # the curve grew
+    later = "|".join(str(n) for n in range(first + 1, 13))
+    headline = page.wait("#headline", rf"sft step ({later})/|rl step", 120)  # the curve grew (a fast machine: RL)
+    assert _step(headline) > first or headline.startswith("rl")
     page.shot("run-later")
 
-    page.wait("#headline", r"sft step ([5-9]|1[01])/", timeout=120)  # past the first checkpoint
+    page.wait("#headline", r"sft step ([5-9]|1[012])/|rl step", timeout=120)  # past the first checkpoint
     page.click("#stop")
     page.wait("#job-state", r"rlctl train: stopped at a checkpoint \(exit 143\)", timeout=120)
     assert list((folder / run_dir / "sft" / "checkpoints").glob("checkpoint-*"))
