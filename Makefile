@@ -26,7 +26,7 @@ install: $(BIN)/rlctl
 # when missing (as root, else through sudo); without them the browser test skips, saying so.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(VENV)/.ui-installed: $(BIN)/rlctl
-	$(BIN)/pip install -q -e '.[ui,test]'
+	$(BIN)/pip install -q -e '.[ui]'
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium chromium-driver \
 	  || echo "chromium and chromium-driver could not be installed: the browser test of rlctl ui will skip"; \
