@@ -75,8 +75,8 @@ def build(root: Path, jobs: Jobs) -> gr.Blocks:
                     placeholder="sft.max_steps=20",
                 )
                 config_path = gr.Textbox(label="Config file (saved when you plan or start)", elem_id="config-path")
+                check = gr.HTML(elem_id="check")  # above the editor: in view while the YAML is typed
                 yaml_box = gr.Code(language="yaml", label="Config (YAML)", lines=18, elem_id="yaml")
-                check = gr.HTML(elem_id="check")
             with gr.Tab("2 Data", id="data"):
                 gr.Markdown("The recipe's generated task, or your file: it is read as `rlctl plan` reads it.")
                 with gr.Row():
