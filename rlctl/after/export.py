@@ -342,6 +342,15 @@ def export(
     return out, " ".join(n for n in (source.note, fallback, stale) if n)
 
 
+def card_text(run_dir: Path, out: Path, adapter: bool = False, repo_id: str | None = None) -> str:
+    """The model card `export` would write into `out`, nothing written (what `rlctl ui` shows before it exports)."""
+    source = _run(run_dir)
+    stage, _ = final_policy(run_dir, source.config, source.summary.get("completed", []))
+    return model_card(
+        source.config, source.summary, stage, repo_id=repo_id, adapter=adapter, where=str(out.resolve())
+    )
+
+
 def intact_source(run_dir: Path, stage: str, final: Path) -> tuple[Path, str]:
     """The folder to export `stage` from: its final folder when intact, else its newest intact checkpoint, with a
     note saying so; a DamagedFile naming the damage when neither is left (weights are never copied damaged)."""

@@ -2,8 +2,8 @@
 
 Package `rlctl.cli`: the entry point (this module), the Typer app and its shared options (`app`), the commands
 before training (`prepare`: init, presets, rewards), the run commands (`run`: plan, train, resume, slurm), the
-commands after training (`results`: export, eval, report, verify, doctor) and their bodies (`cockpit`), the
-generated docs (`docs_gen`) and the code map (`codemap`).
+commands after training (`results`: export, eval, report, verify, doctor) and their bodies (`cockpit`), the web
+page (`web`: rlctl ui), the generated docs (`docs_gen`) and the code map (`codemap`).
 May import: every other package.
 """
 
@@ -18,6 +18,7 @@ import typer
 from rlctl.cli import prepare  # noqa: F401
 from rlctl.cli import run  # noqa: F401
 from rlctl.cli import results  # noqa: F401
+from rlctl.cli import web  # noqa: F401
 
 # isort: on
 from rlctl.cli.app import app, cli_command, err_console

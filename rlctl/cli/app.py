@@ -116,17 +116,31 @@ def _resolve(
     sets: list[str] | None,
     stages: str | None,
 ) -> RunConfig:
-    from rlctl import config as config_mod
-
     if not preset and not config_file and Path("rlctl.yaml").is_file():
         config_file = Path("rlctl.yaml")
+    notes: list[str] = []
+    cfg = resolve_config(preset, config_file, algorithm, hardware, sets, stages, notes)
+    show_notes(notes)
+    return cfg
+
+
+def resolve_config(
+    preset: str | None,
+    config_file: Path | None,
+    algorithm: str | None,
+    hardware: str | None,
+    sets: list[str] | None,
+    stages: str | None,
+    notes: list[str],
+) -> RunConfig:
+    """The run commands' options (--preset, --config, --algorithm, --hardware, --set, --stages) as one validated
+    config, a line in `notes` for each moved key; what `rlctl ui` checks its page against too."""
+    from rlctl import config as config_mod
+
     sets = list(sets or [])
     if stages:
         sets.append(f"stages=[{stages}]")
-    notes: list[str] = []
-    cfg = config_mod.resolve(preset, config_file, algorithm, hardware, sets, notes)
-    show_notes(notes)
-    return cfg
+    return config_mod.resolve(preset, config_file, algorithm, hardware, sets, notes)
 
 
 def show_notes(notes: list[str]) -> None:

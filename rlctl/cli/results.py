@@ -69,7 +69,7 @@ def export(
         raise UserError("--format gguf writes merged full weights; leave out --adapter (or export it with hf).")
     verified = None
     if fmt == "gguf":
-        out = out or run_dir / "export-gguf"
+        out = export_folder(run_dir, fmt, out)
         with console.status(f"Exporting the model as GGUF ({gguf_type}) and loading it back..."):
             try:
                 folder, note, verified = gguf_export.export(run_dir, out, gguf_type, repo_id=push, force=force)
@@ -77,7 +77,7 @@ def export(
                 console.print(f"[bold red]error:[/] {escape(str(e))}")
                 raise typer.Exit(1) from None
     else:
-        out = out or run_dir / "export"
+        out = export_folder(run_dir, fmt, out)
         with console.status("Exporting the model..."):
             folder, note = export_mod.export(run_dir, out, adapter=adapter, repo_id=push, force=force)
     if note:
@@ -91,6 +91,11 @@ def export(
         console.print(f"Pushing to {push}{' (private)' if private else ''}...")
         url = export_mod.push(folder, push, private=private, quiet=console.quiet)
         ui.results().print(f"[green]Pushed[/] {url}")
+
+
+def export_folder(run_dir: Path, fmt: str, out: Path | None) -> Path:
+    """Where `rlctl export` writes: --out, else RUN_DIR/export (RUN_DIR/export-gguf for --format gguf)."""
+    return out or run_dir / ("export-gguf" if fmt == "gguf" else "export")
 
 
 @app.command("eval")

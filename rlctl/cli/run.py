@@ -108,7 +108,9 @@ def _launch(console: Console, the_plan: Plan, resuming: bool) -> int:
     return launch._run(the_plan, console, resuming)
 
 
-def _default_run_dir(cfg: RunConfig, preset: str | None) -> Path:
+def default_run_dir(cfg: RunConfig | None, preset: str | None) -> Path:
+    """runs/NAME-TIME: the run directory of a run started without --run-dir (`rlctl ui` proposes it too)."""
+    assert preset or cfg is not None
     return Path("runs") / f"{preset or cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
@@ -138,19 +140,12 @@ def plan(
 ) -> None:
     """Show the resolved config, the stages, the node/GPU layout and the exact launch command, without running
     anything."""
-    from rlctl.plan import planner as plan_mod
+    from rlctl.launch import preflight
 
     console = _ui(ctx).console
     cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
     _apply_nodes(cfg, nodes, node_rank, main_address)
-    from rlctl.launch import preflight
-
-    run_dir = run_dir or _default_run_dir(cfg, preset)
-    the_plan = plan_mod.build(cfg, run_dir)
-    report = _preflight_for_plan(cfg, run_dir, the_plan.mixed_precision == "bf16")
-    lengths = preflight.longest(report)
-    if lengths and not report.errors:  # memory planned for the lengths the data has, as `rlctl train` plans it
-        the_plan = plan_mod.build(cfg, run_dir, lengths=lengths)
+    the_plan, report = plan_with_preflight(cfg, run_dir or default_run_dir(cfg, preset))
     if as_json:
         out = the_plan.to_json()
         out["data"], out["preflight"] = report.data, report.to_json()
@@ -161,6 +156,20 @@ def plan(
         plan_view.show(console, the_plan)
         preflight.show(console, report)
     preflight.require(report)
+
+
+def plan_with_preflight(cfg: RunConfig, run_dir: Path) -> tuple[Plan, preflight.Report]:
+    """What `rlctl plan` shows: the plan, with memory planned for the lengths the data has (as `rlctl train` plans
+    it), and the pre-flight of the data."""
+    from rlctl.launch import preflight
+    from rlctl.plan import planner as plan_mod
+
+    the_plan = plan_mod.build(cfg, run_dir)
+    report = _preflight_for_plan(cfg, run_dir, the_plan.mixed_precision == "bf16")
+    lengths = preflight.longest(report)
+    if lengths and not report.errors:
+        the_plan = plan_mod.build(cfg, run_dir, lengths=lengths)
+    return the_plan, report
 
 
 def _preflight_for_plan(cfg: RunConfig, run_dir: Path, bf16: bool) -> preflight.Report:
@@ -230,7 +239,7 @@ def train(
     _check_rendezvous(cfg, count)
     if count > 1 and run_dir is None:
         raise UserError("A multi-node run needs --run-dir: a folder on a filesystem every node shares.")
-    run_dir = run_dir or _default_run_dir(cfg, preset)
+    run_dir = run_dir or default_run_dir(cfg, preset)
     if cfg.hardware.node_rank > 0:
         from rlctl import config as config_mod
         from rlctl.plan import planner as plan_mod
