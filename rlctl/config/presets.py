@@ -40,13 +40,18 @@ def all_presets() -> dict[str, Preset]:
 
 def get(name: str, kind: str | None = None) -> Preset:
     """The preset called `name` (optionally `kind/name`), or a UserError listing the close matches."""
+    typed = name
     if "/" in name:
         kind, name = name.split("/", 1)
+    a_path = kind not in (None, *KINDS)  # ./tiny-demo, /tmp/run.yaml: refused, compared by its last part
+    if a_path:
+        kind, name = None, Path(typed).stem
     presets = {n: p for n, p in all_presets().items() if kind is None or p.kind == kind}
-    if name not in presets:
+    if name not in presets or a_path:
         what = f"{kind[:-1] if kind != 'hardware' else 'hardware'} preset" if kind else "preset"
+        path = " (a YAML file is passed with --config FILE)" if typed.endswith(".yaml") or Path(typed).exists() else ""
         raise UserError(
-            f"Unknown {what} '{name}'.{did_you_mean(name, presets)} Run `rlctl presets list` to see them all."
+            f"Unknown {what} '{typed}'{path}.{did_you_mean(name, presets)} Run `rlctl presets list` to see them all."
         )
     return presets[name]
 
