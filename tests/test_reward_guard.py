@@ -4,6 +4,7 @@ NaN/inf values per on_error, and a batch where every reward is NaN. End-to-end r
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,11 +12,14 @@ import pytest
 
 from rlctl import rewards
 from rlctl.errors import RewardError, UserError, is_out_of_memory
-from rlctl.rewards import worker
+from rlctl.rewards import scoring, worker
 
 PLUGIN = """
-import math, time
+import math, os, time
 import numpy
+
+def pid(prompts, completions, **_):
+    return [float(os.getpid())] * len(completions)
 
 def sleepy(prompts, completions, **_):
     print("printed by the reward")  # goes to the log, not into the worker's answers
@@ -108,6 +112,17 @@ def test_the_dry_run_accepts_a_tensor_of_the_right_shape_and_times_out_a_hang(pl
     rewards.dry_run([f"{plugin}:vector", f"{plugin}:digits"], ROWS)
     with pytest.raises(UserError, match="did not return within its timeout_s on 2 completions of your data"):
         rewards.dry_run([f"{plugin}:sleepy"], ROWS, timeouts=[1])
+
+
+def test_judges_outside_training_run_in_their_worker_within_the_deadline(plugin: Path):
+    """`rlctl eval`, `rlctl rewards test` and held-out scoring judge as training does: in a worker process, stopped
+    at the deadline and named (sleepy sleeps 60 s; the deadline is 1 s)."""
+    columns = {"answer": ["2", "5"]}
+    with pytest.raises(UserError, match=f"Reward '{plugin}:sleepy' did not return within its timeout_s on 2"):
+        scoring.correct(f"{plugin}:sleepy", "answer", ["1+1=", "2+2="], ["2", "4"], columns, timeout_s=1)
+    assert scoring.correct(f"{plugin}:digits", "answer", ["1+1=", "2+2="], ["2", "4"], columns) == [True, False]
+    per, _ = rewards.score([(f"{plugin}:pid", 1.0)], ["1+1="], ["2"], {})
+    assert per[f"{plugin}:pid"] != [float(os.getpid())]
 
 
 def test_nan_and_inf_follow_on_error(plugin: Path, stage):

@@ -40,6 +40,7 @@ from rlctl.rewards.builtin import (
     verl,
 )
 from rlctl.rewards.guard import (
+    DEADLINE_S,
     BadOutput,
     NanSteps,
     as_scores,
@@ -48,6 +49,7 @@ from rlctl.rewards.guard import (
     columns_of,
     dry_run,
     guarded,
+    judged,
     score,
     stage_rewards,
 )
@@ -65,6 +67,7 @@ __all__ = [
     "BUILTINS",
     "COLUMN_PARAMS",
     "CORRECTNESS",
+    "DEADLINE_S",
     "ENTRY_POINT_GROUP",
     "MODEL_REWARDS",
     "NEEDS_ANSWER",
@@ -88,6 +91,7 @@ __all__ = [
     "gsm8k",
     "gsm8k_answer",
     "guarded",
+    "judged",
     "known_names",
     "last_boxed",
     "length_penalty",
