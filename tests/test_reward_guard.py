@@ -123,6 +123,11 @@ def test_judges_outside_training_run_in_their_worker_within_the_deadline(plugin:
     assert scoring.correct(f"{plugin}:digits", "answer", ["1+1=", "2+2="], ["2", "4"], columns) == [True, False]
     per, _ = rewards.score([(f"{plugin}:pid", 1.0)], ["1+1="], ["2"], {})
     assert per[f"{plugin}:pid"] != [float(os.getpid())]
+    many = 2 * rewards.JUDGE_BATCH + 1  # eval's thousands go in batches the deadline fits, their columns sliced
+    got = rewards.judged(
+        f"{plugin}:digits", "answer", ["p"] * many, ["1", "2"] * (many // 2) + ["1"], {"answer": ["1"] * many}
+    )
+    assert got == [1.0, 0.0] * (many // 2) + [1.0]
 
 
 def test_nan_and_inf_follow_on_error(plugin: Path, stage):

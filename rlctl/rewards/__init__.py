@@ -41,6 +41,7 @@ from rlctl.rewards.builtin import (
 )
 from rlctl.rewards.guard import (
     DEADLINE_S,
+    JUDGE_BATCH,
     BadOutput,
     NanSteps,
     as_scores,
@@ -69,6 +70,7 @@ __all__ = [
     "CORRECTNESS",
     "DEADLINE_S",
     "ENTRY_POINT_GROUP",
+    "JUDGE_BATCH",
     "MODEL_REWARDS",
     "NEEDS_ANSWER",
     "THINK_FORMAT",

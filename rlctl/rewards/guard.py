@@ -18,6 +18,7 @@ from rlctl.rewards.resolve import MODEL_REWARDS, resolve
 
 Notify = Callable[..., None]  # notify(event, **fields): an event record for metrics.jsonl and the console
 DEADLINE_S = 120.0  # a reward's deadline where rl.rewards sets none (its timeout_s default): the dry run, judges
+JUDGE_BATCH = 256  # completions per judge call outside training (eval's thousands): a batch its deadline fits
 
 
 class BadOutput(ValueError):
@@ -235,13 +236,18 @@ def judged(
     columns: dict[str, list],
     timeout_s: float = DEADLINE_S,
 ) -> list[float]:
-    """`call` of the reward `name` as training runs it: in a worker process of its own, stopped at `timeout_s`
-    (a UserError saying so), so that no completion can stall a judge in `rlctl eval`, `rlctl rewards test` or
-    held-out scoring."""
+    """`call` of the reward `name` as training runs it: in a worker process of its own, each call of at most
+    JUDGE_BATCH completions stopped at `timeout_s` (a UserError saying so), so that no completion can stall a judge
+    in `rlctl eval`, `rlctl rewards test` or held-out scoring."""
     resolve(name, answer_field)  # an unknown or broken reward is named here, before a worker starts
     workers = worker.Workers()
+    fn, n, values = workers.remote(name, answer_field, timeout_s), len(completions), []
     try:
-        return call(workers.remote(name, answer_field, timeout_s), name, prompts, completions, columns)
+        for start in range(0, n, JUDGE_BATCH):
+            part = slice(start, start + JUDGE_BATCH)
+            cols = {k: v[part] if isinstance(v, list) and len(v) == n else v for k, v in columns.items()}
+            values += call(fn, name, list(prompts)[part], list(completions)[part], cols)
+        return values
     finally:
         workers.stop_all()
 
