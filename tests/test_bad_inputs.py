@@ -4,6 +4,7 @@ names the key, file or row at fault."""
 from __future__ import annotations
 
 import importlib.util
+import random
 from pathlib import Path
 
 import pytest
@@ -49,12 +50,23 @@ CASES = [
     ("unknown-algorithm-key", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.algorithm=gpro"], ["gpro", "grpo"]),
     ("unknown-algorithm-flag", {}, ["plan", "--preset", "tiny-demo", "--algorithm", "gpro"], ["gpro", "grpo"]),
     ("unknown-preset", {}, ["plan", "--preset", "qwen7b-grop"], ["qwen7b-grop", "qwen7b-grpo"]),
+    ("preset-as-a-path", {}, ["plan", "--preset", "./tiny-demo"], ["preset './tiny-demo'", "Did you mean: tiny-demo"]),
+    ("preset-under-a-folder", {}, ["plan", "--preset", "tiny-demo/x"], ["Unknown preset 'tiny-demo/x'"]),
+    ("preset-as-a-yaml-path", {}, ["plan", "--preset", "../c/run.yaml"], ["preset '../c/run.yaml'", "--config"]),
+    ("key-in-the-section-above", {}, ["plan", "--preset", "tiny-demo", "--set", "rl.kl.beta=0.1"], ["rl.beta?"]),
     ("bad-hardware-flag", {}, ["plan", "--preset", "tiny-demo", "--hardware", "1xH100"], ["1xH100"]),
     ("missing-config-file", {}, ["plan", "--config", "{tmp}/nope.yaml"], ["nope.yaml"]),
     ("malformed-config", {"c.yaml": "rl:\n  beta: [1, 2\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml:"]),
     ("config-not-text", {"c.yaml": b"\xff\xfeseed: 1\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "UTF-8"]),
     ("config-is-a-folder", {"c.yaml/x": ""}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "folder"]),
     ("config-not-mapping", {"c.yaml": "- a\n- b\n"}, ["plan", "--config", "{tmp}/c.yaml"], ["c.yaml", "mapping"]),
+    (
+        "config-is-a-dataset",
+        {"c.yaml": GOOD_RL * 40_000},
+        ["plan", "--config", "{tmp}/c.yaml"],
+        ["c.yaml is too large for a config file (2.6 MiB", "data.rl=FILE"],
+    ),
+    ("config-is-endless", {}, ["plan", "--config", "/dev/zero"], ["/dev/zero is too large for a config file (over"]),
     (
         "config-bad-default",
         {"c.yaml": "defaults: [tiny-dem]\n"},
@@ -412,3 +424,21 @@ def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, files, argv, nee
 
 def test_corpus_is_large_enough():
     assert len(CASES) >= 40
+
+
+def test_huge_rows_are_judged_at_once(tmp_path: Path):
+    """A 5 MB record is refused before it is parsed, naming its line; a 3 MB word under that bound is counted
+    without training the builtin tokenizer on all of it (quadratic in a word's length: hours). The timeout is only
+    a safety net; unbounded, each would run for far longer."""
+    letters = random.Random(0).choices("abcdefgh", k=3 << 20)
+    word = '{"prompt": "' + "".join(letters) + '", "answer": "2"}\n'
+    record = '{"prompt": "' + "x" * (5 << 20) + '", "answer": "2"}\n'
+    for name, text, said in [
+        ("word.jsonl", GOOD_RL + word, "1 of 3 rl rows (33%) are longer than data.max_prompt_length"),
+        ("record.jsonl", GOOD_RL + record, "record.jsonl:3 is a row of 5.0 M characters"),
+    ]:
+        (tmp_path / name).write_text(text)
+        sets = ["--set", "data.generate=null", "--set", f"data.rl={tmp_path / name}"]
+        proc = rlctl("plan", "--preset", "tiny-demo", *sets, cwd=tmp_path, timeout=120)
+        out = " ".join((proc.stdout + proc.stderr).split())
+        assert proc.returncode == 2 and "Traceback" not in out and said in out, out

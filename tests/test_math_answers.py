@@ -210,3 +210,23 @@ def test_rewards_test_on_hostile_completions(tmp_path):
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     out = json.loads(proc.stdout)
     assert [r["boxed"] for r in out["rows"]] == [0.0, 0.0, 0.0, 0.0, 1.0]
+
+
+def test_runs_of_commas_and_spaces_are_judged_at_once(tmp_path):
+    """gsm8k's number patterns read a run of commas or spaces once (they were quadratic: 40k commas not judged
+    after 25 s, so 200k would take many minutes); `rlctl rewards test` judges 200k of them."""
+    run = 200_000
+    rows = [
+        {"prompt": "p", "completion": "1" + "," * run + "x", "answer": "1"},
+        {"prompt": "p", "completion": "#### " + " " * run + "x 3", "answer": "3"},
+        {"prompt": "p", "completion": "####" + "\t" * run + "7", "answer": "7"},
+        {"prompt": "p", "completion": "2" + ",,2" * run, "answer": "5"},
+    ]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = rlctl(
+        "rewards", "test", "--data", "s.jsonl", "-r", "gsm8k(strict=False)", "--json", cwd=tmp_path, timeout=120
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert [r["gsm8k(strict=False)"] for r in json.loads(proc.stdout)["rows"]] == [1.0, 1.0, 1.0, 0.0]
+    assert answers.gsm8k_answer("x 1,234.5 y", strict=False) == "1234.5"
+    assert answers.gsm8k_answer("#### $ 1,000") == "1000" and answers.gsm8k_answer("5, then 1,000,", False) == "1000"

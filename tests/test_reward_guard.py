@@ -4,6 +4,7 @@ NaN/inf values per on_error, and a batch where every reward is NaN. End-to-end r
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import pytest
 
 from rlctl import rewards
 from rlctl.errors import RewardError, UserError, is_out_of_memory
-from rlctl.rewards import worker
+from rlctl.rewards import scoring, worker
 
 PLUGIN = """
 import math, os, signal, time
@@ -19,6 +20,9 @@ import numpy
 
 def killed(prompts, completions, **_):
     os.kill(os.getpid(), signal.SIGKILL)  # as a kill -9 from outside, or the out-of-memory killer
+
+def pid(prompts, completions, **_):
+    return [float(os.getpid())] * len(completions)
 
 def sleepy(prompts, completions, **_):
     print("printed by the reward")  # goes to the log, not into the worker's answers
@@ -120,6 +124,22 @@ def test_the_dry_run_accepts_a_tensor_of_the_right_shape_and_times_out_a_hang(pl
     rewards.dry_run([f"{plugin}:vector", f"{plugin}:digits"], ROWS)
     with pytest.raises(UserError, match="did not return within its timeout_s on 2 completions of your data"):
         rewards.dry_run([f"{plugin}:sleepy"], ROWS, timeouts=[1])
+
+
+def test_judges_outside_training_run_in_their_worker_within_the_deadline(plugin: Path):
+    """`rlctl eval`, `rlctl rewards test` and held-out scoring judge as training does: in a worker process, stopped
+    at the deadline and named (sleepy sleeps 60 s; the deadline is 1 s)."""
+    columns = {"answer": ["2", "5"]}
+    with pytest.raises(UserError, match=f"Reward '{plugin}:sleepy' did not return within its timeout_s on 2"):
+        scoring.correct(f"{plugin}:sleepy", "answer", ["1+1=", "2+2="], ["2", "4"], columns, timeout_s=1)
+    assert scoring.correct(f"{plugin}:digits", "answer", ["1+1=", "2+2="], ["2", "4"], columns) == [True, False]
+    per, _ = rewards.score([(f"{plugin}:pid", 1.0)], ["1+1="], ["2"], {})
+    assert per[f"{plugin}:pid"] != [float(os.getpid())]
+    many = 2 * rewards.JUDGE_BATCH + 1  # eval's thousands go in batches the deadline fits, their columns sliced
+    got = rewards.judged(
+        f"{plugin}:digits", "answer", ["p"] * many, ["1", "2"] * (many // 2) + ["1"], {"answer": ["1"] * many}
+    )
+    assert got == [1.0, 0.0] * (many // 2) + [1.0]
 
 
 def test_nan_and_inf_follow_on_error(plugin: Path, stage):

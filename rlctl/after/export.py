@@ -346,9 +346,7 @@ def card_text(run_dir: Path, out: Path, adapter: bool = False, repo_id: str | No
     """The model card `export` would write into `out`, nothing written (what `rlctl ui` shows before it exports)."""
     source = _run(run_dir)
     stage, _ = final_policy(run_dir, source.config, source.summary.get("completed", []))
-    return model_card(
-        source.config, source.summary, stage, repo_id=repo_id, adapter=adapter, where=str(out.resolve())
-    )
+    return model_card(source.config, source.summary, stage, repo_id=repo_id, adapter=adapter, where=str(out.resolve()))
 
 
 def intact_source(run_dir: Path, stage: str, final: Path) -> tuple[Path, str]:

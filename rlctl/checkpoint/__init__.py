@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rlctl import strictjson
+from rlctl import atomic, strictjson
 from rlctl.checkpoint import integrity
 
 COMPLETE = "rlctl_complete"
@@ -102,7 +102,5 @@ def being_written(folder: Path) -> list[Path]:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file and a rename, so readers never see half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(strictjson.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    """Write JSON through a temporary file, fsync'ed, and a rename (`atomic`), so readers never see half a file."""
+    atomic.write_text(path, strictjson.dumps(data, indent=2) + "\n")

@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from rlctl import strictjson
+from rlctl import atomic, strictjson
+from rlctl.atomic import write_text as write_file
 from rlctl.checkpoint import integrity
 from rlctl.errors import UserError
 
@@ -107,17 +108,8 @@ def drop_stale(target: Path) -> str:
 def check_writable(target: Path) -> None:
     """A UserError when `target` could not be written next to (its folder, or the nearest one that exists, is not
     a writable folder), found by creating and removing a temporary file there: nothing is left behind."""
-    folder = target.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
     with unwritable(target):
-        if not folder.is_dir():
-            raise NotADirectoryError(20, f"{folder} is a file, not a folder")
-        try:
-            with tempfile.TemporaryFile(dir=folder, prefix=".rlctl-probe-"):
-                pass
-        except OSError as e:
-            raise OSError(e.errno, e.strerror, str(folder)) from None
+        atomic.probe(target.parent)
 
 
 @contextlib.contextmanager
@@ -268,15 +260,3 @@ def check_file(path: Path, ours: Callable[[Path], bool], what: str) -> None:
             f"{path} already exists and is not an earlier rlctl {what}; nothing was written (rlctl never replaces a "
             "file it did not write). Pick another file, or move that one away."
         )
-
-
-def write_file(path: Path, text: str) -> None:
-    """Write `text` through a unique temporary file next to `path` and a rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".rlctl-tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)

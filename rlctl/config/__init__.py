@@ -172,7 +172,8 @@ def _sections_of(ann: Any) -> list[type[BaseModel]]:
 def _key_choices(loc: tuple[Any, ...]) -> dict[str, str]:
     """What an unknown key at `loc` is compared with -> the key suggested, relative to its section: the section's
     keys, below the top level the keys of the sections inside it (`loss.clip_high`, compared as clip_high,
-    loss.clip_high and loss_clip_high), and the names the aliases table accepts there (moved keys: `clip_high`)."""
+    loss.clip_high and loss_clip_high), the names the aliases table accepts there (moved keys: `clip_high`), and
+    the keys of the sections above it, suggested whole (`rl.kl.beta` -> rl.beta)."""
     model = _section_model(RunConfig, loc)
     if model is None:
         return {}
@@ -189,6 +190,11 @@ def _key_choices(loc: tuple[Any, ...]) -> dict[str, str]:
             found = aliases.lookup(section, alias.name)
             if found and found[0] is alias and alias.accepted and found[1].startswith(prefix):
                 choices.setdefault(alias.name, found[1].removeprefix(prefix))
+    for depth in range(len(loc) - 2, 0, -1):  # the sections above it, nearest first
+        above = _section_model(RunConfig, (*loc[:depth], ""))
+        path = ".".join(str(p) for p in loc[:depth] if not isinstance(p, int))
+        for name in above.model_fields if above is not None else ():
+            choices.setdefault(name, f"{path}.{name}")
     return choices
 
 

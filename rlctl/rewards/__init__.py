@@ -40,6 +40,8 @@ from rlctl.rewards.builtin import (
     verl,
 )
 from rlctl.rewards.guard import (
+    DEADLINE_S,
+    JUDGE_BATCH,
     BadOutput,
     NanSteps,
     as_scores,
@@ -48,6 +50,7 @@ from rlctl.rewards.guard import (
     columns_of,
     dry_run,
     guarded,
+    judged,
     score,
     stage_rewards,
 )
@@ -65,7 +68,9 @@ __all__ = [
     "BUILTINS",
     "COLUMN_PARAMS",
     "CORRECTNESS",
+    "DEADLINE_S",
     "ENTRY_POINT_GROUP",
+    "JUDGE_BATCH",
     "MODEL_REWARDS",
     "NEEDS_ANSWER",
     "THINK_FORMAT",
@@ -88,6 +93,7 @@ __all__ = [
     "gsm8k",
     "gsm8k_answer",
     "guarded",
+    "judged",
     "known_names",
     "last_boxed",
     "length_penalty",

@@ -34,18 +34,22 @@ def _truths(answer: Any) -> list[str]:
     return [str(answer)]
 
 
-_NUMBER = re.compile(r"-?[\d,]*\.?\d+(?:[eE][-+]?\d+)?")
+# A number (digits with thousands commas, a decimal part) and the `#### N` final answer. Possessive quantifiers: a
+# run of commas or spaces is read once, never re-split, so matching is linear in the text (model output).
+_DIGITS = r"-?(?:\d++(?:,++\d++)*+(?:\.\d++)?+|\.\d++)"
+_NUMBER = re.compile(_DIGITS + r"(?:[eE][-+]?\d++)?+")
+_FINAL = re.compile(r"####\s*+(?:\$\s*+)?+(" + _DIGITS + ")")
 
 
 def gsm8k_answer(text: str, strict: bool = True) -> str | None:
     """The final answer of a GSM8K-style solution: the number after `####` (strict), or else the last number
     in the text (flexible)."""
-    match = re.findall(r"####\s*\$?\s*(-?[\d,]*\.?\d+)", text)
+    match = _FINAL.findall(text)
     if match:
         return match[-1].replace(",", "")
     if strict:
         return None
-    numbers = [n for n in _NUMBER.findall(text) if re.search(r"\d", n)]
+    numbers = _NUMBER.findall(text)
     return numbers[-1].replace(",", "") if numbers else None
 
 

@@ -17,6 +17,8 @@ from rlctl.rewards.builtin import TRAINER_KWARGS, RewardFn
 from rlctl.rewards.resolve import MODEL_REWARDS, resolve
 
 Notify = Callable[..., None]  # notify(event, **fields): an event record for metrics.jsonl and the console
+DEADLINE_S = 120.0  # a reward's deadline where rl.rewards sets none (its timeout_s default): the dry run, judges
+JUDGE_BATCH = 256  # completions per judge call outside training (eval's thousands): a batch its deadline fits
 
 
 class BadOutput(ValueError):
@@ -226,6 +228,30 @@ def call(fn: RewardFn, label: str, prompts: Sequence, completions: Sequence, col
     return [float("nan") if v is None else v for v in checked(fn, label, prompts, completions, columns)]
 
 
+def judged(
+    name: str,
+    answer_field: str,
+    prompts: Sequence,
+    completions: Sequence,
+    columns: dict[str, list],
+    timeout_s: float = DEADLINE_S,
+) -> list[float]:
+    """`call` of the reward `name` as training runs it: in a worker process of its own, each call of at most
+    JUDGE_BATCH completions stopped at `timeout_s` (a UserError saying so), so that no completion can stall a judge
+    in `rlctl eval`, `rlctl rewards test` or held-out scoring."""
+    resolve(name, answer_field)  # an unknown or broken reward is named here, before a worker starts
+    workers = worker.Workers()
+    fn, n, values = workers.remote(name, answer_field, timeout_s), len(completions), []
+    try:
+        for start in range(0, n, JUDGE_BATCH):
+            part = slice(start, start + JUDGE_BATCH)
+            cols = {k: v[part] if isinstance(v, list) and len(v) == n else v for k, v in columns.items()}
+            values += call(fn, name, list(prompts)[part], list(completions)[part], cols)
+        return values
+    finally:
+        workers.stop_all()
+
+
 def columns_of(rows: list[dict[str, Any]], skip: Sequence[str] = ("prompt", "completion")) -> dict[str, list]:
     """The dataset columns a trainer passes to reward functions: every column but the prompt and completion."""
     keys: dict[str, None] = {}
@@ -242,15 +268,15 @@ def score(
     answer_field: str = "answer",
     model_scores: dict[str, list[float]] | None = None,
 ) -> tuple[dict[str, list[float] | None], list[float]]:
-    """Each reward's values ({name: values}, None for a model reward without a model) and the weighted sum
-    per completion, as the RL stage adds them up."""
+    """Each reward's values ({name: values}, None for a model reward without a model; each reward `judged`, within
+    DEADLINE_S) and the weighted sum per completion, as the RL stage adds them up."""
     per: dict[str, list[float] | None] = {}
     total = [0.0] * len(completions)
     for i, (name, weight) in enumerate(specs):
         if name in MODEL_REWARDS:
             values = (model_scores or {}).get(name)
         else:
-            values = call(resolve(name, answer_field), name, prompts, completions, columns)
+            values = judged(name, answer_field, prompts, completions, columns)
         per[name if name not in per else f"{name}#{i + 1}"] = values
         if values is not None:
             total = [t + weight * (0.0 if math.isnan(v) else v) for t, v in zip(total, values, strict=True)]
@@ -265,10 +291,10 @@ def dry_run(
     timeouts: Sequence[float] | None = None,
 ) -> None:
     """Resolve every reward and call it as the trainer would (in its worker, with its deadline: `timeouts`, by
-    default 120 s each; 0 = in this process), on the first rows with their ground truth as the completion: a plugin
+    default DEADLINE_S each; 0 = in this process), on the first rows with their ground truth as the completion: a plugin
     that fails to import, raises, hangs, needs a missing column, or returns anything but one finite number or None
     per completion stops here with a UserError naming it and the value."""
-    timeouts = list(timeouts) if timeouts is not None else [120.0] * len(names)
+    timeouts = list(timeouts) if timeouts is not None else [DEADLINE_S] * len(names)
     fns = [(name, resolve(name, answer_field), t) for name, t in zip(names, timeouts, strict=True)]
     rows = rows[:n]
     if not fns or not rows:

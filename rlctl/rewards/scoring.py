@@ -29,10 +29,16 @@ def accuracy_name(specs: Sequence[Any], data_format: str | None = None) -> str:
 
 
 def correct(
-    name: str, answer_field: str, prompts: Sequence, completions: Sequence, columns: dict[str, list]
+    name: str,
+    answer_field: str,
+    prompts: Sequence,
+    completions: Sequence,
+    columns: dict[str, list],
+    timeout_s: float = rewards.DEADLINE_S,
 ) -> list[bool]:
-    """Per completion, whether the correctness reward `name` scores it above THRESHOLD."""
-    values = rewards.call(rewards.resolve(name, answer_field), name, prompts, completions, columns)
+    """Per completion, whether the correctness reward `name` scores it above THRESHOLD (`rewards.judged`: in a
+    worker process stopped at `timeout_s`)."""
+    values = rewards.judged(name, answer_field, prompts, completions, columns, timeout_s)
     return [v > THRESHOLD for v in values]
 
 

@@ -5,7 +5,9 @@ The checks: a chat model's eos must be the token that ends the assistant's turn 
 GGUF tokenizer conversion names `<|im_start|>` as eos for SmolLM2, whose turns end with `<|im_end|>`), the model's
 config and generation config must stop on that token, and a pad token must exist (batched generation refuses to pad
 without one). Each fix is said on the console and kept in the folder's `rlctl_import.json`, copied into the run.
-The folder is written under a temporary name and renamed into place, so concurrent runs and tests share it safely.
+The folder is written under a temporary name, fsync'ed, its record (with every file's size and checksum) written
+last, and renamed into place, so concurrent runs and tests share it safely. A cached folder is used only when it
+checks out against its record (`problem`); otherwise it is set aside and converted again.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlctl import atomic
+from rlctl.checkpoint import integrity
 from rlctl.plan import gguf
 
-RECORD = "rlctl_import.json"
 PROBE = "rlctl-end-of-turn-probe"
 
 
@@ -120,40 +123,64 @@ def _convert(path: Path, header: gguf.GgufHeader, dtype: str, tmp: Path) -> list
     return fixes
 
 
+def problem(folder: Path) -> str | None:
+    """Why the converted `folder` cannot be used (None when it can): `gguf.import_problem`, or a file its record
+    lists changed since (checksum), or a file broken by its own format (a safetensors file cut short)."""
+    found = gguf.import_problem(folder)
+    if found is not None:
+        return found
+    record = json.loads((folder / gguf.RECORD).read_text(encoding="utf-8"))
+    return "; ".join(integrity.folder_problems(folder, record["files"])) or None
+
+
 def ensure(spec: gguf.GgufImport, say: Callable[[str], None]) -> Imported:
-    """The converted folder of `spec`, made now when it is not cached; `say` gets the lines the user sees."""
+    """The converted folder of `spec`, made now when it is not cached or the cached one does not check out; `say`
+    gets the lines the user sees."""
     folder = Path(spec.folder)
-    if not (folder / RECORD).is_file():
-        path = Path(spec.file)
-        header = gguf.header(path)
-        say(f"Importing {path.name} ({spec.quantization}): dequantizing to {spec.dtype}, once, into {folder}")
-        start = time.monotonic()
-        tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            fixes = _convert(path, header, spec.dtype, tmp)
-            record = {
-                "source": str(path),
-                "sha256": folder.name.split("-", 1)[0],
-                "quantization": spec.quantization,
-                "dtype": spec.dtype,
-                "fixes": fixes,
-                "seconds": round(time.monotonic() - start, 1),
-            }
-            (tmp / RECORD).write_text(json.dumps(record, indent=2))
-            try:
-                tmp.rename(folder)
-            except OSError:  # another run finished the same import first: its folder is the same
-                if not (folder / RECORD).is_file():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        made = True
-    else:
-        made = False
-    record = json.loads((folder / RECORD).read_text())
-    if not made:
+    why = problem(folder)
+    if why is not None:
+        if folder.exists():
+            say(f"The cached import {folder} cannot be used ({why}): converting again")
+        _import(spec, folder, say)
+    record = json.loads((folder / gguf.RECORD).read_text(encoding="utf-8"))
+    if why is None:
         say(f"{Path(spec.file).name}: converted already ({folder})")
     for fix in record["fixes"]:
         say(f"GGUF import fixed: {fix}")
-    return Imported(folder, record["fixes"], record, made)
+    return Imported(folder, record["fixes"], record, why is not None)
+
+
+def _import(spec: gguf.GgufImport, folder: Path, say: Callable[[str], None]) -> None:
+    """Convert `spec`'s file into `folder`: built in a temporary folder beside it, fsync'ed with its record last,
+    and renamed into place (a damaged folder there is set aside first)."""
+    path = Path(spec.file)
+    header = gguf.header(path)
+    say(f"Importing {path.name} ({spec.quantization}): dequantizing to {spec.dtype}, once, into {folder}")
+    start = time.monotonic()
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        fixes = _convert(path, header, spec.dtype, tmp)
+        record = {
+            "source": str(path),
+            "sha256": folder.name.split("-", 1)[0],
+            "quantization": spec.quantization,
+            "dtype": spec.dtype,
+            "fixes": fixes,
+            "seconds": round(time.monotonic() - start, 1),
+            "files": integrity.manifest(tmp),
+        }
+        atomic.write_text(tmp / gguf.RECORD, json.dumps(record, indent=2))
+        atomic.sync_tree(tmp)
+        if folder.exists():  # a damaged one: moved out of the way in one step, then removed
+            aside = folder.with_name(f".{folder.name}.{os.getpid()}.damaged")
+            folder.rename(aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another run finished the same import first: its folder is the same
+            if problem(folder) is not None:
+                raise
+        atomic.sync(folder.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
