@@ -155,12 +155,6 @@ CASES = [
         ["r.py"],
     ),
     (
-        "tools-outside-the-rlctl-loop",
-        {},
-        ["plan", "--preset", "tiny-demo", "--set", "rl.tools=[calculator]"],
-        ["rl.tools", "rl.algorithm=reinforce-pp-baseline"],
-    ),
-    (
         "tool-typo",
         {},
         ["plan", "--preset", "tiny-demo", "--algorithm", "dapo", "--set", "rl.tools=[calculater]"],

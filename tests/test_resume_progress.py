@@ -26,6 +26,8 @@ def _run_dir(tmp_path: Path, sets: list[str], completed: list[str]) -> tuple[Pat
     run.mkdir()
     (run / "config.yaml").write_text(config.dump(cfg))
     (run / "summary.json").write_text(json.dumps({"stages": {}, "completed": completed}))
+    for stage in completed:  # a finished stage has its final folder
+        (run / stage / "final").mkdir(parents=True)
     return run, cfg
 
 

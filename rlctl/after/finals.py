@@ -1,5 +1,7 @@
-"""A finished stage whose final folder is gone (deleted, moved) gets it back on `rlctl resume`: from the stage's
-newest intact checkpoint when that holds the stage's last step, else by training the stage again from there."""
+"""A finished stage whose final folder is gone (deleted, moved) gets it back on `rlctl resume`: copied from the stage's
+newest intact checkpoint when that is a model folder (TRL's stages) holding the stage's last step, else by reopening
+the stage, which resumes from that checkpoint (rlctl's RL loop at its last step trains nothing and saves the final
+folder from it)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ def restore_finals(run_dir: Path, cfg: RunConfig) -> list[str]:
 def _restore_final(run_dir: Path, cfg: RunConfig, stage: str, end: int, summary: dict) -> str:
     """Re-create `stage`'s final folder from its checkpoint of step `end`, or reopen the stage in `summary`."""
     ckpt = verify.choose(stage, stage_dir(run_dir, stage) / "checkpoints").intact
-    if ckpt is not None and int(ckpt.name.rsplit("-", 1)[1]) >= end:
+    loadable = ckpt is not None and (ckpt / "config.json").is_file()  # a TRL stage's; rlctl's RL loop keeps state
+    if loadable and int(ckpt.name.rsplit("-", 1)[1]) >= end:
         if stage == "rm" and not export.copyable(ckpt):  # a reward model's LoRA is not merged as a policy's is
             raise UserError(
                 f"{final_dir(run_dir, stage)} is gone and the rm stage's last checkpoint, {ckpt}, holds a LoRA "
