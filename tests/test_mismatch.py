@@ -46,13 +46,17 @@ def test_off_changes_nothing():
 
 
 def test_an_async_round_takes_the_ppo_ratio_against_the_policy_that_sampled():
-    ref, w, m = behaviour_ratio(TRAIN, ROLLOUT, MASK, "token_truncate", cap=2.0)
+    ref, w, m = behaviour_ratio(TRAIN, ROLLOUT, MASK, "token_truncate", cap=2.0, policy_loss="ppo")
     assert ref is ROLLOUT and torch.equal(w, torch.ones_like(MASK))  # the ratio is the importance weight: no second
     assert m == correction_weights(TRAIN, ROLLOUT, MASK, "token_truncate", cap=2.0)[1]  # the same metrics logged
-    ref, w, _ = behaviour_ratio(TRAIN, ROLLOUT, MASK, "sequence_mask", cap=3.0)
+    ref, w, _ = behaviour_ratio(TRAIN, ROLLOUT, MASK, "sequence_mask", cap=3.0, policy_loss="ppo")
     assert ref is ROLLOUT and torch.equal(w, torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))  # still masked
-    ref, w, m = behaviour_ratio(TRAIN, ROLLOUT, MASK, "off", cap=2.0)
+    ref, w, m = behaviour_ratio(TRAIN, ROLLOUT, MASK, "off", cap=2.0, policy_loss="ppo")
     assert ref is TRAIN and torch.equal(w, torch.ones_like(MASK)) and m == {}  # treated as on-policy
+    for loss in ("gspo", "cispo"):  # no token-level trust region: the trainer's ratio with the correction's weights
+        ref, w, m = behaviour_ratio(TRAIN, ROLLOUT, MASK, "token_truncate", cap=2.0, policy_loss=loss)
+        expected, metrics = correction_weights(TRAIN, ROLLOUT, MASK, "token_truncate", cap=2.0)
+        assert ref is TRAIN and torch.equal(w, expected) and m == metrics
 
 
 def _ppo_gradient(logp: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
@@ -69,7 +73,8 @@ def test_a_token_the_updates_since_sampling_moved_past_the_clip_is_pushed_no_fur
     log-probs never clips, so a stale round pushes again what the last update already pushed."""
     sampled = torch.log(torch.tensor([[0.2, 0.5]]))  # the generator's policy, one version back
     trainer = torch.log(torch.tensor([[0.4, 0.5]]))  # the last update doubled the first token's probability
-    reference, _, _ = behaviour_ratio(trainer, sampled, torch.ones_like(trainer), "token_truncate", cap=2.0)
+    mask = torch.ones_like(trainer)
+    reference, _, _ = behaviour_ratio(trainer, sampled, mask, "token_truncate", cap=2.0, policy_loss="ppo")
     grad = _ppo_gradient(trainer, reference)
     assert grad[0, 0] == 0 and grad[0, 1] < 0  # ratio 2 > 1.2: clipped; the unmoved token still learns
     assert (_ppo_gradient(trainer, trainer) < 0).all()  # against the trainer's policy: pushed up again

@@ -59,21 +59,23 @@ def correction_weights(
 
 
 def behaviour_ratio(
-    train: Tensor, rollout: Tensor, mask: Tensor, mode: str, cap: float
+    train: Tensor, rollout: Tensor, mask: Tensor, mode: str, cap: float, policy_loss: str
 ) -> tuple[Tensor, Tensor, dict[str, float]]:
     """An async round's PPO reference log-probs, per-token weights and metrics (`correction_weights`' metrics).
 
     The round was sampled by the generator with a policy up to max_staleness versions behind the trainer's
-    (`train`, before this update); `rollout` is that behaviour policy. Unless `mode` is off, the PPO ratio is
-    π_θ / π_rollout, so its clip is a trust region around the policy that sampled: a token the updates since
-    sampling already moved beyond 1 ± ε in its advantage's direction is pushed no further (standard off-policy PPO;
-    with the trainer's policy as reference and one update per step the clip never acts and a stale round's
-    gradient overshoots). The ratio then carries the importance weight itself, so token_truncate adds none;
-    sequence_mask still drops the sequences whose ratio lies outside [1 / cap, cap]. off: the round is treated as
-    on-policy (the ratio against `train`, weights 1).
+    (`train`, before this update); `rollout` is that behaviour policy. With the token-level PPO loss (`ppo`) and
+    a correction on, the ratio is π_θ / π_rollout, so its clip is a trust region around the policy that sampled: a
+    token the updates since sampling already moved beyond 1 ± ε in its advantage's direction is pushed no further
+    (standard off-policy PPO; against the trainer's policy with one update per step the clip never acts, and a
+    stale round pushes again what the last update pushed). The ratio then carries the importance weight itself,
+    so token_truncate adds none; sequence_mask still drops the sequences whose ratio lies outside [1 / cap, cap].
+    Otherwise the ratio stays against `train` with `correction_weights`: off treats the round as on-policy; gspo's
+    sequence clip (3e-4 wide) is sized for the drift between one batch's mini-batches and would clip most of a
+    stale round; cispo's capped weight never stops a gradient, so there is no trust region to move.
     """
     weights, metrics = correction_weights(train, rollout, mask, mode, cap)
-    if mode == "off":
+    if mode == "off" or policy_loss != "ppo":
         return train, weights, metrics
     if mode == "token_truncate":
         weights = torch.ones_like(mask)

@@ -209,7 +209,9 @@ def prepare(loop: Loop, samples: list[Sample], step: int) -> Prepared:
             mismatch = sync_check(loop.ctx, acc, old_logp, rollout_logp, batch.loss_mask, step)
             weights, corr = correction_weights(old_logp, rollout_logp, batch.loss_mask, *correction)
         else:  # async (each push checked by its weights' fingerprint): the PPO ratio against the policy that sampled
-            ratio_logp, weights, corr = behaviour_ratio(old_logp, rollout_logp, batch.loss_mask, *correction)
+            ratio_logp, weights, corr = behaviour_ratio(
+                old_logp, rollout_logp, batch.loss_mask, *correction, policy_loss=rl.loss.policy
+            )
         is_weights, mismatch = loop.gather_rows(weights), mismatch | corr
     return Prepared(batch, old_logp, ratio_logp, ref_logp, values, baseline, is_weights, mismatch)
 
