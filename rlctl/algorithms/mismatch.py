@@ -8,7 +8,7 @@ did not happen, a tensor pushed wrong, LoRA adapters pushed unmerged - and train
 policy silently. `logprob_gap` measures it after every sync; `correction_weights` turns the honest part of it into
 importance weights on the loss (truncated importance sampling, Yao et al. 2025; TRL's and verl's rollout
 correction), so the update stays on-policy for the trainer's own distribution. Async rounds, sampled by a policy
-versions behind the trainer, take the PPO ratio against that behaviour policy instead (`behaviour_ratio`).
+versions behind the trainer, take the PPO loss's ratio against that behaviour policy instead (`behaviour_ratio`).
 """
 
 from __future__ import annotations
