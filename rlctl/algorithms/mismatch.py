@@ -7,7 +7,8 @@ difference much larger than that means the engine generated with weights other t
 did not happen, a tensor pushed wrong, LoRA adapters pushed unmerged - and training on such rollouts corrupts the
 policy silently. `logprob_gap` measures it after every sync; `correction_weights` turns the honest part of it into
 importance weights on the loss (truncated importance sampling, Yao et al. 2025; TRL's and verl's rollout
-correction), so the update stays on-policy for the trainer's own distribution.
+correction), so the update stays on-policy for the trainer's own distribution. Async rounds, sampled by a policy
+versions behind the trainer, take the PPO loss's ratio against that behaviour policy instead (`behaviour_ratio`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,30 @@ def correction_weights(
         metrics = {"is_ratio_mean": _mean(seq[rows]), "is_ratio_min": _min(seq[rows]), "is_ratio_max": _max(seq[rows])}
         return keep[:, None] * mask, {**metrics, "is_masked_frac": share}
     raise ValueError(f"unknown rollout correction mode {mode!r}; valid: {', '.join(CORRECTION_MODES)}")
+
+
+def behaviour_ratio(
+    train: Tensor, rollout: Tensor, mask: Tensor, mode: str, cap: float, policy_loss: str
+) -> tuple[Tensor, Tensor, dict[str, float]]:
+    """An async round's PPO reference log-probs, per-token weights and metrics (`correction_weights`' metrics).
+
+    The round was sampled by the generator with a policy up to max_staleness versions behind the trainer's
+    (`train`, before this update); `rollout` is that behaviour policy. With the token-level PPO loss (`ppo`) and
+    a correction on, the ratio is π_θ / π_rollout, so its clip is a trust region around the policy that sampled: a
+    token the updates since sampling already moved beyond 1 ± ε in its advantage's direction is pushed no further
+    (standard off-policy PPO; against the trainer's policy with one update per step the clip never acts, and a
+    stale round pushes again what the last update pushed). The ratio then carries the importance weight itself,
+    so token_truncate adds none; sequence_mask still drops the sequences whose ratio lies outside [1 / cap, cap].
+    Otherwise the ratio stays against `train` with `correction_weights`: off treats the round as on-policy; gspo's
+    sequence clip (3e-4 wide) is sized for the drift between one batch's mini-batches and would clip most of a
+    stale round; cispo's capped weight never stops a gradient, so there is no trust region to move.
+    """
+    weights, metrics = correction_weights(train, rollout, mask, mode, cap)
+    if mode == "off" or policy_loss != "ppo":
+        return train, weights, metrics
+    if mode == "token_truncate":
+        weights = torch.ones_like(mask)
+    return rollout, weights, metrics
 
 
 def _mean(x: Tensor) -> float:

@@ -203,7 +203,9 @@ class Mismatch(Section):
     correction: Literal["token_truncate", "sequence_mask", "off"] = Field(
         "token_truncate",
         description="vLLM or async_rollout: importance weights for the rollout-training mismatch: token_truncate (TIS, "
-        "min(ratio, cap) per token, verl), sequence_mask (drop sequences whose ratio leaves [1/cap, cap], TRL), off.",
+        "min(ratio, cap) per token, verl), sequence_mask (drop sequences whose ratio leaves [1/cap, cap], TRL), off. "
+        "Async rounds with loss.policy=ppo take the PPO ratio against the generator's log-probs instead (its clip "
+        "bounds the weight; sequence_mask still masks; off: the ratio against the trainer's, as if on-policy).",
     )
     correction_cap: float = Field(2.0, gt=1, description="Cap C of correction (verl's TIS: 2; TRL's sequence_mask: 3).")
     sync_tolerance: float = Field(

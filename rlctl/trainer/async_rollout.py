@@ -6,7 +6,8 @@ the generator samples the rounds of steps n+1 .. n+K with the newest weights pus
 version v and trained at step n (whose policy is version n-1) is n-1-v versions stale; since a round is
 submitted at most K rounds before it is consumed and the generator always loads the newest version first, that is
 never more than K (NeMo-RL's N-step off-policy GRPO, verl's one-step-off at K=1). The generator's log-probs of
-what it sampled are the behaviour policy of the loop's rollout correction (rl.mismatch.correction). With a vLLM
+what it sampled are the behaviour policy: the ppo loss takes the round's ratio against them, so its clip is a trust
+region around the policy that sampled (`rlctl.algorithms.mismatch.behaviour_ratio`). With a vLLM
 engine in the generator, every push also carries the policy's log-probs of a probe text (`PROBE`), which the
 generator compares with vLLM's after loading: the weight-sync check, on every version.
 

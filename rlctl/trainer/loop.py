@@ -49,7 +49,7 @@ from rlctl.algorithms import (
     pf_ppo_resample,
     value_loss,
 )
-from rlctl.algorithms.mismatch import correction_weights, logprob_gap
+from rlctl.algorithms.mismatch import behaviour_ratio, correction_weights, logprob_gap
 from rlctl.monitors import layout, memory_probe
 from rlctl.rollout import multiturn, vllm
 from rlctl.rollout.samples import Batch, Sample, collate, rollout_logprobs, token_logprobs
@@ -176,7 +176,8 @@ class Prepared:
     """This process's share of the batch with what the update compares against."""
 
     batch: Batch
-    old_logp: Tensor
+    old_logp: Tensor  # the trainer's policy before the update
+    ratio_logp: Tensor  # the PPO ratio's reference: old_logp, or an async round's behaviour policy
     ref_logp: Tensor | None
     values: Tensor | None
     baseline: Tensor  # gathered over processes: ReMax's greedy reward per sample, else zeros
@@ -201,15 +202,18 @@ def prepare(loop: Loop, samples: list[Sample], step: int) -> Prepared:
         values = loop.forward_all(token_values, acc.unwrap_model(loop.critic).eval(), batch)
     baseline = acc.gather(torch.tensor([s.baseline for s in mine], device=acc.device))
     rollout_logp = rollout_logprobs(mine, old_logp)
-    is_weights, mismatch = None, {}
+    is_weights, mismatch, ratio_logp = None, {}, old_logp
     if rollout_logp is not None:
-        if loop.pipeline is None:  # async: each push is checked by its weights' fingerprint instead
+        correction = (rl.mismatch.correction, rl.mismatch.correction_cap)
+        if loop.pipeline is None:  # vLLM: the engine's rounding, corrected by weights on the loss
             mismatch = sync_check(loop.ctx, acc, old_logp, rollout_logp, batch.loss_mask, step)
-        weights, corr = correction_weights(
-            old_logp, rollout_logp, batch.loss_mask, rl.mismatch.correction, rl.mismatch.correction_cap
-        )
+            weights, corr = correction_weights(old_logp, rollout_logp, batch.loss_mask, *correction)
+        else:  # async (each push checked by its weights' fingerprint): the PPO ratio against the policy that sampled
+            ratio_logp, weights, corr = behaviour_ratio(
+                old_logp, rollout_logp, batch.loss_mask, *correction, policy_loss=rl.loss.policy
+            )
         is_weights, mismatch = loop.gather_rows(weights), mismatch | corr
-    return Prepared(batch, old_logp, ref_logp, values, baseline, is_weights, mismatch)
+    return Prepared(batch, old_logp, ratio_logp, ref_logp, values, baseline, is_weights, mismatch)
 
 
 def remax_baseline(loop: Loop, mine: list[Sample], step: int) -> None:
@@ -283,7 +287,8 @@ def advantages(loop: Loop, samples: list[Sample], p: Prepared, step: int) -> Tra
     mine_rows = order[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
     batch = collate([samples[i] for i in mine_rows.tolist()], loop.tok.pad_token_id, acc.device)
     t = batch.completion_ids.shape[1]
-    targets = {"old": g_old, "ref": g_ref, "values": g_values, "adv": adv, "returns": returns, "mask": loss_mask}
+    g_ratio = g_old if p.ratio_logp is p.old_logp else loop.gather_rows(p.ratio_logp)
+    targets = {"old": g_ratio, "ref": g_ref, "values": g_values, "adv": adv, "returns": returns, "mask": loss_mask}
     local = {name: x[mine_rows, :t] if x is not None else None for name, x in targets.items()}
     loop.clock.lap("prepare")
     return TrainBatch(batch, local, kl_k1)
