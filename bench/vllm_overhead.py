@@ -5,7 +5,8 @@ raw `LLM.generate` on that same `vllm.LLM`, the same prompt token ids and sampli
 ids, `ignore_eos`, max new tokens), rounds alternating so load drift on a shared machine hits every side alike:
 
 * rlctl generate: `VLLMGenerator.generate` with the sampled tokens' log-probs (what the loop reads by default);
-* raw, what rlctl needs: `LLM.generate(..., SamplingParams(logprobs=0, detokenize=False))`;
+* raw, what rlctl needs: `LLM.generate(..., SamplingParams(logprobs=0, detokenize=False))`, and the same with
+  `flat_logprobs=True` (the form rlctl asks for);
 * rlctl generate, no log-probs (rl.mismatch.correction=off, sync_tolerance=0) and the bare raw engine (no
   log-probs, vLLM's defaults otherwise: detokenized).
 
@@ -100,6 +101,7 @@ def engine_sides(model: Path, args: argparse.Namespace, run_dir: Path) -> dict:
     raw = {"temperature": 1.0, "max_tokens": args.new_tokens, "stop_token_ids": list(sampling.stops)}
     raw |= {"ignore_eos": True, "top_k": 0, "top_p": 1.0}
     needs = SamplingParams(**raw, logprobs=0, detokenize=False)
+    flat = SamplingParams(**raw, logprobs=0, flat_logprobs=True, detokenize=False)
     bare = SamplingParams(**raw)
 
     def rlctl_side(logprobs: bool):
@@ -119,6 +121,7 @@ def engine_sides(model: Path, args: argparse.Namespace, run_dir: Path) -> dict:
     sides = {
         "rlctl generate (log-probs)": rlctl_side(True),
         "raw: logprobs=0, detokenize=False": raw_side(needs),
+        "raw: logprobs=0, flat, detokenize=False": raw_side(flat),
         "rlctl generate (no log-probs)": rlctl_side(False),
         "raw bare": raw_side(bare),
     }
@@ -172,7 +175,8 @@ def main() -> None:
     ratio = rate[names[0]] / rate[names[1]]
     rows = [[k, med[k], min(found["seconds"][k]), statistics.median(found["tokens"][k]), rate[k]] for k in names]
     rows.append(["ratio rlctl / raw (what rlctl needs)", ratio, "", "", f"target >= {TARGET}"])
-    rows.append(["ratio rlctl / raw bare (no log-probs)", rate[names[2]] / rate[names[3]], "", "", ""])
+    rows.append(["ratio rlctl / raw, flat log-probs", rate[names[0]] / rate[names[2]], "", "", ""])
+    rows.append(["ratio rlctl / raw bare (no log-probs)", rate[names[3]] / rate[names[4]], "", "", ""])
     rows += [[f"loop {k} (median s/step)", v, "", "", ""] for k, v in split.items()]
     report(
         "vllm_overhead",

@@ -1,5 +1,5 @@
 """vLLM for RL rollouts: the one module that imports vllm, on its public API only (`LLM`, `SamplingParams`,
-`TokensPrompt`, `sleep` / `wake_up`, `collective_rpc`).
+token-id prompts, `sleep` / `wake_up`, `collective_rpc`).
 
 * `llm_kwargs(plan, ...)` is the one argument dialect: the `vllm.LLM(...)` arguments of the plan's engine,
   colocated with the trainer (rlctl's RL loop; sleep mode on GPUs) or dedicated (the async generator process's
