@@ -13,8 +13,8 @@ ids, `ignore_eos`, max new tokens), rounds alternating so load drift on a shared
 Target: rlctl / raw (what rlctl needs) >= 0.9. The model is the tiny demo's SFT model with --model (`rlctl train
 --preset tiny-demo --stages sft --run-dir X` makes one: X/sft/final), else a random-init tiny Qwen2 built here.
 With --loop-steps N it also runs N steps of the loop (`rlctl train --stages rl`, vLLM generating) on that model
-and reports the median seconds of each phase (metrics.jsonl `time_*`); run it with PYTHONPATH at another tree
-for a before / after.
+and reports the median seconds of each phase (metrics.jsonl `time_*`); `--rounds 0 --loop-steps N` with
+PYTHONPATH at another tree (e.g. `git archive` of an older commit) times that tree's loop: a before / after.
 
 Usage: python bench/vllm_overhead.py [--model DIR] [--rounds 5] [--prompts 512] [--new-tokens 32] [--loop-steps 0]
 """
@@ -157,7 +157,7 @@ def loop_split(model: Path, args: argparse.Namespace, run_dir: Path) -> dict[str
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, help="a model folder (default: a random-init tiny Qwen2)")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of every engine side (0: the loop run only)")
     ap.add_argument("--prompts", type=int, default=512)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--loop-steps", type=int, default=0, help="also time N steps of the loop (0: no)")
@@ -167,16 +167,18 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="rlctl-vllm-overhead-") as tmp:
         model = args.model or random_model(Path(tmp) / "model")
-        found = engine_sides(model, args, Path(tmp) / "plan")
+        found = engine_sides(model, args, Path(tmp) / "plan") if args.rounds else {"seconds": {}, "tokens": {}}
         split = loop_split(model, args, Path(tmp) / "loop") if args.loop_steps else {}
-    med = {k: statistics.median(v) for k, v in found["seconds"].items()}
-    rate = {k: statistics.median(found["tokens"][k]) / med[k] for k in med}
-    names = list(med)
-    ratio = rate[names[0]] / rate[names[1]]
-    rows = [[k, med[k], min(found["seconds"][k]), statistics.median(found["tokens"][k]), rate[k]] for k in names]
-    rows.append(["ratio rlctl / raw (what rlctl needs)", ratio, "", "", f"target >= {TARGET}"])
-    rows.append(["ratio rlctl / raw, flat log-probs", rate[names[0]] / rate[names[2]], "", "", ""])
-    rows.append(["ratio rlctl / raw bare (no log-probs)", rate[names[3]] / rate[names[4]], "", "", ""])
+    rows, ratio = [], None
+    if args.rounds:
+        med = {k: statistics.median(v) for k, v in found["seconds"].items()}
+        rate = {k: statistics.median(found["tokens"][k]) / med[k] for k in med}
+        names = list(med)
+        ratio = rate[names[0]] / rate[names[1]]
+        rows = [[k, med[k], min(found["seconds"][k]), statistics.median(found["tokens"][k]), rate[k]] for k in names]
+        rows.append(["ratio rlctl / raw (what rlctl needs)", ratio, "", "", f"target >= {TARGET}"])
+        rows.append(["ratio rlctl / raw, flat log-probs", rate[names[0]] / rate[names[2]], "", "", ""])
+        rows.append(["ratio rlctl / raw bare (no log-probs)", rate[names[3]] / rate[names[4]], "", "", ""])
     rows += [[f"loop {k} (median s/step)", v, "", "", ""] for k, v in split.items()]
     report(
         "vllm_overhead",
