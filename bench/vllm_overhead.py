@@ -10,6 +10,9 @@ ids, `ignore_eos`, max new tokens), rounds alternating so load drift on a shared
 * rlctl generate, no log-probs (rl.mismatch.correction=off, sync_tolerance=0) and the bare raw engine (no
   log-probs, vLLM's defaults otherwise: detokenized).
 
+Beside the ratios, the share of each rlctl call's seconds spent inside `LLM.generate` (measured within the same
+call, so load changes cancel): 1 minus it is rlctl's own overhead.
+
 Target: rlctl / raw (what rlctl needs) >= 0.9, as the median over rounds of each round's ratio (the two sides of a
 round run back to back, so a load change on a shared machine hits both). The model is the tiny demo's SFT model
 with --model (`rlctl train --preset tiny-demo --stages sft --run-dir X` makes one: X/sft/final), else a
@@ -106,10 +109,23 @@ def engine_sides(model: Path, args: argparse.Namespace, run_dir: Path) -> dict:
     flat = SamplingParams(**raw, logprobs=0, flat_logprobs=True, detokenize=False)
     bare = SamplingParams(**raw)
 
-    def rlctl_side(logprobs: bool):
+    inside: dict[str, list[float]] = {}  # per rlctl call: the seconds spent inside LLM.generate
+    llm_generate = engine.llm.generate
+
+    def rlctl_side(logprobs: bool, name: str):
+        def timed(*a, **kw):
+            start = time.perf_counter()
+            out = llm_generate(*a, **kw)
+            inside.setdefault(name, []).append(time.perf_counter() - start)
+            return out
+
         def run() -> int:
             engine.sampling = dataclasses.replace(sampling, logprobs=logprobs)
-            return sum(map(len, engine.generate(prompts)))
+            engine.llm.generate = timed
+            try:
+                return sum(map(len, engine.generate(prompts)))
+            finally:
+                engine.llm.generate = llm_generate
 
         return run
 
@@ -121,10 +137,10 @@ def engine_sides(model: Path, args: argparse.Namespace, run_dir: Path) -> dict:
         return run
 
     sides = {
-        "rlctl generate (log-probs)": rlctl_side(True),
+        "rlctl generate (log-probs)": rlctl_side(True, "rlctl generate (log-probs)"),
         "raw: logprobs=0, detokenize=False": raw_side(needs),
         "raw: logprobs=0, flat, detokenize=False": raw_side(flat),
-        "rlctl generate (no log-probs)": rlctl_side(False),
+        "rlctl generate (no log-probs)": rlctl_side(False, "rlctl generate (no log-probs)"),
         "raw bare": raw_side(bare),
     }
     for fn in sides.values():  # warm-up: every side once
@@ -136,7 +152,8 @@ def engine_sides(model: Path, args: argparse.Namespace, run_dir: Path) -> dict:
             start = time.perf_counter()
             tokens[name].append(sides[name]())
             times[name].append(time.perf_counter() - start)
-    return {"seconds": times, "tokens": tokens}
+    rounds = {k: v[-args.rounds :] for k, v in inside.items()}  # the warm-up's call left out
+    return {"seconds": times, "tokens": tokens, "inside_llm_generate": rounds}
 
 
 def paired_ratio(found: dict, ours: str, theirs: str) -> tuple[float, float, float]:
@@ -180,7 +197,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="rlctl-vllm-overhead-") as tmp:
         model = args.model or random_model(Path(tmp) / "model")
-        found = engine_sides(model, args, Path(tmp) / "plan") if args.rounds else {"seconds": {}, "tokens": {}}
+        found = engine_sides(model, args, Path(tmp) / "plan") if args.rounds else {}
         split = loop_split(model, args, Path(tmp) / "loop") if args.loop_steps else {}
     rows, ratio = [], None
     if args.rounds:
@@ -202,6 +219,9 @@ def main() -> None:
                     target,
                 ]
             )
+        for side, inner in found["inside_llm_generate"].items():
+            share = [i / t for i, t in zip(inner, found["seconds"][side], strict=True)]
+            rows.append([f"{side}: share of its time inside LLM.generate", statistics.median(share), "", "", ""])
     rows += [[f"loop {k} (median s/step)", v, "", "", ""] for k, v in split.items()]
     report(
         "vllm_overhead",
