@@ -163,6 +163,7 @@ vllm_gen = vllm.colocated(the_plan, policy, acc, tok)
 hf_gen = HFGenerator(tok, cfg.rl.max_new_tokens, cfg.rl.temperature)
 prompts = [tok(f"{a} + {b} =", add_special_tokens=False)["input_ids"] for a, b in zip(range(10, 40), range(40, 10, -1))]
 out = {}
+torch.manual_seed(0)  # the same change every run (rlctl's engine leaves the global RNG to the trainer)
 for round_ in ("start", "after a change"):
     vllm_gen.sync(policy)
     hf_gen.sync(policy)
