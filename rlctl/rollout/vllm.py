@@ -259,7 +259,6 @@ class VLLMGenerator:
         """Push (Hugging Face name, tensor) pairs in one batched `load_weights`; a sleeping engine's weights are
         woken first."""
         if not self.loaded and self.sleeps:
-            _release_cached_memory()
             self.llm.wake_up(tags=["weights"])
         self.llm.collective_rpc(_push, kwargs={"weights": weights})
         self.llm.reset_prefix_cache()
@@ -331,14 +330,6 @@ class VLLMGenerator:
         self.loaded = False
 
 
-def _release_cached_memory() -> None:
-    """Hand the trainer's cached CUDA blocks back before vLLM maps its weights again."""
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def colocated(
     plan: Plan,
     model: Any,
@@ -396,36 +387,3 @@ def _tp_group(world: int, tp: int) -> Any:
         raise ValueError(f"vLLM's tensor_parallel_size {tp} must divide the {world} training processes")
     group, _ = dist.new_subgroups_by_enumeration([list(range(i, i + tp)) for i in range(0, world, tp)])
     return group
-
-
-# TRL's GRPO / RLOO stages' vLLM arguments: to be removed with their last users in rlctl/stages/rl.py (issue 37
-# item 1 moves every RL algorithm into rlctl's loop).
-def trl_kwargs(plan: Plan) -> dict[str, Any]:
-    """The vLLM arguments of TRL's GRPOConfig / RLOOConfig for this plan (TRL 1.16 names)."""
-    if plan.generation_engine != "vllm":
-        return {"use_vllm": False}
-    v = plan.vllm_settings
-    return {
-        "use_vllm": True,
-        "vllm_mode": "colocate",
-        "vllm_enable_sleep_mode": sleep_mode(plan),
-        "vllm_gpu_memory_utilization": v.gpu_memory_utilization,
-        "vllm_tensor_parallel_size": v.tensor_parallel_size,
-        "vllm_max_model_length": v.max_model_length,
-    }
-
-
-def trl_correction_kwargs(plan: Plan) -> dict[str, Any]:
-    """GRPOConfig's rollout-training mismatch correction, from rl.mismatch.correction."""
-    if plan.generation_engine != "vllm":
-        return {}
-    rl = plan.config.rl
-    if rl.mismatch.correction == "off":
-        return {"vllm_importance_sampling_correction": False}
-    cap = rl.mismatch.correction_cap
-    return {
-        "vllm_importance_sampling_correction": True,
-        "vllm_importance_sampling_mode": rl.mismatch.correction,
-        "vllm_importance_sampling_clip_max": cap,
-        "vllm_importance_sampling_clip_min": 1 / cap if rl.mismatch.correction == "sequence_mask" else None,
-    }
