@@ -33,7 +33,7 @@ if adapter == "lora":  # B nonzero: the adapters change every merged weight
             if "lora_B" in name:
                 p.copy_(0.01 * torch.randn_like(p))
 sharding.shard(policy, "cpu")
-vllm_gen = vllm.ColocatedVLLM(the_plan, policy, acc, tok, sharding.full_weights)
+vllm_gen = vllm.colocated(the_plan, policy, acc, tok, sharding.full_weights)
 hf_gen = HFGenerator(tok, cfg.rl.max_new_tokens, cfg.rl.temperature)
 pairs = list(zip(range(10, 40), range(40, 10, -1), strict=True))[acc.process_index :: 2]  # each process its own prompts
 prompts = [tok(f"{a} + {b} =", add_special_tokens=False)["input_ids"] for a, b in pairs]

@@ -4,6 +4,7 @@ gradient."""
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
 from pathlib import Path
 
@@ -197,6 +198,9 @@ class Scripted:
 
     def __init__(self, tok, turns: list[list[str]]):
         self.tok, self.turns, self.seen = tok, turns, []
+
+    def awake(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
 
     def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
         self.seen.append([self.tok.decode(p) for p in prompts])

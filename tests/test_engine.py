@@ -1,13 +1,11 @@
 """The hybrid-engine boundary (rlctl.plan.engine, rlctl.rollout.vllm): which engine a plan uses, the exact
-TRL / vLLM arguments built for
-each plan (checked against TRL 1.16's own GRPOConfig, RLOOConfig and VLLMGeneration), that no other module holds
-vLLM-specific code, rlctl's RL loop generating through TRL's real VLLMGeneration on a CPU stand-in of vLLM's API
-(tests/vllm_stub), and the optimizer-state offload between phases on CPU tensors."""
+`vllm.LLM` arguments built for each plan (one dialect for the colocated and the dedicated engine), when vLLM's
+log-probs are asked for, that no other module holds vLLM-specific code and nothing in the RL path imports TRL,
+rlctl's RL loop generating through its engine on a CPU stand-in of vLLM's public API (tests/vllm_stub), and the
+optimizer-state offload between phases on CPU tensors."""
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import json
 import os
 import re
@@ -114,57 +112,40 @@ def test_no_rl_stage_no_engine():
 # --- The exact arguments ---------------------------------------------------------------------------------------------
 
 
-def test_trl_kwargs_for_a_vllm_plan(vllm_here):
+def test_llm_kwargs_for_a_vllm_plan(vllm_here):
     p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0")
-    assert vllm.trl_kwargs(p) == {
-        "use_vllm": True,
-        "vllm_mode": "colocate",
-        "vllm_enable_sleep_mode": True,
-        "vllm_gpu_memory_utilization": p.vllm.gpu_memory_utilization,
-        "vllm_tensor_parallel_size": p.vllm.tensor_parallel_size,
-        "vllm_max_model_length": 512 + 1024,  # data.max_prompt_length + rl.max_new_tokens
-    }
-    assert 0 < p.vllm.gpu_memory_utilization < 1 and p.vllm.tensor_parallel_size == 1
+    kw = vllm.llm_kwargs(p)
+    assert kw["enable_sleep_mode"] is True and kw["distributed_executor_backend"] == "external_launcher"
+    assert kw["gpu_memory_utilization"] == p.vllm.gpu_memory_utilization
+    assert kw["tensor_parallel_size"] == p.vllm.tensor_parallel_size == 1
+    assert kw["max_model_len"] == 512 + 1024  # data.max_prompt_length + rl.max_new_tokens
+    assert 0 < p.vllm.gpu_memory_utilization < 1
 
 
 def test_an_unsized_vllm_engine_gets_the_plan_defaults(vllm_here, monkeypatch, tmp_path):
     """No model.arch: the planner sizes no engine (plan.json's vllm is null) and vLLM runs on `VllmSettings`'
-    defaults, the same for TRL's stages and rlctl's loop."""
+    defaults."""
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0", "model.arch=null")
     assert p.generation_engine == "vllm" and p.vllm is None and p.to_json()["vllm"] is None
     unsized = VllmSettings(max_model_length=512 + 1024)
     assert p.vllm_settings == unsized
-    kw = vllm.trl_kwargs(p)
-    assert (kw["vllm_gpu_memory_utilization"], kw["vllm_tensor_parallel_size"]) == (0.3, 1)
-    assert kw["vllm_max_model_length"] == unsized.max_model_length
+    kw = vllm.llm_kwargs(p)
+    assert (kw["gpu_memory_utilization"], kw["tensor_parallel_size"]) == (0.3, 1)
+    assert kw["max_model_len"] == unsized.max_model_length
 
 
-def test_trl_kwargs_without_vllm():
+def test_llm_kwargs_without_vllm():
     p = build("tiny-demo", "cpu")
-    assert vllm.trl_kwargs(p) == {"use_vllm": False}
-    assert vllm.llm_kwargs(p) == {}
+    assert vllm.llm_kwargs(p) == {} and vllm.llm_kwargs(p, dedicated=True) == {}
 
 
-@pytest.mark.parametrize("config_cls", ["GRPOConfig", "RLOOConfig"])
-def test_trl_kwargs_are_trl_fields(vllm_here, config_cls, tmp_path):
-    import trl
-
-    cls = getattr(trl, config_cls)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    kwargs = vllm.trl_kwargs(build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.0"))
-    assert set(kwargs) <= fields
-    args = cls(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kwargs)
-    for key, value in kwargs.items():
-        assert getattr(args, key) == value
-
-
-def test_llm_kwargs_match_what_trl_builds(vllm_here):
+def test_llm_kwargs_of_the_colocated_engine(vllm_here):
     p = build("qwen7b-grpo", "1xA10G-24GB", "rl.beta=0.0")
     assert p.adapter == "qlora"
     rl = p.stages[0]
-    llm = vllm.llm_kwargs(p, model="Qwen/Qwen2.5-7B-Instruct")
+    llm = vllm.llm_kwargs(p, model="Qwen/Qwen2.5-7B-Instruct", group=1)
     assert llm == {
         "model": "Qwen/Qwen2.5-7B-Instruct",
         "tensor_parallel_size": 1,
@@ -178,39 +159,39 @@ def test_llm_kwargs_match_what_trl_builds(vllm_here):
         "logprobs_mode": "processed_logprobs",
         "quantization": "bitsandbytes",
         "trust_remote_code": False,
+        "seed": p.config.seed + 1,  # the process's tensor-parallel group
     }
     assert llm["max_num_seqs"] == p.vllm.max_num_seqs == 512
-    # every argument name is one TRL 1.16 passes to vllm.LLM(...) in colocate mode
-    from trl.generation import vllm_generation
-
-    source = inspect.getsource(vllm_generation.VLLMGeneration)
-    call = source[source.index("self.llm = LLM(") :]
-    call = call[: call.index("\n            )")]
-    passed = set(re.findall(r"^\s+(\w+)=", call, re.M))
-    assert set(llm) - {"model"} <= passed, set(llm) - passed
-    assert "self.llm.sleep(level=2)" in source and vllm.SLEEP_LEVEL == 2
-    assert "max_num_batched_tokens=4096" in call
 
 
-def test_vllm_generation_kwargs_are_trls_and_the_plans(vllm_here):
-    """rlctl's RL loop hands TRL's VLLMGeneration the engine the planner sized (same numbers as llm_kwargs)."""
-    from trl.generation.vllm_generation import VLLMGeneration
+def test_one_argument_dialect_for_the_colocated_and_the_dedicated_engine(vllm_here):
+    """The async generator's engine comes from the same function: the same sizes of the plan, on devices of its
+    own (no sleep, no launcher), placeholder weights the first push replaces, a round's rollouts at once."""
+    p = build("tiny-demo", "cpu", "rl.use_vllm=true", "rl.async_rollout.enabled=true")
+    colocated, dedicated = vllm.llm_kwargs(p), vllm.llm_kwargs(p, model="folder", dedicated=True)
+    shared = ("gpu_memory_utilization", "max_model_len", "logprobs_mode", "trust_remote_code")
+    assert {k: colocated[k] for k in shared} == {k: dedicated[k] for k in shared}
+    assert dedicated == {k: dedicated[k] for k in shared} | {
+        "model": "folder",
+        "tensor_parallel_size": 1,
+        "max_num_seqs": p.config.rl.prompts_per_step * p.config.rl.group_size,
+        "load_format": "dummy",
+        "dtype": "float32",  # CPU: the trainer's precision
+        "seed": p.config.seed,
+    }
 
-    p = build("qwen7b-grpo", "8xH100-80GB", "rl.beta=0.0", "rl.algorithm=ppo")
-    kw = vllm.vllm_generation_kwargs(p)
-    assert set(kw) <= set(inspect.signature(VLLMGeneration.__init__).parameters)
-    assert kw["mode"] == "colocate" and kw["enable_sleep_mode"] is True and kw["logprobs"] == 0
-    assert kw["gpu_memory_utilization"] == p.vllm.gpu_memory_utilization
-    assert kw["tensor_parallel_size"] == p.vllm.tensor_parallel_size
-    assert kw["max_num_seqs"] == p.vllm.max_num_seqs
-    assert kw["max_model_length"] == p.config.data.max_prompt_length + p.config.rl.max_new_tokens
-    rl = p.config.rl
-    assert (kw["temperature"], kw["max_completion_length"], kw["top_k"], kw["top_p"]) == (
-        rl.temperature,
-        rl.max_new_tokens,
-        0,
-        1.0,
-    )
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        ([], True),
+        (["rl.mismatch.correction='off'"], True),  # the sync check still reads them
+        (["rl.mismatch.correction='off'", "rl.mismatch.sync_tolerance=0"], False),
+        (["rl.mismatch.sync_tolerance=0"], True),  # the correction does
+    ],
+)
+def test_vllm_log_probs_only_when_read(vllm_here, sets, expected):
+    assert vllm.needs_logprobs(build("qwen7b-grpo", "8xH100-80GB", "rl.algorithm=ppo", *sets)) is expected
 
 
 def run_scenario(*args: str) -> dict:
@@ -229,20 +210,22 @@ CYCLE = ["wake_up", "load_weights", "reset_prefix_cache", "wake_up", "generate",
 
 def test_colocated_vllm_samples_what_transformers_samples(demo_run):
     r = run_scenario("boundary", str(demo_run / "sft" / "final"))
-    assert {k: v for k, v in r["llm_init"].items() if k != "seed"} == r["llm_kwargs"], "the engine we planned"
+    assert r["llm_init"] == r["llm_kwargs"], "the engine we planned"
     assert r["greedy_vllm"] == r["greedy_hf"], "same weights, same greedy completions, same EOS handling"
     for ids in r["sampled"]:
         assert 0 < len(ids) <= r["max_new_tokens"] and r["eos"] not in ids[:-1]
     assert r["pushed_equal"], "after a policy change, sync pushes every weight"
     calls = r["calls"]
-    # built asleep; each sync wakes the weights and pushes them, each generate wakes the KV cache and sleeps
-    assert [c["call"] for c in calls] == ["init", "sleep", *CYCLE, *CYCLE, *CYCLE[:3]]
+    # built, warmed up and put to sleep; each sync wakes the weights and pushes them in one batched load_weights,
+    # each generate wakes the KV cache and sleeps
+    assert [c["call"] for c in calls] == ["init", "generate", "sleep", *CYCLE, *CYCLE, *CYCLE[:3]]
     assert all(c["level"] == 2 for c in calls if c["call"] == "sleep")
     assert [c["tags"] for c in calls if c["call"] == "wake_up"] == [["weights"], ["kv_cache"]] * 2 + [["weights"]]
     assert all(c["names"] == r["policy_params"] for c in calls if c["call"] == "load_weights")
-    generates = [c for c in calls if c["call"] == "generate"]
+    generates = [c for c in calls if c["call"] == "generate"][1:]
     assert [c["temperature"] for c in generates] == [0.0, 1.0]
     assert all(c["ignore_eos"] and c["stop_token_ids"] == [r["eos"]] for c in generates)
+    assert [c["logprobs"] for c in generates] == [None, 0] and not any(c["detokenize"] for c in generates)
 
 
 @pytest.mark.parametrize("adapter", ["full", "lora"])
@@ -255,10 +238,10 @@ def test_rlctl_loop_rolls_out_through_colocated_vllm(adapter, demo_run, tmp_path
     assert r["generation_engine"] == "vllm" and r["summary"]["completed"] == ["rl"]
     calls = r["calls"]
     assert calls[0]["call"] == "init" and calls[0]["max_num_seqs"] == r["max_num_seqs"] == r["rollouts_per_step"]
-    assert [c["call"] for c in calls[1:]] == ["sleep", *CYCLE * 4]
+    assert [c["call"] for c in calls[1:]] == ["generate", "sleep", *CYCLE * 4]
     for pushed in (c["names"] for c in calls if c["call"] == "load_weights"):
         assert "model.embed_tokens.weight" in pushed and not any("lora" in n or "base_layer" in n for n in pushed)
-    generates = [(c["prompts"], c["temperature"]) for c in calls if c["call"] == "generate"]
+    generates = [(c["prompts"], c["temperature"]) for c in calls if c["call"] == "generate"][1:]
     step = [(r["rollouts_per_step"], r["temperature"]), (r["prompts_per_step"], 0.0)]
     assert generates == step * 2
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -268,7 +251,8 @@ def test_rlctl_loop_rolls_out_through_colocated_vllm(adapter, demo_run, tmp_path
 
 
 def test_vllm_code_lives_in_one_module():
-    """Only rlctl/rollout/vllm.py builds vLLM arguments or imports vllm; the RL stage asks it for them."""
+    """Only rlctl/rollout/vllm.py builds vLLM arguments or imports vllm, and it builds `vllm.LLM` in one place;
+    nothing in the RL path imports TRL."""
     pattern = re.compile(r"^\s*(import vllm|from vllm)|vllm_mode|vllm_gpu_memory_utilization|vllm_enable_sleep", re.M)
     offenders = [
         str(path.relative_to(REPO))
@@ -276,6 +260,10 @@ def test_vllm_code_lives_in_one_module():
         if path != REPO / "rlctl" / "rollout" / "vllm.py" and pattern.search(path.read_text())
     ]
     assert offenders == []
+    assert (REPO / "rlctl" / "rollout" / "vllm.py").read_text().count("LLM(**") == 1
+    trl = re.compile(r"^\s*(import trl|from trl)\b|trl_compat", re.M)
+    path_files = [*(REPO / "rlctl" / "rollout").glob("*.py"), *(REPO / "rlctl" / "trainer").glob("*.py")]
+    assert [p.name for p in path_files if trl.search(p.read_text())] == []
 
 
 # --- Optimizer state between phases ------------------------------------------------------------------------------

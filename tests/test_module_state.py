@@ -36,9 +36,7 @@ REGISTRIES = {
     ("algorithms/losses.py", "POLICY_LOSSES"),
 }
 # Hooks into TRL objects, all in the one module that reaches into TRL's internals (no state outlives the object).
-HOOKS = {
-    ("rollout/trl_compat.py", "generation._iter_named_params"),  # rlctl's sharded weights pushed to vLLM
-}
+HOOKS = {}
 
 
 def _module_objects(tree: ast.Module) -> set[str]:

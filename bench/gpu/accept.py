@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -114,7 +115,7 @@ def seconds(fn, cuda: bool) -> float:
 
 
 def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> dict:
-    """Everything measured in this process around one ColocatedVLLM and the policy it serves."""
+    """Everything measured in this process around rlctl's colocated vLLM engine and the policy it serves."""
     import torch
     from accelerate import Accelerator
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -136,9 +137,9 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
     policy = acc.prepare(AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype))
     mem = Memory(cuda)
     mem.start()
-    vllm_gen = vllm.ColocatedVLLM(the_plan, policy, acc, tok)
+    vllm_gen = vllm.colocated(the_plan, policy, acc, tok)
     mem.record("engine built (asleep on GPU)")
-    llm = vllm_gen.vllm.llm
+    llm = vllm_gen.llm
     switches: dict[str, list[float]] = {}
     if vllm.sleep_mode(the_plan):
         for _ in range(3):
@@ -168,7 +169,7 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
         abs(train_lp[i, t].item() - lp)
         for i, lps in enumerate(rollout_lp or [])
         for t, lp in enumerate(lps)
-        if lp is not None and batch.mask[i, t] > 0
+        if math.isfinite(lp) and batch.mask[i, t] > 0
     ]
     short = [p[:32] for p in prompts[:16]]
     greedy = (vllm_gen.generate(short, greedy=True), hf.generate(short, greedy=True))

@@ -23,7 +23,7 @@ BITSANDBYTES_MIN = "0.46.1"
 # 4-bit layers on CPU: bitsandbytes' CPU kernels; rlctl's CPU QLoRA path is tested from this release (0.50.2)
 BITSANDBYTES_CPU_MIN = "0.50"
 
-# The TRL series rlctl's trainers and its reach into TRL's internals (rlctl.rollout.trl_compat) were written for.
+# The TRL series rlctl's SFT, reward model, DPO and KTO stages were written for.
 TRL_SERIES = "1.16"
 TRL_FIX = f"pip install 'trl=={TRL_SERIES}.*' (the version rlctl pins)"
 

@@ -5,7 +5,7 @@ The trainer (`AsyncEngine`, on the main process) submits rounds of prompts; the 
 process with its own torch threads or its own GPU) samples each round with the newest weights it has, computes
 the log-probs of what it sampled (the behaviour policy of the off-policy correction), and sends the round back
 tagged with the policy version that produced it. Its engine is a transformers copy of the policy (log-probs from
-the trainer's own forward pass) or, with rl.use_vllm, a vLLM engine of its own (`rlctl.rollout.vllm.DedicatedVLLM`,
+the trainer's own forward pass) or, with rl.use_vllm, a vLLM engine of its own (`rlctl.rollout.vllm.dedicated`,
 log-probs from vLLM).
 
 Weights travel through shared memory: `push` copies the trainer's weights (LoRA merged, gathered when sharded)
@@ -260,13 +260,13 @@ class _VLLM:
     name = "vllm"
 
     def __init__(self, setup: GeneratorSetup, folder: str, stops: tuple):
-        from rlctl.rollout.vllm import DedicatedVLLM
+        from rlctl.rollout import vllm
 
         setup.model_config.save_pretrained(folder)  # what vLLM builds its engine from; the weights come by push
         setup.tokenizer.save_pretrained(folder)
-        rl, self.setup = setup.rl, setup
+        self.setup = setup
         args = {**(setup.llm_args or {}), "model": folder}
-        self.engine = DedicatedVLLM(args, setup.tokenizer, rl.max_new_tokens, rl.temperature, stops)
+        self.engine = vllm.dedicated(args, setup.tokenizer, setup.rl, stops)
 
     def load(self, shared: Shared) -> tuple[torch.Tensor, tuple[float, float]]:
         """Take the pushed weights; their fingerprint and the probe's |log-prob difference| (mean, max)."""

@@ -1,9 +1,11 @@
 """Generation engines behind one small interface (`Generator`): the policy's token ids in, completion token ids
-out, one batched call per turn. `HFGenerator` samples with transformers' `generate` on the policy in training;
-`rlctl.rollout.vllm.ColocatedVLLM` does the same with vLLM colocated in the training process."""
+out, one batched call per turn, a whole rollout inside `awake()`. `HFGenerator` samples with transformers'
+`generate` on the policy in training; `rlctl.rollout.vllm.VLLMGenerator` does the same with vLLM colocated in the
+training process."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -16,12 +18,15 @@ if TYPE_CHECKING:
 
 class Generator(Protocol):
     """What the RL loop asks of an engine. `sync` before each rollout hands it the current policy weights;
-    `generate` returns each prompt's completion ids up to and including the first EOS; `logprobs` then holds the
-    engine's log-prob of each sampled token, or None when the trainer's own forward pass gave the samples."""
+    `awake()` holds the engine ready for every turn of a rollout (vLLM sleeps outside it); `generate` returns each
+    prompt's completion ids up to and including the first EOS; `logprobs` then holds the engine's log-prob of each
+    sampled token, or None when the trainer's own forward pass gave the samples."""
 
-    logprobs: list[list[float | None]] | None
+    logprobs: list[list[float]] | None
 
     def sync(self, model: Any) -> None: ...
+
+    def awake(self) -> contextlib.AbstractContextManager: ...
 
     def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]: ...
 
@@ -58,6 +63,10 @@ class HFGenerator:
     def sync(self, model) -> None:
         """Use the current policy weights (a separate inference engine would reload them here)."""
         self.model = model
+
+    def awake(self) -> contextlib.AbstractContextManager:
+        """Nothing to wake: the policy in training samples."""
+        return contextlib.nullcontext()
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
@@ -106,9 +115,9 @@ def for_plan(
     sharded policy comes with `weights` (its gathered weights, one at a time: the vLLM push) and generates in step
     on every process; `stop_ids` end a completion besides EOS (a multi-turn rollout's end-of-turn token)."""
     if plan.generation_engine == "vllm" and plan.async_split is None:  # async: the generator process samples
-        from rlctl.rollout.vllm import ColocatedVLLM
+        from rlctl.rollout import vllm
 
-        return ColocatedVLLM(plan, policy, accelerator, tokenizer, weights, stop_ids)
+        return vllm.colocated(plan, policy, accelerator, tokenizer, weights, stop_ids)
     rl = plan.config.rl
     chunk = plan.rollouts_per_generate
     synced = weights is not None

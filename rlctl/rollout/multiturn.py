@@ -6,6 +6,7 @@ its trajectory would pass `rl.max_new_tokens`. The model's tokens of every turn 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,11 +83,17 @@ def start(agent: Agent, sample: Sample) -> None:
 
 
 def rollout(agent: Agent, generator: Any, samples: list[Sample], greedy: bool = False) -> None:
-    """Run every sample's conversation to its end, the live ones' turns batched together; fills each sample's
-    completion_ids, loss_mask, messages (the trajectory), turns, tool_calls, tool_errors and truncated."""
+    """Run every sample's conversation to its end, the live ones' turns batched together, the engine awake from
+    the first turn to the last; fills each sample's completion_ids, loss_mask, messages (the trajectory), turns,
+    tool_calls, tool_errors, truncated and the engine's log-probs (NaN for the tool results between turns)."""
+    with generator.awake():
+        _rollout(agent, generator, samples, greedy)
+
+
+def _rollout(agent: Agent, generator: Any, samples: list[Sample], greedy: bool) -> None:
     for s in samples:
         start(agent, s)
-    logprobs: dict[int, list[float | None]] = {}
+    logprobs: dict[int, list[float]] = {}
     live = list(samples)
     in_step = getattr(generator, "synced", False)  # a sharded policy: every process runs every turn's call
     for turn in range(1, agent.max_turns + 1):
@@ -98,7 +105,7 @@ def rollout(agent: Agent, generator: Any, samples: list[Sample], greedy: bool = 
         for s, ids, lps in zip(live, outputs, engine_lps, strict=True):
             ids = ids[: agent.max_new_tokens - len(s.completion_ids)]
             if lps is not None:
-                logprobs.setdefault(id(s), [None] * len(s.completion_ids)).extend(lps[: len(ids)])
+                logprobs.setdefault(id(s), [math.nan] * len(s.completion_ids)).extend(lps[: len(ids)])
             s.completion_ids += ids
             s.loss_mask += [1] * len(ids)
             s.turns = turn
@@ -124,12 +131,12 @@ def rollout(agent: Agent, generator: Any, samples: list[Sample], greedy: bool = 
             s.completion_ids += extra
             s.loss_mask += [0] * len(extra)
             if lps is not None:
-                logprobs[id(s)] += [None] * len(extra)
+                logprobs[id(s)] += [math.nan] * len(extra)
             following.append(s)
         live = following
     for s in samples:
         if id(s) in logprobs:
-            s.rollout_logprobs = logprobs[id(s)] + [None] * (len(s.completion_ids) - len(logprobs[id(s)]))
+            s.rollout_logprobs = logprobs[id(s)] + [math.nan] * (len(s.completion_ids) - len(logprobs[id(s)]))
 
 
 def sample(agent: Agent | None, generator: Any, samples: list[Sample], eos: int) -> None:
@@ -138,7 +145,9 @@ def sample(agent: Agent | None, generator: Any, samples: list[Sample], eos: int)
     if agent is not None:
         rollout(agent, generator, samples)
         return
-    for s, ids in zip(samples, generator.generate([s.prompt_ids for s in samples]), strict=True):
+    with generator.awake():
+        outputs = generator.generate([s.prompt_ids for s in samples])
+    for s, ids in zip(samples, outputs, strict=True):
         s.completion_ids, s.truncated = ids, eos not in ids
     for s, lps in zip(samples, generator.logprobs or [], strict=False):
         s.rollout_logprobs = lps

@@ -28,7 +28,7 @@ class Sample:
     truncated: bool = False
     score: float = 0.0
     baseline: float = 0.0
-    rollout_logprobs: list[float | None] | None = None  # the engine's log-prob of each sampled token (vLLM)
+    rollout_logprobs: list[float] | None = None  # the engine's log-prob of each sampled token (vLLM; NaN: none)
     # multi-turn rollouts (rlctl.rollout.multiturn): 1 for the model's tokens, 0 for tool results (None: all 1)
     loss_mask: list[int] | None = None
     messages: list[dict] | None = None  # the trajectory: prompt, assistant turns and tool results
@@ -101,15 +101,14 @@ def pad_to(x: Tensor, length: int) -> Tensor:
 
 def rollout_logprobs(samples: list[Sample], like: Tensor) -> Tensor | None:
     """The engine's log-probs of the sampled tokens as a [b, T] tensor shaped like the trainer's (None when the
-    policy generated itself); where the engine gave none, the trainer's value (no difference)."""
+    policy generated itself), built in one go; where the engine gave none (NaN, or past its end), the trainer's
+    value (no difference)."""
     if any(s.rollout_logprobs is None for s in samples):
         return None
-    out = like.clone()
-    for i, s in enumerate(samples):
-        for t, lp in enumerate(s.rollout_logprobs[: like.shape[1]]):
-            if lp is not None and math.isfinite(lp):
-                out[i, t] = lp
-    return out
+    t = like.shape[1]
+    rows = [lps[:t] + [math.nan] * (t - len(lps[:t])) for lps in (s.rollout_logprobs for s in samples)]
+    engine = torch.tensor(rows, dtype=like.dtype).to(like.device)
+    return torch.where(torch.isfinite(engine), engine, like)
 
 
 def token_logprobs(model, batch: Batch, temperature: float) -> Tensor:

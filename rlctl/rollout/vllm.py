@@ -1,35 +1,38 @@
-"""vLLM colocated with training: the one runtime module that talks to vLLM (through TRL 1.16's `VLLMGeneration`).
+"""vLLM for RL rollouts: the one module that imports vllm, on its public API only (`LLM`, `SamplingParams`,
+token-id prompts, `sleep` / `wake_up`, `collective_rpc`).
 
-* `trl_kwargs(plan)` builds the exact vLLM arguments of TRL's GRPOConfig / RLOOConfig for a plan, and
-  `llm_kwargs(plan)` the `vllm.LLM(...)` arguments TRL 1.16 derives from them (trl/generation/vllm_generation.py),
-  so the boundary is tested without vLLM or a GPU.
-* `ColocatedVLLM` is the generation engine of rlctl's own RL loop (ppo, dapo, reinforce-pp, remax, pf-ppo) on
-  TRL's `VLLMGeneration`, built from `vllm_generation_kwargs(plan)`: the same engine, arguments and sleep
-  cycle as the TRL stages.
+* `llm_kwargs(plan, ...)` is the one argument dialect: the `vllm.LLM(...)` arguments of the plan's engine,
+  colocated with the trainer (rlctl's RL loop; sleep mode on GPUs) or dedicated (the async generator process's
+  own engine: placeholder weights that the first push replaces). It is tested without vLLM or a GPU.
+* `VLLMGenerator` builds that engine (one warm-up generate) and is the loop's `Generator`: token ids in and out
+  (no detokenizing), the sampled tokens' log-probs in vLLM's flat form only when asked for, one batched
+  `load_weights` per push, awake for a whole rollout (`awake`), and the process's global RNG left as it was.
+  `colocated` and `dedicated` are its two uses.
 
 The optimizer-state offload between phases that vLLM's memory plan relies on is the trainer's
-(`rlctl.trainer.offload`).
-
-Which engine a plan uses is decided at plan time (`rlctl.plan.engine`). Importing this module is cheap (no torch,
-no vllm): torch and transformers are imported inside the functions that need them.
+(`rlctl.trainer.offload`). Which engine a plan uses is decided at plan time (`rlctl.plan.engine`). Importing this
+module is cheap (no torch, no vllm): they are imported inside the functions that need them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlctl.plan import engine as choice
-from rlctl.rollout import trl_compat
 
 if TYPE_CHECKING:
     from rlctl.plan import Plan
 
-VLLM_MODE = "colocate"  # vLLM runs inside each training process and shares its GPU
-SLEEP_LEVEL = 2  # what TRL 1.16 calls between phases: weights and KV cache both released
-MAX_NUM_BATCHED_TOKENS = 4096  # TRL 1.16 fixes it for colocated engines
+SLEEP_LEVEL = 2  # between rollouts: weights and KV cache both released (the weights are pushed again)
+MAX_NUM_BATCHED_TOKENS = 4096  # vLLM v1's memory profiler misreads its 32768 default on a shared GPU
+
+Weights = Iterable[tuple[str, Any]]
 
 
 def sleep_mode(plan: Plan) -> bool:
@@ -38,8 +41,6 @@ def sleep_mode(plan: Plan) -> bool:
 
 def process_environment(plan: Plan) -> None:
     """Set (where unset) the environment vLLM reads when a training process builds its colocated engine."""
-    import os
-
     for key, value in _environment(plan).items():
         os.environ.setdefault(key, value)
 
@@ -54,161 +55,6 @@ def _environment(plan: Plan) -> dict[str, str]:
     return env
 
 
-def adapt(generation: Any, plan: Plan) -> Any:
-    """Fit TRL's `VLLMGeneration` to the plan's machine: on CPU, its weight push goes through `_reload_on_cpu`."""
-    if plan.hardware.is_cpu:
-        trl_compat.replace_push(generation, _reload_on_cpu)
-    return generation
-
-
-def _reload_on_cpu(generation: Any) -> None:
-    """The policy -> vLLM weight push for vLLM's CPU build (`reload`). The weights are copied out while TRL's
-    iterator has LoRA merged (it unmerges when exhausted, before vLLM packs the last layers), one at a time as vLLM
-    loads them (a sharded policy is gathered one weight at a time, never whole)."""
-    reload(generation.llm, ((name, tensor.detach().clone()) for name, tensor in trl_compat.pushed_weights(generation)))
-
-
-def reload(llm: Any, weights: Iterable[tuple[str, Any]]) -> None:
-    """Load (Hugging Face name, tensor) pairs into an in-process engine. Its CPU linear layers pack their weights
-    for oneDNN after loading and drop the loadable parameters, so a per-parameter `load_weights` cannot reach them;
-    vLLM's in-place `reload_weights` restores the loadable layout, loads and packs again (on GPUs it loads). A tied
-    LM head is packed from the embedding once more, else it would keep serving the old embedding."""
-    runner = llm.llm_engine.model_executor.driver_worker.model_runner
-    runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
-    model = runner.get_model()
-    if getattr(runner.model_config.hf_config, "tie_word_embeddings", False) and hasattr(model, "lm_head"):
-        model.lm_head.quant_method.process_weights_after_loading(model.lm_head)
-    llm.reset_prefix_cache()
-
-
-def trl_kwargs(plan: Plan) -> dict[str, Any]:
-    """The vLLM arguments of TRL's GRPOConfig / RLOOConfig for this plan (TRL 1.16 names)."""
-    if plan.generation_engine != "vllm":
-        return {"use_vllm": False}
-    v = plan.vllm_settings
-    return {
-        "use_vllm": True,
-        "vllm_mode": VLLM_MODE,
-        "vllm_enable_sleep_mode": sleep_mode(plan),
-        "vllm_gpu_memory_utilization": v.gpu_memory_utilization,
-        "vllm_tensor_parallel_size": v.tensor_parallel_size,
-        "vllm_max_model_length": v.max_model_length,
-    }
-
-
-grpo_kwargs = trl_kwargs
-
-
-def trl_correction_kwargs(plan: Plan) -> dict[str, Any]:
-    """GRPOConfig's rollout-training mismatch correction, from rl.mismatch.correction (TRL computes the weights
-    and logs the log-prob gap the sync check reads); RLOOConfig has none."""
-    if plan.generation_engine != "vllm":
-        return {}
-    rl = plan.config.rl
-    if rl.mismatch.correction == "off":
-        return {"vllm_importance_sampling_correction": False}
-    cap = rl.mismatch.correction_cap
-    return {
-        "vllm_importance_sampling_correction": True,
-        "vllm_importance_sampling_mode": rl.mismatch.correction,
-        "vllm_importance_sampling_clip_max": cap,
-        "vllm_importance_sampling_clip_min": 1 / cap if rl.mismatch.correction == "sequence_mask" else None,
-    }
-
-
-def llm_kwargs(plan: Plan, model: str = "<policy>") -> dict[str, Any]:
-    """The `vllm.LLM(...)` arguments TRL 1.16 builds from `trl_kwargs(plan)` in colocate mode
-    (VLLMGeneration.__init__), for the RL stage's batching; `quantization` is bitsandbytes under QLoRA."""
-    args = trl_kwargs(plan)
-    if not args["use_vllm"]:
-        return {}
-    rl = next(s for s in plan.stages if s.name == "rl")
-    tp = args["vllm_tensor_parallel_size"]
-    return {
-        "model": model,
-        "tensor_parallel_size": tp,
-        "gpu_memory_utilization": args["vllm_gpu_memory_utilization"],
-        "max_model_len": args["vllm_max_model_length"],
-        # per_device_train_batch_size x TP x steps_per_generation: every rollout of the process's TP group
-        "max_num_seqs": rl.micro_batch_size * rl.grad_accum * tp,
-        "enable_sleep_mode": args["vllm_enable_sleep_mode"],
-        "model_impl": "vllm",
-        "distributed_executor_backend": "external_launcher",
-        "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
-        "logprobs_mode": "processed_logprobs",
-        "quantization": "bitsandbytes" if plan.adapter == "qlora" else None,
-        "trust_remote_code": plan.config.model.trust_remote_code,
-    }
-
-
-def vllm_generation_kwargs(plan: Plan) -> dict[str, Any]:
-    """The arguments of TRL's `VLLMGeneration` for rlctl's RL loop: the `llm_kwargs(plan)` engine (colocated,
-    sleep mode) sampling like the loop's transformers path (temperature, no top-k/top-p, max_new_tokens)."""
-    llm, rl = llm_kwargs(plan), plan.config.rl
-    return {
-        "mode": VLLM_MODE,
-        "tensor_parallel_size": llm["tensor_parallel_size"],
-        "gpu_memory_utilization": llm["gpu_memory_utilization"],
-        "max_model_length": llm["max_model_len"],
-        "max_num_seqs": llm["max_num_seqs"],
-        "enable_sleep_mode": llm["enable_sleep_mode"],
-        "model_impl": llm["model_impl"],
-        "trust_remote_code": llm["trust_remote_code"],
-        "temperature": rl.temperature,
-        "top_p": 1.0,
-        "top_k": 0,
-        "max_completion_length": rl.max_new_tokens,
-        "logprobs": 0,  # the sampled token's log-prob: the sync check and rollout correction compare it
-    }
-
-
-class ColocatedVLLM:
-    """rlctl's RL loop generation boundary (`sync`, `generate`, as `rlctl.rollout.generate.HFGenerator`) on TRL's
-    `VLLMGeneration`: vLLM inside each training process, asleep at level 2 (weights and KV cache released)
-    outside generation. Sampling stops at the tokenizer's EOS (and `stop_ids`), as the transformers path does.
-    `weights`, when given, yields the (name, full tensor) pairs each sync pushes (rlctl's sharded policy:
-    `sharding.full_weights`) in place of TRL's iteration, which knows only accelerate's FSDP."""
-
-    def __init__(
-        self, plan: Plan, model: Any, accelerator: Any, tokenizer: Any, weights: Any = None, stop_ids: tuple = ()
-    ):
-        process_environment(plan)
-        self.stops = list(stop_ids) or [tokenizer.eos_token_id]
-        self.vllm = trl_compat.vllm_generation(
-            model=model,
-            accelerator=accelerator,
-            processing_class=tokenizer,
-            generation_kwargs={"ignore_eos": True, "stop_token_ids": self.stops},
-            **vllm_generation_kwargs(plan),
-        )
-        if weights is not None:
-            trl_compat.push_weights_from(self.vllm, lambda: weights(model))
-        adapt(self.vllm, plan)
-        self.temperature = self.vllm.temperature
-        self.logprobs: list[list[float | None]] | None = None
-
-    def sync(self, model: Any) -> None:
-        """Wake vLLM's weights and push the policy's current ones (`model` is the policy given at construction;
-        every process takes part: a sharded policy gathers each weight, LoRA adapters are merged for the push)."""
-        assert model is self.vllm.model, "ColocatedVLLM pushes the policy it was built with"
-        self.vllm.sync_weights()
-
-    def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
-        """Completion token ids of each prompt, up to and including the first EOS. vLLM wakes its KV cache,
-        samples (greedy: temperature 0) and sleeps again; weights dropped by an earlier sleep are pushed first.
-        `logprobs` then holds vLLM's log-prob of each sampled token (None where vLLM gave none)."""
-        from rlctl.rollout.samples import through_stop
-
-        self.vllm.temperature = 0.0 if greedy else self.temperature
-        _, completions, logprobs, _ = self.vllm.generate(prompts, images=None, num_generations=1)
-        out = [through_stop(ids, self.stops) for ids in completions]
-        self.logprobs = None
-        if logprobs is not None and not greedy:
-            pairs = zip(logprobs, out, strict=True)
-            self.logprobs = [[lp[0] if lp else None for lp in seq[: len(ids)]] for seq, ids in pairs]
-        return out
-
-
 def dedicated_environment(plan: Plan, threads: int) -> dict[str, str]:
     """The environment of the async generator's engine (set in its process before vLLM loads): in-process, and on
     CPU the planned KV cache with `threads` unbound torch threads (the trainer has the other cores)."""
@@ -218,81 +64,326 @@ def dedicated_environment(plan: Plan, threads: int) -> dict[str, str]:
     return env
 
 
-def dedicated_llm_kwargs(plan: Plan) -> dict[str, Any]:
-    """The `vllm.LLM(...)` arguments of the async generator's engine (rl.async_rollout), but its `model` (a folder
-    of the policy's config and tokenizer the generator writes): on devices of its own, so no sleep mode; placeholder
-    weights that the first push replaces; a round's rollouts at once; log-probs after temperature, as the trainer
-    computes them."""
-    llm, rl = llm_kwargs(plan), plan.config.rl
-    return {
-        "load_format": "dummy",
-        "dtype": "float32" if plan.hardware.is_cpu else "auto",  # CPU: the trainer's own precision
-        "tensor_parallel_size": 1,
-        "gpu_memory_utilization": llm["gpu_memory_utilization"],
-        "max_model_len": llm["max_model_len"],
-        "max_num_seqs": rl.prompts_per_step * rl.group_size,
+def llm_kwargs(plan: Plan, model: str = "<policy>", dedicated: bool = False, group: int = 0) -> dict[str, Any]:
+    """The `vllm.LLM(...)` arguments of the plan's rollout engine ({} without one). Colocated (rlctl's loop): in
+    each training process (`external_launcher`; `group` is its tensor-parallel group, whose ranks sample alike),
+    every rollout of the group at once, sleep mode on GPUs, bitsandbytes under QLoRA. Dedicated (rl.async_rollout;
+    `model` is a folder of the policy's config and tokenizer): on devices of its own, a round's rollouts at once,
+    placeholder weights the first push replaces, the trainer's precision on CPU. Both return log-probs after
+    temperature, as the trainer computes them."""
+    if plan.generation_engine != "vllm":
+        return {}
+    v, rl, cfg = plan.vllm_settings, plan.config.rl, plan.config
+    common = {
+        "model": model,
+        "gpu_memory_utilization": v.gpu_memory_utilization,
+        "max_model_len": v.max_model_length,
         "logprobs_mode": "processed_logprobs",
-        "trust_remote_code": llm["trust_remote_code"],
-        "seed": plan.config.seed,
+        "trust_remote_code": cfg.model.trust_remote_code,
+    }
+    if dedicated:
+        cpu = plan.hardware.is_cpu
+        sizes = {"tensor_parallel_size": 1, "max_num_seqs": rl.prompts_per_step * rl.group_size}
+        return common | sizes | {"load_format": "dummy", "dtype": "float32" if cpu else "auto", "seed": cfg.seed}
+    stage = next(s for s in plan.stages if s.name == "rl")
+    tp = v.tensor_parallel_size
+    return common | {
+        "tensor_parallel_size": tp,
+        "max_num_seqs": stage.micro_batch_size * stage.grad_accum * tp,  # every rollout of the process's TP group
+        "enable_sleep_mode": sleep_mode(plan),
+        "model_impl": "vllm",
+        "distributed_executor_backend": "external_launcher",
+        "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+        "quantization": "bitsandbytes" if plan.adapter == "qlora" else None,
+        "seed": cfg.seed + group,
     }
 
 
-class DedicatedVLLM:
-    """The async generator's engine (`rlctl.rollout.async_engine`): a vLLM engine in the generator process, on its
-    own devices, behind the same `generate` boundary as `ColocatedVLLM`. `load` takes each pushed policy version;
-    `seed` makes a round's sampling reproducible (one seed per request, drawn from the round's seed)."""
+def needs_logprobs(plan: Plan) -> bool:
+    """Whether the loop reads vLLM's log-probs of its samples: the rollout correction or the weight-sync check."""
+    mismatch = plan.config.rl.mismatch
+    return mismatch.correction != "off" or mismatch.sync_tolerance > 0
 
-    def __init__(self, llm_args: dict[str, Any], tokenizer: Any, max_new_tokens: int, temperature: float, stop_ids=()):
-        from vllm import LLM
 
-        self.llm = LLM(**llm_args)
-        self.stops = list(stop_ids) or [tokenizer.eos_token_id]
-        self.max_new_tokens, self.temperature = max_new_tokens, temperature
-        self.rng = random.Random(0)
-        self.logprobs: list[list[float | None]] | None = None
+@dataclass(frozen=True)
+class Sampling:
+    """How rollouts are sampled (as the loop's transformers path: temperature, no top-k / top-p): a completion
+    ends at its first stop token (kept) or after `max_new_tokens`; `logprobs`: return the sampled tokens'."""
 
-    def sync(self, model: Any) -> None:
-        """Nothing: the engine holds its own weights, which `load` replaces."""
+    max_new_tokens: int
+    temperature: float
+    stops: tuple[int, ...]
+    logprobs: bool
 
-    def load(self, weights: Iterable[tuple[str, Any]]) -> None:
-        reload(self.llm, weights)
+    def params(self, greedy: bool) -> Any:
+        """vLLM's SamplingParams of one generate call; greedy: temperature 0, no log-probs."""
+        from vllm import SamplingParams
+
+        logprobs = self.logprobs and not greedy
+        return SamplingParams(
+            temperature=0.0 if greedy else self.temperature,
+            top_p=1.0,
+            top_k=0,
+            max_tokens=self.max_new_tokens,
+            stop_token_ids=list(self.stops),
+            ignore_eos=True,  # the stops end a completion, EOS among them
+            logprobs=0 if logprobs else None,  # 0: the sampled token's alone
+            flat_logprobs=logprobs,
+            detokenize=False,
+        )
+
+
+class EngineRng:
+    """The global random generators (Python, NumPy, torch's CPU and current CUDA device) as the engine last left
+    them, swapped in around each engine call: vLLM seeds them when it builds and samples from them, and the
+    trainer's stay where they were."""
+
+    def __init__(self) -> None:
+        self.state: tuple | None = None  # None: the engine has not run yet (it starts from the trainer's)
+
+    @contextlib.contextmanager
+    def swapped(self) -> Iterator[None]:
+        outer = _rng_state()
+        if self.state is not None:
+            _set_rng_state(self.state)
+        try:
+            yield
+        finally:
+            self.state = _rng_state()
+            _set_rng_state(outer)
 
     def seed(self, seed: int) -> None:
-        self.rng = random.Random(seed)
+        """Restart the engine's generators from `seed`."""
+        import numpy as np
+        import torch
+
+        with self.swapped():
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
+            torch.manual_seed(seed)
+
+
+def _rng_state() -> tuple:
+    import numpy as np
+    import torch
+
+    cuda = torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None
+    return random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple) -> None:
+    import numpy as np
+    import torch
+
+    python, numpy, cpu, cuda = state
+    random.setstate(python)
+    np.random.set_state(numpy)
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda)
+
+
+def policy_weights(model: Any) -> Iterator[tuple[str, Any]]:
+    """(Hugging Face name, tensor) of every weight of an unsharded policy, as vLLM names them; a PEFT model's
+    LoRA adapters are merged while it is iterated (unmerged when exhausted), their own weights skipped."""
+    peft = hasattr(model, "merge_adapter") and hasattr(model, "peft_config")
+    if not peft:
+        for name, param in model.named_parameters():
+            yield name.replace("_checkpoint_wrapped_module.", ""), param.detach()
+        return
+    model.merge_adapter()
+    try:
+        for name, param in model.named_parameters():
+            if model.prefix in name or "original_module" in name:  # adapters, and modules_to_save's frozen copy
+                continue
+            name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+            name = name.replace("modules_to_save.default.", "").replace("_checkpoint_wrapped_module.", "")
+            yield name, param.detach()
+    finally:
+        model.unmerge_adapter()
+
+
+def _push(worker: Any, weights: Weights) -> None:
+    """Load (name, tensor) pairs into the engine's model in one call (run in its worker by `collective_rpc`). On
+    vLLM's CPU build linear layers are packed for oneDNN after loading and drop their loadable parameters, so
+    `reload_weights` restores the loadable layout, loads and packs again (a tied LM head is packed from the
+    embedding once more, else it would keep serving the old one); the weights are copied out as they come (a
+    LoRA policy unmerges when its iterator ends, before the last layers are packed)."""
+    runner = worker.model_runner
+    if worker.device.type != "cpu":
+        runner.model.load_weights(weights=weights)
+        return
+    runner.reload_weights(weights_iterator=((n, t.clone()) for n, t in weights), is_checkpoint_format=True)
+    model = runner.get_model()
+    if getattr(runner.model_config.hf_config, "tie_word_embeddings", False) and hasattr(model, "lm_head"):
+        model.lm_head.quant_method.process_weights_after_loading(model.lm_head)
+
+
+class VLLMGenerator:
+    """A `vllm.LLM` built from `llm_kwargs` behind rlctl's `Generator` boundary. `sync(model)` pushes the policy's
+    weights (`weights(model)`: LoRA merged, or a sharded policy's gathered `rlctl.trainer.sharding.full_weights`),
+    `load(weights)` pushes given ones (the async generator's). With sleep mode the engine sleeps at level 2
+    outside `awake()`, which a whole (multi-turn) rollout runs in: it wakes the KV cache once (pushing the
+    weights again when a sleep dropped them) and sleeps after the last turn. `tp_group`: the process group of a
+    tensor-parallel engine's ranks, each of which generates every rank's prompts."""
+
+    def __init__(
+        self,
+        llm_args: dict[str, Any],
+        sampling: Sampling,
+        weights: Callable[[Any], Weights] = policy_weights,
+        tp_group: Any = None,
+    ):
+        from vllm import LLM
+
+        self.sampling, self.weights, self.tp_group = sampling, weights, tp_group
+        self.synced = tp_group is not None  # multi-turn: every rank of the group runs every turn's call
+        self.sleeps = bool(llm_args.get("enable_sleep_mode"))
+        self.rng = EngineRng()
+        with self.rng.swapped():  # vLLM seeds the global generators as it builds
+            self.llm = LLM(**llm_args)
+        self._generate([[0]], greedy=False)  # warm-up: the first call's one-time costs, here
+        self.model: Any = None  # the policy `sync` last pushed
+        self.loaded = True  # whether the engine holds its weights (a level-2 sleep drops them)
+        self.depth = 0  # nested awake() blocks
+        self.logprobs: list[list[float]] | None = None
+        if self.sleeps:
+            self._sleep()
+
+    def sync(self, model: Any) -> None:
+        """Push `model`'s current weights (every process takes part: a sharded policy gathers each weight)."""
+        self.model = model
+        self.load(self.weights(model))
+
+    def load(self, weights: Weights) -> None:
+        """Push (Hugging Face name, tensor) pairs in one batched `load_weights`; a sleeping engine's weights are
+        woken first."""
+        if not self.loaded and self.sleeps:
+            self.llm.wake_up(tags=["weights"])
+        self.llm.collective_rpc(_push, kwargs={"weights": weights})
+        self.llm.reset_prefix_cache()
+        self.loaded = True
+
+    def seed(self, seed: int) -> None:
+        """Sample from `seed` on (the async generator seeds each round: a regenerated round is the same)."""
+        self.rng.seed(seed)
+
+    @contextlib.contextmanager
+    def awake(self) -> Iterator[None]:
+        """The engine ready to generate for the whole block (nested blocks share the outermost one)."""
+        if self.depth == 0 and self.sleeps:
+            if not self.loaded:
+                assert self.model is not None, "sync(model) before the first generate"
+                self.sync(self.model)
+            self.llm.wake_up(tags=["kv_cache"])
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0 and self.sleeps:
+                self._sleep()
 
     def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
-        """Completion token ids of each prompt, up to and including the first stop token; `logprobs` then holds
-        the log-prob of each sampled token (None when greedy)."""
-        from vllm import SamplingParams, TokensPrompt
-
-        from rlctl.rollout.samples import through_stop
-
-        temperature = 0.0 if greedy else self.temperature
-        params = [
-            SamplingParams(
-                temperature=temperature,
-                top_p=1.0,
-                top_k=0,
-                max_tokens=self.max_new_tokens,
-                stop_token_ids=self.stops,
-                ignore_eos=True,  # the stops above end a completion, EOS among them
-                logprobs=0,
-                seed=self.rng.getrandbits(31),
-            )
-            for _ in prompts
-        ]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        out, logprobs = [], []
-        for o in (x.outputs[0] for x in outs):
-            out.append(through_stop(o.token_ids, self.stops))
-            logprobs.append([lp[t].logprob for t, lp in zip(out[-1], o.logprobs or [], strict=False)])
-        self.logprobs = None if greedy else logprobs
+        """Completion token ids of each prompt, up to and including its first stop token (greedy: temperature 0);
+        `logprobs` then holds each completion's sampled-token log-probs (None when greedy or not asked for)."""
+        with self.awake():
+            if self.tp_group is None:
+                out, logprobs = self._generate(prompts, greedy)
+            else:
+                out, logprobs = self._generate_in_group(prompts, greedy)
+        self.logprobs = logprobs
         return out
+
+    def _generate(self, prompts: list[list[int]], greedy: bool) -> tuple[list[list[int]], list[list[float]] | None]:
+        params = self.sampling.params(greedy)
+        with self.rng.swapped():
+            outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        completions = [o.outputs[0] for o in outs]
+        ids = [list(c.token_ids) for c in completions]
+        if params.logprobs is None:
+            return ids, None
+        return ids, [c.logprobs.logprobs for c in completions]  # flat: one float per token at logprobs=0
+
+    def _generate_in_group(self, prompts: list[list[int]], greedy: bool) -> tuple[list, list | None]:
+        """Every rank of the tensor-parallel group generates all of the group's prompts; each keeps its own."""
+        import torch.distributed as dist
+
+        shares: list[Any] = [None] * dist.get_world_size(self.tp_group)
+        dist.all_gather_object(shares, prompts, group=self.tp_group)
+        start = sum(len(s) for s in shares[: dist.get_rank(self.tp_group)])
+        ids, logprobs = self._generate([p for s in shares for p in s], greedy)
+        mine = slice(start, start + len(prompts))
+        return ids[mine], logprobs[mine] if logprobs is not None else None
 
     def probe_logprobs(self, ids: list[int]) -> list[float]:
         """log p(ids[t] | ids[:t]) for t >= 1 from the engine's current weights, before temperature."""
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import SamplingParams
 
-        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
-        out = self.llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)[0]
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0, detokenize=False)
+        with self.awake(), self.rng.swapped():
+            out = self.llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0]
         return [d[t].logprob for d, t in zip(out.prompt_logprobs[1:], ids[1:], strict=True)]
+
+    def _sleep(self) -> None:
+        self.llm.sleep(level=SLEEP_LEVEL)
+        self.loaded = False
+
+
+def colocated(
+    plan: Plan,
+    model: Any,
+    accelerator: Any,
+    tokenizer: Any,
+    weights: Callable[[Any], Weights] | None = None,
+    stop_ids: tuple[int, ...] = (),
+) -> VLLMGenerator:
+    """rlctl's loop's engine: vLLM inside this training process, serving `model` (the unwrapped policy; `weights`
+    yields a sharded one's full weights), stopping at EOS or `stop_ids`."""
+    process_environment(plan)
+    tp = plan.vllm_settings.tensor_parallel_size
+    _launcher_environment(accelerator)
+    rl = plan.config.rl
+    sampling = Sampling(rl.max_new_tokens, rl.temperature, stop_ids or (tokenizer.eos_token_id,), needs_logprobs(plan))
+    args = llm_kwargs(plan, model.name_or_path, group=accelerator.process_index // tp)
+    engine = VLLMGenerator(args, sampling, weights or policy_weights, _tp_group(accelerator.num_processes, tp))
+    accelerator.wait_for_everyone()
+    return engine
+
+
+def dedicated(llm_args: dict[str, Any], tokenizer: Any, rl: Any, stop_ids: tuple[int, ...] = ()) -> VLLMGenerator:
+    """The async generator process's engine (`llm_kwargs(plan, folder, dedicated=True)`), on devices of its own;
+    the rollout correction always reads its log-probs (the behaviour policy's)."""
+    sampling = Sampling(rl.max_new_tokens, rl.temperature, stop_ids or (tokenizer.eos_token_id,), logprobs=True)
+    return VLLMGenerator(llm_args, sampling)
+
+
+def _launcher_environment(accelerator: Any) -> None:
+    """What vLLM's `external_launcher` reads: this process's place in the training job (and a rendezvous when
+    the job was started without one)."""
+    os.environ["RANK"] = str(accelerator.process_index)
+    os.environ["LOCAL_RANK"] = str(accelerator.local_process_index)
+    os.environ["WORLD_SIZE"] = str(accelerator.num_processes)
+    os.environ.setdefault("MASTER_ADDR", "localhost")
+    if "MASTER_PORT" not in os.environ:
+        os.environ["MASTER_PORT"] = str(_free_port())
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _tp_group(world: int, tp: int) -> Any:
+    """This process's tensor-parallel group of `tp` consecutive ranks (None at TP 1)."""
+    if tp == 1:
+        return None
+    import torch.distributed as dist
+
+    if world % tp:
+        raise ValueError(f"vLLM's tensor_parallel_size {tp} must divide the {world} training processes")
+    group, _ = dist.new_subgroups_by_enumeration([list(range(i, i + tp)) for i in range(0, world, tp)])
+    return group

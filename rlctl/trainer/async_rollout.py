@@ -70,7 +70,7 @@ class Pipeline:
         threads, seed, chunk = split.generator_threads, loop.ctx.cfg.seed, plan.rollouts_per_generate
         setup = GeneratorSetup(base.config, loop.tok, loop.rl, device, gpus, threads, seed, chunk)
         if self.probe is not None:
-            setup.llm_args, setup.probe = vllm.dedicated_llm_kwargs(plan), self.probe
+            setup.llm_args, setup.probe = vllm.llm_kwargs(plan, dedicated=True), self.probe
             setup.env = vllm.dedicated_environment(plan, threads)
         return setup
 

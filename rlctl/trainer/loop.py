@@ -101,7 +101,7 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
         loop.pipeline.push(loop, step)
         loop.clock.lap("push")
     if first:  # the first step of this process: does it run what the plan chose?
-        engine = "vllm" if isinstance(loop.generator, vllm.ColocatedVLLM) else "transformers"
+        engine = "vllm" if isinstance(loop.generator, vllm.VLLMGenerator) else "transformers"
         if loop.pipeline is not None:  # async: the generator process sampled, with the engine it reports
             engine = loop.pipeline.sampled_with
         beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic)

@@ -1,7 +1,6 @@
-"""rlctl's vLLM path driven against the stand-in (this folder on PYTHONPATH, so `import vllm` finds it and TRL's
-real `VLLMGeneration` runs on it): `python scenarios.py boundary MODEL_DIR` or
-`python scenarios.py loop MODEL_DIR RUN_DIR ALGO [KEY=VALUE ...]` prints one JSON object of what happened;
-tests/test_engine.py asserts on it."""
+"""rlctl's vLLM path driven against the stand-in (this folder on PYTHONPATH, so `import vllm` finds it):
+`python scenarios.py boundary MODEL_DIR` or `python scenarios.py loop MODEL_DIR RUN_DIR ALGO [KEY=VALUE ...]`
+prints one JSON object of what happened; tests/test_engine.py asserts on it."""
 
 from __future__ import annotations
 
@@ -13,13 +12,11 @@ from pathlib import Path
 
 
 def _as_on_a_gpu() -> None:
-    """The stand-in is vLLM's GPU API (sleep mode, per-parameter load_weights): take the GPU branches of the
+    """The stand-in is vLLM's GPU API (sleep mode, the model's batched load_weights): take the GPU branches of the
     engine on this CPU machine. The CPU build's own branches are tested against the real vLLM CPU build."""
     from rlctl.plan import engine as choice
-    from rlctl.rollout import vllm as engine
 
     choice.sleep_mode_for = lambda hardware: True
-    engine.adapt = lambda generation, plan: generation
 
 
 def _calls() -> list[dict]:
@@ -38,6 +35,8 @@ def _calls() -> list[dict]:
             entry.update(prompts=details["prompts"], temperature=details["temperature"])
             entry["ignore_eos"] = details["params"].ignore_eos
             entry["stop_token_ids"] = details["params"].stop_token_ids
+            entry["detokenize"] = details["params"].detokenize
+            entry["logprobs"] = details["params"].logprobs
         elif name in ("init", "sleep", "wake_up"):
             entry.update(details)
         out.append(entry)
@@ -45,7 +44,7 @@ def _calls() -> list[dict]:
 
 
 def boundary(model_dir: str) -> dict:
-    """ColocatedVLLM next to the transformers generator on the same policy (MODEL_DIR is RUN/sft/final of a tiny
+    """The colocated engine next to the transformers generator on the same policy (MODEL_DIR is RUN/sft/final of a tiny
     demo run, whose RUN/data/eval.jsonl gives the prompts): engine arguments, greedy outputs, weights pushed after
     the policy changes, the sleep cycle."""
     import torch
@@ -65,7 +64,7 @@ def boundary(model_dir: str) -> dict:
     acc = Accelerator(cpu=True)
     tok = AutoTokenizer.from_pretrained(model_dir)
     policy = acc.prepare(AutoModelForCausalLM.from_pretrained(model_dir))
-    gen = engine.ColocatedVLLM(the_plan, policy, acc, tok)
+    gen = engine.colocated(the_plan, policy, acc, tok)
     hf = HFGenerator(tok, cfg.rl.max_new_tokens, cfg.rl.temperature)
     rows = [json.loads(line) for line in (Path(model_dir).parents[1] / "data" / "eval.jsonl").open()][:4]
     texts = [evaluate.prompt_text(row["prompt"], tok) for row in rows]  # the run's held-out prompts
@@ -78,7 +77,7 @@ def boundary(model_dir: str) -> dict:
         for p in policy.parameters():
             p.add_(0.01 * torch.randn_like(p))
     gen.sync(policy)
-    engine_weights = dict(gen.vllm.llm.model.named_parameters())
+    engine_weights = dict(gen.llm.model.named_parameters())
     return {
         "llm_init": vllm.CALLS[0][1],
         "llm_kwargs": engine.llm_kwargs(the_plan, model=model_dir),

@@ -1,12 +1,14 @@
-"""A CPU stand-in for the part of vLLM 0.31 that TRL 1.16's colocated `VLLMGeneration` calls: `LLM(...)`,
-`sleep` / `wake_up`, the driver worker's `load_weights`, `reset_prefix_cache`, `generate` and `SamplingParams`.
-It lets rlctl's vLLM path run end to end where vLLM cannot be installed (no GPU, no 320 MB wheel).
+"""A CPU stand-in for the part of vLLM 0.31's public API that rlctl's engine (rlctl/rollout/vllm.py) calls: `LLM(...)`,
+`sleep` / `wake_up`, `collective_rpc` (on a worker whose model has `load_weights`, as on a GPU),
+`reset_prefix_cache`, `generate` on token-id prompts, and `SamplingParams`. It lets rlctl's vLLM path run end to end
+where vLLM cannot be installed (no GPU, no 320 MB wheel).
 
 The engine keeps its own copy of the weights, filled only by `load_weights`; a level-2 sleep discards them (NaN),
 as vLLM frees them, so generating from weights that were not pushed again produces garbage, and pushing or
 generating while asleep raises, as the real engine crashes. Generation is transformers' `generate` on that copy,
 one prompt at a time, stopping as vLLM's V1 scheduler does (EOS unless `ignore_eos`, then `stop_token_ids`,
-the stop token kept). Every call is appended to `CALLS`."""
+the stop token kept); asked for log-probs (`logprobs=0, flat_logprobs=True`), it returns the sampled tokens'
+after temperature (`processed_logprobs`) in the flat form. Every call is appended to `CALLS`."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ __version__ = "0.31.0"
 
 CALLS: list[tuple[str, dict]] = []  # (method, details), every engine of the process, in order
 
-# The keyword arguments of vllm.LLM this stand-in accepts (those TRL's colocate mode passes).
+# The keyword arguments of vllm.LLM this stand-in accepts (those rlctl's colocated engine passes).
 LLM_ARGS = {
     "tensor_parallel_size",
     "gpu_memory_utilization",
@@ -45,6 +47,8 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     max_tokens: int | None = 16
     logprobs: int | None = None
+    flat_logprobs: bool = False
+    detokenize: bool = True
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     seed: int | None = None
@@ -52,9 +56,14 @@ class SamplingParams:
 
 
 @dataclass
+class FlatLogprobs:
+    logprobs: list[float]
+
+
+@dataclass
 class CompletionOutput:
     token_ids: list[int]
-    logprobs: list | None = None
+    logprobs: FlatLogprobs | None = None
 
 
 @dataclass
@@ -63,8 +72,8 @@ class RequestOutput:
     outputs: list[CompletionOutput] = field(default_factory=list)
 
 
-class _Worker:
-    """What `llm.llm_engine.model_executor.driver_worker.model_runner.model` is to TRL: `load_weights`."""
+class _Model:
+    """The worker's model (`worker.model_runner.model`, reached through `collective_rpc`): `load_weights`."""
 
     def __init__(self, llm: LLM):
         self.llm = llm
@@ -72,6 +81,7 @@ class _Worker:
     def load_weights(self, weights) -> None:
         import torch
 
+        weights = list(weights)
         if "weights" in self.llm.asleep:
             raise RuntimeError("load_weights while the weights are asleep (vLLM writes to unmapped memory)")
         params = dict(self.llm.model.named_parameters())
@@ -95,12 +105,12 @@ class LLM:
         self.model = AutoModelForCausalLM.from_pretrained(model).eval()
         self.asleep: set[str] = set()
         self.pushed: set[str] = set()
-        self.llm_engine = SimpleNamespace(
-            model_executor=SimpleNamespace(
-                driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=_Worker(self)))
-            )
-        )
+        runner = SimpleNamespace(model=_Model(self))
+        self.worker = SimpleNamespace(device=SimpleNamespace(type="cuda"), model_runner=runner)  # as on a GPU
         CALLS.append(("init", dict(self.kwargs)))
+
+    def collective_rpc(self, method, timeout=None, args: tuple = (), kwargs: dict | None = None) -> list:
+        return [method(self.worker, *args, **(kwargs or {}))]
 
     def sleep(self, level: int = 1) -> None:
         import torch
@@ -145,10 +155,17 @@ class LLM:
                     top_p=sp.top_p,
                     eos_token_id=stops or None,
                     pad_token_id=stops[0] if stops else 0,
+                    output_scores=True,
+                    return_dict_in_generate=True,
                     **sampling,
                 )
-            out = gen[0, len(ids) :].tolist()
+            out = gen.sequences[0, len(ids) :].tolist()
             cut = next((i for i, t in enumerate(out) if t in stops), None)
-            outputs.append(RequestOutput(ids, [CompletionOutput(out if cut is None else out[: cut + 1])]))
+            out = out if cut is None else out[: cut + 1]
+            logprobs = None
+            if sp.logprobs is not None:  # the scores after temperature, as processed_logprobs
+                picked = [torch.log_softmax(s[0].float(), -1)[t] for s, t in zip(gen.scores, out, strict=False)]
+                logprobs = FlatLogprobs([float(x) for x in picked])
+            outputs.append(RequestOutput(ids, [CompletionOutput(out, logprobs)]))
         CALLS.append(("generate", {"prompts": len(prompts), "temperature": sp.temperature, "params": sp}))
         return outputs

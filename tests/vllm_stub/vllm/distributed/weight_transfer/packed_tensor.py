@@ -1,5 +1,0 @@
-"""Server-mode weight transfer (imported by TRL's vLLM client, never used in colocate mode)."""
-
-
-def packed_nccl_broadcast_producer(*args, **kwargs):
-    raise NotImplementedError("the vLLM stand-in has no server mode")
