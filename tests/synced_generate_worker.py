@@ -25,4 +25,5 @@ prompts = [tok(f"{i} + 7 =")["input_ids"] for i in range(6)]
 first = gen.generate(prompts if rank == 0 else [], greedy=True)
 second = gen.generate([] if rank == 0 else prompts[:1], greedy=True)
 (out / f"rank{rank}.json").write_text(json.dumps([first, second]))
+dist.barrier()  # neither process tears gloo down while the other still talks to it
 dist.destroy_process_group()

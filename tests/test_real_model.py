@@ -426,8 +426,7 @@ def test_sft_killed_after_a_checkpoint_resumes_bit_exact(smollm2, tmp_path):
 def test_grpo_in_rlctls_loop_killed_after_a_checkpoint_resumes_bit_exact(smollm2, tmp_path):
     """kill -9 of a GRPO run in rlctl's loop after its checkpoint at step 2 of 4, then `rlctl resume`: the final
     weights equal an uninterrupted run's bit for bit (no step trained twice or skipped, sampling RNG restored). The
-    base model seldom answers with just the sum, so a small length penalty gives the groups their advantages.
-    (TRL's GRPOTrainer path, resumed the same way, ends about one float32 ulp away on this model: issue 26.)"""
+    base model seldom answers with just the sum, so a small length penalty gives the groups their advantages."""
 
     body = {
         "stages": ["rl"],
@@ -439,7 +438,6 @@ def test_grpo_in_rlctls_loop_killed_after_a_checkpoint_resumes_bit_exact(smollm2
             "group_size": 2,
             "max_new_tokens": 8,
             "use_vllm": False,
-            "trainer": "rlctl",
             "eval_samples": 2,
             "learning_rate": 1e-5,
             "rewards": [{"name": "exact_match"}, {"name": "length_penalty(max_length=40, buffer=40)", "weight": 0.1}],

@@ -11,6 +11,7 @@ Usage: python tests/trl_oracle_worker.py OUT_DIR  (prints one line `RESULT <json
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections import defaultdict
@@ -126,6 +127,9 @@ class Replay:
 
     def sync(self, model) -> None:
         self.step += 1
+
+    def awake(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
 
     def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
         queues = {text: [ids for ids, _ in group] for text, group in self.steps[self.step]["samples"].items()}
