@@ -11,12 +11,12 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before any test module imports torch
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-import pytest  # noqa: E402
-from filelock import FileLock  # noqa: E402
+import pytest
+from filelock import FileLock
 
-from tests.helpers import rlctl, strict_records  # noqa: E402
+from tests.helpers import rlctl, strict_records
 
 
 @pytest.fixture(scope="session")
