@@ -82,8 +82,9 @@ def test_a_hanging_reward_is_stopped_at_its_deadline_and_named(plugin: Path, sta
     text = str(info.value)
     assert f"Reward '{plugin}:sleepy' did not return within its timeout_s=2 s on a batch of 3 completions" in text
     assert "stopped after 2." in text and "on_error: zero" in text
-    assert events == [("reward_slow", {"reward": f"{plugin}:sleepy", "seconds": pytest.approx(1.0, abs=0.5),
-                                       "timeout_s": 2})]  # fmt: skip
+    [(event, fields)] = events  # one warning, then the error
+    assert event == "reward_slow" and fields.pop("seconds") >= 1.0  # at half its deadline, never before
+    assert fields == {"reward": f"{plugin}:sleepy", "timeout_s": 2}
 
 
 def test_a_reward_worker_that_dies_is_named_with_its_pid_and_signal(plugin: Path, stage):

@@ -168,7 +168,9 @@ def _bpe(texts: list[str], vocab_size: int) -> Any:
 
 class FileTokenizer:
     """The part of a transformers tokenizer that length counting uses, from a `tokenizers.Tokenizer`: a tokenizer
-    folder's files (`from_folder`) or the builtin:tiny one trained here (`builtin`)."""
+    folder's files (`from_folder`) or the builtin:tiny one trained here (`builtin`). Not a transformers class on
+    purpose: importing any transformers tokenizer imports torch (5 s, 1,800 modules), which `rlctl plan` never does;
+    tests/test_real_data.py checks that it counts every stage's rows as transformers' own tokenizer does."""
 
     def __init__(self, backend: Any, chat_template: str | None, special: dict[str, str | None]):
         self.backend, self.chat_template, self.special = backend, chat_template, special
