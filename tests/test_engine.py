@@ -148,6 +148,7 @@ def test_llm_kwargs_of_the_colocated_engine(vllm_here):
     llm = vllm.llm_kwargs(p, model="Qwen/Qwen2.5-7B-Instruct", group=1)
     assert llm == {
         "model": "Qwen/Qwen2.5-7B-Instruct",
+        "dtype": "auto",  # a GPU: the checkpoint's own (bfloat16 for a float32 one)
         "tensor_parallel_size": 1,
         "gpu_memory_utilization": p.vllm.gpu_memory_utilization,
         "max_model_len": 1536,
@@ -169,14 +170,14 @@ def test_one_argument_dialect_for_the_colocated_and_the_dedicated_engine(vllm_he
     own (no sleep, no launcher), placeholder weights the first push replaces, a round's rollouts at once."""
     p = build("tiny-demo", "cpu", "rl.use_vllm=true", "rl.async_rollout.enabled=true")
     colocated, dedicated = vllm.llm_kwargs(p), vllm.llm_kwargs(p, model="folder", dedicated=True)
-    shared = ("gpu_memory_utilization", "max_model_len", "logprobs_mode", "trust_remote_code")
+    shared = ("gpu_memory_utilization", "max_model_len", "logprobs_mode", "trust_remote_code", "dtype")
     assert {k: colocated[k] for k in shared} == {k: dedicated[k] for k in shared}
+    assert colocated["dtype"] == "float32"  # CPU: the trainer's precision, in both
     assert dedicated == {k: dedicated[k] for k in shared} | {
         "model": "folder",
         "tensor_parallel_size": 1,
         "max_num_seqs": p.config.rl.prompts_per_step * p.config.rl.group_size,
         "load_format": "dummy",
-        "dtype": "float32",  # CPU: the trainer's precision
         "seed": p.config.seed,
     }
 

@@ -95,13 +95,6 @@ def _steps(run_dir: Path) -> list[dict]:
     return [r for r in records(run_dir) if r.get("stage") == "rl" and "step" in r and "event" not in r]
 
 
-# Known open fault (issue 37, 2026-11-28): on SmolLM2 (tied head, vLLM's CPU build) the sync check's gap is 0.02 at
-# step 1 and 0.12-0.30 after the first update's push (tolerance 0.1, this test's bound 0.05): the honest run stops at
-# step 2. Seen with the new engine (rlctl.rollout.vllm) and with the old TRL-based one on today's loop; the tiny
-# model's vLLM tests (test_vllm_cpu) hold. Not strict: it passes again once the push or the precision gap is found.
-SYNC_GAP_AFTER_37 = "sync gap after the first push on SmolLM2 (tied head): open fault of issue 37, see above"
-
-
 @pytest.fixture(scope="module")
 def honest_run(smollm2, tmp_path_factory) -> Path:
     """The two steps with an honest push (the sync check and the export below read the same run)."""
@@ -110,8 +103,9 @@ def honest_run(smollm2, tmp_path_factory) -> Path:
     return run_dir
 
 
-@pytest.mark.xfail(reason=SYNC_GAP_AFTER_37, strict=False)
 def test_an_honest_sync_holds_on_the_tied_head(honest_run):
+    """On CPU the engine serves the trainer's fp32 weights (vLLM's "auto" would serve this float32 checkpoint in
+    bfloat16: a gap of 0.02 before the first push and 0.12-0.30 after it, which stopped the run)."""
     run_dir = honest_run
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["generation_engine"] == "vllm"
@@ -143,7 +137,6 @@ print("RESULT " + json.dumps([o.outputs[0].text for o in outs]))
 """
 
 
-@pytest.mark.xfail(reason=SYNC_GAP_AFTER_37, strict=False)
 def test_an_export_loads_in_vllm_with_the_greedy_completions_of_rlctl_eval(honest_run, tmp_path):
     out = tmp_path / "export"
     assert rlctl("export", str(honest_run), "--out", str(out)).returncode == 0

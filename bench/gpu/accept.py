@@ -5,15 +5,20 @@ the policy in training, measured in one process:
 * sleep and wake seconds per phase switch (level-2 sleep, wake weights, wake KV cache), 3 rounds;
 * weight sync: seconds per push of the policy into vLLM, and the weight-sync check (trainer vs vLLM log-probs of
   the tokens vLLM sampled; greedy completions of vLLM vs transformers with the same weights);
-* generated tokens/s of vLLM and of transformers `generate` (rlctl's HFGenerator) on the same prompts;
+* generated tokens/s of rlctl's engine against raw `LLM.generate` on the same `vllm.LLM`, prompts and sampling,
+  with the sampled tokens' log-probs and without (the ratios rlctl / raw), and against transformers `generate`
+  (rlctl's HFGenerator) at the same batch (the first --hf-rollouts prompts, one batch each);
 * GPU memory per phase (torch allocator peaks, and nvidia-smi's used memory) beside the plan's phases;
 * the step-time split (sync / generate / score / prepare / update) of a few steps of `rlctl train` with the loop;
 * with 2+ GPUs, the same steps with `rl.async_rollout` (the generator on GPUs of its own): seconds per step
-  against the synchronous run's, and the staleness.
+  against the synchronous run's, and the staleness;
+* with --flagship, `rlctl train --preset qwen7b-grpo` for 2 steps on a random-init Qwen2.5-7B shape built on the
+  GPU in bf16 (16 prompts x 8 x 256 new tokens by default, planned as set): exit code, seconds per phase and
+  memory per phase against the plan.
 
 Writes bench/results/gpu_accept.json and bench/results/gpu_accept.md. Runs on CPU too (vLLM's CPU build, the tiny
 demo's model via --model): sleep mode does not exist there and memory is the process's, which is how the script
-itself is tested. Usage: bash bench/gpu/accept.sh [--model DIR] [--rollouts 256] [--new-tokens 256]
+itself is tested. Usage: bash bench/gpu/accept.sh [--model DIR] [--rollouts 256] [--new-tokens 256] [--flagship]
 """
 
 from __future__ import annotations
@@ -61,8 +66,14 @@ def build_model(shape: str, out: Path) -> Path:
         pad_token_id=tok.pad_token_id,
     )
     torch.manual_seed(0)
-    Qwen2ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(device):  # a 7B shape is initialised on the GPU in bf16 (on CPU in fp32 it takes minutes)
+        model = Qwen2ForCausalLM._from_config(cfg, dtype=torch.bfloat16)
+    model.save_pretrained(out)
     tok.save_pretrained(out)
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return out
 
 
@@ -152,14 +163,17 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
     syncs = [seconds(lambda: vllm_gen.sync(policy), cuda) for _ in range(3)]
     prompts = [tok(f"{i} + {i * 7 % 97} =", add_special_tokens=False)["input_ids"] for i in range(opts.rollouts)]
     mem.start()
-    t_vllm = seconds(lambda: vllm_gen.generate(prompts), cuda)
-    mem.record("generation (vLLM)")
-    sampled = vllm_gen.generate(prompts[:64])
-    rollout_lp = vllm_gen.logprobs
-    hf = HFGenerator(tok, opts.new_tokens, cfg.rl.temperature, batch_size=64)
+    with vllm_gen.awake():
+        t_vllm, n_vllm = timed_tokens(lambda: vllm_gen.generate(prompts), cuda)
+        mem.record("generation (vLLM)")
+        raw = raw_engine(vllm_gen, prompts, cuda)
+        sampled = vllm_gen.generate(prompts[:64])
+        rollout_lp = vllm_gen.logprobs
+        n_hf = min(opts.rollouts, opts.hf_rollouts)
+        t_vllm_hf_batch, n_vllm_hf_batch = timed_tokens(lambda: vllm_gen.generate(prompts[:n_hf]), cuda)
+    hf = HFGenerator(tok, opts.new_tokens, cfg.rl.temperature, batch_size=n_hf)  # the same batch as vLLM's
     hf.sync(policy)
-    n_hf = min(opts.rollouts, opts.hf_rollouts)
-    t_hf = seconds(lambda: hf.generate(prompts[:n_hf]), cuda)
+    t_hf, n_hf_tokens = timed_tokens(lambda: hf.generate(prompts[:n_hf]), cuda)
     # the weight-sync check, as the loop does it: trainer log-probs of the tokens vLLM just sampled
     samples = [Sample(0, {}, p, c) for p, c in zip(prompts[:64], sampled, strict=True)]
     batch = collate(samples, tok.pad_token_id, acc.device)
@@ -183,8 +197,7 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
     opt.step()
     opt.zero_grad(set_to_none=True)
     mem.record("training step (micro-batch 8)")
-    gen_tokens = sum(map(len, sampled)) / len(sampled) * opts.rollouts
-    hf_tokens = gen_tokens * n_hf / opts.rollouts
+    rlctl_rate = n_vllm / t_vllm
     return {
         "plan": {
             "vllm": the_plan.vllm.to_json() if the_plan.vllm else None,
@@ -198,10 +211,48 @@ def engine_numbers(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> 
             "greedy_equal": sum(a == b for a, b in zip(*greedy, strict=True)),
             "greedy_prompts": len(short),
         },
-        "tokens_per_s": {"vllm": round(gen_tokens / t_vllm), "transformers": round(hf_tokens / t_hf)},
+        "tokens_per_s": {
+            "vllm": round(rlctl_rate),
+            **{f"raw {name}": round(rate) for name, rate in raw.items()},
+            f"vllm, {n_hf} rollouts": round(n_vllm_hf_batch / t_vllm_hf_batch),
+            f"transformers, {n_hf} rollouts": round(n_hf_tokens / t_hf),
+        },
+        "ratios": {
+            **{f"rlctl / raw {name}": round(rlctl_rate / rate, 3) for name, rate in raw.items()},
+            "vLLM / transformers, same batch": round((n_vllm_hf_batch / t_vllm_hf_batch) / (n_hf_tokens / t_hf), 2),
+        },
         "generation_s": {"vllm": round(t_vllm, 2), "transformers": round(t_hf, 2), "transformers_rollouts": n_hf},
         "memory": mem.phases,
     }
+
+
+def timed_tokens(generate, cuda: bool) -> tuple[float, int]:
+    """Seconds of one `generate()` call and the tokens it generated (completion token-id lists)."""
+    out: list = []
+    t = seconds(lambda: out.extend(generate()), cuda)
+    return t, sum(map(len, out))
+
+
+def raw_engine(gen, prompts: list[list[int]], cuda: bool) -> dict[str, float]:
+    """Tokens/s of raw `LLM.generate` on rlctl's own `vllm.LLM` with the same prompts and sampling: asked for the
+    sampled tokens' log-probs in the form rlctl asks (flat), and with none (the bare engine)."""
+    with_lp = gen.sampling.params(greedy=False)
+    if with_lp.logprobs is None:
+        with_lp = with_lp.clone()
+        with_lp.logprobs, with_lp.flat_logprobs = 0, True
+    bare = with_lp.clone()
+    bare.logprobs, bare.flat_logprobs = None, False
+    rates = {}
+    for name, params in (("with log-probs", with_lp), ("without log-probs", bare)):
+
+        def call(params=params) -> list[list[int]]:
+            with gen.rng.swapped():
+                outs = gen.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+            return [list(o.outputs[0].token_ids) for o in outs]
+
+        t, n = timed_tokens(call, cuda)
+        rates[name] = n / t
+    return rates
 
 
 def _train(model_dir: Path, opts: argparse.Namespace, run_dir: Path, setting: str) -> subprocess.CompletedProcess:
@@ -223,13 +274,7 @@ def step_split(model_dir: Path, opts: argparse.Namespace, run_dir: Path) -> dict
         log = run_dir / "logs" / "train.log"
         tail = log.read_text()[-1500:] if log.exists() else (proc.stdout + proc.stderr)[-1500:]
         return {"error": f"exit {proc.returncode}: {tail}"}
-    recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    steps = [r for r in recs if r.get("stage") == "rl" and "time_generate" in r]
-    keys = ("time_sync", "time_generate", "time_score", "time_prepare", "time_update", "sync_logp_diff_mean")
-    out = {k: round(statistics.median(r[k] for r in steps), 4) for k in keys if all(k in r for r in steps)}
-    memory = json.loads((run_dir / "summary.json").read_text()).get("memory", {}).get("rl", {})
-    out["memory"] = {p: planned_vs_measured(r) for p, r in memory.get("phases", {}).items()}
-    return out
+    return read_steps(run_dir)
 
 
 def async_row(model_dir: Path, opts: argparse.Namespace, run_dir: Path, sync: dict) -> dict:
@@ -253,6 +298,37 @@ def async_row(model_dir: Path, opts: argparse.Namespace, run_dir: Path, sync: di
     }
 
 
+def flagship(opts: argparse.Namespace, run_dir: Path) -> dict:
+    """`rlctl train --preset qwen7b-grpo` for 2 steps on a random-init Qwen2.5-7B shape built on the GPU (bf16):
+    whether it runs on this GPU as planned, its step split and its memory per phase against the plan."""
+    model = build_model("qwen2.5-7b", run_dir.parent / "flagship-model")
+    argv = [PYTHON, "-m", "rlctl.cli", "-q", "train", "--preset", "qwen7b-grpo", "--stages", "rl",
+            "--hardware", "auto", "--run-dir", str(run_dir), "--set", f"model.name_or_path={model}",
+            "--set", "rl.max_steps=2", "--set", "rl.save_every=100000", "--set", "rl.eval_samples=8",
+            "--set", "rl.rewards=[{name: exact_match}]", "--set", "data.generate=arithmetic",
+            "--set", "data.max_prompt_length=64", "--set", f"rl.prompts_per_step={opts.flagship_prompts}",
+            "--set", f"rl.max_new_tokens={opts.flagship_new_tokens}"]  # fmt: skip
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=opts.flagship_timeout)
+    out: dict = {"exit": proc.returncode, "wall_s": round(time.perf_counter() - start, 1)}
+    if proc.returncode != 0:
+        log = run_dir / "logs" / "train.log"
+        out["error"] = (log.read_text() if log.exists() else proc.stdout + proc.stderr)[-1500:]
+        return out
+    return out | read_steps(run_dir)
+
+
+def read_steps(run_dir: Path) -> dict:
+    """A finished run's median seconds per loop phase and its memory per phase, planned against measured."""
+    recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    steps = [r for r in recs if r.get("stage") == "rl" and "time_generate" in r]
+    keys = ("time_sync", "time_generate", "time_score", "time_prepare", "time_update", "sync_logp_diff_mean")
+    out = {k: round(statistics.median(r[k] for r in steps), 4) for k in keys if all(k in r for r in steps)}
+    memory = json.loads((run_dir / "summary.json").read_text()).get("memory", {}).get("rl", {})
+    out["memory"] = {p: planned_vs_measured(r) for p, r in memory.get("phases", {}).items()}
+    return out
+
+
 def planned_vs_measured(row: dict) -> str:
     """One phase of summary.json's measured memory: planned, measured (GiB) and the plan's error."""
     error = f"{row['error_pct']:+.0f}%" if row.get("error_pct") is not None else "-"
@@ -271,11 +347,16 @@ def markdown(doc: dict) -> str:
         ("sync check: mean / max abs log-prob diff", f"{check['mean_abs_logprob_diff']} / "
                                                       f"{check['max_abs_logprob_diff']}"),
         ("sync check: greedy vLLM == transformers", f"{check['greedy_equal']}/{check['greedy_prompts']}"),
-        ("generated tokens/s: vLLM / transformers", f"{rate['vllm']} / {rate['transformers']}"),
+        ("generated tokens/s", json.dumps(rate)),
+        ("ratios", json.dumps(e["ratios"])),
         ("step split s (sync/generate/score/prepare/update)", json.dumps({k: v for k, v in split.items()
                                                                             if k != "memory"})),
     ]  # fmt: skip
     rows.append(("async RL, 2+ GPUs: s/step (median phases) async / sync, staleness", json.dumps(doc["async"])))
+    if "flagship" in doc:
+        f = doc["flagship"]
+        rows.append(("flagship qwen7b-grpo, 2 steps", json.dumps({k: v for k, v in f.items() if k != "memory"})))
+        rows += [(f"flagship memory: rl/{phase}", text) for phase, text in f.get("memory", {}).items()]
     rows += [(f"rlctl train memory: rl/{phase}", text) for phase, text in split.get("memory", {}).items()]
     rows += [(f"memory: {phase}", json.dumps(v)) for phase, v in e["memory"].items()]
     rows += [(f"plan: {p['stage']}/{p['phase']} peak GiB", p["peak_gib"]) for p in e["plan"]["memory"] or []]
@@ -293,6 +374,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--train-timeout", type=int, default=240)
     ap.add_argument("--out", default=str(RESULTS), help="folder for gpu_accept.json / gpu_accept.md")
+    ap.add_argument("--flagship", action="store_true", help="also 2 steps of qwen7b-grpo on a random-init 7B shape")
+    ap.add_argument("--flagship-timeout", type=int, default=330)
+    # the preset's 64 prompts x 8 x 1024 new tokens take minutes a step on random weights (no EOS): smaller here
+    ap.add_argument("--flagship-prompts", type=int, default=16, help="rl.prompts_per_step of the flagship run")
+    ap.add_argument("--flagship-new-tokens", type=int, default=256, help="rl.max_new_tokens of the flagship run")
     opts = ap.parse_args()
     import torch
     import transformers
@@ -307,6 +393,10 @@ def main() -> None:
             "versions": f"torch {torch.__version__}, vllm {vllm.__version__}, transformers {transformers.__version__}",
             # the training run first: this process's own engine would hold the GPU (and the rendezvous port)
             "step_split": step_split(model, opts, Path(tmp) / "run"),
+        }
+        if opts.flagship:  # a subprocess too, before this process builds its own engine
+            doc["flagship"] = flagship(opts, Path(tmp) / "flagship")
+        doc |= {
             "engine": engine_numbers(model, opts, Path(tmp) / "plan"),
             "machine": machine(),
         }

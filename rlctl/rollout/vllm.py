@@ -76,15 +76,16 @@ def llm_kwargs(plan: Plan, model: str = "<policy>", dedicated: bool = False, gro
     v, rl, cfg = plan.vllm_settings, plan.config.rl, plan.config
     common = {
         "model": model,
+        # the trainer's precision on CPU (fp32: vLLM's "auto" would serve a float32 checkpoint in bfloat16)
+        "dtype": "float32" if plan.hardware.is_cpu else "auto",
         "gpu_memory_utilization": v.gpu_memory_utilization,
         "max_model_len": v.max_model_length,
         "logprobs_mode": "processed_logprobs",
         "trust_remote_code": cfg.model.trust_remote_code,
     }
     if dedicated:
-        cpu = plan.hardware.is_cpu
         sizes = {"tensor_parallel_size": 1, "max_num_seqs": rl.prompts_per_step * rl.group_size}
-        return common | sizes | {"load_format": "dummy", "dtype": "float32" if cpu else "auto", "seed": cfg.seed}
+        return common | sizes | {"load_format": "dummy", "seed": cfg.seed}
     stage = next(s for s in plan.stages if s.name == "rl")
     tp = v.tensor_parallel_size
     return common | {
