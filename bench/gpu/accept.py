@@ -301,7 +301,7 @@ def async_row(model_dir: Path, opts: argparse.Namespace, run_dir: Path, sync: di
 def flagship(opts: argparse.Namespace, run_dir: Path) -> dict:
     """`rlctl train --preset qwen7b-grpo` for 2 steps on a random-init Qwen2.5-7B shape built on the GPU (bf16):
     whether it runs on this GPU as planned, its step split and its memory per phase against the plan."""
-    model = build_model("qwen2.5-7b", run_dir.parent / "flagship-model")
+    model = build_model(opts.flagship_shape, run_dir.parent / "flagship-model")
     argv = [PYTHON, "-m", "rlctl.cli", "-q", "train", "--preset", "qwen7b-grpo", "--stages", "rl",
             "--hardware", "auto", "--run-dir", str(run_dir), "--set", f"model.name_or_path={model}",
             "--set", "rl.max_steps=2", "--set", "rl.save_every=100000", "--set", "rl.eval_samples=8",
@@ -376,6 +376,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS), help="folder for gpu_accept.json / gpu_accept.md")
     ap.add_argument("--flagship", action="store_true", help="also 2 steps of qwen7b-grpo on a random-init 7B shape")
     ap.add_argument("--flagship-timeout", type=int, default=330)
+    ap.add_argument("--flagship-shape", default="qwen2.5-7b", help="the flagship's shape (tiny: a CPU smoke run)")
     # the preset's 64 prompts x 8 x 1024 new tokens take minutes a step on random weights (no EOS): smaller here
     ap.add_argument("--flagship-prompts", type=int, default=16, help="rl.prompts_per_step of the flagship run")
     ap.add_argument("--flagship-new-tokens", type=int, default=256, help="rl.max_new_tokens of the flagship run")
