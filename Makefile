@@ -48,9 +48,9 @@ demo: install
 lint: install
 	$(BIN)/ruff check rlctl tests
 
-# Two pytest-xdist workers, a test file per worker at a time (a file's shared fixtures are built once); each
-# process computes on one thread (tests/conftest.py). The 25 slowest tests are listed at the end.
-PYTEST := $(BIN)/pytest -q -n 2 --dist loadfile --durations=25
+# Two pytest-xdist workers; tests sharing a module's trained fixture stay together, the longest start first, and
+# each process computes on one thread (tests/conftest.py says how). The 25 slowest tests are listed at the end.
+PYTEST := $(BIN)/pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=25
 
 test: lint install-ui
 	$(PYTEST)

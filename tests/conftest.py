@@ -1,9 +1,13 @@
-"""Fixtures: one tiny-demo run shared by several tests. Plain helpers are in tests/helpers.py.
+"""Fixtures: one tiny-demo run shared by several tests, and how the suite spreads over pytest-xdist workers. Plain
+helpers are in tests/helpers.py.
 
-The suite runs in two pytest-xdist workers (`make test`: `-n 2 --dist loadfile`, one file per worker at a time), so
-every process, the tests' own and the `rlctl` runs they start, computes on one thread: two workers then keep the two
-cores busy without contending for them, and a run killed and resumed computes on the same thread count as the run it
-is compared with (a different count changes float sums, and bit-exact resume compares them bit for bit)."""
+`make test` runs two workers (`-n 2`): tests go one by one to whichever worker is free, except that the tests of a
+module that builds a module-scoped fixture (a trained run most often) stay on one worker, so the fixture is built
+once (`pytest_xdist_make_scheduler`), and the longest modules start first. Session-scoped runs are built once for
+all workers (`tests.helpers.run_once`). Every process, the tests' own and the `rlctl` runs they start, computes on
+one thread: two workers then keep the two cores busy without contending for them, and a run killed and resumed
+computes on the same thread count as the run it is compared with (a different count changes float sums, and
+bit-exact resume compares them bit for bit)."""
 
 from __future__ import annotations
 
@@ -14,22 +18,49 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before any test module imports 
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 
-from tests.helpers import rlctl, strict_records
+from tests.helpers import run_once
+
+# The modules whose runs take minutes, longest first: they start first, so that the workers end together.
+LONGEST_FIRST = (
+    "test_agents_loop.py",
+    "test_vllm_real_model.py",
+    "test_vllm_cpu.py",
+    "test_resume_exact.py",
+    "test_async_rl.py",
+    "test_real_model.py",
+    "test_rl_algorithms.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist's scope scheduler, with a module as the scope of its tests only where the module builds a module- or
+    class-scoped fixture (each other test is a scope of its own). xdist's own `loadgroup` would do it with markers,
+    but on pytest 9 it no longer renames the tests it groups."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleFixtureScheduling(LoadScopeScheduling):
+        def __init__(self, config: pytest.Config, log=None) -> None:
+            super().__init__(config, log)
+            self.shares_fixtures: dict[str, bool] = {}
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            if module not in self.shares_fixtures:
+                path = config.rootpath / module
+                text = path.read_text(encoding="utf-8") if path.is_file() else ""
+                self.shares_fixtures[module] = 'scope="module"' in text or 'scope="class"' in text
+            return module if self.shares_fixtures[module] else nodeid
+
+    return ModuleFixtureScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory) -> Path:
-    """The full tiny demo (SFT -> RM -> GRPO), run once for the whole test run: under xdist the first worker to
-    need it trains it in the folder the workers share, the other waits on the lock and reads the same run."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    run_dir = shared / "demo" / "run"
-    with FileLock(str(shared / "demo.lock")):
-        if not (run_dir / "summary.json").exists():
-            proc = rlctl("train", "--preset", "tiny-demo", "--run-dir", str(run_dir))
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-    strict_records(run_dir)
-    return run_dir
+    """The full tiny demo (SFT -> RM -> GRPO), run once for the whole test run."""
+    return run_once(tmp_path_factory, "demo", "--preset", "tiny-demo")

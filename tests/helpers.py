@@ -99,6 +99,23 @@ def kill_after_checkpoint(run_dir: Path, cmd: list[str], stage: str, every: int)
         proc.wait()
 
 
+def run_once(tmp_path_factory, name: str, *args: str) -> Path:
+    """`rlctl train ARGS` into a run folder that every pytest-xdist worker of this test run shares: the first
+    worker to ask trains it, the others wait on its lock and read the same finished run."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    run_dir = shared / name / "run"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not (run_dir / "summary.json").exists():
+            proc = rlctl("train", *args, "--run-dir", str(run_dir))
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+    strict_records(run_dir)
+    return run_dir
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on (closed again before it is returned)."""
     with socket.socket() as s:
