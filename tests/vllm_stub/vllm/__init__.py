@@ -22,6 +22,7 @@ CALLS: list[tuple[str, dict]] = []  # (method, details), every engine of the pro
 
 # The keyword arguments of vllm.LLM this stand-in accepts (those rlctl's colocated engine passes).
 LLM_ARGS = {
+    "dtype",
     "tensor_parallel_size",
     "gpu_memory_utilization",
     "max_model_len",
@@ -102,7 +103,8 @@ class LLM:
         if unknown:
             raise TypeError(f"LLM() got unexpected keyword arguments {sorted(unknown)}")
         self.kwargs = {"model": model, **kwargs}
-        self.model = AutoModelForCausalLM.from_pretrained(model).eval()
+        dtype = kwargs.get("dtype", "auto")  # "auto": the checkpoint's own, as transformers reads it
+        self.model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).eval()
         self.asleep: set[str] = set()
         self.pushed: set[str] = set()
         runner = SimpleNamespace(model=_Model(self))
