@@ -15,8 +15,11 @@ import pytest
 from rlctl import config
 from rlctl.errors import UserError
 from rlctl.plan import engine as choice
-from rlctl.plan import hardware, memory, memory_arch, memory_model, memory_search
+from rlctl.plan import hardware, memory
 from rlctl.plan import planner as plan
+from rlctl.plan.memory import arch as memory_arch
+from rlctl.plan.memory import model as memory_model
+from rlctl.plan.memory import search as memory_search
 from rlctl.plan.parts import GenerationSettings, PhaseMemory
 from tests.helpers import RLCTL, plan_in_fresh_interpreter
 

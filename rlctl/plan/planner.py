@@ -8,19 +8,19 @@ fraction and tensor parallel size) and refuses, with the nearest plan that fits,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
-from rlctl.plan import data_lengths, epochs, gguf, memory, packages, strategies
+from rlctl.plan import data_lengths, epochs, gguf, packages, strategies
 from rlctl.plan import engine as engine_mod
 from rlctl.plan import hardware as hw
+from rlctl.plan.memory import settings as memory_settings
 from rlctl.plan.parts import (
     Decision,
-    DiskSpace,
     GenerationSettings,
     Layout,
     MemoryTable,
@@ -250,24 +250,6 @@ class Batch:
         return Batch(self.size, micro, self.micro * self.accumulation // micro)
 
 
-@dataclass(frozen=True)
-class Memory:
-    """The memory planner's decisions (or the defaults, unchecked, without architecture numbers)."""
-
-    strategy: str
-    adapter: str
-    checkpointing: bool
-    cpu_offload: bool = False
-    phase_offload: bool = False
-    reference: str = "unknown"
-    micro: dict[str, int] = field(default_factory=dict)  # stage -> the micro-batch that fits
-    vllm: VllmSettings | None = None
-    generation: GenerationSettings | None = None
-    table: MemoryTable | None = None
-    warnings: tuple[str, ...] = ()
-    decisions: tuple[Decision, ...] = ()
-
-
 def facts(cfg: RunConfig, run_dir: str | Path) -> Facts:
     """The facts `cfg` plans from in `run_dir`; `cfg` is left as given. Cheap: no memory is planned, so `rlctl
     train` can take the precision and a GGUF import from here before the pre-flight counts the data's lengths."""
@@ -314,7 +296,8 @@ def build_from(f: Facts, lengths: dict[str, int] | None = None) -> Plan:
     procs = split.value.trainer_gpus if split.value is not None and split.value.trainer_gpus else f.procs
     configured = batch_sizes(cfg, sizes, procs * hardware.nodes)
     fitted = data_lengths.as_long_as_the_data(cfg, data_lengths.data_lengths_of(f.run_dir, lengths))
-    mem = _memory(f, fitted.value, procs, split.value)
+    trainers = memory_settings.Trainers(cfg, fitted.value, hardware, procs, f.engine, f.precision, f.run_dir)
+    mem = memory_settings.plan(trainers, split.value)
     batches = {name: b.with_micro(mem.micro.get(name, b.micro)) for name, b in configured.items()}
     async_split, vllm, generation = _async_sides(split.value, mem.table, mem.vllm, mem.generation)
     embeddings = f.embeddings if mem.adapter in ("lora", "qlora") else ()
@@ -397,87 +380,6 @@ def batch_sizes(cfg: RunConfig, sizes: dict[str, int], world: int) -> dict[str, 
     }
 
 
-def _memory(f: Facts, mem_cfg: RunConfig, procs: int, split: AsyncSplit | None) -> Memory:
-    """The memory planner's settings for the trainer processes, or without architecture numbers the defaults."""
-    mem = _decide_memory(mem_cfg, f.hardware, procs, f.engine, f.precision, split)
-    return _defaults(f, procs) if mem is None else _checked(f, mem)
-
-
-def _defaults(f: Facts, procs: int) -> Memory:
-    """No architecture numbers: the configured settings, auto ones at their defaults, unchecked."""
-    cfg, hardware = f.cfg, f.hardware
-    strategy = cfg.hardware.strategy
-    if strategy == "auto":
-        strategy = "single" if procs * hardware.nodes == 1 else "ddp"
-    checkpointing = cfg.model.gradient_checkpointing
-    return Memory(
-        strategy,
-        "full" if cfg.model.adapter == "auto" else cfg.model.adapter,
-        bool(not hardware.is_cpu if checkpointing == "auto" else checkpointing),
-        phase_offload=cfg.hardware.optimizer_offload is True and "rl" in cfg.stages,
-        warnings=()
-        if hardware.is_cpu
-        else ("model.arch is not set: the memory planner cannot check this plan (add the model's arch)",),
-    )
-
-
-def _checked(f: Facts, mem: memory.MemoryPlan) -> Memory:
-    """What the memory planner settled on, with the generation engine's settings and the disk the run needs."""
-    cfg, hardware, setup = f.cfg, f.hardware, mem.setup
-    decisions = list(mem.decisions)
-    phase_offload = setup.phase_offload and "rl" in cfg.stages
-    if hardware.is_cpu and cfg.hardware.optimizer_offload is True and "rl" in cfg.stages:
-        phase_offload = True  # asked for: the RL step runs its offload calls, which have nothing to move
-        why = "no-op on CPU: the optimizer state already lives in host RAM (set by you)"
-        decisions.append({"setting": "optimizer offload", "value": "between phases", "why": why})
-    settings = _generation_settings(mem.generation, hardware)
-    need, free = memory.disk_need(cfg, setup, f.precision), hw.free_disk_gib(f.run_dir)
-    here = hardware.is_cpu or hw.has_local_gpu()  # a GPU plan made on a GPU-less machine runs elsewhere
-    disk = ()
-    if here and need > free * memory.GiB:
-        disk = (
-            f"checkpoints and final models need about {memory.gib(need):g} GiB but {free:.0f} GiB are free "
-            "where the run directory lives (lower checkpoint.keep_last or free disk)",
-        )
-    vllm, generation = settings.value
-    return Memory(
-        setup.strategy,
-        setup.adapter,
-        bool(setup.checkpointing),
-        setup.cpu_offload,
-        phase_offload,
-        mem.reference,
-        mem.micro,
-        vllm,
-        generation,
-        mem.table(DiskSpace(memory.gib(need), round(free, 1))),
-        (*mem.warnings, *disk),
-        (*decisions, *settings.decisions),
-    )
-
-
-def _generation_settings(
-    gen: memory.Generation | None, hardware: hw.Hardware
-) -> Noted[tuple[VllmSettings | None, GenerationSettings | None]]:
-    """The plan's vllm or generation section for the generation phase the memory planner sized."""
-    if gen is not None and gen.engine == "vllm":
-        if engine_mod.sleep_mode_for(hardware):
-            return Noted((gen.vllm_settings(), None))
-        why = "vLLM's CPU build has no sleep mode"
-        off = {"setting": "vLLM sleep mode", "value": "off", "why": why}
-        return Noted((replace(gen.vllm_settings(), sleep_level=0), None), decisions=(off,))
-    if gen is not None and gen.engine == "transformers":
-        if gen.concurrent >= gen.rollouts:
-            return Noted((None, gen.transformers_settings()))
-        chunk = {
-            "setting": "generation chunk",
-            "value": f"{gen.concurrent} of {gen.rollouts} rollouts per generate call",
-            "why": "the KV cache of every rollout at once does not fit next to the training state",
-        }
-        return Noted((None, gen.transformers_settings()), decisions=(chunk,))
-    return Noted((None, None))
-
-
 def stage_plans(f: Facts, batches: dict[str, Batch], strategies_by_stage: dict[str, str]) -> list[StagePlan]:
     """Each stage's starting point, output and batches: sft, dpo, kto and rl each start from the policy before it,
     rm from sft's (rm.init_from=sft) or the base model."""
@@ -514,27 +416,6 @@ def _launch_warnings(cfg: RunConfig, hardware: hw.Hardware) -> list[str]:
     return out
 
 
-def _decide_memory(
-    cfg: RunConfig,
-    hardware: hw.Hardware,
-    procs: int,
-    engine: str,
-    precision: str,
-    split: AsyncSplit | None,
-) -> memory.MemoryPlan | None:
-    """memory.decide for the trainer processes: an async run's on its trainer GPUs with no engine beside them, its
-    refusal saying that only the trainer side was planned there."""
-    if split is None or not split.on_gpus:
-        return memory.decide(cfg, hardware, procs, engine, precision)
-    try:
-        return memory.decide(cfg, hardware, procs, memory.SEPARATE, precision)
-    except UserError as e:
-        raise UserError(
-            f"rl.async_rollout: the trainer side ({procs} of {hardware.gpus_per_node} GPUs per node; the generator has "
-            f"the other {hardware.gpus_per_node - procs}) does not fit. {e}"
-        ) from None
-
-
 def _global_batch(cfg: RunConfig, stage: str) -> int:
     """Sequences per optimizer step of `stage` over all processes (RL: prompts x completions per prompt)."""
     return cfg.rl.prompts_per_step * cfg.rl.group_size if stage == "rl" else getattr(cfg, stage).batch_size
@@ -561,7 +442,7 @@ def model_facts(cfg: RunConfig, arch_source: str) -> ModelFacts:
     arch = cfg.model.arch
     if arch is None:
         return ModelFacts(cfg.model.name_or_path, arch_source)
-    from rlctl.plan.memory_arch import Arch
+    from rlctl.plan.memory.arch import Arch
 
     params = Arch.of(arch).params()
     return ModelFacts(cfg.model.name_or_path, arch_source, arch, params, round(params / 1e9, 2))
