@@ -14,6 +14,7 @@ the plan's settings: the planner's memory step).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from rlctl.errors import UserError
@@ -35,12 +36,14 @@ __all__ = ["SEPARATE", "GiB", "MemoryPlan", "decide", "disk_need", "gib", "rende
 # --- The result ---------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class MemoryPlan:
-    """What `decide()` settled on, with its per-phase memory table and one-line explanations."""
+    """What `decide()` settled on, with its per-phase memory table, its warnings and one-line explanations."""
 
-    def __init__(self, attempt: Attempt, env: Env, warnings: list[str]):
-        self.attempt, self.env, self.warnings = attempt, env, warnings
-        self.decisions: list[dict[str, str]] = []
+    attempt: Attempt
+    env: Env
+    warnings: tuple[str, ...] = ()
+    decisions: tuple[dict[str, str], ...] = ()
 
     @property
     def setup(self) -> Setup:
@@ -115,13 +118,12 @@ def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precisio
         else:
             raise UserError(refusal(cfg, hardware, procs, engine, precision, closest))
         found = closest
-    plan = MemoryPlan(found, env, warnings)
-    plan.decisions = explain(cfg, plan, hardware)
+    plan = MemoryPlan(found, env)
     if env.host_assumed and (found.setup.cpu_offload or found.setup.phase_offload):
         warnings.append(
             f"host RAM not known for {hardware.spec}: assumed {hardware.ram_gib:g} GiB per node for the CPU offload"
         )
-    return plan
+    return replace(plan, warnings=tuple(warnings), decisions=tuple(explain(cfg, plan, hardware)))
 
 
 # --- Checkpoints on disk --------------------------------------------------------------------------------------------
