@@ -18,11 +18,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from rlctl.errors import UserError
+from rlctl.plan.memory import explain, search
 from rlctl.plan.memory.advice import nearest, refusal, safer
 from rlctl.plan.memory.arch import Arch
-from rlctl.plan.memory.explain import explain, render
+from rlctl.plan.memory.explain import render
 from rlctl.plan.memory.model import SEPARATE, Attempt, Env, Generation, GiB, Setup, gib
-from rlctl.plan.memory.search import environment, explicit_settings, search
+from rlctl.plan.memory.search import environment, explicit_settings
 from rlctl.plan.parts import DiskSpace, HostMemory, MemoryTable
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precisio
         return None
     arch = Arch.of(cfg.model.arch)
     env = environment(cfg, hardware, procs, engine, precision)
-    found, closest = search(cfg, env, arch)
+    found, closest = search.search(cfg, env, arch)
     warnings: list[str] = []
     fixed = explicit_settings(cfg)
     if found is None:
@@ -123,7 +124,7 @@ def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precisio
         warnings.append(
             f"host RAM not known for {hardware.spec}: assumed {hardware.ram_gib:g} GiB per node for the CPU offload"
         )
-    return replace(plan, warnings=tuple(warnings), decisions=tuple(explain(cfg, plan, hardware)))
+    return replace(plan, warnings=tuple(warnings), decisions=tuple(explain.explain(cfg, plan, hardware)))
 
 
 # --- Checkpoints on disk --------------------------------------------------------------------------------------------
