@@ -300,12 +300,23 @@ def build_from(f: Facts, lengths: dict[str, int] | None = None) -> Plan:
     mem = memory_settings.plan(trainers, split.value)
     batches = {name: b.with_micro(mem.micro.get(name, b.micro)) for name, b in configured.items()}
     async_split, vllm, generation = _async_sides(split.value, mem.table, mem.vllm, mem.generation)
-    embeddings = f.embeddings if mem.adapter in ("lora", "qlora") else ()
-    said = (*mem.decisions, *([async_split.decision()] if async_split else []), *f.epochs, *fitted.decisions)
     per_stage = strategies.stage_strategies(cfg, hardware, mem.strategy)
     warnings = (*f.warnings, *split.warnings, *mem.warnings, *per_stage.warnings)
     warnings += _package_warnings(f, mem.adapter, warnings)
-    gpu_ids = async_split.trainer_gpu_ids if async_split is not None and async_split.on_gpus else None
+    embeddings = f.embeddings if mem.adapter in ("lora", "qlora") else ()
+    said = (*mem.decisions, *([async_split.decision()] if async_split else []), *f.epochs, *fitted.decisions)
+    plan = _assemble(f, procs, mem, stage_plans(f, batches, per_stage.value), async_split)
+    decisions = [*said, *embeddings, *per_stage.decisions]
+    return replace(plan, vllm=vllm, generation=generation, warnings=[*warnings, *plan.warnings], decisions=decisions)
+
+
+def _assemble(
+    f: Facts, procs: int, mem: memory_settings.Memory, stages: list[StagePlan], split: AsyncSplit | None
+) -> Plan:
+    """The Plan of the decided settings: with the accelerate config, the launch command and the layout, warning
+    what the launch needs beyond them."""
+    cfg, hardware = f.cfg, f.hardware
+    gpu_ids = split.trainer_gpu_ids if split is not None and split.on_gpus else None
     main = (cfg.hardware.main_address, cfg.hardware.main_port)
     accel = _accelerate_config(
         hardware, procs, mem.strategy, f.precision, mem.cpu_offload, cfg.hardware.node_rank, main, gpu_ids
@@ -320,21 +331,18 @@ def build_from(f: Facts, lengths: dict[str, int] | None = None) -> Plan:
         mem.adapter,
         mem.checkpointing,
         f.engine,
-        stage_plans(f, batches, per_stage.value),
+        stages,
         accel,
         launch_command(f.run_dir, hardware, cfg),
         layout(hardware, procs, cfg),
         model_facts(cfg, f.arch_source),
-        [*warnings, *_launch_warnings(cfg, hardware)],
+        _launch_warnings(cfg, hardware),
         cpu_offload=mem.cpu_offload,
         phase_offload=mem.phase_offload,
         reference=mem.reference,
-        vllm=vllm,
-        decisions=[*said, *embeddings, *per_stage.decisions],
         memory=mem.table,
-        generation=generation,
         model_import=f.model_import,
-        async_split=async_split,
+        async_split=split,
     )
 
 
