@@ -4,6 +4,11 @@ It fixes each stage's starting point and output, the batch arithmetic per proces
 strategy, the accelerate config and the exact launch command. The memory planner (`rlctl.plan.memory`) chooses
 what the user left on auto (strategy, adapter, gradient checkpointing, micro-batches, offload, the vLLM
 fraction and tensor parallel size) and refuses, with the nearest plan that fits, when nothing fits.
+
+Planning is a sequence of steps, each taking typed facts and returning a typed result with what it has to say
+(`parts.Noted`): `facts` (hardware, epochs, embeddings, architecture, precision, engine), then in `build_from` the
+async split, the batch sizes, the memory per phase (`memory.settings`), each stage's strategy and the assembled
+`Plan`. `rlctl train` takes the facts before its pre-flight and builds the plan once, for the data's lengths.
 """
 
 from __future__ import annotations
