@@ -25,6 +25,9 @@ SETS = (
     ("rl.async_rollout.enabled=true",),
     ("hardware.strategy=fsdp2",),
     ("hardware.optimizer_offload=true",),
+    ("rl.use_vllm=true",),
+    ("model.arch=null",),
+    ("rl.epochs=1", "model.adapter=lora"),
 )
 ALGORITHMS = (None, "ppo", "rloo")
 LENGTHS = (None, {"rl": 100, "sft": 300, "rm": 200, "dpo": 250, "kto": 120})
