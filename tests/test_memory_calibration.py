@@ -156,8 +156,8 @@ def test_every_offline_stage_plans_the_longest_row_it_can_meet(tmp_path):
     stages = ("sft", "rm", "dpo", "kto")
     sets = ["stages=[sft,rm,dpo,kto]", *(f"{s}.max_length=64" for s in stages)]
     cfg = config.resolve("tiny-demo", None, None, "cpu", sets)
-    decisions: list[dict] = []
-    mem_cfg = data_lengths.as_long_as_the_data(cfg, dict.fromkeys(stages, 20), decisions)
+    fitted = data_lengths.as_long_as_the_data(cfg, dict.fromkeys(stages, 20))
+    mem_cfg, decisions = fitted.value, fitted.decisions
     # a micro-batch pads to its longest row: 20 tokens; KTO's KL pass pairs one row's prompt with another's
     # completion, which twice the longest row bounds
     assert {s: getattr(mem_cfg, s).max_length for s in stages} == {"sft": 20, "rm": 20, "dpo": 20, "kto": 40}

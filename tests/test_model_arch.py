@@ -12,7 +12,7 @@ from rlctl import config
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
 from rlctl.plan import planner as plan
-from rlctl.plan.memory_arch import Arch
+from rlctl.plan.memory.arch import Arch
 from tests.helpers import rlctl
 
 QWEN25_3B = {

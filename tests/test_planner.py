@@ -15,8 +15,11 @@ import pytest
 from rlctl import config
 from rlctl.errors import UserError
 from rlctl.plan import engine as choice
-from rlctl.plan import hardware, memory, memory_arch, memory_model, memory_search
+from rlctl.plan import hardware, memory
 from rlctl.plan import planner as plan
+from rlctl.plan.memory import arch as memory_arch
+from rlctl.plan.memory import model as memory_model
+from rlctl.plan.memory import search as memory_search
 from rlctl.plan.parts import GenerationSettings, PhaseMemory
 from tests.helpers import RLCTL, plan_in_fresh_interpreter
 
@@ -724,3 +727,28 @@ def test_a_damaged_plan_json_is_named(tmp_path: Path):
     (tmp_path / "plan.json").write_text('{"run_dir": "x"}')
     with pytest.raises(strictjson.DamagedFile, match=r"plan\.json.*does not hold a plan.*rlctl resume"):
         resolved.read(tmp_path)
+
+
+# --- Planning runs once, in short steps ------------------------------------------------------------------------------
+
+
+def test_build_is_a_short_composition_of_steps():
+    import inspect
+
+    assert len(inspect.getsource(plan.build).splitlines()) <= 15
+    assert len(inspect.getsource(plan.build_from).splitlines()) <= 40
+
+
+def test_train_plans_once_for_the_lengths_of_the_data(tmp_path, monkeypatch):
+    """`rlctl train` (launch.prepare) runs the memory planner once, with the lengths the pre-flight counted, and
+    writes that plan."""
+    from rlctl import launch
+
+    calls = []
+    decide = memory.decide
+    monkeypatch.setattr(memory, "decide", lambda cfg, *rest: calls.append(cfg) or decide(cfg, *rest))
+    run_dir = tmp_path / "run"
+    prepared = launch.prepare(config.resolve("tiny-demo", None, None, "cpu", []), run_dir)
+    assert len(calls) == 1
+    assert any("(memory)" in d["setting"] for d in prepared.plan.decisions)  # sized by the data's lengths
+    assert json.loads((run_dir / "plan.json").read_text()) == prepared.plan.to_json()

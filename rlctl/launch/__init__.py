@@ -44,6 +44,8 @@ if TYPE_CHECKING:  # rich's progress and tables load only when a run starts or a
     from rich.progress import Progress
     from rich.table import Table
 
+    from rlctl.plan.gguf import GgufImport
+
 
 def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
     """Data files and reward plugins as absolute paths, so `rlctl resume` works from any folder (Hub dataset
@@ -89,22 +91,23 @@ class Prepared:
 
 
 def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
-    """Validate everything, then write config.yaml, accelerate.yaml and the data into a new run directory."""
+    """Validate everything, then write config.yaml, accelerate.yaml and the data into a new run directory. The plan
+    is built once, from the plan's facts and the lengths the pre-flight counts in the data (recorded: every rank and
+    resume plans the same)."""
     cfg = _absolute(cfg)
-    the_plan = plan_mod.build(cfg, run_dir)
+    facts = plan_mod.facts(cfg, run_dir)
     problem = preflight.run_dir_problem(run_dir)
     if problem:
         raise UserError(problem)
-    imported = import_model(the_plan, Console(highlight=False), quiet=False)
+    imported = import_model(facts.model_import, Console(highlight=False), quiet=False)
     with tempfile.TemporaryDirectory(prefix="rlctl-data-") as scratch:  # a refused run leaves nothing behind
         paths = None
         if cfg.data.generate:
             tasks.GENERATORS[cfg.data.generate](Path(scratch) / "data", cfg.seed)
             paths = plan_mod.data_paths(cfg, scratch)
-        report = check_inputs(the_plan.config, run_dir, paths, the_plan.mixed_precision == "bf16")
+        report = check_inputs(facts.cfg, run_dir, paths, facts.precision == "bf16")
         lengths = preflight.longest(report)
-        if lengths:  # the memory model plans the lengths the data has (recorded: every rank and resume plans the same)
-            the_plan = plan_mod.build(cfg, run_dir, lengths=lengths)
+        the_plan = plan_mod.build_from(facts, lengths or None)  # the memory model plans the lengths the data has
         packages.require(the_plan)  # after the inputs: a data problem is named whether or not the extras are here
         run_dir.mkdir(parents=True, exist_ok=True)
         if paths:
@@ -119,11 +122,10 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
     return Prepared(the_plan, report)
 
 
-def import_model(the_plan: plan_mod.Plan, console: Console, quiet: bool) -> dict | None:
-    """A GGUF model converted into its cached folder (rlctl.stages.gguf_import), once per machine before the ranks
-    start; the import's record (what it fixed), or None for other models. `quiet`: say nothing when it is cached
-    already (a resume). A file transformers cannot convert is a UserError (exit 2)."""
-    spec = the_plan.model_import
+def import_model(spec: GgufImport | None, console: Console, quiet: bool) -> dict | None:
+    """The plan's GGUF model (`spec`) converted into its cached folder (rlctl.stages.gguf_import), once per machine
+    before the ranks start; the import's record (what it fixed), or None for other models. `quiet`: say nothing when
+    it is cached already (a resume). A file transformers cannot convert is a UserError (exit 2)."""
     if spec is None:
         return None
     from rlctl.stages import gguf_import
@@ -296,7 +298,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     offset = metrics_path.stat().st_size if metrics_path.exists() else 0
     log_start = log_path.stat().st_size if log_path.exists() else 0  # this launch's part of an appended log
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]
-    import_model(the_plan, console, quiet=True)  # a resume, or another node: the folder may not be here yet
+    import_model(the_plan.model_import, console, quiet=True)  # a resume, another node: the folder may not be here
     console.print(f"[bold]{'Resuming' if resuming else 'Starting'}[/] {the_plan.config.name} in {run_dir}")
     console.print(f"[dim]{escape(the_plan.command)}\nlog: {escape(str(log_path))}[/]", soft_wrap=True)  # pastes as is
     stopped = 0

@@ -1,7 +1,7 @@
 """The plan: everything `rlctl train` will do, decided before anything starts and without importing torch.
 
 Owns: hardware specs and detection (`hardware`), the architecture the plan is for (`arch`), the memory model
-(`memory_model`) and the search over layouts it drives (`memory`), the generation-engine choice (`engine`),
+and the search over layouts it drives (the subpackage `memory`), the generation-engine choice (`engine`),
 optional packages a layout needs (`packages`), and the assembled `Plan` (`resolved`, its typed parts in `parts`)
 with the run directory's layout (`planner`).
 May import: base, config, sandbox, data.

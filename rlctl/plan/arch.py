@@ -18,6 +18,7 @@ from typing import Any
 from rlctl.config import ModelArch, RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import gguf
+from rlctl.plan.parts import Noted
 
 DENSE = {"qwen2", "qwen3", "llama", "mistral", "gemma", "gemma2", "gemma3_text", "phi3", "phi", "olmo2", "granite"}
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
@@ -127,33 +128,34 @@ def arch_from_config(config: dict[str, Any], source: str) -> ModelArch:
     )
 
 
-def resolve(cfg: RunConfig, warnings: list[str]) -> tuple[RunConfig, str]:
+def resolve(cfg: RunConfig) -> Noted[tuple[RunConfig, str]]:
     """`cfg` with model.arch taken from the model itself where it can be read, and where the numbers came from."""
     preset = cfg.model.arch
     if cfg.model.name_or_path == "builtin:tiny":
-        return cfg, "the preset (builtin:tiny)"
+        return Noted((cfg, "the preset (builtin:tiny)"))
     if gguf.is_gguf(cfg.model):
         file = gguf.locate(cfg.model)
-        return _with_arch(cfg, gguf.header(file).arch, str(file), warnings), f"the GGUF header ({file.name})"
+        return _with_arch(cfg, gguf.header(file).arch, str(file), f"the GGUF header ({file.name})")
     path, where = locate(cfg.model.name_or_path)
     if path is None:
         if preset is None:
-            return cfg, f"none: {cfg.model.name_or_path} {where}, and no model.arch is set"
-        return cfg, f"the preset's model.arch ({cfg.model.name_or_path} {where})"
+            return Noted((cfg, f"none: {cfg.model.name_or_path} {where}, and no model.arch is set"))
+        return Noted((cfg, f"the preset's model.arch ({cfg.model.name_or_path} {where})"))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         real = arch_from_config(data, str(path))
     except (KeyError, ValueError) as e:
         raise UserError(f"Invalid model: {path} is not a transformers config.json (no {e}).") from None
-    return _with_arch(cfg, real, str(path), warnings), where
+    return _with_arch(cfg, real, str(path), where)
 
 
-def _with_arch(cfg: RunConfig, real: ModelArch, source: str, warnings: list[str]) -> RunConfig:
-    """`cfg` planning `real`, with a warning when the preset's model.arch said otherwise."""
-    preset = cfg.model.arch
+def _with_arch(cfg: RunConfig, real: ModelArch, source: str, where: str) -> Noted[tuple[RunConfig, str]]:
+    """`cfg` planning `real` (read from `source`, described as `where`), with a warning when the preset's
+    model.arch said otherwise."""
+    preset, warnings = cfg.model.arch, ()
     if preset is not None and preset != real:
         keys = [k for k in type(real).model_fields if getattr(preset, k) != getattr(real, k)]
         differ = ", ".join(f"{k} {getattr(preset, k)} -> {getattr(real, k)}" for k in keys)
-        warnings.append(f"model.arch from {source} differs from the preset's ({differ}): planning the real one")
+        warnings = (f"model.arch from {source} differs from the preset's ({differ}): planning the real one",)
     model = cfg.model.model_copy(update={"arch": real})
-    return cfg.model_copy(update={"model": model})
+    return Noted((cfg.model_copy(update={"model": model}), where), warnings)

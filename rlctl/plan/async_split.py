@@ -6,7 +6,7 @@ gpu_ids), the generator's engines on the next ones. The split, sized per GPU on 
 
 * the engine's tensor-parallel size: the smallest of 1, 2, 4, 8 (dividing the heads and KV heads, at most half
   the node) at which it holds its bf16 weights and a KV cache for min(rollouts, 16) sequences
-  (`rlctl.plan.memory_generation.dedicated`);
+  (`rlctl.plan.memory.generation.dedicated`);
 * the generator's GPUs per node: whole engines, from a quarter of the node (rounded up) up to half, then below a
   quarter, the first count that leaves a trainer count dividing every stage's batch; hardware.num_processes, when
   set, is the trainer count and the generator takes the rest;
@@ -29,7 +29,7 @@ from rlctl.plan.parts import GenerationSettings, VllmSettings
 
 if TYPE_CHECKING:
     from rlctl.config import RunConfig
-    from rlctl.plan.memory_arch import Arch
+    from rlctl.plan.memory.arch import Arch
 
 TP_SIZES = (1, 2, 4, 8)  # tensor-parallel sizes tried for a generator engine, smallest first
 
@@ -118,8 +118,8 @@ def split(cfg: RunConfig, hardware: hw.Hardware, procs: int, engine: str, batche
             "process(es)"
         )
         return AsyncSplit("vllm" if engine == "vllm" else "transformers", 0, 0, gen, train, why)
-    from rlctl.plan.memory_arch import Arch
-    from rlctl.plan.memory_model import VLLM_DEDICATED_UTIL
+    from rlctl.plan.memory.arch import Arch
+    from rlctl.plan.memory.model import VLLM_DEDICATED_UTIL
 
     gpus, nodes = hardware.gpus_per_node, hardware.nodes
     arch = Arch.of(cfg.model.arch) if cfg.model.arch is not None else None
@@ -170,8 +170,8 @@ def _sized(out: AsyncSplit, arch: Arch, hardware: hw.Hardware, prompt: int) -> A
     """`out` with the generator's memory per GPU."""
     from dataclasses import replace
 
-    from rlctl.plan.memory_generation import dedicated
-    from rlctl.plan.memory_model import GPU_RESERVE, GiB, gib
+    from rlctl.plan.memory.generation import dedicated
+    from rlctl.plan.memory.model import GPU_RESERVE, GiB, gib
 
     total = hardware.gpu_usable_gib * GiB
     tp, engine = out.tensor_parallel_size, out.generator_engine
@@ -196,8 +196,8 @@ def _tensor_parallel(
     for transformers, which generates on one GPU); a UserError where none does within half the node."""
     if arch is None:
         return 1
-    from rlctl.plan.memory_generation import dedicated
-    from rlctl.plan.memory_model import GPU_RESERVE, GiB, gib_str
+    from rlctl.plan.memory.generation import dedicated
+    from rlctl.plan.memory.model import GPU_RESERVE, GiB, gib_str
 
     total = hardware.gpu_usable_gib * GiB
     budget = total * (1 - GPU_RESERVE)
@@ -248,7 +248,7 @@ def _fixed_trainers(gpus: int, tp: int, trainers: int) -> int:
 
 def _one_gpu(hardware: hw.Hardware, arch: Arch | None) -> str:
     """Why a one-GPU machine cannot run async RL, with what time-sharing the card would cost."""
-    from rlctl.plan.memory_model import gib_str
+    from rlctl.plan.memory.model import gib_str
 
     weights = f"its {gib_str(arch.params() * 2.0)} GiB of bf16 weights" if arch is not None else "its weights"
     bigger = f"{hardware.nodes}x" if hardware.nodes > 1 else ""

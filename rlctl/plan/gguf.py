@@ -319,7 +319,7 @@ def plan_import(model: ModelConfig, bf16: bool) -> tuple[GgufImport, GgufHeader]
     """The import of the GGUF file `model` names and its header; a UserError when the file is missing, unreadable
     or of an architecture transformers cannot convert, or when it needs converting into a cache that cannot be
     written."""
-    from rlctl.plan.memory_arch import Arch
+    from rlctl.plan.memory.arch import Arch
 
     path = locate(model)
     found = header(path)

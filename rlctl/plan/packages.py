@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,16 +114,21 @@ def missing(adapter: str, vllm: bool, cpu: bool, trackers: list[str]) -> list[Ne
     return out
 
 
-def check_layout(adapter: str, vllm: bool, cpu: bool, trackers: list[str], here: bool, warnings: list[str]) -> None:
-    """At plan time: refuse (here) or warn (a plan for another machine) when the layout's packages are missing.
+def check_layout(
+    adapter: str, vllm: bool, cpu: bool, trackers: list[str], here: bool, said: Sequence[str]
+) -> tuple[str, ...]:
+    """At plan time: refuse (here) or warn (a plan for another machine) when the layout's packages are missing; the
+    warnings to add to those the plan `said` already (a fix it names already is not repeated).
     `vllm`: the user asked for it (rl.use_vllm=true); vLLM assumed on rl.use_vllm=auto for named GPU hardware
     is `rlctl.plan.engine.choose`'s warning here and `require`'s refusal where the run starts."""
     needs = missing(adapter, vllm, cpu, trackers)
     if here and needs:
         raise UserError(f"Invalid setup: {needs[0].message()}.")
+    out: list[str] = []
     for need in needs:
-        if need.fix not in " ".join(warnings):
-            warnings.append(need.warning())
+        if need.fix not in " ".join([*said, *out]):
+            out.append(need.warning())
+    return tuple(out)
 
 
 def require(plan: Any) -> None:

@@ -6,9 +6,22 @@ of its own for a missing key."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from rlctl.config.sections import ModelArch
+
+T = TypeVar("T")
+Decision = dict[str, str]  # one line of plan.json's decisions: {"setting", "value", "why"}
+
+
+@dataclass(frozen=True)
+class Noted(Generic[T]):
+    """A planning step's result: its value, and the warnings and decisions the plan shows for it."""
+
+    value: T
+    warnings: tuple[str, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+
 
 NOT_ESTIMATED = "model.arch is not set: memory not estimated"  # plan.json's memory reason when `Plan.memory` is None
 

@@ -4,21 +4,35 @@ It fixes each stage's starting point and output, the batch arithmetic per proces
 strategy, the accelerate config and the exact launch command. The memory planner (`rlctl.plan.memory`) chooses
 what the user left on auto (strategy, adapter, gradient checkpointing, micro-batches, offload, the vLLM
 fraction and tensor parallel size) and refuses, with the nearest plan that fits, when nothing fits.
+
+Planning is a sequence of steps, each taking typed facts and returning a typed result with what it has to say
+(`parts.Noted`): `facts` (hardware, epochs, embeddings, architecture, precision, engine), then in `build_from` the
+async split, the batch sizes, the memory per phase (`memory.settings`), each stage's strategy and the assembled
+`Plan`. `rlctl train` takes the facts before its pre-flight and builds the plan once, for the data's lengths.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
-from rlctl.plan import data_lengths, epochs, gguf, memory, packages, strategies
+from rlctl.plan import data_lengths, epochs, gguf, packages, strategies
 from rlctl.plan import engine as engine_mod
 from rlctl.plan import hardware as hw
-from rlctl.plan.parts import DiskSpace, GenerationSettings, Layout, MemoryTable, ModelFacts, VllmSettings
+from rlctl.plan.memory import settings as memory_settings
+from rlctl.plan.parts import (
+    Decision,
+    GenerationSettings,
+    Layout,
+    MemoryTable,
+    ModelFacts,
+    Noted,
+    VllmSettings,
+)
 from rlctl.plan.resolved import Plan, StagePlan
 
 if TYPE_CHECKING:
@@ -154,21 +168,14 @@ def _accelerate_config(
     return cfg
 
 
-def generation_engine(cfg: RunConfig, hardware: hw.Hardware, warnings: list[str]) -> str:
-    """`vllm` (colocated, sleep mode), `transformers` or `none`; see rlctl.plan.engine.choose."""
-    return engine_mod.choose(cfg, hardware, warnings, detected=cfg.hardware.spec == "auto")
-
-
-def precision_for(cfg: RunConfig, hardware: hw.Hardware, warnings: list[str]) -> str:
+def precision_for(cfg: RunConfig, hardware: hw.Hardware) -> Noted[str]:
     """bf16 mixed precision on GPUs that have it, else float32 ("no")."""
     if hardware.is_cpu or cfg.model.dtype == "float32":
-        return "no"
+        return Noted("no")
     if not hardware.bf16:
-        warnings.append(
-            f"{hardware.gpu_name} (compute capability {hardware.compute_capability}) has no bf16: training in float32"
-        )
-        return "no"
-    return "bf16"
+        why = f"{hardware.gpu_name} (compute capability {hardware.compute_capability}) has no bf16: training in float32"
+        return Noted("no", (why,))
+    return Noted("bf16")
 
 
 def _nodes(cfg: RunConfig, hardware: hw.Hardware) -> hw.Hardware:
@@ -215,6 +222,65 @@ def layout(hardware: hw.Hardware, procs: int, cfg: RunConfig) -> Layout:
     )
 
 
+@dataclass(frozen=True)
+class Facts:
+    """What a plan is decided from, before any memory is planned: the config as the plan resolves it (epochs into
+    steps, embeddings beside adapters, the model's architecture), the hardware, the processes per node, the
+    precision and the generation engine, and what those steps said."""
+
+    cfg: RunConfig
+    run_dir: str
+    hardware: hw.Hardware
+    procs: int
+    precision: str
+    engine: str
+    arch_source: str
+    model_import: gguf.GgufImport | None
+    warnings: tuple[str, ...]  # missing data, the architecture, the precision, the engine
+    epochs: tuple[Decision, ...]
+    embeddings: tuple[Decision, ...]  # shown when adapters train
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One stage's batch arithmetic: sequences per optimizer step over all processes, the micro-batch per process
+    and the gradient accumulation."""
+
+    size: int
+    micro: int
+    accumulation: int
+
+    def with_micro(self, micro: int) -> Batch:
+        """The same batch per process in micro-batches of `micro`."""
+        return Batch(self.size, micro, self.micro * self.accumulation // micro)
+
+
+def facts(cfg: RunConfig, run_dir: str | Path) -> Facts:
+    """The facts `cfg` plans from in `run_dir`; `cfg` is left as given. Cheap: no memory is planned, so `rlctl
+    train` can take the precision and a GGUF import from here before the pre-flight counts the data's lengths."""
+    hardware = _nodes(cfg, hw.resolve(cfg.hardware.spec))
+    by_epochs = epochs.resolve(cfg.model_copy(deep=True))
+    embeddings = strategies.embeddings_for_adapters(by_epochs.value)
+    arch = model_arch.resolve(embeddings.value)
+    cfg, arch_source = arch.value
+    precision = precision_for(cfg, hardware)
+    engine = engine_mod.choose(cfg, hardware, detected=cfg.hardware.spec == "auto")
+    model_import = gguf.plan_import(cfg.model, precision.value == "bf16")[0] if gguf.is_gguf(cfg.model) else None
+    return Facts(
+        cfg,
+        str(run_dir),
+        hardware,
+        cfg.hardware.num_processes or max(hardware.gpus_per_node, 1),
+        precision.value,
+        engine.value,
+        arch_source,
+        model_import,
+        (*missing_data(cfg), *arch.warnings, *precision.warnings, *engine.warnings),
+        by_epochs.decisions,
+        embeddings.decisions,
+    )
+
+
 def build(
     cfg: RunConfig, run_dir: str | Path, prompt_tokens: int | None = None, lengths: dict[str, int] | None = None
 ) -> Plan:
@@ -222,104 +288,116 @@ def build(
     counted lengths by stage (see LENGTH_KEYS), `prompt_tokens` its longest RL prompt alone, as the pre-flight
     counted them (else what the run directory recorded, else unknown: the configured limits). `cfg` is left as
     given: what the plan resolves (epochs into steps, embeddings, architecture) is in `Plan.config`."""
-    cfg = cfg.model_copy(deep=True)
-    hardware = _nodes(cfg, hw.resolve(cfg.hardware.spec))
-    procs = cfg.hardware.num_processes or max(hardware.gpus_per_node, 1)
-    warnings = missing_data(cfg)
-    epoch_decisions = epochs.resolve(cfg)
-    embeddings = strategies.embeddings_for_adapters(cfg)
-    cfg, arch_source = model_arch.resolve(cfg, warnings)
-    precision = precision_for(cfg, hardware, warnings)
-    engine = generation_engine(cfg, hardware, warnings)
-    global_batches = {name: _global_batch(cfg, name) for name in cfg.stages}
-    split = None
-    if "rl" in cfg.stages and cfg.rl.async_rollout.enabled:
-        from rlctl.plan import async_split  # loaded for async runs only: `rlctl plan` stays fast
-
-        split = async_split.split(cfg, hardware, procs, engine, list(global_batches.values()))
-        procs = split.trainer_gpus or procs  # on GPUs the trainer processes run on the trainer GPUs only
-        others = [name for name in cfg.stages if name != "rl"]
-        if split.on_gpus and (split.engines > 1 or split.tensor_parallel_size > 1):
-            warnings.append(
-                f"rl.async_rollout: this version's generator process runs one engine on one GPU "
-                f"({split.generator_gpu_ids[0]}), not the {split.engines} engine(s) of "
-                f"{split.tensor_parallel_size} GPU(s) planned; the other generator GPUs stay idle"
-            )
-        if split.on_gpus and others:
-            warnings.append(
-                f"rl.async_rollout: {', '.join(others)} train on the trainer GPUs "
-                f"({async_split.ids(split.trainer_gpu_ids)}) too, one launch runs every stage; run them without "
-                "async (or as a run of their own) to use every GPU"
-            )
-    world = procs * hardware.nodes
-    batches: dict[str, tuple[int, int, int]] = {}  # stage -> (global batch, micro, accumulation)
-    for name, batch in global_batches.items():
-        batches[name] = (batch, *_batching(name, batch, getattr(cfg, name).micro_batch_size, world))
     given = lengths if prompt_tokens is None else {**(lengths or {}), "rl": prompt_tokens}
-    fitted: list[dict[str, str]] = []  # the lengths the memory model takes from the data
-    mem_cfg = data_lengths.as_long_as_the_data(cfg, data_lengths.data_lengths_of(run_dir, given), fitted)
-    mem = _decide_memory(mem_cfg, hardware, procs, engine, precision, split)
-    if mem is None:  # no architecture numbers: the defaults, unchecked
-        strategy = cfg.hardware.strategy
-        if strategy == "auto":
-            strategy = "single" if world == 1 else "ddp"
-        adapter = "full" if cfg.model.adapter == "auto" else cfg.model.adapter
-        checkpointing = cfg.model.gradient_checkpointing
-        if checkpointing == "auto":
-            checkpointing = not hardware.is_cpu
-        cpu_offload, phase_offload = False, cfg.hardware.optimizer_offload is True and "rl" in cfg.stages
-        reference, vllm, decisions, generation, memory_table = "unknown", None, [], None, None
-        if not hardware.is_cpu:
-            warnings.append("model.arch is not set: the memory planner cannot check this plan (add the model's arch)")
-    else:
-        setup = mem.setup
-        strategy, adapter, checkpointing = setup.strategy, setup.adapter, setup.checkpointing
-        cpu_offload, phase_offload = setup.cpu_offload, setup.phase_offload and "rl" in cfg.stages
-        reference, decisions = mem.reference, mem.decisions
-        if hardware.is_cpu and cfg.hardware.optimizer_offload is True and "rl" in cfg.stages:
-            phase_offload = True  # asked for: the RL step runs its offload calls, which have nothing to move
-            why = "no-op on CPU: the optimizer state already lives in host RAM (set by you)"
-            decisions.append({"setting": "optimizer offload", "value": "between phases", "why": why})
-        gen, vllm, generation = mem.generation, None, None
-        if gen is not None and gen.engine == "vllm":
-            vllm = gen.vllm_settings()
-            if not engine_mod.sleep_mode_for(hardware):
-                vllm = replace(vllm, sleep_level=0)
-                decisions.append(
-                    {"setting": "vLLM sleep mode", "value": "off", "why": "vLLM's CPU build has no sleep mode"}
-                )
-        if gen is not None and gen.engine == "transformers":
-            generation = gen.transformers_settings()
-            if gen.concurrent < gen.rollouts:
-                decisions.append(
-                    {
-                        "setting": "generation chunk",
-                        "value": f"{gen.concurrent} of {gen.rollouts} rollouts per generate call",
-                        "why": "the KV cache of every rollout at once does not fit next to the training state",
-                    }
-                )
-        for name, micro in mem.micro.items():
-            batch = batches[name][0]
-            batches[name] = (batch, micro, batch // world // micro)
-        warnings += mem.warnings
-        need, free = memory.disk_need(cfg, setup, precision), hw.free_disk_gib(run_dir)
-        here = hardware.is_cpu or hw.has_local_gpu()  # a GPU plan made on a GPU-less machine runs elsewhere
-        if here and need > free * memory.GiB:
-            warnings.append(
-                f"checkpoints and final models need about {memory.gib(need):g} GiB but {free:.0f} GiB are free "
-                "where the run directory lives (lower checkpoint.keep_last or free disk)"
-            )
-        memory_table = mem.table(DiskSpace(memory.gib(need), round(free, 1)))
-    if split is not None:
-        split, vllm, generation = _async_sides(split, memory_table, vllm, generation)
-        decisions.append(split.decision())
-    decisions += epoch_decisions + fitted + (embeddings if adapter in ("lora", "qlora") else [])
-    per_stage = strategies.stage_strategies(cfg, hardware, strategy, decisions, warnings)
-    here = hardware.is_cpu or hw.has_local_gpu()
-    vllm_forced = engine == "vllm" and cfg.rl.use_vllm is True
-    packages.check_layout(adapter, vllm_forced, hardware.is_cpu, list(cfg.logging.report_to), here, warnings)
-    model_import = gguf.plan_import(cfg.model, precision == "bf16")[0] if gguf.is_gguf(cfg.model) else None
-    base = model_import.folder if model_import else base_model(cfg, run_dir)
+    return build_from(facts(cfg, run_dir), given)
+
+
+def build_from(f: Facts, lengths: dict[str, int] | None = None) -> Plan:
+    """The plan from its facts: the async split, the batch sizes, the memory per phase, each stage's strategy and
+    starting point, the accelerate config and the launch command, with what each step said."""
+    cfg, hardware = f.cfg, f.hardware
+    sizes = {name: _global_batch(cfg, name) for name in cfg.stages}
+    split = _split(f, list(sizes.values()))
+    procs = split.value.trainer_gpus if split.value is not None and split.value.trainer_gpus else f.procs
+    configured = batch_sizes(cfg, sizes, procs * hardware.nodes)
+    fitted = data_lengths.as_long_as_the_data(cfg, data_lengths.data_lengths_of(f.run_dir, lengths))
+    trainers = memory_settings.Trainers(cfg, fitted.value, hardware, procs, f.engine, f.precision, f.run_dir)
+    mem = memory_settings.plan(trainers, split.value)
+    batches = {name: b.with_micro(mem.micro.get(name, b.micro)) for name, b in configured.items()}
+    async_split, vllm, generation = _async_sides(split.value, mem.table, mem.vllm, mem.generation)
+    per_stage = strategies.stage_strategies(cfg, hardware, mem.strategy)
+    warnings = (*f.warnings, *split.warnings, *mem.warnings, *per_stage.warnings)
+    warnings += _package_warnings(f, mem.adapter, warnings)
+    embeddings = f.embeddings if mem.adapter in ("lora", "qlora") else ()
+    said = (*mem.decisions, *([async_split.decision()] if async_split else []), *f.epochs, *fitted.decisions)
+    plan = _assemble(f, procs, mem, stage_plans(f, batches, per_stage.value), async_split)
+    decisions = [*said, *embeddings, *per_stage.decisions]
+    return replace(plan, vllm=vllm, generation=generation, warnings=[*warnings, *plan.warnings], decisions=decisions)
+
+
+def _assemble(
+    f: Facts, procs: int, mem: memory_settings.Memory, stages: list[StagePlan], split: AsyncSplit | None
+) -> Plan:
+    """The Plan of the decided settings: with the accelerate config, the launch command and the layout, warning
+    what the launch needs beyond them."""
+    cfg, hardware = f.cfg, f.hardware
+    gpu_ids = split.trainer_gpu_ids if split is not None and split.on_gpus else None
+    main = (cfg.hardware.main_address, cfg.hardware.main_port)
+    accel = _accelerate_config(
+        hardware, procs, mem.strategy, f.precision, mem.cpu_offload, cfg.hardware.node_rank, main, gpu_ids
+    )
+    return Plan(
+        cfg,
+        f.run_dir,
+        hardware,
+        procs,
+        mem.strategy,
+        f.precision,
+        mem.adapter,
+        mem.checkpointing,
+        f.engine,
+        stages,
+        accel,
+        launch_command(f.run_dir, hardware, cfg),
+        layout(hardware, procs, cfg),
+        model_facts(cfg, f.arch_source),
+        _launch_warnings(cfg, hardware),
+        cpu_offload=mem.cpu_offload,
+        phase_offload=mem.phase_offload,
+        reference=mem.reference,
+        memory=mem.table,
+        model_import=f.model_import,
+        async_split=split,
+    )
+
+
+def _package_warnings(f: Facts, adapter: str, said: tuple[str, ...]) -> tuple[str, ...]:
+    """The packages the layout needs and this machine lacks: a refusal where the plan runs, else warnings."""
+    vllm_forced = f.engine == "vllm" and f.cfg.rl.use_vllm is True
+    here = f.hardware.is_cpu or hw.has_local_gpu()
+    trackers = list(f.cfg.logging.report_to)
+    return packages.check_layout(adapter, vllm_forced, f.hardware.is_cpu, trackers, here, said)
+
+
+def _split(f: Facts, global_batches: list[int]) -> Noted[AsyncSplit | None]:
+    """An async RL run's split of the devices between the trainer processes and the generator, or None."""
+    cfg = f.cfg
+    if "rl" not in cfg.stages or not cfg.rl.async_rollout.enabled:
+        return Noted(None)
+    from rlctl.plan import async_split  # loaded for async runs only: `rlctl plan` stays fast
+
+    split = async_split.split(cfg, f.hardware, f.procs, f.engine, global_batches)
+    others = [name for name in cfg.stages if name != "rl"]
+    warnings = []
+    if split.on_gpus and (split.engines > 1 or split.tensor_parallel_size > 1):
+        warnings.append(
+            f"rl.async_rollout: this version's generator process runs one engine on one GPU "
+            f"({split.generator_gpu_ids[0]}), not the {split.engines} engine(s) of "
+            f"{split.tensor_parallel_size} GPU(s) planned; the other generator GPUs stay idle"
+        )
+    if split.on_gpus and others:
+        warnings.append(
+            f"rl.async_rollout: {', '.join(others)} train on the trainer GPUs "
+            f"({async_split.ids(split.trainer_gpu_ids)}) too, one launch runs every stage; run them without "
+            "async (or as a run of their own) to use every GPU"
+        )
+    return Noted(split, tuple(warnings))
+
+
+def batch_sizes(cfg: RunConfig, sizes: dict[str, int], world: int) -> dict[str, Batch]:
+    """Each stage's configured batch arithmetic over `world` processes (a UserError with a fix when it does not
+    divide)."""
+    return {
+        name: Batch(size, *_batching(name, size, getattr(cfg, name).micro_batch_size, world))
+        for name, size in sizes.items()
+    }
+
+
+def stage_plans(f: Facts, batches: dict[str, Batch], strategies_by_stage: dict[str, str]) -> list[StagePlan]:
+    """Each stage's starting point, output and batches: sft, dpo, kto and rl each start from the policy before it,
+    rm from sft's (rm.init_from=sft) or the base model."""
+    cfg, run_dir = f.cfg, f.run_dir
+    base = f.model_import.folder if f.model_import else base_model(cfg, run_dir)
     stages: list[StagePlan] = []
     policy = base  # the latest policy: each of sft, dpo, kto, rl starts from the one before it
     for name in cfg.stages:
@@ -328,70 +406,27 @@ def build(
             init = str(final_dir(run_dir, "sft")) if "sft" in cfg.stages and cfg.rm.init_from == "sft" else base
         else:
             init, policy = policy, str(final_dir(run_dir, name))
-        batch, micro, accum = batches[name]
+        b = batches[name]
         out = str(final_dir(run_dir, name))
-        stage_plan = StagePlan(
-            name, init, out, sc.max_steps, batch, micro, accum, strategy=per_stage[name], epochs=sc.epochs
+        strategy = strategies_by_stage[name]
+        plan = StagePlan(
+            name, init, out, sc.max_steps, b.size, b.micro, b.accumulation, strategy=strategy, epochs=sc.epochs
         )
-        stages.append(stage_plan)
-    main = (cfg.hardware.main_address, cfg.hardware.main_port)
-    gpu_ids = split.trainer_gpu_ids if split is not None and split.on_gpus else None
-    accel = _accelerate_config(hardware, procs, strategy, precision, cpu_offload, cfg.hardware.node_rank, main, gpu_ids)
-    launch = launch_command(run_dir, hardware, cfg)
+        stages.append(plan)
+    return stages
+
+
+def _launch_warnings(cfg: RunConfig, hardware: hw.Hardware) -> list[str]:
+    """What the launch needs beyond the plan: the rank-0 address of a multi-node run, a GPU for a real model."""
+    out = []
     if hardware.nodes > 1 and not cfg.hardware.main_address:
-        warnings.append(
+        out.append(
             f"{hardware.nodes} nodes: every node needs --main-address HOST[:PORT] of the rank-0 node and its own "
             "--node-rank to launch (rlctl slurm fills both in)"
         )
     if hardware.is_cpu and cfg.model.name_or_path != "builtin:tiny":
-        warnings.append("planning for CPU: real models train very slowly without a GPU")
-    return Plan(
-        cfg,
-        str(run_dir),
-        hardware,
-        procs,
-        strategy,
-        precision,
-        adapter,
-        bool(checkpointing),
-        engine,
-        stages,
-        accel,
-        launch,
-        layout(hardware, procs, cfg),
-        model_facts(cfg, arch_source),
-        warnings,
-        cpu_offload=cpu_offload,
-        phase_offload=phase_offload,
-        reference=reference,
-        vllm=vllm,
-        decisions=decisions,
-        memory=memory_table,
-        generation=generation,
-        model_import=model_import,
-        async_split=split,
-    )
-
-
-def _decide_memory(
-    cfg: RunConfig,
-    hardware: hw.Hardware,
-    procs: int,
-    engine: str,
-    precision: str,
-    split: AsyncSplit | None,
-) -> memory.MemoryPlan | None:
-    """memory.decide for the trainer processes: an async run's on its trainer GPUs with no engine beside them, its
-    refusal saying that only the trainer side was planned there."""
-    if split is None or not split.on_gpus:
-        return memory.decide(cfg, hardware, procs, engine, precision)
-    try:
-        return memory.decide(cfg, hardware, procs, memory.SEPARATE, precision)
-    except UserError as e:
-        raise UserError(
-            f"rl.async_rollout: the trainer side ({procs} of {hardware.gpus_per_node} GPUs per node; the generator has "
-            f"the other {hardware.gpus_per_node - procs}) does not fit. {e}"
-        ) from None
+        out.append("planning for CPU: real models train very slowly without a GPU")
+    return out
 
 
 def _global_batch(cfg: RunConfig, stage: str) -> int:
@@ -400,14 +435,14 @@ def _global_batch(cfg: RunConfig, stage: str) -> int:
 
 
 def _async_sides(
-    split: AsyncSplit,
+    split: AsyncSplit | None,
     memory_table: MemoryTable | None,
     vllm: VllmSettings | None,
     generation: GenerationSettings | None,
-) -> tuple[AsyncSplit, VllmSettings | None, GenerationSettings | None]:
+) -> tuple[AsyncSplit | None, VllmSettings | None, GenerationSettings | None]:
     """An async run's split with the trainer side's planned peak, and the plan's vllm / generation sections: on
-    GPUs those of the generator's engines (the trainer GPUs hold none), on CPU as planned."""
-    if not split.on_gpus:
+    GPUs those of the generator's engines (the trainer GPUs hold none), on CPU (and without a split) as planned."""
+    if split is None or not split.on_gpus:
         return split, vllm, generation
     split = replace(split, trainer_gib_per_gpu=memory_table.peak_gib if memory_table else None)
     if split.generator_engine == "vllm":
@@ -420,7 +455,7 @@ def model_facts(cfg: RunConfig, arch_source: str) -> ModelFacts:
     arch = cfg.model.arch
     if arch is None:
         return ModelFacts(cfg.model.name_or_path, arch_source)
-    from rlctl.plan.memory_arch import Arch
+    from rlctl.plan.memory.arch import Arch
 
     params = Arch.of(arch).params()
     return ModelFacts(cfg.model.name_or_path, arch_source, arch, params, round(params / 1e9, 2))

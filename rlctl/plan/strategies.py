@@ -6,32 +6,32 @@ from __future__ import annotations
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import hardware as hw
+from rlctl.plan.parts import Noted
 
 
-def embeddings_for_adapters(cfg: RunConfig) -> list[dict[str, str]]:
-    """model.train_embeddings=auto resolved (in `cfg`, so config.yaml holds it): on for builtin:tiny, a random-init
+def embeddings_for_adapters(cfg: RunConfig) -> Noted[RunConfig]:
+    """`cfg` with model.train_embeddings=auto resolved (so config.yaml holds it): on for builtin:tiny, a random-init
     model whose frozen embeddings, small and tied to the output head, cap how sure its predictions can get, so
-    adapters alone barely learn (SFT loss 5.1 against 1.1 with them trained); off for pretrained models. The
-    decision the plan shows when adapters train, or none."""
+    adapters alone barely learn (SFT loss 5.1 against 1.1 with them trained); off for pretrained models. Its
+    decision is the one the plan shows when adapters train (none when embeddings stay frozen)."""
     m = cfg.model
+    why = "set by you"
     if m.train_embeddings == "auto":
-        m.train_embeddings = m.name_or_path == "builtin:tiny"
         why = "builtin:tiny is random-init: frozen random embeddings would cap what the adapters learn"
-    else:
-        why = "set by you"
+        m = m.model_copy(update={"train_embeddings": m.name_or_path == "builtin:tiny"})
+        cfg = cfg.model_copy(update={"model": m})
     if not m.train_embeddings:
-        return []
-    return [{"setting": "model.train_embeddings", "value": "true (embeddings and output head train)", "why": why}]
+        return Noted(cfg)
+    value = "true (embeddings and output head train)"
+    return Noted(cfg, decisions=({"setting": "model.train_embeddings", "value": value, "why": why},))
 
 
-def stage_strategies(
-    cfg: RunConfig, hardware: hw.Hardware, strategy: str, decisions: list[dict[str, str]], warnings: list[str]
-) -> dict[str, str]:
+def stage_strategies(cfg: RunConfig, hardware: hw.Hardware, strategy: str) -> Noted[dict[str, str]]:
     """Each stage's strategy: the plan's, except fsdp2 on CPU. There rlctl's own RL loop shards itself (torch's
     fully_shard over gloo); the stages TRL trains through accelerate run DDP, as accelerate engages FSDP only on
-    GPUs, and the plan says so. fsdp2 on CPU with no stage that can shard is refused."""
+    GPUs, and the plan says so (a decision and a warning). fsdp2 on CPU with no stage that can shard is refused."""
     if not (hardware.is_cpu and strategy == "fsdp2"):
-        return dict.fromkeys(cfg.stages, strategy)
+        return Noted(dict.fromkeys(cfg.stages, strategy))
     out = {name: "fsdp2" if name == "rl" else "ddp" for name in cfg.stages}
     ddp = [name for name, how in out.items() if how == "ddp"]
     if len(ddp) == len(out):
@@ -42,9 +42,8 @@ def stage_strategies(
             "then states which other stages run DDP), or use --set "
             "hardware.strategy=ddp (or auto)."
         )
-    if ddp:
-        why = "accelerate engages FSDP only on GPUs; on CPU only rlctl's own RL loop shards (torch fully_shard, gloo)"
-        value = f"ddp for {', '.join(ddp)}; fsdp2 for rl"
-        decisions.append({"setting": "strategy per stage", "value": value, "why": why})
-        warnings.append(f"fsdp2 on CPU: stage(s) {', '.join(ddp)} run DDP ({why})")
-    return out
+    if not ddp:
+        return Noted(out)
+    why = "accelerate engages FSDP only on GPUs; on CPU only rlctl's own RL loop shards (torch fully_shard, gloo)"
+    decision = {"setting": "strategy per stage", "value": f"ddp for {', '.join(ddp)}; fsdp2 for rl", "why": why}
+    return Noted(out, (f"fsdp2 on CPU: stage(s) {', '.join(ddp)} run DDP ({why})",), (decision,))

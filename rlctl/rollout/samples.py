@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from rlctl.plan.memory_model import LOGPROB_CHUNK_ENTRIES
+from rlctl.plan.memory.model import LOGPROB_CHUNK_ENTRIES
 
 
 @dataclass

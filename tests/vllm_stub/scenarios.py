@@ -98,9 +98,10 @@ def loop(model_dir: str, run_dir: str, algorithm: str, *extra: str) -> dict:
     from rlctl import config, launch
     from rlctl.launch import runner
     from rlctl.plan import engine as choice
+    from rlctl.plan.parts import Noted
 
     _as_on_a_gpu()
-    choice.choose = lambda cfg, hardware, warnings, detected=False: "vllm" if "rl" in cfg.stages else "none"
+    choice.choose = lambda cfg, hardware, detected=False: Noted("vllm" if "rl" in cfg.stages else "none")
     sets = [
         f"model.name_or_path={model_dir}",
         "stages=[rl]",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlctl.plan.memory_arch import Arch
-from rlctl.plan.memory_model import SEPARATE, Setup, frozen_copy, gib_str, master_weights, model_state
-from rlctl.plan.memory_search import micro_options, stage_fit
+from rlctl.plan.memory.arch import Arch
+from rlctl.plan.memory.model import SEPARATE, Setup, frozen_copy, gib_str, master_weights, model_state
+from rlctl.plan.memory.search import micro_options, stage_fit
 from rlctl.plan.parts import NOT_ESTIMATED
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlctl.plan.memory_arch import Arch
-from rlctl.plan.memory_generation import generation_chunks, transformers_generation, vllm_generation
-from rlctl.plan.memory_model import (
+from rlctl.plan.memory.arch import Arch
+from rlctl.plan.memory.generation import generation_chunks, transformers_generation, vllm_generation
+from rlctl.plan.memory.model import (
     CRITIC_ALGORITHMS,
     GPU_RESERVE,
     HOST_PROCESS_GIB,

@@ -8,7 +8,7 @@ import math
 from collections import namedtuple
 from typing import TYPE_CHECKING
 
-from rlctl.plan.memory_model import (
+from rlctl.plan.memory.model import (
     CUDA_CONTEXT_GIB,
     SAMPLING_LOGIT_BYTES,
     VLLM_DEDICATED_UTIL,
@@ -28,7 +28,7 @@ from rlctl.plan.memory_model import (
 )
 
 if TYPE_CHECKING:
-    from rlctl.plan.memory_arch import Arch
+    from rlctl.plan.memory.arch import Arch
 
 
 def vllm_weights(arch: Arch, env: Env, setup: Setup) -> float:

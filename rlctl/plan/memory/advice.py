@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlctl.plan.memory_model import Attempt, gib_str
-from rlctl.plan.memory_search import explicit_settings, fitting_attempt
+from rlctl.plan.memory.model import Attempt, gib_str
+from rlctl.plan.memory.search import explicit_settings, fitting_attempt
 
 if TYPE_CHECKING:
     from rlctl.config import RunConfig

@@ -16,8 +16,8 @@ The model, per GPU and per phase (generation and training for RL; training for S
   run's trainer GPUs (engine `separate`: the generator's own GPUs are sized in `rlctl.plan.async_split`);
 * a fixed CUDA context / framework overhead.
 
-The architecture counts live in `rlctl.plan.memory_arch`, the generation phase in `rlctl.plan.memory_generation`;
-`rlctl.plan.memory_search` fits one candidate layout (`Setup`) to every stage with its largest micro-batches and
+The architecture counts live in `rlctl.plan.memory.arch`, the generation phase in `rlctl.plan.memory.generation`;
+`rlctl.plan.memory.search` fits one candidate layout (`Setup`) to every stage with its largest micro-batches and
 `rlctl.plan.memory` chooses among the candidates and explains the choice.
 """
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from rlctl.plan.parts import GenerationSettings, PhaseMemory, VllmSettings
 
 if TYPE_CHECKING:
-    from rlctl.plan.memory_arch import Arch
+    from rlctl.plan.memory.arch import Arch
 
 GiB = float(2**30)
 
@@ -401,12 +401,7 @@ def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int
     comps["policy gradients"] = st["grads"]
     if st["buckets"]:
         comps["DDP gradient buckets"] = st["buckets"]
-    if wl.reference and setup.adapter == "full":
-        comps["reference model"] = frozen_copy(arch, env, setup, wl)
-    if wl.reward_model:
-        comps["reward model"] = reward_model_copy(arch, env, setup)
-    if wl.critic:
-        comps["critic (weights, grads, optimizer)"] = critic_state(arch, env, setup, with_grads=True)
+    comps |= _other_models(arch, env, setup, wl, with_grads=True)
     if env.engine == "vllm" and wl.stage == "rl":
         comps["vLLM sleeping residue"] = VLLM_SLEEP_RESIDUE_GIB * GiB
     act = activations(arch, env, setup, wl, micro) * (2 if wl.critic else 1)
@@ -437,13 +432,21 @@ def generation_resident(arch: Arch, env: Env, setup: Setup, wl: Workload) -> dic
         comps["DDP gradient buckets"] = st["buckets"]
     if not setup.phase_offload:
         comps["optimizer states"] = st["optim"]
+    return nonzero(comps | _other_models(arch, env, setup, wl, with_grads=False), env)
+
+
+def _other_models(arch: Arch, env: Env, setup: Setup, wl: Workload, with_grads: bool) -> dict[str, float]:
+    """The models the stage keeps beside the policy: the reference (a frozen copy unless adapters train), the reward
+    model and the critic (its gradients `with_grads`, during the training phase)."""
+    out: dict[str, float] = {}
     if wl.reference and setup.adapter == "full":
-        comps["reference model"] = frozen_copy(arch, env, setup, wl)
+        out["reference model"] = frozen_copy(arch, env, setup, wl)
     if wl.reward_model:
-        comps["reward model"] = reward_model_copy(arch, env, setup)
+        out["reward model"] = reward_model_copy(arch, env, setup)
     if wl.critic:
-        comps["critic (weights, optimizer)"] = critic_state(arch, env, setup, with_grads=False)
-    return nonzero(comps, env)
+        label = "critic (weights, grads, optimizer)" if with_grads else "critic (weights, optimizer)"
+        out[label] = critic_state(arch, env, setup, with_grads=with_grads)
+    return out
 
 
 def _context_name(env: Env) -> str:

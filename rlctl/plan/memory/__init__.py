@@ -1,26 +1,29 @@
-"""The memory planner: the automatic settings of a run, chosen on the memory model (`rlctl.plan.memory_model`).
+"""The memory planner: the automatic settings of a run, chosen on the memory model (`rlctl.plan.memory.model`).
 
 `decide()` walks the candidate settings in a fixed order (full replicated, FSDP2, optimizer offload between
-phases, FSDP2 + CPU offload, LoRA, QLoRA; `rlctl.plan.memory_search`), picks the first that fits with the largest
-micro-batches, and explains every choice in one line (`rlctl.plan.memory_explain`). Nothing fits: `decide()` raises a
-UserError naming the nearest plan that does (`rlctl.plan.memory_advice`). Also here: the disk a run needs. Pure Python
+phases, FSDP2 + CPU offload, LoRA, QLoRA; `rlctl.plan.memory.search`), picks the first that fits with the largest
+micro-batches, and explains every choice in one line (`rlctl.plan.memory.explain`). Nothing fits: `decide()` raises a
+UserError naming the nearest plan that does (`rlctl.plan.memory.advice`). Also here: the disk a run needs. Pure Python
 (no torch), documented in docs/memory-planner.md.
 
-The modules: memory_arch (architecture counts), memory_model (per-GPU terms of the training state and the
-training phase), memory_generation (the RL generation phase), memory_search (workloads, candidates, micro-batch
-fit), memory_advice (nearest fitting plans, safer settings after an OOM), memory_explain (reasons and the table).
+The modules of this package: `arch` (architecture counts), `model` (per-GPU terms of the training state and the
+training phase), `generation` (the RL generation phase), `search` (workloads, candidates, micro-batch fit), `advice`
+(nearest fitting plans, safer settings after an OOM), `explain` (reasons and the table), `settings` (the decision as
+the plan's settings: the planner's memory step).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from rlctl.errors import UserError
-from rlctl.plan.memory_advice import nearest, refusal, safer
-from rlctl.plan.memory_arch import Arch
-from rlctl.plan.memory_explain import explain, render
-from rlctl.plan.memory_model import SEPARATE, Attempt, Env, Generation, GiB, Setup, gib
-from rlctl.plan.memory_search import environment, explicit_settings, search
+from rlctl.plan.memory import explain, search
+from rlctl.plan.memory.advice import nearest, refusal, safer
+from rlctl.plan.memory.arch import Arch
+from rlctl.plan.memory.explain import render
+from rlctl.plan.memory.model import SEPARATE, Attempt, Env, Generation, GiB, Setup, gib
+from rlctl.plan.memory.search import environment, explicit_settings
 from rlctl.plan.parts import DiskSpace, HostMemory, MemoryTable
 
 if TYPE_CHECKING:
@@ -34,12 +37,14 @@ __all__ = ["SEPARATE", "GiB", "MemoryPlan", "decide", "disk_need", "gib", "rende
 # --- The result ---------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class MemoryPlan:
-    """What `decide()` settled on, with its per-phase memory table and one-line explanations."""
+    """What `decide()` settled on, with its per-phase memory table, its warnings and one-line explanations."""
 
-    def __init__(self, attempt: Attempt, env: Env, warnings: list[str]):
-        self.attempt, self.env, self.warnings = attempt, env, warnings
-        self.decisions: list[dict[str, str]] = []
+    attempt: Attempt
+    env: Env
+    warnings: tuple[str, ...] = ()
+    decisions: tuple[dict[str, str], ...] = ()
 
     @property
     def setup(self) -> Setup:
@@ -99,7 +104,7 @@ def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precisio
         return None
     arch = Arch.of(cfg.model.arch)
     env = environment(cfg, hardware, procs, engine, precision)
-    found, closest = search(cfg, env, arch)
+    found, closest = search.search(cfg, env, arch)
     warnings: list[str] = []
     fixed = explicit_settings(cfg)
     if found is None:
@@ -114,13 +119,12 @@ def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precisio
         else:
             raise UserError(refusal(cfg, hardware, procs, engine, precision, closest))
         found = closest
-    plan = MemoryPlan(found, env, warnings)
-    plan.decisions = explain(cfg, plan, hardware)
+    plan = MemoryPlan(found, env)
     if env.host_assumed and (found.setup.cpu_offload or found.setup.phase_offload):
         warnings.append(
             f"host RAM not known for {hardware.spec}: assumed {hardware.ram_gib:g} GiB per node for the CPU offload"
         )
-    return plan
+    return replace(plan, warnings=tuple(warnings), decisions=tuple(explain.explain(cfg, plan, hardware)))
 
 
 # --- Checkpoints on disk --------------------------------------------------------------------------------------------
