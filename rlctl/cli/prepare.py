@@ -28,6 +28,7 @@ from rlctl.cli.app import (
     rewards_app,
 )
 from rlctl.errors import UserError
+from rlctl.rundir import RunDir
 
 if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
     from rlctl.config import RunConfig
@@ -281,9 +282,9 @@ def rewards_test(
 
     cfg = None
     if run is not None:
-        if not (run / "config.yaml").is_file():
+        if not RunDir(run).is_run():
             raise UserError(f"{run} is not a run directory (no config.yaml).")
-        cfg = config_mod.load_run_config(run / "config.yaml")
+        cfg = config_mod.load_run_config(RunDir(run).config)
     elif preset or config or set_ or Path("rlctl.yaml").is_file():
         cfg = _resolve(preset, config, None, None, set_, None)
     specs, answer_field, columns, rm_dir = cockpit.reward_setup(run, cfg, reward)
