@@ -107,7 +107,7 @@ def init(
     text = (template / "rlctl.yaml").read_text()
     target.write_text(text.replace("{preset}", preset).replace("{data}", data_block(cfg, files, directory)))
     if not (directory / "rewards.py").exists():
-        shutil.copy(template / "rewards.py", directory / "rewards.py")
+        shutil.copy(data_dir("plugins") / "example_rewards.py", directory / "rewards.py")  # the smallest plugin
     written = [f.as_posix() for f in ours] + (["rewards.py"] if plugin_ours else [])
     safewrite.record(directory, "project", written)
     console.print(f"[green]Created[/] {escape(str(directory))}/ from recipe [bold]{preset}[/]:", soft_wrap=True)
