@@ -20,7 +20,7 @@ from rlctl.checkpoint.integrity import folder_problems
 from rlctl.checkpoint.safewrite import MANIFEST, listed, recorded
 from rlctl.config import RunConfig, dump, read_run_config, validate
 from rlctl.errors import UserError
-from rlctl.rundir import CONFIG_FILE, SUMMARY_FILE, RunDir, read_summary
+from rlctl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunDir, read_summary
 
 DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
 # the files a model load from a folder may read (transformers, peft, tokenizers, remote code, llama.cpp), by name
@@ -153,7 +153,7 @@ def run_file_problems(run_dir: Path) -> list[tuple[str, list[str]]]:
         bad = [n for n, line in enumerate(lines[:-1], 1) if line.strip() and not _is_record(line)]
         shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
         said = f"line(s) {shown} are not JSON records; `rlctl report` leaves them out"
-        out.append(("metrics.jsonl", [said] if bad else []))
+        out.append((METRICS_FILE, [said] if bad else []))
     return out
 
 

@@ -293,7 +293,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     run_dir = Path(the_plan.run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     log_path = node_log(run_dir, the_plan.config.hardware.node_rank)
-    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path = RunDir(run_dir).metrics
     offset = metrics_path.stat().st_size if metrics_path.exists() else 0
     log_start = log_path.stat().st_size if log_path.exists() else 0  # this launch's part of an appended log
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]

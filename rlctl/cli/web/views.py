@@ -193,7 +193,7 @@ class RunState:
 def records(run_dir: Path) -> list[dict]:
     from rlctl.after import report
 
-    path = run_dir / "metrics.jsonl"
+    path = RunDir(run_dir).metrics
     return report.read_records(path) if path.is_file() else []
 
 
