@@ -55,6 +55,29 @@ class RunDir:
 
 
 @dataclass
+class StageSummary:
+    """A stage's held-out metrics in summary.json: `eval_accuracy` and `eval_reward` for a policy (the reward model's
+    are pairwise), `eval_rows`, tool metrics, and `null_reasons` where a value was not finite; kept as written."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def eval_accuracy(self) -> Any:
+        return self.metrics.get("eval_accuracy")
+
+    @property
+    def eval_reward(self) -> Any:
+        return self.metrics.get("eval_reward")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.metrics
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StageSummary:
+        return cls(dict(data))
+
+
+@dataclass
 class Summary:
     """summary.json: the held-out metrics of each stage (`stages`, {stage: {metric: value}}; `base` is the starting
     policy), the stages that finished in order (`completed`), and the per-stage records of the data dropped, the
@@ -62,7 +85,7 @@ class Summary:
 
     run: str = ""
     model: str = ""
-    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stages: dict[str, StageSummary] = field(default_factory=dict)
     completed: list[str] = field(default_factory=list)
     world_size: int | None = None
     data: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -73,7 +96,8 @@ class Summary:
 
     def to_json(self) -> dict[str, Any]:
         """The mapping summary.json holds; the per-stage sections only once a stage recorded one."""
-        out: dict[str, Any] = {"run": self.run, "model": self.model, "stages": self.stages, "completed": self.completed}
+        stages = {name: stage.to_json() for name, stage in self.stages.items()}
+        out: dict[str, Any] = {"run": self.run, "model": self.model, "stages": stages, "completed": self.completed}
         if self.world_size is not None:
             out["world_size"] = self.world_size
         for key in ("data", "memory", "best_checkpoints", "layout"):
@@ -88,7 +112,8 @@ class Summary:
         known |= {k: dict for k in ("data", "memory", "best_checkpoints", "layout")}
         values = {k: data[k] for k, kind in known.items() if isinstance(data.get(k), kind)}
         values["completed"] = [s for s in values.get("completed", []) if isinstance(s, str)]
-        values["stages"] = {s: m for s, m in values.get("stages", {}).items() if isinstance(m, dict)}
+        stages = values.get("stages", {}).items()
+        values["stages"] = {s: StageSummary.from_json(m) for s, m in stages if isinstance(m, dict)}
         return cls(**values, extra={k: v for k, v in data.items() if k not in known})
 
     def finished(self, stages: list[str]) -> bool:

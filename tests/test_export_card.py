@@ -72,7 +72,9 @@ def test_card_metadata_for_hub_base_and_data(tmp_path: Path):
         data={"rl": "hf://openai/gsm8k:main@train", "eval": "openai/gsm8k:main@test"},
         stages=["rl"],
     )
-    stats = Summary(stages={"base": {"eval_accuracy": 0.25}, "rl": {"eval_accuracy": 0.5, "eval_reward": 0.75}})
+    stats = Summary.from_json(
+        {"stages": {"base": {"eval_accuracy": 0.25}, "rl": {"eval_accuracy": 0.5, "eval_reward": 0.75}}}
+    )
     card = ModelCard(export.model_card(hub_cfg, stats, "rl", repo_id="alice/m"))
     assert card.data.base_model == "Qwen/Qwen2.5-0.5B-Instruct"
     assert card.data.datasets == ["openai/gsm8k"]

@@ -25,13 +25,13 @@ def test_old_summary_reads_into_the_record_and_back_unchanged():
     raw = json.loads((OLD / rundir.SUMMARY_FILE).read_text())
     record = rundir.read_summary(OLD)
     assert record.completed == ["sft", "rl"] and record.world_size == 1
-    assert record.stages["rl"]["eval_accuracy"] == raw["stages"]["rl"]["eval_accuracy"]
+    assert record.stages["rl"].eval_accuracy == raw["stages"]["rl"]["eval_accuracy"]
     assert record.to_json() == raw
 
 
 def test_summary_keeps_unknown_keys_and_defaults_missing_ones():
     record = rundir.Summary.from_json({"stages": {"sft": {"eval_accuracy": 0.5}}, "future": [1]})
-    assert record.completed == [] and record.world_size is None and record.stages["sft"]["eval_accuracy"] == 0.5
+    assert record.completed == [] and record.world_size is None and record.stages["sft"].eval_accuracy == 0.5
     assert record.to_json() == {
         "run": "",
         "model": "",

@@ -13,7 +13,7 @@ from rlctl.checkpoint import safewrite, verify
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import final_policy
-from rlctl.rundir import Summary, read_summary
+from rlctl.rundir import StageSummary, Summary, read_summary
 
 
 def _hyperparameters(cfg: RunConfig, stage: str) -> dict[str, object]:
@@ -106,7 +106,7 @@ def _eval_results(cfg: RunConfig, summary: Summary, stage: str) -> list:
 
     from rlctl.data.sources import is_hub, parse_source
 
-    metrics = summary.stages.get(stage, {})
+    metrics = summary.stages.get(stage, StageSummary()).metrics
     spec = cfg.data.eval
     if cfg.data.generate:
         dataset_type, dataset_name = f"rlctl/{cfg.data.generate}", f"{cfg.data.generate} (generated held-out split)"
@@ -133,8 +133,8 @@ def _eval_results(cfg: RunConfig, summary: Summary, stage: str) -> list:
 def _metric_rows(summary: Summary) -> list[str]:
     """The card's table of every stage's held-out metrics (base: the model before training)."""
     rows = ["| stage | metric | value |", "| --- | --- | --- |"]
-    for st, metrics in summary.stages.items():
-        for k, v in metrics.items():
+    for st, stage in summary.stages.items():
+        for k, v in stage.metrics.items():
             if k.startswith("eval_") and isinstance(v, int | float):
                 label = f"{st} (reward model, pairwise)" if st == "rm" else st
                 rows.append(f"| {label} | {k} | {v:.4f} |" if isinstance(v, float) else f"| {label} | {k} | {v} |")

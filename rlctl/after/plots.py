@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rlctl.rundir import Summary
+from rlctl.rundir import StageSummary, Summary
 
 # Plotted first, in this order; any other numeric metric a stage logs follows alphabetically.
 PLOT_ORDER = (
@@ -182,17 +182,17 @@ def _values(held: dict[str, dict[str, Any]], key: str) -> dict[str, float]:
 def policy_heldout(summary: Summary) -> dict[str, dict[str, Any]]:
     """summary.json's held-out task metrics of the policy stages (base, sft, rl, and dpo/kto when data.eval is
     set), stages without any left out."""
-    held = summary.stages
-    return {s: m for s, m in held.items() if s != "rm" and any(k in m for k in ("eval_accuracy", "eval_reward"))}
+    held = {s: m.metrics for s, m in summary.stages.items() if s != "rm"}
+    return {s: m for s, m in held.items() if any(k in m for k in ("eval_accuracy", "eval_reward"))}
 
 
 def preference_heldout(summary: Summary, records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """{stage: {"accuracy", "margin"}} on the held-out preference pairs: the reward model's from summary.json, DPO's
     and KTO's from their `heldout` records in metrics.jsonl (the last one of each stage)."""
     out: dict[str, dict[str, float]] = {}
-    rm = summary.stages.get("rm", {})
-    if isinstance(rm.get("eval_accuracy"), int | float):
-        out["rm"] = {"accuracy": rm["eval_accuracy"], "margin": rm.get("eval_margin")}
+    rm = summary.stages.get("rm", StageSummary())
+    if isinstance(rm.eval_accuracy, int | float):
+        out["rm"] = {"accuracy": rm.eval_accuracy, "margin": rm.metrics.get("eval_margin")}
     for rec in records:
         if rec.get("event") == "heldout" and rec.get("stage"):
             out[rec["stage"]] = {"accuracy": rec.get("preference_accuracy"), "margin": rec.get("preference_margin")}

@@ -192,7 +192,7 @@ def summary_table(summary: Summary) -> Table:
     per metric was too wide for 80 columns once a run has tool metrics)."""
     from rich.table import Table
 
-    stages = summary.stages
+    stages = {name: stage.metrics for name, stage in summary.stages.items()}
     table = Table(title="Summary (held-out)", title_justify="left")
     table.add_column("metric", no_wrap=True)
     for stage in stages:
@@ -205,7 +205,7 @@ def summary_table(summary: Summary) -> Table:
 def show_summary(console: Console, summary: Summary) -> None:
     """The table a finished run ends with, or one line where no stage has a held-out metric (an empty table of
     stage names said nothing)."""
-    if any(k != "null_reasons" for m in summary.stages.values() for k in m):
+    if any(k != "null_reasons" for m in summary.stages.values() for k in m.metrics):
         tables.show(console, summary_table(summary))
     else:
         console.print("No held-out metrics: set data.eval to score each policy stage after training.")

@@ -33,7 +33,9 @@ def rebuild_summary(run_dir: Path, cfg: RunConfig) -> tuple[rundir.Summary, str]
             continue
         stage = rec["stage"]
         if rec.get("event") == "eval":
-            summary.stages[stage] = {k: v for k, v in rec.items() if k not in ("stage", "event", "time")}
+            summary.stages[stage] = rundir.StageSummary(
+                {k: v for k, v in rec.items() if k not in ("stage", "event", "time")}
+            )
         elif rec.get("event") == "end" and stage not in summary.completed:
             summary.completed.append(stage)
     damaged = rundir.RunDir(run_dir).summary

@@ -86,7 +86,7 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
 
     def save(name: str, metrics: dict) -> None:
         if state.is_main_process:
-            summary.stages[name] = metrics
+            summary.stages[name] = rundir.StageSummary(metrics)
             rundir.write_summary(run_dir, summary)
             log.write(stage=name, event="eval", **metrics)
 
