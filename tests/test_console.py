@@ -226,12 +226,13 @@ def test_train_summary_fits_80_columns_as_a_table():
 
     from rlctl import tables
     from rlctl.launch import summary_table
+    from rlctl.rundir import Summary
 
     keys = ("accuracy", "reward", "rows", "tool_call_rate", "tool_calls", "tool_errors", "turns", "margin")
     stages = {s: {f"eval_{k}": 0.123456 for k in keys} for s in ("base", "sft", "rm", "rl")}
     out = io.StringIO()
     console = Console(file=out, width=80, highlight=False)
-    table = summary_table({"stages": stages})
+    table = summary_table(Summary.from_json({"stages": stages}))
     assert tables.fits(console, table)
     tables.show(console, table)
     for k in keys:
@@ -295,10 +296,13 @@ def test_a_run_without_held_out_metrics_ends_with_one_line_not_an_empty_table():
     from rich.console import Console
 
     from rlctl.launch import show_summary
+    from rlctl.rundir import Summary
 
     out = io.StringIO()
-    show_summary(Console(file=out, width=80), {"stages": {"sft": {}}})
+    show_summary(Console(file=out, width=80), Summary.from_json({"stages": {"sft": {}}}))
     assert out.getvalue() == "No held-out metrics: set data.eval to score each policy stage after training.\n"
     out = io.StringIO()
-    show_summary(Console(file=out, width=80), {"stages": {"base": {"eval_accuracy": 0.25}, "sft": {}}})
+    show_summary(
+        Console(file=out, width=80), Summary.from_json({"stages": {"base": {"eval_accuracy": 0.25}, "sft": {}}})
+    )
     assert "Summary (held-out)" in out.getvalue() and "0.25" in out.getvalue()

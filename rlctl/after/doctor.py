@@ -11,8 +11,13 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 
@@ -108,8 +113,8 @@ VLLM_FOR_TORCH = {"2.11": "vllm==0.25.0", "2.13": "vllm==0.31.0"}
 TORCH_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")  # wheels that must match torch's exact build
 
 
-def _pinned(requires: list[str], package: str) -> str | None:
-    """The version `package` is pinned to (==) in a distribution's Requires-Dist lines, if it is."""
+def _requirements(requires: list[str], package: str) -> Iterator[Requirement]:
+    """The unconditional requirements of `package` in a distribution's Requires-Dist lines (unparsable ones skipped)."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     for line in requires:
@@ -118,24 +123,18 @@ def _pinned(requires: list[str], package: str) -> str | None:
         except InvalidRequirement:
             continue
         if req.name.lower() == package and not req.marker:
-            pins = [s.version for s in req.specifier if s.operator == "=="]
-            if pins:
-                return pins[0]
-    return None
+            yield req
+
+
+def _pinned(requires: list[str], package: str) -> str | None:
+    """The version `package` is pinned to (==) in a distribution's Requires-Dist lines, if it is."""
+    pins = (s.version for req in _requirements(requires, package) for s in req.specifier if s.operator == "==")
+    return next(pins, None)
 
 
 def _spec(requires: list[str], package: str) -> str:
     """The version specifier a distribution's Requires-Dist gives `package` (unconditional lines only)."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    for line in requires:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if req.name.lower() == package and not req.marker:
-            return str(req.specifier)
-    return ""
+    return next((str(req.specifier) for req in _requirements(requires, package)), "")
 
 
 def check_vllm_set(versions: dict[str, str | None], requires: dict[str, list[str]]) -> list[Check]:

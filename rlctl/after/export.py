@@ -13,6 +13,7 @@ from rlctl.checkpoint import safewrite, verify
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import final_policy
+from rlctl.rundir import StageSummary, Summary, read_summary
 
 
 def _hyperparameters(cfg: RunConfig, stage: str) -> dict[str, object]:
@@ -99,13 +100,13 @@ def _datasets(cfg: RunConfig, stages: list[str]) -> tuple[list[str], list[str]]:
 EVAL_METRICS = ("eval_accuracy", "eval_reward")  # the policy's held-out metrics (the reward model's are pairwise)
 
 
-def _eval_results(cfg: RunConfig, summary: dict, stage: str) -> list:
+def _eval_results(cfg: RunConfig, summary: Summary, stage: str) -> list:
     """The exported stage's held-out metrics as model-index entries (huggingface_hub's EvalResult)."""
     from huggingface_hub import EvalResult
 
     from rlctl.data.sources import is_hub, parse_source
 
-    metrics = summary.get("stages", {}).get(stage, {})
+    metrics = summary.stages.get(stage, StageSummary()).metrics
     spec = cfg.data.eval
     if cfg.data.generate:
         dataset_type, dataset_name = f"rlctl/{cfg.data.generate}", f"{cfg.data.generate} (generated held-out split)"
@@ -129,11 +130,11 @@ def _eval_results(cfg: RunConfig, summary: dict, stage: str) -> list:
     ]
 
 
-def _metric_rows(summary: dict) -> list[str]:
+def _metric_rows(summary: Summary) -> list[str]:
     """The card's table of every stage's held-out metrics (base: the model before training)."""
     rows = ["| stage | metric | value |", "| --- | --- | --- |"]
-    for st, metrics in summary.get("stages", {}).items():
-        for k, v in metrics.items():
+    for st, stage in summary.stages.items():
+        for k, v in stage.metrics.items():
             if k.startswith("eval_") and isinstance(v, int | float):
                 label = f"{st} (reward model, pairwise)" if st == "rm" else st
                 rows.append(f"| {label} | {k} | {v:.4f} |" if isinstance(v, float) else f"| {label} | {k} | {v} |")
@@ -143,7 +144,7 @@ def _metric_rows(summary: dict) -> list[str]:
 
 def model_card(
     cfg: RunConfig,
-    summary: dict,
+    summary: Summary,
     stage: str,
     repo_id: str | None = None,
     adapter: bool = False,
@@ -243,7 +244,7 @@ class Source:
     done instead when summary.json is damaged."""
 
     config: RunConfig
-    summary: dict
+    summary: Summary
     note: str = ""
 
 
@@ -258,9 +259,8 @@ def _intact_finals(run_dir: Path, cfg: RunConfig) -> list[str]:
 
 def _run(run_dir: Path) -> Source:
     cfg = verify.run_config(run_dir)
-    empty = {"stages": {}, "completed": []}
     try:
-        return Source(cfg, strictjson.read(run_dir / "summary.json", missing=empty))
+        return Source(cfg, read_summary(run_dir))
     except strictjson.DamagedFile as e:
         finished = _intact_finals(run_dir, cfg)
         if not finished:
@@ -273,7 +273,7 @@ def _run(run_dir: Path) -> Source:
             f"{e.path} is damaged ({e.damage}); exporting from the stages' final folders, which are intact "
             f"({', '.join(finished)}); the model card has no held-out metrics."
         )
-        return Source(cfg, {"stages": {}, "completed": finished}, note)
+        return Source(cfg, Summary(completed=finished), note)
 
 
 def adapter_source(run_dir: Path, cfg: RunConfig, stage: str) -> Path:
@@ -325,7 +325,7 @@ def export(
     writes next to them). Returns the folder and a note when summary.json was damaged (see `Source`)."""
     source = _run(run_dir)
     cfg, summary = source.config, source.summary
-    stage, src = final_policy(run_dir, cfg, summary.get("completed", []))
+    stage, src = final_policy(run_dir, cfg, summary.completed)
     src, fallback = intact_source(run_dir, stage, src)
     ckpt = adapter_source(run_dir, cfg, stage) if adapter else None  # refuse before loading anything
     safewrite.check_target(out, kind(adapter), force)
@@ -345,7 +345,7 @@ def export(
 def card_text(run_dir: Path, out: Path, adapter: bool = False, repo_id: str | None = None) -> str:
     """The model card `export` would write into `out`, nothing written (what `rlctl ui` shows before it exports)."""
     source = _run(run_dir)
-    stage, _ = final_policy(run_dir, source.config, source.summary.get("completed", []))
+    stage, _ = final_policy(run_dir, source.config, source.summary.completed)
     return model_card(source.config, source.summary, stage, repo_id=repo_id, adapter=adapter, where=str(out.resolve()))
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from rlctl import rundir
 from rlctl.after import export
-from rlctl.checkpoint import verify, write_json_atomic
+from rlctl.checkpoint import verify
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.launch import resume_check
@@ -21,15 +22,15 @@ def restore_finals(run_dir: Path, cfg: RunConfig) -> list[str]:
     checkpoint when that holds its last step, else the stage is marked unfinished in summary.json, so the resume
     trains it from that checkpoint (or its start) to its end. One line per stage saying which."""
     summary = resume_check.read_summary(run_dir, cfg)
-    gone = [s for s in cfg.stages if s in summary["completed"] and not final_dir(run_dir, s).is_dir()]
+    gone = [s for s in cfg.stages if s in summary.completed and not final_dir(run_dir, s).is_dir()]
     ends = {s.name: s.max_steps for s in resolved.read(run_dir).stages} if gone else {}
     notes = [_restore_final(run_dir, cfg, stage, ends[stage], summary) for stage in gone]
     if gone:
-        write_json_atomic(run_dir / "summary.json", summary)
+        rundir.write_summary(run_dir, summary)
     return notes
 
 
-def _restore_final(run_dir: Path, cfg: RunConfig, stage: str, end: int, summary: dict) -> str:
+def _restore_final(run_dir: Path, cfg: RunConfig, stage: str, end: int, summary: rundir.Summary) -> str:
     """Re-create `stage`'s final folder from its checkpoint of step `end`, or reopen the stage in `summary`."""
     ckpt = verify.choose(stage, stage_dir(run_dir, stage) / "checkpoints").intact
     loadable = ckpt is not None and (ckpt / "config.json").is_file()  # a TRL stage's; rlctl's RL loop keeps state
@@ -46,6 +47,6 @@ def _restore_final(run_dir: Path, cfg: RunConfig, stage: str, end: int, summary:
         export._write(tmp, cfg, ckpt, None)  # as an export makes it: the weights copied, or LoRA merged
         tmp.rename(final)
         return f"stage {stage}: its final folder was gone; re-created from {ckpt.name}, the stage's last step."
-    summary["completed"].remove(stage)
+    summary.completed.remove(stage)
     start = f"{ckpt.name}, its newest intact checkpoint" if ckpt else "its start (no intact checkpoint is left)"
     return f"stage {stage}: its final folder was gone; the stage trains again from {start} to re-create it."

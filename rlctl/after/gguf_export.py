@@ -257,7 +257,7 @@ def export(
     check_options("gguf", gguf_type)
     source = hf_export._run(run_dir)
     cfg, summary = source.config, source.summary
-    stage, src = final_policy(run_dir, cfg, summary.get("completed", []))
+    stage, src = final_policy(run_dir, cfg, summary.completed)
     safewrite.check_target(out, KIND, force)
     name = file_name(cfg.name, gguf_type)
     with safewrite.lock(out, "export"):

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rlctl.rundir import StageSummary, Summary
+
 # Plotted first, in this order; any other numeric metric a stage logs follows alphabetically.
 PLOT_ORDER = (
     "reward",
@@ -177,27 +179,27 @@ def _values(held: dict[str, dict[str, Any]], key: str) -> dict[str, float]:
     return {s: m[key] for s, m in held.items() if isinstance(m.get(key), int | float) and not isinstance(m[key], bool)}
 
 
-def policy_heldout(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def policy_heldout(summary: Summary) -> dict[str, dict[str, Any]]:
     """summary.json's held-out task metrics of the policy stages (base, sft, rl, and dpo/kto when data.eval is
     set), stages without any left out."""
-    held = summary.get("stages", {})
-    return {s: m for s, m in held.items() if s != "rm" and any(k in m for k in ("eval_accuracy", "eval_reward"))}
+    held = {s: m.metrics for s, m in summary.stages.items() if s != "rm"}
+    return {s: m for s, m in held.items() if any(k in m for k in ("eval_accuracy", "eval_reward"))}
 
 
-def preference_heldout(summary: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def preference_heldout(summary: Summary, records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """{stage: {"accuracy", "margin"}} on the held-out preference pairs: the reward model's from summary.json, DPO's
     and KTO's from their `heldout` records in metrics.jsonl (the last one of each stage)."""
     out: dict[str, dict[str, float]] = {}
-    rm = summary.get("stages", {}).get("rm", {})
-    if isinstance(rm.get("eval_accuracy"), int | float):
-        out["rm"] = {"accuracy": rm["eval_accuracy"], "margin": rm.get("eval_margin")}
+    rm = summary.stages.get("rm", StageSummary())
+    if isinstance(rm.eval_accuracy, int | float):
+        out["rm"] = {"accuracy": rm.eval_accuracy, "margin": rm.metrics.get("eval_margin")}
     for rec in records:
         if rec.get("event") == "heldout" and rec.get("stage"):
             out[rec["stage"]] = {"accuracy": rec.get("preference_accuracy"), "margin": rec.get("preference_margin")}
     return out
 
 
-def plot_summary(summary: dict[str, Any], out: Path) -> Path | None:
+def plot_summary(summary: Summary, out: Path) -> Path | None:
     """Bars of the policies' held-out task metrics (eval_accuracy, eval_reward), a colour per stage, in run order."""
     held = policy_heldout(summary)
     return _bars(
@@ -217,12 +219,12 @@ def plot_preference(pref: dict[str, dict[str, float]], out: Path) -> Path | None
     )
 
 
-def memory_rows(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def memory_rows(summary: Summary) -> list[tuple[str, dict[str, Any]]]:
     """(stage/phase, row) of summary.json's measured memory, in run order."""
-    return [(f"{s}/{p}", r) for s, m in summary.get("memory", {}).items() for p, r in m.get("phases", {}).items()]
+    return [(f"{s}/{p}", r) for s, m in summary.memory.items() for p, r in m.get("phases", {}).items()]
 
 
-def plot_memory(summary: dict[str, Any], out: Path) -> Path | None:
+def plot_memory(summary: Summary, out: Path) -> Path | None:
     """Bars of the planned and the measured peak memory of every stage and phase (GiB per GPU or process)."""
     rows = [(name, r) for name, r in memory_rows(summary) if r.get("measured_peak_gib") is not None]
     if not rows:
@@ -237,7 +239,7 @@ def plot_memory(summary: dict[str, Any], out: Path) -> Path | None:
     bars = ax.bar([x + 0.2 for x in xs], measured, width=0.4, label="measured", color="C1")
     ax.bar_label(bars, labels=[f"{v:.2f}" for v in measured], fontsize=7)
     ax.set_xticks(list(xs), [name for name, _ in rows], rotation=30, ha="right", fontsize=8)
-    device = next(iter(summary["memory"].values())).get("device", "gpu")
+    device = next(iter(summary.memory.values())).get("device", "gpu")
     ax.set_ylabel("GiB per " + ("GPU" if device == "gpu" else "process"), fontsize=8)
     ax.set_title("peak memory per phase: planned vs measured", fontsize=10)
     ax.legend(fontsize=8)

@@ -29,6 +29,7 @@ from rlctl.after.plots import (
 )
 from rlctl.errors import UserError
 from rlctl.monitors.alarms import alarms_of
+from rlctl.rundir import RunDir, Summary, read_summary
 
 if TYPE_CHECKING:
     from rlctl.config import RunConfig
@@ -84,12 +85,12 @@ def curves(records: list[dict[str, Any]]) -> dict[str, dict[str, list[tuple[int,
     }
 
 
-def memory_lines(summary: dict[str, Any], plots: dict[str, Path]) -> list[str]:
+def memory_lines(summary: Summary, plots: dict[str, Path]) -> list[str]:
     """report.md's planned-vs-measured memory table (empty when the run measured none)."""
     rows = memory_rows(summary)
     if not rows:
         return []
-    source = next(iter(summary["memory"].values())).get("measured_source", "")
+    source = next(iter(summary.memory.values())).get("measured_source", "")
     lines = ["", "## Memory: planned vs measured", "", f"Measured peak per phase ({source}), GiB.", ""]
     lines += ["| phase | planned | measured | error |", "| --- | --- | --- | --- |"]
     for name, r in rows:
@@ -125,12 +126,12 @@ def _hms(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
-def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], run_dir: Path, tb: Path | None) -> str:
+def markdown(cfg, summary: Summary, records: list[dict], plots: dict[str, Path], run_dir: Path, tb: Path | None) -> str:
     from rlctl.after.export import _hyperparameters
 
     stages = cfg.stages
     label = [f"{s} ({cfg.rl.algorithm})" if s == "rl" else s for s in stages]
-    completed = summary.get("completed", [])
+    completed = summary.completed
     durations = _durations(records)
     lines = [
         f"# {cfg.name}: training report",
@@ -143,7 +144,7 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
         f"| model | `{cfg.model.name_or_path}` ({cfg.model.adapter}) |",
         f"| stages | {' -> '.join(label)} |",
         f"| finished | {', '.join(completed) or 'none yet'} |",
-        f"| hardware | {cfg.hardware.spec}, {summary.get('world_size', 1)} process(es) |",
+        f"| hardware | {cfg.hardware.spec}, {summary.world_size or 1} process(es) |",
         f"| seed | {cfg.seed} |",
     ]
     if durations:
@@ -151,8 +152,8 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
     lines.append(f"| written | {time.strftime('%Y-%m-%d %H:%M:%S')} |")
     lines += heldout_lines(summary, records, plots, bool(cfg.data.eval or cfg.data.generate))
     lines += memory_lines(summary, plots)
-    lines += layout_section(summary.get("layout", {}))
-    lines += ["", "## Configuration", "", f"Resolved config: `{run_dir / 'config.yaml'}`.", ""]
+    lines += layout_section(summary.layout)
+    lines += ["", "## Configuration", "", f"Resolved config: `{RunDir(run_dir).config}`.", ""]
     data = cfg.data
     sources = {r: getattr(data, r) for r in ("sft", "preference", "rl", "eval") if getattr(data, r)}
     if data.generate:
@@ -197,9 +198,7 @@ def markdown(cfg, summary: dict, records: list[dict], plots: dict[str, Path], ru
     return "\n".join(lines) + "\n"
 
 
-def heldout_lines(
-    summary: dict[str, Any], records: list[dict[str, Any]], plots: dict[str, Path], has_eval: bool
-) -> list[str]:
+def heldout_lines(summary: Summary, records: list[dict[str, Any]], plots: dict[str, Path], has_eval: bool) -> list[str]:
     """report.md's held-out sections: the policies' task metrics (or one line saying the run had no held-out
     prompts) and the preference-pair accuracy and margin of rm, dpo and kto."""
     held = policy_heldout(summary)
@@ -261,9 +260,9 @@ def build(run_dir: Path, out: Path | None = None, force: bool = False) -> Report
     metrics.jsonl line is named in the report's notes and left out."""
     from rlctl.checkpoint import safewrite, verify
 
-    if not (run_dir / "config.yaml").is_file():
+    if not RunDir(run_dir).is_run():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml).")
-    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path = RunDir(run_dir).metrics
     if not metrics_path.is_file():
         raise UserError(
             f"{run_dir} has no metrics.jsonl yet: nothing was trained. Start it with `rlctl resume {run_dir}`."
@@ -272,11 +271,10 @@ def build(run_dir: Path, out: Path | None = None, force: bool = False) -> Report
     damaged: list[int] = []
     records = read_records(metrics_path, damaged)
     notes = [f"{metrics_path}: line(s) {', '.join(map(str, damaged[:5]))} are damaged and left out"] if damaged else []
-    empty: dict[str, Any] = {"stages": {}, "completed": []}
     try:
-        summary = strictjson.read(run_dir / "summary.json", missing=empty)
+        summary = read_summary(run_dir)
     except strictjson.DamagedFile as e:
-        summary = empty
+        summary = Summary()
         notes.append(
             f"{e.path} is damaged ({e.damage}); the report is built from metrics.jsonl alone (no held-out summary "
             "table or chart)"
@@ -295,7 +293,7 @@ def build(run_dir: Path, out: Path | None = None, force: bool = False) -> Report
     return Report(final, final / rep.markdown.name, plots, rep.tensorboard, notes)
 
 
-def _write(cfg: RunConfig, summary: dict, records: list[dict[str, Any]], run_dir: Path, out: Path) -> Report:
+def _write(cfg: RunConfig, summary: Summary, records: list[dict[str, Any]], run_dir: Path, out: Path) -> Report:
     """The plots and report.md into `out`, the TensorBoard events into the run."""
     from rlctl.launch import tbevents
 

@@ -20,6 +20,7 @@ from rlctl.checkpoint.integrity import folder_problems
 from rlctl.checkpoint.safewrite import MANIFEST, listed, recorded
 from rlctl.config import RunConfig, dump, read_run_config, validate
 from rlctl.errors import UserError
+from rlctl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunDir, read_summary
 
 DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
 # the files a model load from a folder may read (transformers, peft, tokenizers, remote code, llama.cpp), by name
@@ -42,7 +43,7 @@ def run_config(run_dir: Path, works: str = "", notes: list[str] | None = None) -
     line in `notes` names them). Raises DamagedFile when it does not parse or is not complete: rlctl writes every
     section and key there, so a file that lacks some was cut short (it would otherwise be read with defaults in
     their place); `works` says what still works without it."""
-    path = run_dir / "config.yaml"
+    path = RunDir(run_dir).config
     works = works or restore_hint(run_dir)
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
@@ -106,9 +107,7 @@ def resume_check(run_dir: Path, stages: list[str]) -> list[str]:
     one and retention never counts them); returns one line per stage saying which and why. A stage whose
     checkpoints are all damaged raises a UserError naming the files (nothing is renamed then). Stages that
     summary.json lists as completed are not looked at."""
-    summary = run_dir / "summary.json"
-    works = f"`rlctl resume {run_dir}` rebuilds it from metrics.jsonl."
-    completed = strictjson.read(summary, works, missing={}).get("completed", [])
+    completed = read_summary(run_dir, f"`rlctl resume {run_dir}` rebuilds it from metrics.jsonl.").completed
     notes = []
     for stage in (s for s in stages if s not in completed):
         choice = choose(stage, run_dir / stage / "checkpoints")
@@ -138,23 +137,23 @@ def run_file_problems(run_dir: Path) -> list[tuple[str, list[str]]]:
     objects, every metrics.jsonl line a JSON record (a half-written last line of a running run aside)."""
     try:
         run_config(run_dir)
-        out = [("config.yaml", [])]
+        out = [(CONFIG_FILE, [])]
     except UserError as e:
-        out = [("config.yaml", [str(e).split(" is damaged: ", 1)[-1]])]
-    for name in ("plan.json", "summary.json"):
+        out = [(CONFIG_FILE, [str(e).split(" is damaged: ", 1)[-1]])]
+    for name in ("plan.json", SUMMARY_FILE):
         if (run_dir / name).exists():
-            works = "`rlctl resume` rebuilds it from metrics.jsonl" if name == "summary.json" else ""
+            works = "`rlctl resume` rebuilds it from metrics.jsonl" if name == SUMMARY_FILE else ""
             try:
                 strictjson.read(run_dir / name)
                 out.append((name, []))
             except strictjson.DamagedFile as e:
                 out.append((name, [f"{e.damage}{'; ' + works if works else ''}"]))
-    if (run_dir / "metrics.jsonl").is_file():
-        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8", errors="replace").splitlines()
+    if RunDir(run_dir).metrics.is_file():
+        lines = RunDir(run_dir).metrics.read_text(encoding="utf-8", errors="replace").splitlines()
         bad = [n for n, line in enumerate(lines[:-1], 1) if line.strip() and not _is_record(line)]
         shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
         said = f"line(s) {shown} are not JSON records; `rlctl report` leaves them out"
-        out.append(("metrics.jsonl", [said] if bad else []))
+        out.append((METRICS_FILE, [said] if bad else []))
     return out
 
 
@@ -186,10 +185,10 @@ def verify_run(run_dir: Path) -> list[tuple[str, list[str]]]:
 def _missing_finals(run_dir: Path) -> list[tuple[str, list[str]]]:
     """(STAGE/final, its problem) for each stage summary.json lists as finished whose final folder is gone."""
     try:
-        completed = strictjson.read(run_dir / "summary.json", missing={}).get("completed", [])
+        completed = read_summary(run_dir).completed
     except strictjson.DamagedFile:
         return []  # run_file_problems names it
-    gone = [s for s in completed if isinstance(s, str) and not (run_dir / s / "final").is_dir()]
+    gone = [s for s in completed if not RunDir(run_dir).final(s).is_dir()]
     why = f"gone, though the stage finished; `rlctl resume {run_dir}` re-creates it from its last checkpoint"
     return [(f"{stage}/final", [why]) for stage in gone]
 

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from rlctl import strictjson, tables
 from rlctl.errors import UserError
+from rlctl.rundir import RunDir
 
 if TYPE_CHECKING:
     from rlctl.config import RunConfig
@@ -246,7 +247,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptio
 
     if opt.greedy and (opt.samples > 1 or opt.temperature is not None):
         raise UserError("--greedy gives one completion per prompt; drop --samples/--temperature, or drop --greedy.")
-    is_run = (target / "config.yaml").is_file()
+    is_run = RunDir(target).is_run()
     name = str(target)
     if not target.exists() and (target.is_absolute() or name.startswith(".") or name.count("/") > 1):
         raise UserError(
@@ -450,7 +451,7 @@ def verify_command(ui: UI, run_dir: Path, as_json: bool) -> int:
     from rlctl.checkpoint import verify
     from rlctl.checkpoint.safewrite import listed
 
-    is_run = (run_dir / "config.yaml").is_file()
+    is_run = RunDir(run_dir).is_run()
     if is_run:
         checks = verify.verify_run(run_dir)
     elif verify.is_export(run_dir):

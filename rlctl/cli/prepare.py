@@ -28,6 +28,7 @@ from rlctl.cli.app import (
     rewards_app,
 )
 from rlctl.errors import UserError
+from rlctl.rundir import RunDir
 
 if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
     from rlctl.config import RunConfig
@@ -106,7 +107,7 @@ def init(
     text = (template / "rlctl.yaml").read_text()
     target.write_text(text.replace("{preset}", preset).replace("{data}", data_block(cfg, files, directory)))
     if not (directory / "rewards.py").exists():
-        shutil.copy(template / "rewards.py", directory / "rewards.py")
+        shutil.copy(data_dir("plugins") / "example_rewards.py", directory / "rewards.py")  # the smallest plugin
     written = [f.as_posix() for f in ours] + (["rewards.py"] if plugin_ours else [])
     safewrite.record(directory, "project", written)
     console.print(f"[green]Created[/] {escape(str(directory))}/ from recipe [bold]{preset}[/]:", soft_wrap=True)
@@ -281,9 +282,9 @@ def rewards_test(
 
     cfg = None
     if run is not None:
-        if not (run / "config.yaml").is_file():
+        if not RunDir(run).is_run():
             raise UserError(f"{run} is not a run directory (no config.yaml).")
-        cfg = config_mod.load_run_config(run / "config.yaml")
+        cfg = config_mod.load_run_config(RunDir(run).config)
     elif preset or config or set_ or Path("rlctl.yaml").is_file():
         cfg = _resolve(preset, config, None, None, set_, None)
     specs, answer_field, columns, rm_dir = cockpit.reward_setup(run, cfg, reward)

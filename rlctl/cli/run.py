@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rlctl.errors import UserError
+from rlctl.rundir import RunDir
 
 if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
     from rich.console import Console
@@ -85,9 +86,9 @@ def _check_rendezvous(cfg: RunConfig, nodes: int) -> None:
 def _wait_for_rank0(console: Console, run_dir: Path, timeout: float) -> None:
     """Nodes other than 0 join the run directory node 0 prepares (a shared filesystem)."""
     deadline = time.monotonic() + timeout
-    if not (run_dir / "config.yaml").is_file():
+    if not RunDir(run_dir).is_run():
         console.print(f"Waiting for node 0 to prepare {run_dir} ...")
-    while not (run_dir / "config.yaml").is_file():
+    while not RunDir(run_dir).is_run():
         if time.monotonic() > deadline:
             raise UserError(
                 f"node 0 did not prepare {run_dir} within {timeout:.0f} s: the run directory must be on a filesystem "
@@ -207,7 +208,7 @@ def _refuse_foreign(run_dir: Path) -> None:
         )
     from rlctl.checkpoint import safewrite
 
-    safewrite.check_writable(run_dir / "config.yaml")  # a read-only or missing place is refused before the start
+    safewrite.check_writable(RunDir(run_dir).config)  # a read-only or missing place is refused before the start
 
 
 @app.command()
@@ -245,12 +246,12 @@ def train(
         from rlctl.plan import planner as plan_mod
 
         _wait_for_rank0(console, run_dir, float(os.environ.get("RLCTL_NODE_WAIT", "600")))
-        shared = config_mod.load_run_config(run_dir / "config.yaml")  # node 0's config, this node's rank
+        shared = config_mod.load_run_config(RunDir(run_dir).config)  # node 0's config, this node's rank
         _apply_nodes(shared, count, cfg.hardware.node_rank, main_address)
         shared.hardware.main_address, shared.hardware.main_port = cfg.hardware.main_address, cfg.hardware.main_port
         node_plan = plan_mod.build(shared, run_dir)
         raise typer.Exit(_finish(ui, _launch(console, node_plan, resuming=False), node_plan))
-    if (run_dir / "config.yaml").exists():
+    if RunDir(run_dir).config.exists():
         raise UserError(
             f"{run_dir} already holds a run; continue it with `rlctl resume {run_dir}` or pick another --run-dir."
         )
@@ -288,7 +289,7 @@ def resume(
 
     ui = _ui(ctx)
     console = ui.console
-    cfg_path = run_dir / "config.yaml"
+    cfg_path = RunDir(run_dir).config
     if not cfg_path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml). Start one with `rlctl train`.")
     from rlctl.after import finals

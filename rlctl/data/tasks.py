@@ -29,11 +29,26 @@ def _dropped_carry(a: int, b: int) -> int:
     return (a // 10) * 10 + (a % 10 + b) % 10
 
 
+def _empty_rows() -> dict[str, list[dict]]:
+    """A generated task's rows by role, none yet."""
+    return {"sft": [], "preference": [], "rl": [], "eval": []}
+
+
+def _write(out_dir: Path, rows: dict[str, list[dict]]) -> dict[str, Path]:
+    """Write each role's rows to out_dir/ROLE.jsonl; returns the paths by role."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for role, items in rows.items():
+        paths[role] = out_dir / f"{role}.jsonl"
+        paths[role].write_text("".join(json.dumps(r) + "\n" for r in items))
+    return paths
+
+
 def arithmetic(out_dir: Path, seed: int) -> dict[str, Path]:
     """Write sft/preference/rl/eval jsonl files for the arithmetic task; returns their paths by role."""
     rng = random.Random(seed + 1)
     train, held_out = _problems(seed)
-    rows: dict[str, list[dict]] = {"sft": [], "preference": [], "rl": [], "eval": []}
+    rows = _empty_rows()
     for a, b in train:
         prompt, answer = f"{a}+{b}=", a + b
         carries = a % 10 + b >= 10
@@ -45,12 +60,7 @@ def arithmetic(out_dir: Path, seed: int) -> dict[str, Path]:
         rows["rl"].append({"prompt": prompt, "answer": str(answer)})
     for a, b in held_out:
         rows["eval"].append({"prompt": f"{a}+{b}=", "answer": str(a + b)})
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for role, items in rows.items():
-        paths[role] = out_dir / f"{role}.jsonl"
-        paths[role].write_text("".join(json.dumps(r) + "\n" for r in items))
-    return paths
+    return _write(out_dir, rows)
 
 
 # `products` (tiny-agent-demo): multiply a three-digit number by a one-digit one ("347*6=" -> "2082"), which the
@@ -85,7 +95,7 @@ def products(out_dir: Path, seed: int) -> dict[str, Path]:
     pairs = [(a, b) for a in range(100, 1000) for b in range(2, 10)]
     random.Random(seed).shuffle(pairs)
     n_eval = 200
-    rows: dict[str, list[dict]] = {"sft": [], "preference": [], "rl": [], "eval": []}
+    rows = _empty_rows()
     for a, b in pairs[n_eval:]:
         prompt, expression, answer = f"{a}*{b}=", f"{a}*{b}", str(a * b)
         shown = agent_demonstration(prompt, expression, answer, rng.random() < TOOL_RATE)
@@ -95,12 +105,7 @@ def products(out_dir: Path, seed: int) -> dict[str, Path]:
                                    "rejected": wrong["completion"]})  # fmt: skip
         rows["rl"].append({"prompt": prompt, "answer": answer})
     rows["eval"] = [{"prompt": f"{a}*{b}=", "answer": str(a * b)} for a, b in pairs[:n_eval]]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for role, items in rows.items():
-        paths[role] = out_dir / f"{role}.jsonl"
-        paths[role].write_text("".join(json.dumps(r) + "\n" for r in items))
-    return paths
+    return _write(out_dir, rows)
 
 
 # `chat-sums` (an instruct model's task): "What is 47 + 38? Reply with only the number." as a chat message, two
@@ -118,7 +123,7 @@ def chat_sums(out_dir: Path, seed: int) -> dict[str, Path]:
     rng = random.Random(seed + 3)
     pairs = [(a, b) for a in range(10, 100) for b in range(10, 100)]
     random.Random(seed).shuffle(pairs)
-    rows: dict[str, list[dict]] = {"sft": [], "preference": [], "rl": [], "eval": []}
+    rows = _empty_rows()
     for i, (a, b) in enumerate(pairs):
         prompt, answer = _chat(f"What is {a} + {b}? Reply with only the number."), str(a + b)
         if i < CHAT_SUMS_EVAL:
@@ -129,12 +134,7 @@ def chat_sums(out_dir: Path, seed: int) -> dict[str, Path]:
         rows["preference"].append({"prompt": prompt, "chosen": [{"role": "assistant", "content": answer}],
                                    "rejected": [{"role": "assistant", "content": wrong}]})  # fmt: skip
         rows["rl"].append({"prompt": prompt, "answer": answer})
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for role, items in rows.items():
-        paths[role] = out_dir / f"{role}.jsonl"
-        paths[role].write_text("".join(json.dumps(r) + "\n" for r in items))
-    return paths
+    return _write(out_dir, rows)
 
 
 GENERATORS = {"arithmetic": arithmetic, "products": products, "chat-sums": chat_sums}

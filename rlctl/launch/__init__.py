@@ -38,6 +38,7 @@ from rlctl.launch import preflight, tbevents
 from rlctl.launch import progress as progress_mod
 from rlctl.plan import data_lengths, engine, packages, resolved
 from rlctl.plan import planner as plan_mod
+from rlctl.rundir import RunDir, Summary, read_summary
 from rlctl.scrub import scrub
 
 if TYPE_CHECKING:  # rich's progress and tables load only when a run starts or a summary is shown
@@ -118,7 +119,7 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
         (run_dir / "model_import.json").write_text(json.dumps(imported, indent=2))
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
     checkpoint.write_json_atomic(run_dir / resolved.PLAN_FILE, the_plan.to_json())
-    (run_dir / "config.yaml").write_text(config_mod.dump(the_plan.config))  # as the plan resolved it
+    RunDir(run_dir).config.write_text(config_mod.dump(the_plan.config))  # as the plan resolved it
     return Prepared(the_plan, report)
 
 
@@ -188,12 +189,12 @@ def _cell(value: object) -> str:
     return "n/a" if value is None else str(value)
 
 
-def summary_table(summary: dict) -> Table:
+def summary_table(summary: Summary) -> Table:
     """The per-stage held-out metrics of summary.json as a table: a row per metric, a column per stage (a column
     per metric was too wide for 80 columns once a run has tool metrics)."""
     from rich.table import Table
 
-    stages = summary.get("stages", {})
+    stages = {name: stage.metrics for name, stage in summary.stages.items()}
     table = Table(title="Summary (held-out)", title_justify="left")
     table.add_column("metric", no_wrap=True)
     for stage in stages:
@@ -203,10 +204,10 @@ def summary_table(summary: dict) -> Table:
     return table
 
 
-def show_summary(console: Console, summary: dict) -> None:
+def show_summary(console: Console, summary: Summary) -> None:
     """The table a finished run ends with, or one line where no stage has a held-out metric (an empty table of
     stage names said nothing)."""
-    if any(k != "null_reasons" for m in summary.get("stages", {}).values() for k in m):
+    if any(k != "null_reasons" for m in summary.stages.values() for k in m.metrics):
         tables.show(console, summary_table(summary))
     else:
         console.print("No held-out metrics: set data.eval to score each policy stage after training.")
@@ -294,7 +295,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     run_dir = Path(the_plan.run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     log_path = node_log(run_dir, the_plan.config.hardware.node_rank)
-    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path = RunDir(run_dir).metrics
     offset = metrics_path.stat().st_size if metrics_path.exists() else 0
     log_start = log_path.stat().st_size if log_path.exists() else 0  # this launch's part of an appended log
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]
@@ -371,9 +372,8 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     if alarmed:
         names = ", ".join(a["alarm"] for a in alarmed)
         console.print(f"[yellow]{len(alarmed)} alarm(s)[/] ({names}): `rlctl report {run_dir}` lists their causes.")
-    summary_path = run_dir / "summary.json"
-    if code == 0 and summary_path.exists():
-        show_summary(console, json.loads(summary_path.read_text()))
+    if code == 0 and RunDir(run_dir).summary.exists():
+        show_summary(console, read_summary(run_dir))
         console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export", soft_wrap=True)
         return 0
     if errors:

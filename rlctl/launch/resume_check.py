@@ -7,26 +7,22 @@ import json
 import os
 from pathlib import Path
 
-from rlctl import strictjson
-from rlctl.checkpoint import write_json_atomic
+from rlctl import rundir, strictjson
 from rlctl.config import ModelConfig, RunConfig
 from rlctl.errors import UserError
 
 
-def read_summary(run_dir: Path, cfg: RunConfig) -> dict:
+def read_summary(run_dir: Path, cfg: RunConfig) -> rundir.Summary:
     """The run's summary.json (a new one when there is none); DamagedFile when it cannot be read."""
-    new = {"run": cfg.name, "model": cfg.model.name_or_path, "stages": {}, "completed": []}
-    return strictjson.read(run_dir / "summary.json", REPAIR.format(run_dir=run_dir), missing=new)
+    new = rundir.Summary(run=cfg.name, model=cfg.model.name_or_path)
+    return rundir.read_summary(run_dir, rundir.REPAIR.format(run_dir=run_dir), missing=new)
 
 
-REPAIR = "`rlctl resume {run_dir}` rebuilds it from metrics.jsonl; `rlctl report` and `rlctl export` work without it."
-
-
-def rebuild_summary(run_dir: Path, cfg: RunConfig) -> tuple[dict, str]:
+def rebuild_summary(run_dir: Path, cfg: RunConfig) -> tuple[rundir.Summary, str]:
     """summary.json rebuilt from metrics.jsonl (each stage's held-out `eval` record, `end` marking it completed),
     the damaged file kept as summary.json.damaged; returns it and a line saying so."""
-    summary = {"run": cfg.name, "model": cfg.model.name_or_path, "stages": {}, "completed": []}
-    path = run_dir / "metrics.jsonl"
+    summary = rundir.Summary(run=cfg.name, model=cfg.model.name_or_path)
+    path = rundir.RunDir(run_dir).metrics
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
     for line in lines:
         try:
@@ -37,20 +33,22 @@ def rebuild_summary(run_dir: Path, cfg: RunConfig) -> tuple[dict, str]:
             continue
         stage = rec["stage"]
         if rec.get("event") == "eval":
-            summary["stages"][stage] = {k: v for k, v in rec.items() if k not in ("stage", "event", "time")}
-        elif rec.get("event") == "end" and stage not in summary["completed"]:
-            summary["completed"].append(stage)
-    damaged = run_dir / "summary.json"
-    os.replace(damaged, damaged.with_name("summary.json.damaged"))
-    write_json_atomic(damaged, summary)
-    done = ", ".join(summary["completed"]) or "none"
-    return summary, f"rebuilt from metrics.jsonl (completed: {done}); the damaged copy is kept as summary.json.damaged"
+            summary.stages[stage] = rundir.StageSummary(
+                {k: v for k, v in rec.items() if k not in ("stage", "event", "time")}
+            )
+        elif rec.get("event") == "end" and stage not in summary.completed:
+            summary.completed.append(stage)
+    damaged = rundir.RunDir(run_dir).summary
+    aside = damaged.with_name(damaged.name + ".damaged")
+    os.replace(damaged, aside)
+    rundir.write_summary(run_dir, summary)
+    done = ", ".join(summary.completed) or "none"
+    return summary, f"rebuilt from metrics.jsonl (completed: {done}); the damaged copy is kept as {aside.name}"
 
 
 def finished(run_dir: Path, cfg: RunConfig) -> bool:
     """Whether every stage of the run is recorded as completed in its summary.json."""
-    completed = read_summary(run_dir, cfg).get("completed", [])
-    return all(stage in completed for stage in cfg.stages)
+    return read_summary(run_dir, cfg).finished(cfg.stages)
 
 
 def _last_step(run_dir: Path, stage: str) -> int:

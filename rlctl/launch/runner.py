@@ -13,7 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from rlctl import checkpoint
+from rlctl import checkpoint, rundir
 from rlctl.checkpoint import faults
 from rlctl.config import RunConfig
 from rlctl.data import tasks
@@ -81,13 +81,13 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     log.to_trackers = fanout.add if fanout.pending else None
     paths = plan_mod.data_paths(cfg, run_dir)
     summary = resume_check.read_summary(run_dir, cfg)
-    summary["world_size"] = state.num_processes
+    summary.world_size = state.num_processes
     stage_fns = {"sft": sft.run, "dpo": dpo.run, "kto": kto.run, "rm": rm.run, "rl": rl.run}
 
     def save(name: str, metrics: dict) -> None:
         if state.is_main_process:
-            summary["stages"][name] = metrics
-            checkpoint.write_json_atomic(run_dir / "summary.json", summary)
+            summary.stages[name] = rundir.StageSummary(metrics)
+            rundir.write_summary(run_dir, summary)
             log.write(stage=name, event="eval", **metrics)
 
     if cfg.model.name_or_path == "builtin:tiny" and state.is_main_process:
@@ -129,15 +129,15 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
 
         tok = models.tokenizer(first, first.stage.init_from)
         for stage in the_plan.stages:
-            if stage.name not in summary["completed"]:
+            if stage.name not in summary.completed:
                 with explained(stage_context(stage)):
                     rows.training_rows(stage_context(stage), tok)
     state.wait_for_everyone()
-    if "base" not in summary["stages"] and "eval" in paths and first.stage.name != "rm" and state.is_main_process:
+    if "base" not in summary.stages and "eval" in paths and first.stage.name != "rm" and state.is_main_process:
         with explained(first):
             save("base", heldout.score_saved(first, first.stage.init_from, scope="base"))
     for stage in the_plan.stages:
-        if stage.name in summary["completed"]:
+        if stage.name in summary.completed:
             continue
         ctx = stage_context(stage)
         log.write(stage=stage.name, event="start", max_steps=stage.max_steps)
@@ -146,7 +146,7 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
             stage_fns[stage.name](ctx)
         if state.is_main_process:
             if ctx.notes:
-                summary.setdefault("data", {})[stage.name] = ctx.notes
+                summary.data[stage.name] = ctx.notes
             with explained(ctx):
                 metrics = heldout.score_saved(ctx, str(ctx.final)) if heldout.can_score(ctx) else {}
             memory_probe.lap(ctx, "evaluation")  # the final save and the held-out evaluation
@@ -154,14 +154,14 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
         if state.is_main_process:
             measured = memory_probe.summary(run_dir, stage.name, the_plan.memory)
             if measured is not None:
-                summary.setdefault("memory", {})[stage.name] = measured
+                summary.memory[stage.name] = measured
             best = checkpoint.best(ctx.checkpoints)
             if best is not None:
-                summary.setdefault("best_checkpoints", {})[stage.name] = {"path": str(best), **checkpoint.mark(best)}
+                summary.best_checkpoints[stage.name] = {"path": str(best), **checkpoint.mark(best)}
             record = layout.read(run_dir, stage.name)
             if record is not None:
-                summary.setdefault("layout", {})[stage.name] = record
-            summary["completed"].append(stage.name)
+                summary.layout[stage.name] = record
+            summary.completed.append(stage.name)
             save(stage.name, metrics)
             log.write(stage=stage.name, event="end", max_steps=stage.max_steps)
         state.wait_for_everyone()

@@ -19,6 +19,7 @@ from rlctl.errors import RewardError, RowFailure, UserError
 from rlctl.rewards import RewardFn
 from rlctl.rollout import multiturn
 from rlctl.rollout.samples import Sample
+from rlctl.rundir import RunDir, read_summary
 
 
 def end_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -268,13 +269,10 @@ def load_policy(target: Path, stage: str | None = None, device: str | None = Non
     from rlctl.plan.planner import final_gone
 
     device = device or default_device()
-    if (target / "config.yaml").is_file():
-        from rlctl import strictjson
-
-        cfg = load_run_config(target / "config.yaml")
+    if RunDir(target).is_run():
+        cfg = load_run_config(RunDir(target).config)
         works = f"Evaluate a stage's final folder instead (rlctl eval {target}/STAGE/final ...), or an export."
-        summary = strictjson.read(target / "summary.json", works, missing={})
-        completed = summary.get("completed", [])
+        completed = read_summary(target, works).completed
         if stage:
             folder = final_dir(target, stage)
             if stage in completed and not folder.is_dir():

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlctl.errors import UserError
+from rlctl.rundir import RunDir
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -192,7 +193,7 @@ class RunState:
 def records(run_dir: Path) -> list[dict]:
     from rlctl.after import report
 
-    path = run_dir / "metrics.jsonl"
+    path = RunDir(run_dir).metrics
     return report.read_records(path) if path.is_file() else []
 
 
@@ -229,7 +230,7 @@ def finished(run_dir: Path) -> bool:
     from rlctl.launch import resume_check
 
     try:
-        return resume_check.finished(run_dir, config_mod.load_run_config(run_dir / "config.yaml"))
+        return resume_check.finished(run_dir, config_mod.load_run_config(RunDir(run_dir).config))
     except Exception:  # a run still being prepared, or damaged: not finished
         return False
 
@@ -273,26 +274,27 @@ def runs(root: Path, folder: str) -> list[RunRow]:
     import yaml
 
     from rlctl import strictjson
+    from rlctl.rundir import read_summary
 
     base = root / inside(root, folder, "runs folder")
     found = sorted(
-        (d for d in base.iterdir() if (d / "config.yaml").is_file()) if base.is_dir() else [],
-        key=lambda d: (d / "config.yaml").stat().st_mtime,
+        (d for d in base.iterdir() if RunDir(d).is_run()) if base.is_dir() else [],
+        key=lambda d: RunDir(d).config.stat().st_mtime,
         reverse=True,
     )
     rows = []
     for d in found:
         try:
-            summary = strictjson.read(d / "summary.json", missing={})
+            completed = read_summary(d).completed
         except strictjson.DamagedFile:
-            summary = {}
-        cfg = yaml.safe_load((d / "config.yaml").read_text()) or {}
+            completed = []
+        cfg = yaml.safe_load(RunDir(d).config.read_text()) or {}
         rows.append(
             RunRow(
                 d.relative_to(root).as_posix(),
                 str(cfg.get("name", "")),
                 ",".join(cfg.get("stages", [])),
-                ",".join(summary.get("completed", [])),
+                ",".join(completed),
                 progress_line(records(d)),
             )
         )
@@ -308,7 +310,7 @@ def config_diff(a: Path, b: Path) -> list[list[str]]:
             return {k: v for key, value in data.items() for k, v in flat(value, f"{prefix}{key}.").items()}
         return {prefix.rstrip("."): yaml.safe_dump(data, default_flow_style=True).strip().removesuffix("...").strip()}
 
-    fa, fb = (flat(yaml.safe_load((d / "config.yaml").read_text()) or {}) for d in (a, b))
+    fa, fb = (flat(yaml.safe_load(RunDir(d).config.read_text()) or {}) for d in (a, b))
     return [[k, fa.get(k, "-"), fb.get(k, "-")] for k in sorted(fa.keys() | fb.keys()) if fa.get(k) != fb.get(k)]
 
 
