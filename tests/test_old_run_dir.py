@@ -1,6 +1,7 @@
-"""A run directory written by an older rlctl (tests/data/run_0beb3f1: tiny-demo's sft -> rl, 4 + 2 steps, written by
-commit 0beb3f1, its checkpoints and sft weights' duplicates left out) still reports, exports and resumes, and its
-summary.json reads into the typed record and back unchanged."""
+"""A run directory written by an older rlctl still reports, exports and resumes, and its summary.json reads into
+the typed record and back unchanged. tests/data/run_df505fd is tiny-demo's sft -> rl (4 + 2 steps, exact match)
+as commit df505fd wrote it (the last landed main; its config.yaml still holds the retired `rl.trainer`), its
+checkpoints, base model and TensorBoard files left out."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from helpers import rlctl, summary
 
 from rlctl import rundir
 
-OLD = Path(__file__).parent / "data" / "run_0beb3f1"
+OLD = Path(__file__).parent / "data" / "run_df505fd"
 
 
 def _copy(tmp_path: Path) -> Path:

@@ -357,7 +357,13 @@ def with_resume_overrides(
 
 def read_run_config(path: Path, notes: list[str] | None = None) -> dict[str, Any]:
     """The mapping of a run directory's config.yaml, keys that moved since it was written at their new places."""
-    return aliases.without_retired(aliases.renamed(presets.read_yaml(path), str(path), notes), str(path), notes)
+    return saved(presets.read_yaml(path), str(path), notes)
+
+
+def saved(data: dict[str, Any], source: str, notes: list[str] | None = None) -> dict[str, Any]:
+    """A config an older rlctl saved (config.yaml, plan.json's copy) as today's schema reads it: keys that moved
+    at their new places, keys whose choice is gone dropped (a line in `notes` for each)."""
+    return aliases.without_retired(aliases.renamed(data, source, notes), source, notes)
 
 
 def load_run_config(path: Path) -> RunConfig:

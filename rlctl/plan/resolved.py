@@ -131,7 +131,7 @@ class Plan:
             )
         imported = data.get("model_import")
         return cls(
-            config=config_mod.validate(data["config"], source="plan.json"),
+            config=config_mod.validate(config_mod.saved(data["config"], "plan.json"), source="plan.json"),
             run_dir=data["run_dir"],
             hardware=hw.Hardware(**data["hardware"]),
             num_processes=data["num_processes"],
