@@ -165,12 +165,10 @@ def plan_with_preflight(cfg: RunConfig, run_dir: Path) -> tuple[Plan, preflight.
     from rlctl.launch import preflight
     from rlctl.plan import planner as plan_mod
 
-    the_plan = plan_mod.build(cfg, run_dir)
-    report = _preflight_for_plan(cfg, run_dir, the_plan.mixed_precision == "bf16")
+    facts = plan_mod.facts(cfg, run_dir)
+    report = _preflight_for_plan(facts.cfg, run_dir, facts.precision == "bf16")
     lengths = preflight.longest(report)
-    if lengths and not report.errors:
-        the_plan = plan_mod.build(cfg, run_dir, lengths=lengths)
-    return the_plan, report
+    return plan_mod.build_from(facts, lengths if lengths and not report.errors else None), report
 
 
 def _preflight_for_plan(cfg: RunConfig, run_dir: Path, bf16: bool) -> preflight.Report:
