@@ -294,7 +294,7 @@ def test_critic_starts_from_the_policy_or_the_reward_model(init, demo_run):
 
     from rlctl.plan import planner as plan_mod
     from rlctl.runtime.context import MetricsLog, StageContext
-    from rlctl.trainer.models import load_models
+    from rlctl.stages.rl import load_models
 
     cfg = config.resolve(preset="tiny-demo", algorithm="ppo", sets=[f"rl.critic.init={init}"])
     the_plan = plan_mod.build(cfg, demo_run)

@@ -140,7 +140,8 @@ def run_loop(cfg, run_dir: Path, trl_steps: list[dict]) -> list[dict]:
     """rlctl's loop on TRL's completions; per step each prompt's completions and advantages, loss and grad norm."""
     from rlctl.plan import planner
     from rlctl.runtime.context import MetricsLog, StageContext
-    from rlctl.trainer import loop, state
+    from rlctl.stages import rl
+    from rlctl.trainer import loop
 
     run_dir.mkdir(parents=True)
     the_plan = planner.build(cfg, run_dir)
@@ -148,8 +149,8 @@ def run_loop(cfg, run_dir: Path, trl_steps: list[dict]) -> list[dict]:
     ctx = StageContext(
         cfg, the_plan, the_plan.stages[-1], run_dir, planner.data_paths(cfg, run_dir), MetricsLog(run_dir, True), True
     )
-    for_plan = state.generate.for_plan
-    state.generate.for_plan = lambda plan, tok, *a, **k: Replay(tok, trl_steps)
+    for_plan = rl.generate.for_plan
+    rl.generate.for_plan = lambda plan, tok, *a, **k: Replay(tok, trl_steps)
     seen: list[dict] = []
     advantages = loop.advantages
 
@@ -164,9 +165,9 @@ def run_loop(cfg, run_dir: Path, trl_steps: list[dict]) -> list[dict]:
 
     loop.advantages = recorded
     try:
-        loop.train(ctx)
+        loop.train(rl.parts(ctx), rl.settings(ctx), rl.hooks(ctx))
     finally:
-        state.generate.for_plan, loop.advantages = for_plan, advantages
+        rl.generate.for_plan, loop.advantages = for_plan, advantages
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r.get("stage") == "rl" and "step" in r and "loss" in r]
     return [{"samples": s, "loss": r["loss"], "grad_norm": r["grad_norm"]} for s, r in zip(seen, steps, strict=True)]

@@ -162,7 +162,7 @@ BUILTINS: dict[str, RewardFn] = {
 }
 # Rewards that say whether an answer is right (eval accuracy and pass@k use one of them).
 # What the trainer passes to reward functions besides the dataset's columns.
-TRAINER_KWARGS = ("completion_ids", "trainer_state", "log_extra", "log_metric")
+TRAINER_KWARGS = ("completion_ids", "trainer_state")
 # Parameters of built-ins that the trainer or the dataset fills in, not the user.
 COLUMN_PARAMS = ("answer", "completion_ids", "data_source", "tests")
 CORRECTNESS = ("exact_match", "gsm8k", "boxed", "verl", "code_tests")

@@ -27,8 +27,6 @@ from rlctl import processes
 from rlctl.errors import UserError
 
 SERVE = "import sys; from rlctl.rewards.worker import serve; serve(sys.argv[1], sys.argv[2])"
-# Keyword arguments TRL passes that cannot cross a process boundary (bound methods of the trainer).
-LOCAL_ONLY = ("log_extra", "log_metric", "environments")
 
 
 class RewardTimeout(Exception):
@@ -143,10 +141,10 @@ class Worker:
 
 
 def _portable(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments that can be sent to a worker (TRL's callables and unpicklable values stay here)."""
+    """The keyword arguments that can be sent to a worker (callables and unpicklable values stay here)."""
     out = {}
     for key, value in kwargs.items():
-        if key in LOCAL_ONLY or callable(value):
+        if callable(value):
             continue
         try:
             pickle.dumps(value)

@@ -95,13 +95,32 @@ class StageContext:
         """An event of this stage (a reward running slow, ...) for metrics.jsonl and the console."""
         self.log.write(stage=self.stage.name, event=event, **fields)
 
+    @property
+    def stops(self) -> Stops:
+        """The errors that end this stage."""
+        name = self.stage.name
+        tolerance = self.cfg.rl.mismatch.sync_tolerance
+        return Stops(name, self.run_dir, self.checkpoints, self.log, tolerance)
+
+
+@dataclass
+class Stops:
+    """The errors that end a stage (`stage`, of the run in `run_dir`), each naming its last good checkpoint (in
+    `checkpoints`) and what to do; `log` holds the alarms' watch, `sync_tolerance` is rl.mismatch.sync_tolerance."""
+
+    stage: str
+    run_dir: Path
+    checkpoints: Path
+    log: MetricsLog
+    sync_tolerance: float
+
     def alarm_stopped(self, step: int) -> Stopped:
         """The error that ends the stage when an alarm asked to stop (logging.alarms: stop)."""
         watch = self.log.watch
         why = watch.stop if watch is not None and watch.stop else "an alarm on the main process."
         last = checkpoint.last_complete(self.checkpoints)
         return Stopped(
-            f"Stage {self.stage.name} stopped at step {step} by an alarm (logging.alarms: stop): {why} The last good "
+            f"Stage {self.stage} stopped at step {step} by an alarm (logging.alarms: stop): {why} The last good "
             f"checkpoint is {last or 'none'}. To train on regardless: "
             f"`rlctl resume {self.run_dir} --set logging.alarms=warn`."
         )
@@ -110,28 +129,27 @@ class StageContext:
         """The error that ends the stage when `key` (a loss, reward or grad norm) became NaN/inf at `step`; that
         state is not saved."""
         last = checkpoint.last_complete(self.checkpoints)
-        name = self.stage.name
+        name = self.stage
         return NonFiniteError(
             f"Stage {name} stopped: {key} became {value} at step {step}. The last good checkpoint is "
             f"{last or 'none (the stage restarts from its start)'}. Lower {name}.learning_rate or "
             f"check the rewards and data, then `rlctl resume {self.run_dir}`."
         )
 
-    def sync_stopped(
-        self, step: int, gap: float, worst: float, untrained: bool = False, on: str = "its sampled tokens"
-    ) -> SyncMismatch:
-        """The error that ends the stage when vLLM generated with weights other than the policy's: the weight-sync
-        check's mean and max |log-prob difference| (`on` what) beyond rl.mismatch.sync_tolerance. `untrained`:
-        stopped before the step trained (rlctl's loop checks before its update)."""
+    def check_sync(self, step: int, gap: float, worst: float, on: str = "its sampled tokens") -> None:
+        """The weight-sync check's verdict, before the step trains: when the mean |log-prob difference| between
+        the trainer and vLLM (`on` what; `worst`: its max) is beyond rl.mismatch.sync_tolerance (0: off), vLLM
+        generated with weights other than the policy's and the stage stops."""
+        if not (self.sync_tolerance and gap > self.sync_tolerance):
+            return
         last = checkpoint.last_complete(self.checkpoints)
-        where = "Nothing of this step was trained; the last" if untrained else "The last"
-        return SyncMismatch(
-            f"Stage {self.stage.name} stopped at step {step}: vLLM generated with weights other than the policy's "
+        raise SyncMismatch(
+            f"Stage {self.stage} stopped at step {step}: vLLM generated with weights other than the policy's "
             f"(mean |log-prob difference| on {on} {gap:.4f}, max {worst:.4f}; rl.mismatch.sync_tolerance "
-            f"{self.cfg.rl.mismatch.sync_tolerance}). Likely causes: LoRA adapters pushed unmerged, a tied embedding / "
+            f"{self.sync_tolerance}). Likely causes: LoRA adapters pushed unmerged, a tied embedding / "
             "LM head not refreshed, a stale engine after wake-up (weights not reloaded), or a parameter pushed under "
-            f"the wrong name. {where} good checkpoint is {last or 'none'}. Report it with logs/train.log; to run "
-            "anyway, resume with --set rl.use_vllm=false."
+            f"the wrong name. Nothing of this step was trained; the last good checkpoint is {last or 'none'}. Report "
+            "it with logs/train.log; to run anyway, resume with --set rl.use_vllm=false."
         )
 
     def push_stopped(self, step: int, version: int) -> SyncMismatch:
@@ -139,7 +157,7 @@ class StageContext:
         `version` (their per-tensor sums differ)."""
         last = checkpoint.last_complete(self.checkpoints)
         return SyncMismatch(
-            f"Stage {self.stage.name} stopped at step {step}: the async generator sampled with weights other than "
+            f"Stage {self.stage} stopped at step {step}: the async generator sampled with weights other than "
             f"the policy version {version} the trainer pushed (their per-tensor sums differ). Likely causes: a "
             "parameter pushed under the wrong name, or a tied embedding / LM head not refreshed. Nothing of this "
             f"step was trained; the last good checkpoint is {last or 'none'}. Report it with logs/train.log; to run "
@@ -176,30 +194,30 @@ def over_ranks(value: int, op: str = "sum") -> int:
     return int(total.item())
 
 
-def alarm_stop(ctx: StageContext) -> bool:
+def alarm_stop(log: MetricsLog) -> bool:
     """Whether an alarm asked to stop (logging.alarms: stop), agreed by every process (all call it at the same
     point; alarms are computed on the main process, which writes the metrics)."""
-    watch = ctx.log.watch
+    watch = log.watch
     return bool(over_ranks(int(watch is not None and watch.stop is not None), op="max"))
 
 
-def stop_signal(ctx: StageContext) -> int:
+def stop_signal(stop: StopFlag) -> int:
     """The stop signal any rank received (0 for none), agreed across processes so all stop at the same step."""
-    ctx.stop.signal = over_ranks(ctx.stop.signal, op="max")
-    return ctx.stop.signal
+    stop.signal = over_ranks(stop.signal, op="max")
+    return stop.signal
 
 
-def signalled(ctx: StageContext) -> Interrupted | None:
+def signalled(stop: StopFlag) -> Interrupted | None:
     """The stop a signal asked for, if one did."""
-    return Interrupted(ctx.stop.signal) if ctx.stop.signal else None
+    return Interrupted(stop.signal) if stop.signal else None
 
 
-def resume_point(ctx: StageContext) -> str | None:
-    """The last complete checkpoint of this stage (partial ones from a crash are removed first; `rlctl resume`
-    has set damaged ones aside, see rlctl.checkpoint.verify)."""
-    if ctx.is_main:
-        checkpoint.drop_partial(ctx.checkpoints)
-    last = checkpoint.last_complete(ctx.checkpoints)
+def resume_point(checkpoints: Path, is_main: bool) -> str | None:
+    """The last complete checkpoint of a stage in `checkpoints` (partial ones from a crash are removed first, by
+    the main process; `rlctl resume` has set damaged ones aside, see rlctl.checkpoint.verify)."""
+    if is_main:
+        checkpoint.drop_partial(checkpoints)
+    last = checkpoint.last_complete(checkpoints)
     return str(last) if last else None
 
 

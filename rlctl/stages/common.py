@@ -11,7 +11,7 @@ from transformers import TrainerCallback
 from rlctl import checkpoint
 from rlctl.monitors import heldout, layout
 from rlctl.runtime import models
-from rlctl.runtime.context import StageContext, Trained, alarm_stop, over_ranks, resume_point, signalled, stop_signal
+from rlctl.runtime.context import StageContext, Trained, alarm_stop, resume_point, signalled, stop_signal
 from rlctl.runtime.models import lora_config
 from rlctl.trainer import sharding
 
@@ -32,12 +32,6 @@ _LOG_KEYS = {
     "rewards/margins": "margin",
     "frac_reward_zero_std": "frac_reward_zero_std",
     "completions/clipped_ratio": "truncated_ratio",
-    # TRL GRPO with vLLM: the weight-sync check's numbers and its rollout correction (rlctl's loop logs the same)
-    "sampling/sampling_logp_difference/mean": "sync_logp_diff_mean",
-    "sampling/sampling_logp_difference/max": "sync_logp_diff_max",
-    "sampling/importance_sampling_ratio/mean": "is_ratio_mean",
-    "sampling/importance_sampling_ratio/min": "is_ratio_min",
-    "sampling/importance_sampling_ratio/max": "is_ratio_max",
 }
 
 
@@ -45,11 +39,9 @@ class StreamMetrics(TrainerCallback):
     """Streams trainer logs to metrics.jsonl, publishes checkpoints once fully written, stops safely on a
     signal (checkpoint at the step boundary) and on a NaN/inf loss or reward (no checkpoint of that state)."""
 
-    def __init__(self, ctx: StageContext, reward_errors: dict[str, int] | None = None):
+    def __init__(self, ctx: StageContext):
         self.ctx = ctx
-        self.reward_errors = reward_errors  # RL: completions scored 0 by rewards with on_error=zero, per reward
         self.non_finite: tuple[str, float, int] | None = None  # (key, value, step) of the first NaN/inf
-        self.broken_sync: tuple[float, float] | None = None  # the sync check's (mean, max) gap beyond tolerance
         self.stopped_by_alarm = False  # an alarm asked to stop (logging.alarms: stop)
         self.begin = 0  # the step this attempt started from (a resume's checkpoint)
 
@@ -63,12 +55,12 @@ class StreamMetrics(TrainerCallback):
         self.ctx.log.write(
             stage=self.ctx.stage.name, event="trained", resumed_from=resumed, steps=steps, max_steps=state.max_steps
         )
-        self.stopped_by_alarm = self.stopped_by_alarm or alarm_stop(self.ctx)
+        self.stopped_by_alarm = self.stopped_by_alarm or alarm_stop(self.ctx.log)
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == state.max_steps:  # the last step is logged whatever logging.every says
             control.should_log = True
-        if stop_signal(self.ctx):
+        if stop_signal(self.ctx.stop):
             control.should_save = True
             control.should_training_stop = True
 
@@ -85,16 +77,8 @@ class StreamMetrics(TrainerCallback):
                     control.should_training_stop = True
                 elif math.isfinite(value):
                     values[name] = float(value)
-        if self.reward_errors is not None:
-            values["reward_errors"] = over_ranks(sum(self.reward_errors.values()))
-        gap = values.get("sync_logp_diff_mean", 0.0)
-        tolerance = self.ctx.cfg.rl.mismatch.sync_tolerance if self.ctx.stage.name == "rl" else 0
-        if tolerance and gap > tolerance:
-            self.broken_sync = (gap, values.get("sync_logp_diff_max", 0.0))
-            control.should_save = False
-            control.should_training_stop = True
         self.ctx.log.write(stage=self.ctx.stage.name, step=state.global_step, max_steps=state.max_steps, **values)
-        if alarm_stop(self.ctx):
+        if alarm_stop(self.ctx.log):
             self.stopped_by_alarm = True
             control.should_save = False
             control.should_training_stop = True
@@ -134,18 +118,16 @@ def training_args(ctx: StageContext, config_cls, **extra: Any):
 
 def train(ctx: StageContext, trainer, tokenizer) -> Trained:
     """Train a TRL trainer from the stage's last complete checkpoint; what it trained, and why it ended early if
-    it did (a non-finite value, a broken weight sync, an alarm, a signal)."""
-    trainer.train(resume_from_checkpoint=resume_point(ctx))
+    it did (a non-finite value, an alarm, a signal)."""
+    trainer.train(resume_from_checkpoint=resume_point(ctx.checkpoints, ctx.is_main))
     guard = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StreamMetrics)), None)
     stopped: Exception | None
     if guard is not None and guard.non_finite:
-        stopped = ctx.non_finite_stopped(*guard.non_finite)
-    elif guard is not None and guard.broken_sync:
-        stopped = ctx.sync_stopped(trainer.state.global_step, *guard.broken_sync)
+        stopped = ctx.stops.non_finite_stopped(*guard.non_finite)
     elif guard is not None and guard.stopped_by_alarm:
-        stopped = ctx.alarm_stopped(trainer.state.global_step)
+        stopped = ctx.stops.alarm_stopped(trainer.state.global_step)
     else:
-        stopped = signalled(ctx)
+        stopped = signalled(ctx.stop)
     return Trained(trainer.accelerator, trainer.model, tokenizer, stopped)
 
 

@@ -1,13 +1,153 @@
 """The RL stage: the policy starts from the SFT output (or the base model) and is scored by rule-based rewards,
-user plugins and, optionally, the reward model trained in the rm stage. rlctl's own loop (`rlctl.trainer.loop`)
-trains every RL algorithm; the stage saves the policy it hands back to the stage's final folder."""
+user plugins and, optionally, the reward model trained in the rm stage. The stage builds what rlctl's own loop
+(`rlctl.trainer.loop`) trains every RL algorithm with: its parts, ready to train (`parts`: seeded accelerator,
+tokenizer, rows, policy / reference / critic with their optimizers, scorer, generation engine, agent), its
+settings (the rl section and the plan fields it reads) and its hooks into the stage (metrics, stops, checkpoints,
+memory probe, layout check); it saves the policy the loop hands back to the stage's final folder."""
 
 from __future__ import annotations
 
+import functools
+from typing import TYPE_CHECKING
+
+from rlctl.monitors import heldout, layout, memory_probe
+from rlctl.rollout import generate, multiturn
+from rlctl.rollout.async_engine import GeneratorSetup
+from rlctl.runtime import models
+from rlctl.runtime.rewarding import Scorer
+from rlctl.runtime.rows import training_rows
 from rlctl.stages.common import StageContext, save_final
+from rlctl.trainer import sharding
+from rlctl.trainer.models import no_dropout, optimizer_and_schedule
+from rlctl.trainer.state import Hooks, Parts, Settings
+
+if TYPE_CHECKING:
+    from torch.nn import Module
+    from transformers import PreTrainedTokenizerBase
 
 
 def run(ctx: StageContext) -> None:
     from rlctl.trainer import loop
 
-    save_final(ctx, loop.train(ctx))
+    save_final(ctx, loop.train(parts(ctx), settings(ctx), hooks(ctx)))
+
+
+def settings(ctx: StageContext) -> Settings:
+    """The rl section and the plan fields the loop reads."""
+    plan, split = ctx.plan, ctx.plan.async_split
+    threads = split.trainer_threads if split is not None and plan.hardware.is_cpu else None
+    return Settings(ctx.cfg.rl, ctx.cfg.seed, ctx.stage.micro_batch_size, plan.phase_offload, threads)
+
+
+def hooks(ctx: StageContext) -> Hooks:
+    """The stage as the loop reaches it."""
+    return Hooks(
+        log=ctx.log,
+        stop=ctx.stop,
+        stops=ctx.stops,
+        is_main=ctx.is_main,
+        lap=functools.partial(memory_probe.lap, ctx),
+        flush=functools.partial(memory_probe.flush, ctx),
+        publish=functools.partial(heldout.publish_checkpoint, ctx),
+        check_layout=functools.partial(layout.check, ctx),
+        finish_layout=functools.partial(layout.finish, ctx),
+    )
+
+
+def parts(ctx: StageContext) -> Parts:
+    """Models, optimizers and the engine for the stage, prepared by accelerate (seeded first)."""
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    rl, plan = ctx.cfg.rl, ctx.plan
+    acc = Accelerator(cpu=plan.hardware.is_cpu, mixed_precision=plan.mixed_precision)
+    set_seed(ctx.cfg.seed)
+    tok = models.tokenizer(ctx, ctx.stage.init_from)
+    rows = training_rows(ctx, tok)
+    sharded = sharding.owns(ctx)
+    with sharding.full_loading():
+        policy, ref, critic = load_models(ctx)
+    if sharded:  # FSDP2 by rlctl: each decoder layer, then the root, over every process
+        models_ = (policy, ref, critic)
+        policy, ref, critic = (m and sharding.shard(m, acc.device.type, plan.mixed_precision) for m in models_)
+    updates = rl.ppo_epochs * rl.ppo_mini_batches
+    opt, sched = optimizer_and_schedule(
+        rl, policy, rl.learning_rate, (rl.max_steps - min(rl.critic.warmup_steps, rl.max_steps)) * updates
+    )
+    if not sharded:
+        policy, opt = acc.prepare(policy, opt)
+    acc.register_for_checkpointing(sched)
+    shards = {"policy": (policy, opt)} if sharded else {}  # what DCP checkpoints (accelerate: schedulers, RNG)
+    c_opt = c_sched = None
+    if critic is not None:
+        c_opt, c_sched = optimizer_and_schedule(rl, critic, rl.critic.lr or rl.learning_rate, rl.max_steps * updates)
+        if not sharded:
+            critic, c_opt = acc.prepare(critic, c_opt)
+        acc.register_for_checkpointing(c_sched)
+        shards |= {"critic": (critic, c_opt)} if sharded else {}
+    if ref is not None and not sharded:
+        ref.to(acc.device)
+    with sharding.full_loading():
+        scorer = Scorer(ctx, tok, acc.device)
+    weights = sharding.full_weights if sharded else None
+    agent = multiturn.agent_for(rl, tok)
+    stops = agent.stop_ids if agent else ()
+    generator = generate.for_plan(plan, tok, acc.unwrap_model(policy), acc, weights, stops)
+    async_generator = async_setup(ctx, acc.unwrap_model(policy), tok) if plan.async_split is not None else None
+    return Parts(
+        acc, tok, rows, policy, opt, sched, ref, critic, c_opt, c_sched, scorer, generator, agent, shards,
+        async_generator,
+    )  # fmt: skip
+
+
+def load_models(ctx: StageContext) -> tuple[Module, Module | None, Module | None]:
+    """(policy, reference or None, critic or None): the reference is the starting policy, frozen."""
+    from transformers import AutoModelForTokenClassification
+
+    rl, init = ctx.cfg.rl, ctx.stage.init_from
+    policy = no_dropout(models.causal_lm(ctx, init))
+    if ctx.plan.gradient_checkpointing:
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora = models.lora_config(ctx)
+    ref = None
+    if rl.beta > 0 and lora is None:
+        ref = no_dropout(models.causal_lm(ctx, init, trainable=False)).eval().requires_grad_(False)
+    if lora is not None:
+        from peft import get_peft_model
+
+        policy = get_peft_model(policy, lora)
+    critic = None
+    if rl.critic.init is not None:
+        path = init if rl.critic.init == "policy" else str(ctx.run_dir / "rm" / "final")
+        critic = AutoModelForTokenClassification.from_pretrained(
+            path,
+            num_labels=1,
+            dtype=models.torch_dtype(ctx),
+            trust_remote_code=ctx.cfg.model.trust_remote_code,
+        )
+        critic = no_dropout(critic)
+        if ctx.plan.gradient_checkpointing:
+            critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if models.lora_config(ctx, task_type="TOKEN_CLS") is not None:
+            from peft import get_peft_model
+
+            critic = get_peft_model(critic, models.lora_config(ctx, task_type="TOKEN_CLS"))
+    return policy, ref, critic
+
+
+def async_setup(ctx: StageContext, policy: Module, tok: PreTrainedTokenizerBase) -> GeneratorSetup:
+    """What the async generator process builds itself from (rl.async_rollout): on GPUs, its first GPU (one
+    engine); with vLLM, the probe text the weight-sync check scores on every push."""
+    from rlctl.rollout import vllm
+    from rlctl.trainer.async_rollout import PROBE, PROBE_TOKENS
+
+    plan, split = ctx.plan, ctx.plan.async_split
+    base = sharding.base_of(policy)
+    gpus = str(split.generator_gpu_ids[0]) if split.generator_gpu_ids else None
+    device = "cuda:0" if gpus else "cpu"
+    threads, chunk = split.generator_threads, plan.rollouts_per_generate
+    setup = GeneratorSetup(base.config, tok, ctx.cfg.rl, device, gpus, threads, ctx.cfg.seed, chunk)
+    if split.generator_engine == "vllm":
+        setup.probe = tok(PROBE, add_special_tokens=False)["input_ids"][:PROBE_TOKENS]
+        setup.llm_args, setup.env = vllm.llm_kwargs(plan, dedicated=True), vllm.dedicated_environment(plan, threads)
+    return setup

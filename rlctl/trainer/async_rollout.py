@@ -39,40 +39,22 @@ if TYPE_CHECKING:
 class Pipeline:
     """The rounds in flight and the generator they go to (the engine on the main process only)."""
 
-    def __init__(self, loop: Loop, version: int):
-        split, rl, plan = loop.ctx.plan.async_split, loop.rl, loop.ctx.plan
-        self.depth = rl.async_rollout.max_staleness + 1
+    def __init__(self, loop: Loop, setup: GeneratorSetup, version: int):
+        self.depth = loop.rl.async_rollout.max_staleness + 1
         self.version = version  # the policy version the trainer holds: the number of steps trained
         self.inflight: deque[int] = deque()  # the key (first prompt) of each submitted round, oldest first
         self.staleness: list[int] = []  # of the rounds the current step consumed
         self.gaps: list[tuple[float, float]] = []  # vLLM: the probe's log-prob gap of the rounds consumed
         self.sampled_with = ""  # the generator's engine, as it reports (transformers or vllm)
         self.engine: AsyncEngine | None = None
-        self.probe: list[int] | None = None
-        if plan.hardware.is_cpu:
-            torch.set_num_threads(split.trainer_threads)
-        if split.generator_engine == "vllm":
-            self.probe = loop.tok(PROBE, add_special_tokens=False)["input_ids"][:PROBE_TOKENS]
+        self.probe = setup.probe  # vLLM: the probe text's token ids, else None
+        if loop.settings.trainer_threads is not None:
+            torch.set_num_threads(loop.settings.trainer_threads)
         weights = sharding.full_weights(loop.acc.unwrap_model(loop.policy))
         if loop.acc.is_main_process:
-            self.engine = AsyncEngine(self._setup(loop), weights, version, self._probe_logprobs(loop))
+            self.engine = AsyncEngine(setup, weights, version, self._probe_logprobs(loop))
         else:
             self._gather(loop, weights)
-
-    def _setup(self, loop: Loop) -> GeneratorSetup:
-        """What the generator builds itself from: on GPUs, its first GPU (one engine)."""
-        from rlctl.rollout import vllm
-
-        plan, split = loop.ctx.plan, loop.ctx.plan.async_split
-        base = sharding.base_of(loop.acc.unwrap_model(loop.policy))
-        gpus = str(split.generator_gpu_ids[0]) if split.generator_gpu_ids else None
-        device = "cuda:0" if gpus else "cpu"
-        threads, seed, chunk = split.generator_threads, loop.ctx.cfg.seed, plan.rollouts_per_generate
-        setup = GeneratorSetup(base.config, loop.tok, loop.rl, device, gpus, threads, seed, chunk)
-        if self.probe is not None:
-            setup.llm_args, setup.probe = vllm.llm_kwargs(plan, dedicated=True), self.probe
-            setup.env = vllm.dedicated_environment(plan, threads)
-        return setup
 
     def _probe_logprobs(self, loop: Loop) -> torch.Tensor | None:
         """The policy's log-probs of the probe text (temperature 1), on every process (a sharded forward)."""
@@ -85,7 +67,7 @@ class Pipeline:
 
     def _gather(self, loop: Loop, weights) -> None:
         """A process other than the main one takes part in what a sharded policy's push gathers."""
-        if sharding.owns(loop.ctx):
+        if loop.shards:  # sharded by rlctl
             for _ in weights:
                 pass
             self._probe_logprobs(loop)
@@ -119,17 +101,14 @@ class Pipeline:
             broadcast_object_list(sent, from_process=0)
         intact, done = sent[0]
         if not intact:
-            raise loop.ctx.push_stopped(step, done.version)
+            raise loop.hooks.stops.push_stopped(step, done.version)
         if done.probe_gap is not None:
-            mean, worst = done.probe_gap
-            tolerance = loop.ctx.cfg.rl.mismatch.sync_tolerance
-            if tolerance and mean > tolerance:
-                on = f"a probe text, policy version {done.version}"
-                raise loop.ctx.sync_stopped(step, mean, worst, untrained=True, on=on)
+            on = f"a probe text, policy version {done.version}"
+            loop.hooks.stops.check_sync(step, *done.probe_gap, on=on)
             self.gaps.append(done.probe_gap)
         self.staleness.append(self.version - done.version)
         self.sampled_with = done.engine
-        return done.samples[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
+        return loop.mine(done.samples)
 
     def push(self, loop: Loop, step: int) -> None:
         """The weights after step `step` (policy version `step`) to the generator."""

@@ -1,8 +1,9 @@
 """rlctl's own RL loop: the algorithms TRL 1.16 does not run faithfully, i.e. PPO with a critic (GAE), DAPO
 (dynamic sampling with refill), REINFORCE++ (and -baseline), ReMax and PF-PPO.
 
-`train` reads top to bottom: `setup` and `restore` (`rlctl.trainer.state`) build the `Loop` and bring back the last
-complete checkpoint, then each step (`train_step`) calls, in order:
+`train` takes what the rl stage built (`rlctl.trainer.state`: `Parts`, ready to train; `Settings`, the rl section
+and the plan fields the loop reads; `Hooks`, the stage around it) and reads top to bottom: `setup` and `restore`
+build the `Loop` and bring back the last complete checkpoint, then each step (`train_step`) calls, in order:
 
 1. `rollout`: take prompts, sample a group of completions per prompt through the plan's generation engine
    (`rlctl.rollout.generate.for_plan`: colocated vLLM in sleep mode when the plan has it, else transformers; with
@@ -50,48 +51,39 @@ from rlctl.algorithms import (
     value_loss,
 )
 from rlctl.algorithms.mismatch import behaviour_ratio, correction_weights, logprob_gap
-from rlctl.monitors import layout, memory_probe
+from rlctl.monitors import layout
 from rlctl.rollout import multiturn, vllm
 from rlctl.rollout.samples import Batch, Sample, collate, rollout_logprobs, token_logprobs
-from rlctl.runtime.context import (
-    Interrupted,
-    StageContext,
-    Trained,
-    alarm_stop,
-    over_ranks,
-    signalled,
-    stop_signal,
-)
+from rlctl.runtime.context import Interrupted, Trained, alarm_stop, over_ranks, signalled, stop_signal
 from rlctl.trainer import async_rollout
 from rlctl.trainer.models import ref_logprobs, token_values
 from rlctl.trainer.offload import offload_optimizer_state, release_cached_blocks, reload_optimizer_state
-from rlctl.trainer.state import Loop, restore, save_checkpoint, setup
+from rlctl.trainer.state import Hooks, Loop, Parts, Settings, restore, save_checkpoint, setup
 
 
 # ----------------------------------------------------------------------------------------------- the loop
-def train(ctx: StageContext) -> Trained:
+def train(parts: Parts, settings: Settings, hooks: Hooks) -> Trained:
     """Every step from the last complete checkpoint on; what it trained, and why it ended early if it did (an
     alarm, a signal between the last step and the save). A NaN or a broken weight sync raises at its step."""
-    loop = setup(ctx)
+    loop = setup(parts, settings, hooks)
     start = restore(loop)
-    if loop.rl.async_rollout.enabled:
-        loop.pipeline = async_rollout.Pipeline(loop, start)
+    if parts.async_generator is not None:
+        loop.pipeline = async_rollout.Pipeline(loop, parts.async_generator, start)
     try:
         for step in range(start + 1, loop.rl.max_steps + 1):
             train_step(loop, step, first=step == start + 1)
     finally:
         if loop.pipeline is not None:
             loop.pipeline.close()
-    layout.finish(ctx, loop.offloaded.switches)
+    hooks.finish_layout(loop.offloaded.switches)
     trained = max(0, loop.rl.max_steps - start)
-    ctx.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
-    stopped = ctx.alarm_stopped(start + trained) if alarm_stop(ctx) else signalled(ctx)
+    hooks.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
+    stopped = hooks.stops.alarm_stopped(start + trained) if alarm_stop(hooks.log) else signalled(hooks.stop)
     return Trained(loop.acc, loop.policy, loop.tok, stopped)
 
 
 def train_step(loop: Loop, step: int, first: bool) -> None:
     """One step: rollout, prepare, advantages, update (then the async push), log, and a checkpoint when due."""
-    ctx = loop.ctx
     loop.clock.start()
     rollout_ = rollout(loop, step)
     prepared = prepare(loop, rollout_.samples, step)
@@ -105,13 +97,13 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
         if loop.pipeline is not None:  # async: the generator process sampled, with the engine it reports
             engine = loop.pipeline.sampled_with
         beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic)
-        layout.check(ctx, loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
+        loop.hooks.check_layout(loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
     log_step(loop, step, rollout_, prepared, train, stats)
-    signum = stop_signal(ctx)
+    signum = stop_signal(loop.hooks.stop)
     if step % loop.rl.save_every == 0 or step == loop.rl.max_steps or signum:
         cursor = loop.pipeline.resume_cursor(loop) if loop.pipeline else loop.stream.cursor
         state = {"step": step, "cursor": cursor, "kl_coef": loop.kl_ctl.value, "world": loop.acc.num_processes}
-        save_checkpoint(ctx, loop.acc, step, state, loop.policy, loop.tok, loop.shards)
+        save_checkpoint(loop, step, state)
     if signum:
         raise Interrupted(signum)
 
@@ -165,7 +157,7 @@ def trainer_state(loop: Loop, step: int):
 
 def sample_round(loop: Loop) -> list[Sample]:
     """This process's share of a round of prompts_per_step prompts x group_size completions, sampled here."""
-    mine = loop.take_round()[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
+    mine = loop.mine(loop.take_round())
     multiturn.sample(loop.agent, loop.generator, mine, loop.tok.eos_token_id)
     return mine
 
@@ -187,7 +179,7 @@ class Prepared:
 
 def prepare(loop: Loop, samples: list[Sample], step: int) -> Prepared:
     acc, rl = loop.acc, loop.rl
-    mine = samples[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
+    mine = loop.mine(samples)
     if rl.advantage == "remax":
         remax_baseline(loop, mine, step)
     unwrapped = acc.unwrap_model(loop.policy)
@@ -206,7 +198,7 @@ def prepare(loop: Loop, samples: list[Sample], step: int) -> Prepared:
     if rollout_logp is not None:
         correction = (rl.mismatch.correction, rl.mismatch.correction_cap)
         if loop.pipeline is None:  # vLLM: the engine's rounding, corrected by weights on the loss
-            mismatch = sync_check(loop.ctx, acc, old_logp, rollout_logp, batch.loss_mask, step)
+            mismatch = sync_check(loop, old_logp, rollout_logp, batch.loss_mask, step)
             weights, corr = correction_weights(old_logp, rollout_logp, batch.loss_mask, *correction)
         else:  # async (each push checked by its weights' fingerprint): the PPO ratio against the policy that sampled
             ratio_logp, weights, corr = behaviour_ratio(
@@ -233,15 +225,14 @@ def remax_baseline(loop: Loop, mine: list[Sample], step: int) -> None:
         s.baseline = by_group[s.group]
 
 
-def sync_check(ctx: StageContext, acc, train: Tensor, rollout: Tensor, mask: Tensor, step: int) -> dict:
+def sync_check(loop: Loop, train: Tensor, rollout: Tensor, mask: Tensor, step: int) -> dict:
     """The weight-sync check: trainer vs vLLM log-probs of the tokens vLLM just sampled, over every process;
     a mean gap beyond rl.mismatch.sync_tolerance stops the stage (the math: `rlctl.algorithms.mismatch`)."""
+    acc = loop.acc
     mean, worst = logprob_gap(train, rollout, mask)
     both = acc.gather(torch.tensor([[mean, worst]], device=acc.device))
     mean, worst = float(both[:, 0].mean()), float(both[:, 1].max())
-    tolerance = ctx.cfg.rl.mismatch.sync_tolerance
-    if tolerance and mean > tolerance:
-        raise ctx.sync_stopped(step, mean, worst, untrained=True)
+    loop.hooks.stops.check_sync(step, mean, worst)
     return {"sync_logp_diff_mean": mean, "sync_logp_diff_max": worst}
 
 
@@ -256,7 +247,7 @@ class TrainBatch:
 
 
 def advantages(loop: Loop, samples: list[Sample], p: Prepared, step: int) -> TrainBatch:
-    acc, rl, cfg = loop.acc, loop.rl, loop.ctx.cfg
+    acc, rl = loop.acc, loop.rl
     mask = loop.gather_rows(p.batch.loss_mask)  # the model's own tokens (tool results between turns excluded)
     scores = torch.tensor([s.score for s in samples], device=acc.device)
     index = torch.tensor([s.group for s in samples], device=acc.device)
@@ -279,12 +270,12 @@ def advantages(loop: Loop, samples: list[Sample], p: Prepared, step: int) -> Tra
         loss_mask = mask * torch.tensor([not s.truncated for s in samples], device=acc.device)[:, None]
     order = torch.arange(len(samples), device=acc.device)
     if rl.filters.pf_ppo_mode:
-        gen = torch.Generator().manual_seed(cfg.seed * 100003 + step)
+        gen = torch.Generator().manual_seed(loop.settings.seed * 100003 + step)
         order = pf_ppo_resample(
             scores.cpu(), rl.filters.pf_ppo_mode, weight_pow=rl.filters.pf_ppo_weight_pow, generator=gen
         )
         order = order.to(acc.device)
-    mine_rows = order[loop.rank * loop.shard : (loop.rank + 1) * loop.shard]
+    mine_rows = loop.mine(order)
     batch = collate([samples[i] for i in mine_rows.tolist()], loop.tok.pad_token_id, acc.device)
     t = batch.completion_ids.shape[1]
     g_ratio = g_old if p.ratio_logp is p.old_logp else loop.gather_rows(p.ratio_logp)
@@ -298,7 +289,7 @@ def advantages(loop: Loop, samples: list[Sample], p: Prepared, step: int) -> Tra
 def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
     """ppo_epochs x ppo_mini_batches optimizer steps of the policy (after the critic warm-up) and the critic,
     each accumulated over micro-batches; returns this process's per-micro-batch statistics."""
-    acc, rl, cfg = loop.acc, loop.rl, loop.ctx.cfg
+    acc, rl = loop.acc, loop.rl
     policy, critic, local, batch = loop.policy, loop.critic, train.local, train.batch
     world, temp = acc.num_processes, rl.temperature
     train_policy = step > rl.critic.warmup_steps
@@ -306,7 +297,7 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
     if critic is not None:
         critic.train()
     stats: dict[str, list[float]] = {}
-    gen = torch.Generator().manual_seed(cfg.seed * 100019 + step * 31 + loop.rank)
+    gen = torch.Generator().manual_seed(loop.settings.seed * 100019 + step * 31 + loop.rank)
     for _ in range(rl.ppo_epochs):
         for mb in torch.randperm(loop.shard, generator=gen).to(acc.device).split(loop.mini):
             m_mask = local["mask"][mb]
@@ -354,8 +345,8 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
 
 def optimizer_step(loop: Loop) -> None:
     """The policy's optimizer step; with phase offload its AdamW moments come back from host RAM only for it."""
-    offload = loop.ctx.plan.phase_offload
-    memory_probe.lap(loop.ctx, "training")
+    offload = loop.settings.phase_offload
+    loop.hooks.lap("training")
     if offload:
         reload_optimizer_state(loop.opt, loop.offloaded)
     loop.opt.step()
@@ -363,13 +354,13 @@ def optimizer_step(loop: Loop) -> None:
     loop.opt.zero_grad(set_to_none=True)
     if offload:
         offload_optimizer_state(loop.opt, loop.offloaded)
-    memory_probe.lap(loop.ctx, "optimizer step")
+    loop.hooks.lap("optimizer step")
 
 
 # ----------------------------------------------------------------------------------------------- 5. log
 def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, stats: dict) -> None:
     """One metrics.jsonl record for the step; a non-finite reward, loss or grad norm stops the stage."""
-    ctx, rl = loop.ctx, loop.rl
+    hooks, rl = loop.hooks, loop.rl
     record = {k: sum(v) / len(v) for k, v in stats.items()}  # this process's mean over its micro-batches
     record.update(loop.clock.times())
     record["reward"] = sum(s.score for s in r.generated) / len(r.generated)
@@ -391,13 +382,13 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
     if loop.pipeline is not None:
         record.update(loop.pipeline.metrics())
     finite = {k: v for k, v in record.items() if math.isfinite(v)}
-    ctx.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
-    memory_probe.flush(ctx, step)
-    if alarm_stop(ctx):
-        raise ctx.alarm_stopped(step)
+    hooks.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
+    hooks.flush(step)
+    if alarm_stop(hooks.log):
+        raise hooks.stops.alarm_stopped(step)
     bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]
     if bad:
-        raise ctx.non_finite_stopped(bad[0], record[bad[0]], step)
+        raise hooks.stops.non_finite_stopped(bad[0], record[bad[0]], step)
 
 
 def _add(stats: dict[str, list[float]], **values: float) -> None:

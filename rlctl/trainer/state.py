@@ -1,7 +1,7 @@
-"""The state of rlctl's RL loop: what every step works with (`Loop`), built once by `setup` (seeded first:
-accelerate, models, optimizers, prompt stream, scorer, generation engine), written at each checkpoint
-(`save_checkpoint`) and brought back from the last complete one by `restore`; and the clock of a step's phases
-(`PhaseClock`).
+"""The state of rlctl's RL loop: what the rl stage hands it (`Parts`, ready-built: models, optimizers, scorer,
+generation engine; `Settings`, the rl section and the plan fields the loop reads; `Hooks`, the stage around it),
+what every step works with (`Loop`), built once by `setup`, written at each checkpoint (`save_checkpoint`) and
+brought back from the last complete one by `restore`; and the clock of a step's phases (`PhaseClock`).
 
 A checkpoint holds the models, optimizers, schedulers and every process's RNG through accelerate, models sharded by
 rlctl (`rlctl.trainer.sharding`) and their optimizers through torch distributed checkpoint (DCP: one file per
@@ -12,52 +12,116 @@ checkpoint.keep_best."""
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
 
 from rlctl import checkpoint
 from rlctl.algorithms import AdaptiveKLController, AdvantageConfig, FixedKLController, PolicyLossConfig
+from rlctl.config.rl import RLConfig
 from rlctl.data.tokens import prompt_text
-from rlctl.monitors import heldout, memory_probe
-from rlctl.rollout import generate, multiturn
+from rlctl.rollout import multiturn
+from rlctl.rollout.async_engine import GeneratorSetup
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, pad_to
-from rlctl.runtime import models
-from rlctl.runtime.context import StageContext, resume_point
+from rlctl.runtime.context import MetricsLog, StopFlag, Stops, resume_point
 from rlctl.runtime.rewarding import Scorer
-from rlctl.runtime.rows import training_rows
-from rlctl.trainer import sharding
-from rlctl.trainer.models import load_models, optimizer_and_schedule
 from rlctl.trainer.offload import Offloaded, offload_optimizer_state
 
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+    from torch.nn import Module
+    from torch.optim import Optimizer
+    from torch.optim.lr_scheduler import LRScheduler
+    from transformers import PreTrainedTokenizerBase
+
+    from rlctl.monitors.layout import Beside
+    from rlctl.trainer.async_rollout import Pipeline
+
+Rows = TypeVar("Rows", list[Sample], Tensor)
 LOOP_STATE = "rlctl_loop.json"
 SHARDS = "sharded"  # a checkpoint's DCP folder: one __R_0.distcp per process and .metadata
 
 
 @dataclass
-class Loop:
-    """What every step works with, built once by `setup`: the accelerator, models, optimizers, prompt stream,
-    scorer and generation engine, and how each process splits the batch (`shard` rollouts per process, `mini`
-    per optimizer update, `micro` per forward/backward)."""
+class Parts:
+    """What the rl stage builds and hands the loop, ready to train (`rlctl.stages.rl.parts`): the accelerator
+    (seeded), the tokenizer, the training rows, the policy with its optimizer and schedule, the frozen reference
+    (None: none, or the LoRA policy's adapters switched off), the PPO critic with its own (None without one), the
+    scorer, the generation engine, the multi-turn agent (None: single-turn), the (model, optimizer) pairs DCP
+    checkpoints when rlctl shards (else empty), and, with rl.async_rollout, what the generator process builds
+    itself from (else None)."""
 
-    ctx: StageContext
-    acc: Any
-    tok: Any
-    policy: Any
-    ref: Any
-    critic: Any
-    opt: Any
-    sched: Any
-    c_opt: Any
-    c_sched: Any
+    acc: Accelerator
+    tok: PreTrainedTokenizerBase
+    rows: list[dict[str, Any]]
+    policy: Module
+    opt: Optimizer
+    sched: LRScheduler
+    ref: Module | None
+    critic: Module | None
+    c_opt: Optimizer | None
+    c_sched: LRScheduler | None
+    scorer: Scorer
+    generator: Generator
+    agent: multiturn.Agent | None
+    shards: dict[str, tuple[Module, Optimizer]]
+    async_generator: GeneratorSetup | None
+
+
+@dataclass
+class Settings:
+    """What the loop reads of the run: its rl section and the few plan fields beside it."""
+
+    rl: RLConfig
+    seed: int
+    micro_batch_size: int  # rollouts per forward/backward (the plan's, for the rl stage)
+    phase_offload: bool  # the policy's AdamW moments in host RAM except around its optimizer step
+    trainer_threads: int | None  # rl.async_rollout on CPU: the trainer process's torch threads, else None
+
+
+@dataclass
+class Hooks:
+    """The stage around the loop, as the loop reaches it: its metrics log, stop flag and the errors that end it
+    (with its checkpoints folder), and what the stage does at each phase boundary (`lap`: the memory probe),
+    after each step's record (`flush`), with each checkpoint written (`publish`: held-out scoring, then the
+    checkpoint protocol), at the first step (`check_layout`: against the plan) and at the end (`finish_layout`:
+    the offload's switches over the stage)."""
+
+    log: MetricsLog
+    stop: StopFlag
+    stops: Stops
+    is_main: bool
+    lap: Callable[[str], None]
+    flush: Callable[[int], None]
+    publish: Callable[[int, Module, PreTrainedTokenizerBase], None]
+    check_layout: Callable[[Module, Optimizer, str, Beside, dict], None]
+    finish_layout: Callable[[dict], None]
+
+
+@dataclass
+class Loop:
+    """What every step works with, built once by `setup` from the stage's parts: the accelerator, models,
+    optimizers, prompt stream, scorer and generation engine, and how each process splits the batch (`shard`
+    rollouts per process, `mini` per optimizer update, `micro` per forward/backward)."""
+
+    settings: Settings
+    hooks: Hooks
+    acc: Accelerator
+    tok: PreTrainedTokenizerBase
+    policy: Module
+    ref: Module | None
+    critic: Module | None
+    opt: Optimizer
+    sched: LRScheduler
+    c_opt: Optimizer | None
+    c_sched: LRScheduler | None
     kl_ctl: FixedKLController | AdaptiveKLController
     stream: PromptStream
     scorer: Scorer
@@ -69,19 +133,23 @@ class Loop:
     micro: int
     clock: PhaseClock
     agent: multiturn.Agent | None  # multi-turn rollouts with rl.tools, else None (single-turn)
-    shards: dict = field(default_factory=dict)  # sharded (model, optimizer) pairs DCP checkpoints, by name
+    shards: dict[str, tuple[Module, Optimizer]]  # sharded (model, optimizer) pairs DCP checkpoints, by name
     offloaded: Offloaded = field(default_factory=Offloaded)  # the policy's AdamW state between phases
-    # rl.async_rollout: the rounds the generator process samples (an rlctl.trainer.async_rollout.Pipeline, which
-    # reads this Loop; set by `loop.train`), else None
-    pipeline: Any = None
+    # rl.async_rollout: the rounds the generator process samples (set by `loop.train`), else None
+    pipeline: Pipeline | None = None
 
     @property
-    def rl(self):
-        return self.ctx.cfg.rl
+    def rl(self) -> RLConfig:
+        return self.settings.rl
 
     @property
     def rank(self) -> int:
         return self.acc.process_index
+
+    def mine(self, rows: Rows) -> Rows:
+        """This process's share of a batch identical on every process (samples, or row indices): `shard` rows
+        from rank x shard."""
+        return rows[self.rank * self.shard : (self.rank + 1) * self.shard]
 
     def prompt_ids(self, row: dict) -> list[int]:
         if self.agent is not None:
@@ -105,50 +173,14 @@ class Loop:
         return self.acc.gather(pad_to(x, self.rl.max_new_tokens).contiguous())
 
 
-def setup(ctx: StageContext) -> Loop:
-    """Models, optimizers and the engine for the stage, prepared by accelerate (seeded first)."""
-    from accelerate import Accelerator
-    from accelerate.utils import set_seed
-
-    rl, cfg = ctx.cfg.rl, ctx.cfg
-    acc = Accelerator(cpu=ctx.plan.hardware.is_cpu, mixed_precision=ctx.plan.mixed_precision)
-    set_seed(cfg.seed)
-    tok = models.tokenizer(ctx, ctx.stage.init_from)
-    rows = training_rows(ctx, tok)
-    sharded = sharding.owns(ctx)
-    with sharding.full_loading():
-        policy, ref, critic = load_models(ctx)
-    if sharded:  # FSDP2 by rlctl: each decoder layer, then the root, over every process
-        models_ = (policy, ref, critic)
-        policy, ref, critic = (m and sharding.shard(m, acc.device.type, ctx.plan.mixed_precision) for m in models_)
+def setup(parts: Parts, settings: Settings, hooks: Hooks) -> Loop:
+    """The loop over the stage's parts: the KL controller, the prompt stream, the loss and advantage settings,
+    how each process splits the batch and the phase clock."""
+    rl, acc = settings.rl, parts.acc
     shard = rl.prompts_per_step * rl.group_size // acc.num_processes
     mini = shard // rl.ppo_mini_batches
-    micro = max(d for d in range(1, min(ctx.stage.micro_batch_size, mini) + 1) if mini % d == 0)
-    updates = rl.ppo_epochs * rl.ppo_mini_batches
-    opt, sched = optimizer_and_schedule(
-        ctx, policy, rl.learning_rate, (rl.max_steps - min(rl.critic.warmup_steps, rl.max_steps)) * updates
-    )
-    if not sharded:
-        policy, opt = acc.prepare(policy, opt)
-    acc.register_for_checkpointing(sched)
-    shards = {"policy": (policy, opt)} if sharded else {}  # what DCP checkpoints (accelerate: schedulers, RNG)
-    c_opt = c_sched = None
-    if critic is not None:
-        c_opt, c_sched = optimizer_and_schedule(ctx, critic, rl.critic.lr or rl.learning_rate, rl.max_steps * updates)
-        if not sharded:
-            critic, c_opt = acc.prepare(critic, c_opt)
-        acc.register_for_checkpointing(c_sched)
-        shards |= {"critic": (critic, c_opt)} if sharded else {}
-    if ref is not None and not sharded:
-        ref.to(acc.device)
+    micro = max(d for d in range(1, min(settings.micro_batch_size, mini) + 1) if mini % d == 0)
     kl_ctl = AdaptiveKLController(rl.beta, rl.kl.target, rl.kl.horizon) if rl.kl.target else FixedKLController(rl.beta)
-    stream = PromptStream(rows, cfg.seed)
-    with sharding.full_loading():
-        scorer = Scorer(ctx, tok, acc.device)
-    weights = sharding.full_weights if sharded else None
-    agent = multiturn.agent_for(rl, tok)
-    stops = agent.stop_ids if agent else ()
-    generator = generate.for_plan(ctx.plan, tok, acc.unwrap_model(policy), acc, weights, stops)
     loss_cfg = PolicyLossConfig(
         clip_low=rl.loss.clip_low,
         clip_high=rl.loss.clip_high,
@@ -158,10 +190,11 @@ def setup(ctx: StageContext) -> Loop:
         norm_len=rl.max_new_tokens,
     )
     adv_cfg = AdvantageConfig(gamma=rl.returns.gamma, lam=rl.returns.lam)
-    clock = PhaseClock(acc.device.type == "cuda", on_lap=functools.partial(memory_probe.lap, ctx))
+    clock = PhaseClock(acc.device.type == "cuda", on_lap=hooks.lap)
     return Loop(
-        ctx, acc, tok, policy, ref, critic, opt, sched, c_opt, c_sched, kl_ctl, stream, scorer, generator,
-        loss_cfg, adv_cfg, shard, mini, micro, clock, agent, shards,
+        settings, hooks, acc, parts.tok, parts.policy, parts.ref, parts.critic, parts.opt, parts.sched,
+        parts.c_opt, parts.c_sched, kl_ctl, PromptStream(parts.rows, settings.seed), parts.scorer, parts.generator,
+        loss_cfg, adv_cfg, shard, mini, micro, clock, parts.agent, parts.shards,
     )  # fmt: skip
 
 
@@ -170,22 +203,23 @@ def restore(loop: Loop) -> int:
     from accelerate.utils import set_seed
 
     start = 0
-    state = load_checkpoint(loop.ctx, loop.acc, loop.shards)
+    hooks, seed = loop.hooks, loop.settings.seed
+    state = load_checkpoint(resume_point(hooks.stops.checkpoints, hooks.is_main), loop.acc, loop.shards)
     if state:
         start, loop.stream.cursor, loop.kl_ctl.value = state["step"], state["cursor"], state["kl_coef"]
         if state.get("world", loop.acc.num_processes) != loop.acc.num_processes:  # each process samples anew
-            set_seed(loop.ctx.cfg.seed + loop.rank + start)
+            set_seed(seed + loop.rank + start)
     else:
-        set_seed(loop.ctx.cfg.seed + loop.rank)  # each process samples different completions
-    if loop.ctx.plan.phase_offload:  # AdamW moments live in host RAM except around the policy's optimizer step
+        set_seed(seed + loop.rank)  # each process samples different completions
+    if loop.settings.phase_offload:  # AdamW moments live in host RAM except around the policy's optimizer step
         offload_optimizer_state(loop.opt, loop.offloaded)
     return start
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints
-def load_checkpoint(ctx: StageContext, acc, shards: dict) -> dict | None:
-    """Restore the last complete checkpoint into the prepared objects; its loop state, or None to start anew."""
-    last = resume_point(ctx)
+def load_checkpoint(last: str | None, acc: Accelerator, shards: dict) -> dict | None:
+    """Restore the last complete checkpoint (`last`) into the prepared objects; its loop state, or None to start
+    anew."""
     if not last:
         return None
     acc.load_state(last)
@@ -194,18 +228,19 @@ def load_checkpoint(ctx: StageContext, acc, shards: dict) -> dict | None:
     return json.loads((Path(last) / LOOP_STATE).read_text())
 
 
-def save_checkpoint(ctx: StageContext, acc, step: int, state: dict, policy, tokenizer, shards: dict) -> None:
+def save_checkpoint(loop: Loop, step: int, state: dict) -> None:
     """Models, optimizers, schedulers and every process's RNG (accelerate; sharded models and their optimizers
     through DCP, one file per process), plus the loop state, written under `.incoming` and published (scored for
     keep-best, marked complete, renamed into place) once all is written."""
-    folder = checkpoint.incoming(ctx.checkpoints) / f"checkpoint-{step}"
+    acc = loop.acc
+    folder = checkpoint.incoming(loop.hooks.stops.checkpoints) / f"checkpoint-{step}"
     acc.wait_for_everyone()
     acc.save_state(str(folder))
-    if shards:
-        save_shards(folder, shards)
+    if loop.shards:
+        save_shards(folder, loop.shards)
     if acc.is_main_process:
         checkpoint.write_json_atomic(folder / LOOP_STATE, state)
-    heldout.publish_checkpoint(ctx, step, acc.unwrap_model(policy), tokenizer)
+    loop.hooks.publish(step, acc.unwrap_model(loop.policy), loop.tok)
 
 
 def _states(parts: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
