@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from rlctl.monitors.layout import Beside
-    from rlctl.trainer.async_rollout import Pipeline
 
 Rows = TypeVar("Rows", list[Sample], Tensor)
 LOOP_STATE = "rlctl_loop.json"
@@ -136,7 +135,7 @@ class Loop:
     shards: dict[str, tuple[Module, Optimizer]]  # sharded (model, optimizer) pairs DCP checkpoints, by name
     offloaded: Offloaded = field(default_factory=Offloaded)  # the policy's AdamW state between phases
     # rl.async_rollout: the rounds the generator process samples (set by `loop.train`), else None
-    pipeline: Pipeline | None = None
+    pipeline: Any = None  # rlctl.trainer.async_rollout.Pipeline when rollouts are async (it reads Loop: not imported)
 
     @property
     def rl(self) -> RLConfig:
