@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
 
@@ -30,3 +31,10 @@ def exit_text(exitcode: int | None) -> str:
         return f"was killed by signal {-exitcode}"
     why = ": a kill -9, or the system's out-of-memory killer" if name == "SIGKILL" else ""
     return f"was killed by signal {-exitcode} ({name}{why})"
+
+
+def free_port() -> int:
+    """A TCP port on this machine that nothing listens on now (closed again before it is returned)."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]

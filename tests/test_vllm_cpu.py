@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import rlctl, run_once, summary
+from tests.helpers import free_port, rlctl, run_once, summary
 
 pytestmark = [
     pytest.mark.vllm,
@@ -359,7 +359,7 @@ def test_sharded_policy_syncs_into_each_process_engine(vllm_demo: Path, tmp_path
     gathered model in transformers (near-ties of vLLM's CPU kernels aside: at most 2 of 15 may differ)."""
     worker = Path(__file__).resolve().parent / "fsdp2_sync_worker.py"
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
-    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29647"]
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]
     args = [*run, str(worker), str(vllm_demo / "sft" / "final"), str(tmp_path / "plan"), adapter]
     proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
     # each rank prints `RESULT<rank> {json}`; the two ranks' prints can land on one line of the shared stdout

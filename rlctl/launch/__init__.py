@@ -298,7 +298,8 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     metrics_path = RunDir(run_dir).metrics
     offset = metrics_path.stat().st_size if metrics_path.exists() else 0
     log_start = log_path.stat().st_size if log_path.exists() else 0  # this launch's part of an appended log
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *the_plan.launch[2:]]
+    port = ["--main_process_port", str(processes.free_port())] if the_plan.num_processes > 1 else []  # not all 29500
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *port, *the_plan.launch[2:]]  # a node's plan port wins
     import_model(the_plan.model_import, console, quiet=True)  # a resume, another node: the folder may not be here
     console.print(f"[bold]{'Resuming' if resuming else 'Starting'}[/] {the_plan.config.name} in {run_dir}")
     console.print(f"[dim]{escape(the_plan.command)}\nlog: {escape(str(log_path))}[/]", soft_wrap=True)  # pastes as is

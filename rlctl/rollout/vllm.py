@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlctl import processes
 from rlctl.plan import engine as choice
 
 if TYPE_CHECKING:
@@ -367,15 +368,7 @@ def _launcher_environment(accelerator: Any) -> None:
     os.environ["WORLD_SIZE"] = str(accelerator.num_processes)
     os.environ.setdefault("MASTER_ADDR", "localhost")
     if "MASTER_PORT" not in os.environ:
-        os.environ["MASTER_PORT"] = str(_free_port())
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
+        os.environ["MASTER_PORT"] = str(processes.free_port())
 
 
 def _tp_group(world: int, tp: int) -> Any:
