@@ -7,11 +7,12 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from rlctl.processes import free_port  # noqa: F401  (the tests take it from here)
 
 RLCTL = shutil.which("rlctl", path=str(Path(sys.executable).parent)) or "rlctl"
 
@@ -114,13 +115,6 @@ def run_once(tmp_path_factory, name: str, *args: str) -> Path:
             assert proc.returncode == 0, proc.stdout + proc.stderr
     strict_records(run_dir)
     return run_dir
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (closed again before it is returned)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def without(tmp_path: Path, names: list[str]) -> dict[str, str]:
