@@ -41,6 +41,7 @@ from rlctl.config.sections import (
     Section,
     SFTConfig,
     StageName,
+    VisionArch,
 )
 from rlctl.errors import UserError, did_you_mean
 
@@ -69,6 +70,7 @@ __all__ = [
     "SFTConfig",
     "Section",
     "StageName",
+    "VisionArch",
     "dump",
     "layered",
     "load_run_config",

@@ -32,6 +32,20 @@ class Section(BaseModel):
         return value
 
 
+class VisionArch(Section):
+    """The vision tower of a vision-language model (Qwen2-VL / Qwen2.5-VL family): images are cut into `patch` x
+    `patch` pixel patches (`temporal_patch` frames deep), encoded by `layers` transformer blocks, and each `merge` x
+    `merge` square of patches becomes one image token of the language model."""
+
+    layers: int = Field(ge=1, description="Vision transformer blocks (Qwen2-VL's vision_config.depth).")
+    hidden: int = Field(ge=1, description="Vision hidden size (vision_config.embed_dim / hidden_size).")
+    heads: int = Field(ge=1, description="Vision attention heads.")
+    intermediate: int = Field(ge=1, description="Vision MLP intermediate size.")
+    patch: int = Field(14, ge=1, description="Patch side in pixels (vision_config.patch_size).")
+    merge: int = Field(2, ge=1, description="Patches merged per image token along each side (spatial_merge_size).")
+    temporal_patch: int = Field(2, ge=1, description="Frames per patch (temporal_patch_size; an image is repeated).")
+
+
 class ModelArch(Section):
     """Architecture numbers of the model, used by the planner without downloading anything."""
 
@@ -44,6 +58,9 @@ class ModelArch(Section):
     max_position: int = Field(32768, ge=1, description="Context length the model supports.")
     tie_embeddings: bool = Field(False, description="Input and output embeddings share weights.")
     head_dim: int | None = Field(None, ge=1, description="Attention head size when not hidden / heads (Qwen3, Gemma).")
+    vision: VisionArch | None = Field(
+        None, description="The vision tower of a vision-language model (None: a text-only model)."
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelArch":
@@ -83,6 +100,11 @@ class ModelConfig(Section):
         description="With LoRA/QLoRA, also train the token embeddings (and the output head, tied or not); auto = on "
         "for builtin:tiny, whose random embeddings would cap what adapters learn, off for pretrained models (turn it "
         "on when the data brings new tokens).",
+    )
+    lora_vision: bool = Field(
+        False,
+        description="Vision-language models with LoRA/QLoRA: put adapters on the vision tower too (off: LoRA targets "
+        "the language model and the vision tower stays frozen).",
     )
     trust_remote_code: bool = Field(False, description="Run model code from the Hub. Off unless you set it.")
     gradient_checkpointing: Literal["auto"] | bool = Field(
@@ -135,6 +157,18 @@ class DataConfig(Section):
         None,
         description="Chat template for conversational data (message lists): `chatml`, or a Jinja file; replaces "
         "the tokenizer's own. Needed when the tokenizer has none (GPT-2 and other base models).",
+    )
+    min_pixels: int | None = Field(
+        None,
+        ge=1,
+        description="Vision-language models: images smaller than this many pixels are scaled up to it (the "
+        "processor's min_pixels); None keeps the processor's own.",
+    )
+    max_pixels: int | None = Field(
+        None,
+        ge=1,
+        description="Vision-language models: images larger than this many pixels are scaled down to it (the "
+        "processor's max_pixels, which bounds the image tokens per image); None keeps the processor's own.",
     )
     over_length: Literal["drop", "refuse"] = Field(
         "drop",
