@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlctl.data import kinds
+from rlctl.data import images, kinds
 from rlctl.data.files import DEFAULT_ENCODING, FILE_TYPES, Table, read_jsonl
 from rlctl.data.sources import HUB_PREFIX, PEEK_ROWS, Source, absolute, is_hub, parse_source, peek, read
 from rlctl.errors import RowFailure, UserError, is_out_of_memory
@@ -164,6 +164,7 @@ class DataInfo:
     rows: int
     notes: list[str] = field(default_factory=list)
     where: Callable[[int], str] | None = field(default=None, repr=False)  # file and line of row i, rows 1:1
+    base: Path | None = None  # the folder image paths are relative to (the data file's); None: a Hub dataset
 
     def row(self, i: int) -> str:
         """Where row i of the recognised rows was read: file and line, when rows map one to one to the file's."""
@@ -287,6 +288,11 @@ def normalise(table: Table, role: str, answer_field: str | None = None) -> tuple
     if fmt == "bigbench":
         rows = [_from_bigbench(r, role, answer_field or "answer") for r in rows]
         notes.append("BIG-bench input -> prompt, target -> " + ("completion" if role == "sft" else "ground truth"))
+    if images.has_images(rows):
+        rows = images.canonical(rows, where)
+        notes.append(
+            f"{sum(1 for r in rows if r['images'])} rows with images (message contents as text and image parts)"
+        )
     wrapped = [_harmonised(r) for r in rows]
     if wrapped != rows:
         rows = wrapped
@@ -332,7 +338,9 @@ def load(
     table = read(spec, role, encoding)
     if columns:
         table = Table([map_columns(r, columns) for r in table.rows], table.where, table.source)
-    return normalise(table, role, answer_field)
+    rows, info = normalise(table, role, answer_field)
+    info.base = parse_source(spec, role).folder
+    return rows, info
 
 
 def check(
@@ -382,7 +390,7 @@ def sample(
     if columns:
         table = Table([map_columns(r, columns) for r in table.rows], table.where, table.source)
     rows, info = normalise(table, role, answer)
-    info.rows = total
+    info.rows, info.base = total, source.folder
     info.notes.append(f"first {len(table.rows)} rows checked; all of them when training starts")
     return rows, info
 
@@ -433,6 +441,7 @@ def texts(rows: list[dict[str, Any]]) -> list[str]:
                 walk(v)
 
     for row in rows:
-        for value in row.values():
-            walk(value)
+        for column, value in row.items():
+            if column not in images.IMAGE_COLUMNS:  # image paths and bytes are not text
+                walk(value)
     return out
