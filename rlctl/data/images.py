@@ -153,7 +153,7 @@ def _canonical_row(row: dict[str, Any], where: str) -> dict[str, Any]:
     if found != len(images):
         raise UserError(
             f"{where}: the row has {len(images)} image(s) but {found} image placeholder(s) in its messages "
-            f"(`{PLACEHOLDER}` in text, or {{\"type\": \"image\"}} parts); each image needs exactly one. Fix the "
+            f'(`{PLACEHOLDER}` in text, or {{"type": "image"}} parts); each image needs exactly one. Fix the '
             "placeholders or the images column of that row."
         )
     return {**row, "images": images}
@@ -197,7 +197,8 @@ def tokens_per_image(width: int, height: int, patch: int, merge: int, min_pixels
 class ImageBudget:
     """The image tokens one dataset's rows add to their prompts, as the planner counts them: the most per row, the
     most per image, the most images in a row, the processor's pixel bounds, and how many image sizes were read
-    (`read` of `seen`; none read: the worst case, one image per row at max_pixels)."""
+    (`read` of `seen`); not `measured`: the data's images were not read (a Hub dataset), the worst case is planned,
+    one image per row at max_pixels."""
 
     tokens_per_row: int
     tokens_per_image: int
@@ -206,18 +207,17 @@ class ImageBudget:
     max_pixels: int
     read: int = 0
     seen: int = 0
-
-    @property
-    def worst_case(self) -> bool:
-        return self.read == 0
+    measured: bool = True
 
     def describe(self) -> str:
         """The budget in one line: tokens per row and per image, the pixel bounds and where the numbers came from."""
-        source = (
-            "worst case: one image per row at max_pixels (image sizes not read)"
-            if self.worst_case
-            else f"sizes of {self.read} of {self.seen} images read"
-        )
+        source = f"sizes of {self.read} of {self.seen} images read"
+        if self.read < self.seen:
+            source += " (every image is checked when training starts)"
+        if not self.measured:
+            source = "worst case: one image per row at max_pixels (the data's images are not read before training)"
+        elif not self.seen:
+            source = "the data holds no images"
         return (
             f"up to {self.tokens_per_row:,} image tokens per row ({self.images_per_row} image(s), up to "
             f"{self.tokens_per_image:,} tokens each); pixels {self.min_pixels:,}..{self.max_pixels:,}; {source}"
@@ -228,14 +228,15 @@ class ImageBudget:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ImageBudget:
-        return cls(**{k: int(v) for k, v in data.items() if k in cls.__dataclass_fields__})
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 def worst_case(patch: int, merge: int, min_pixels: int, max_pixels: int) -> ImageBudget:
-    """The budget when the data's image sizes are not known: one image per row, as large as max_pixels allows."""
-    side = math.isqrt(max_pixels)
-    most = tokens_per_image(side, side, patch, merge, min_pixels, max_pixels)
-    return ImageBudget(most, most, 1, min_pixels, max_pixels)
+    """The budget when the data's image sizes are not known: one image per row, as large as max_pixels allows (a
+    grid of merged patches of at most max_pixels: max_pixels // (patch x merge)^2 tokens, e.g. 1,280 at 28 x 28 x
+    1280 pixels; at least the min_pixels image's)."""
+    most = max(max_pixels // (patch * merge) ** 2, tokens_per_image(1, 1, patch, merge, min_pixels, max_pixels))
+    return ImageBudget(most, most, 1, min_pixels, max_pixels, measured=False)
 
 
 def budget(

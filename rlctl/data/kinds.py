@@ -127,8 +127,8 @@ def _parts_problem(parts: list[Any], a: str, role: str) -> str | None:
         if kind == "image" or (kind == "text" and isinstance(part.get("text"), str)):
             continue
         return (
-            f"has {a} {role} message with a content part that is neither {{\"type\": \"image\"}} nor "
-            f"{{\"type\": \"text\", \"text\": ...}} ({part!r:.80})"
+            f'has {a} {role} message with a content part that is neither {{"type": "image"}} nor '
+            f'{{"type": "text", "text": ...}} ({part!r:.80})'
         )
     return None
 

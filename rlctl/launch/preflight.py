@@ -11,7 +11,9 @@ train` / `rlctl resume` run it again before they launch.
   rl.allow_unconfined_code opts out;
 - every dataset is read and its format recognised (with the stage's column mapping), and rows over the stage's
   length limit are counted with the model's tokenizer files (`tokenizers` + jinja2), refused when more than
-  `data.max_drop_fraction` would be dropped.
+  `data.max_drop_fraction` would be dropped;
+- every image of a vision-language dataset opens (Pillow), and its size gives the image tokens the planner adds to
+  each row (`rlctl.data.images.ImageBudget`); image data for a model without a vision tower is refused.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from rlctl import data, tables
 from rlctl.config import ModelConfig, RunConfig
-from rlctl.data import tokens
+from rlctl.data import images, tokens
 from rlctl.errors import RowFailure, UserError, did_you_mean
 from rlctl.plan import arch as model_arch
 from rlctl.plan import gguf
@@ -43,9 +45,13 @@ class Report:
     errors: list[str] = field(default_factory=list)
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # {stage: rows}, not reported
     infos: dict[str, data.DataInfo] = field(default_factory=dict)  # {stage: what was read}, not reported
+    images: dict[str, images.ImageBudget] = field(default_factory=dict)  # {stage: its rows' image tokens}
 
     def to_json(self) -> dict[str, Any]:
-        return {"checks": self.checks, "lengths": self.lengths, "errors": self.errors}
+        out = {"checks": self.checks, "lengths": self.lengths, "errors": self.errors}
+        if self.images:
+            out["images"] = {stage: b.to_json() for stage, b in self.images.items()}
+        return out
 
     def recognised(self) -> dict[str, data.DataInfo]:
         """What was recognised in each dataset, by data role (a role read by two stages once)."""
@@ -64,8 +70,8 @@ def model_folder(model: ModelConfig, bf16: bool = False) -> tuple[Path | None, s
     if gguf.is_gguf(model):
         spec, _ = gguf.plan_import(model, bf16)
         return (Path(spec.folder) if spec.cached else None), spec.describe()
-    if name == "builtin:tiny":
-        return None, "builtin:tiny, built into the run directory at launch"
+    if name in model_arch.BUILTIN_MODELS:
+        return None, f"{name}, built into the run directory at launch"
     folder = Path(name).expanduser()
     if _looks_local(name):
         if not folder.is_dir():
@@ -292,6 +298,65 @@ def _read_whole(spec: str, full: bool) -> bool:
     return full or source.kind not in ("jsonl", "csv", "parquet") or small
 
 
+# ----------------------------------------------------------------------------------------------- images
+IMAGE_SIZES_READ = 1000  # images per dataset `rlctl plan` checks and reads the size of (`rlctl train`: every one)
+
+
+def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report: Report) -> None:
+    """Every image of each stage's rows opens (`full`: decoded, as training will; else the first IMAGE_SIZES_READ
+    read from their headers), else an error naming the file, the row and the image; with a vision tower, each
+    training stage's image budget (`report.images`) from the sizes read. Image data for a model whose
+    architecture has no vision tower is refused."""
+    arch = cfg.model.arch
+    vision = arch.vision if arch is not None else None
+    bounds = (cfg.data.min_pixels or images.DEFAULT_MIN_PIXELS, cfg.data.max_pixels or images.DEFAULT_MAX_PIXELS)
+    for stage, stage_rows in rows.items():
+        if not images.has_images(stage_rows):
+            if vision is not None and stage_rows and stage != "eval":  # read, and text only: no image tokens
+                report.images[stage] = images.budget([], vision.patch, vision.merge, *bounds, 0)
+            continue
+        info = report.infos[stage]
+        if arch is not None and vision is None:
+            report.errors.append(
+                f"The {stage} data ({info.source}) holds images, but {cfg.model.name_or_path} has no vision tower "
+                "(model.arch.vision): it is a text model. Train a vision-language model (e.g. --preset "
+                "qwen2.5-vl-3b-grpo), or drop the images column."
+            )
+            return
+        sizes = _image_sizes(stage_rows, info, full, report)
+        if sizes is None:
+            return
+        seen = sum(len(images.entries(r)) for r in stage_rows)
+        if vision is not None and stage != "eval":
+            report.images[stage] = images.budget(sizes, vision.patch, vision.merge, *bounds, seen)
+
+
+def _image_sizes(
+    rows: list[dict], info: data.DataInfo, full: bool, report: Report
+) -> list[list[tuple[int, int]]] | None:
+    """(width, height) of each row's images, row by row, up to IMAGE_SIZES_READ images unless `full`; None when one
+    cannot be opened (the error, naming it, goes to `report.errors`)."""
+    out: list[list[tuple[int, int]]] = []
+    read = 0
+    for i, row in enumerate(rows):
+        if not full and read >= IMAGE_SIZES_READ:
+            break
+        sizes = []
+        for k, entry in enumerate(images.entries(row)):
+            try:
+                sizes.append(images.open_image(entry, info.base).size if full else images.size_of(entry, info.base))
+            except (OSError, ValueError, TypeError, SyntaxError) as e:  # missing, not an image, truncated
+                where = f" (relative paths start from {info.base})" if info.base and isinstance(entry, str) else ""
+                report.errors.append(
+                    f"{info.row(i)}: image {k + 1} of the row, {images.label(entry)}, cannot be opened "
+                    f"({type(e).__name__}: {e}){where}. Fix or remove the row."
+                )
+                return None
+        read += len(sizes)
+        out.append(sizes)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ tools
 def check_tools(cfg: RunConfig, report: Report) -> None:
     """rl.tools resolved as the RL stage will: plugin files imported, entry points loaded, schemas built."""
@@ -411,6 +476,7 @@ def run(
         report.data = {role: {"source": source, "stages": stages} for role, stages in readers(cfg).items()}
         return report
     rows = report.rows = read_data(cfg, report, full, paths)
+    check_images(cfg, rows, full, report)
     if "rl" in cfg.stages:
         check_row_tools(cfg, rows.get("rl") or [], report)
         check_code_tests(cfg, rows.get("rl") or [], report)
