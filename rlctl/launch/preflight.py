@@ -316,15 +316,15 @@ def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report
                 report.images[stage] = images.budget([], vision.patch, vision.merge, *bounds, 0)
             continue
         info = report.infos[stage]
+        sizes = _image_sizes(stage_rows, info, full, report)
+        if sizes is None:
+            return
         if arch is not None and vision is None:
             report.errors.append(
                 f"The {stage} data ({info.source}) holds images, but {cfg.model.name_or_path} has no vision tower "
                 "(model.arch.vision): it is a text model. Train a vision-language model (e.g. --preset "
                 "qwen2.5-vl-3b-grpo), or drop the images column."
             )
-            return
-        sizes = _image_sizes(stage_rows, info, full, report)
-        if sizes is None:
             return
         seen = sum(len(images.entries(r)) for r in stage_rows)
         if vision is not None and stage != "eval":
