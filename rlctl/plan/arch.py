@@ -123,8 +123,10 @@ def arch_from_config(config: dict[str, Any], source: str) -> ModelArch:
     top = config
     vision_language = top.get("model_type") in VISION_LANGUAGE and isinstance(top.get("vision_config"), dict)
     if vision_language:  # the text numbers: text_config's over the top level's (transformers 5 nests them)
-        config = {**top, **(top.get("text_config") or {}), "model_type": "qwen2"}
-    config = config.get("text_config") or config
+        outer = {k: v for k, v in top.items() if k != "text_config"}
+        config = {**outer, **(top.get("text_config") or {}), "model_type": "qwen2"}
+    else:
+        config = config.get("text_config") or config
     kind = config.get("model_type", "")
     if any(config.get(k) for k in MOE_KEYS):
         raise UserError(
