@@ -86,6 +86,32 @@ def label(entry: Any) -> str:
     return str(entry) if entry is not None else "an empty entry"
 
 
+def read_sizes(
+    rows: list[dict[str, Any]], base: Path | None, where: Callable[[int], str], decode: bool, cap: int | None
+) -> list[list[tuple[int, int]]]:
+    """(width, height) of each row's images, row by row (rows without images: an empty list): every image decoded
+    (`decode`, as training opens them) or read from its header, until `cap` images are read. One that cannot be
+    opened (missing, not an image, truncated) is a UserError naming the file and row (`where`) and the image."""
+    out: list[list[tuple[int, int]]] = []
+    read = 0
+    for i, row in enumerate(rows):
+        if cap is not None and read >= cap:
+            break
+        sizes = []
+        for k, entry in enumerate(entries(row)):
+            try:
+                sizes.append(open_image(entry, base).size if decode else size_of(entry, base))
+            except (OSError, ValueError, TypeError, SyntaxError) as e:
+                start = f" (relative paths start from {base})" if base and isinstance(entry, str) else ""
+                raise UserError(
+                    f"{where(i)}: image {k + 1} of the row, {label(entry)}, cannot be opened "
+                    f"({type(e).__name__}: {e}){start}. Fix or remove the row."
+                ) from None
+        read += len(sizes)
+        out.append(sizes)
+    return out
+
+
 # ------------------------------------------------------------------------------------------- canonical rows
 def _parts(content: Any) -> list[dict[str, Any]]:
     """A message's content as a list of parts: verl's `<image>` placeholders in text become image parts."""

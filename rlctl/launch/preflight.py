@@ -12,8 +12,7 @@ train` / `rlctl resume` run it again before they launch.
 - every dataset is read and its format recognised (with the stage's column mapping), and rows over the stage's
   length limit are counted with the model's tokenizer files (`tokenizers` + jinja2), refused when more than
   `data.max_drop_fraction` would be dropped;
-- every image of a vision-language dataset opens (Pillow), and its size gives the image tokens the planner adds to
-  each row (`rlctl.data.images.ImageBudget`); image data for a model without a vision tower is refused.
+- every image opens (Pillow), its size giving the image tokens the planner adds (`rlctl.data.images.ImageBudget`).
 """
 
 from __future__ import annotations
@@ -48,10 +47,8 @@ class Report:
     images: dict[str, images.ImageBudget] = field(default_factory=dict)  # {stage: its rows' image tokens}
 
     def to_json(self) -> dict[str, Any]:
-        out = {"checks": self.checks, "lengths": self.lengths, "errors": self.errors}
-        if self.images:
-            out["images"] = {stage: b.to_json() for stage, b in self.images.items()}
-        return out
+        images_read = {"images": {s: b.to_json() for s, b in self.images.items()}} if self.images else {}
+        return {"checks": self.checks, "lengths": self.lengths, "errors": self.errors, **images_read}
 
     def recognised(self) -> dict[str, data.DataInfo]:
         """What was recognised in each dataset, by data role (a role read by two stages once)."""
@@ -304,57 +301,26 @@ IMAGE_SIZES_READ = 1000  # images per dataset `rlctl plan` checks and reads the 
 
 def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report: Report) -> None:
     """Every image of each stage's rows opens (`full`: decoded, as training will; else the first IMAGE_SIZES_READ
-    read from their headers), else an error naming the file, the row and the image; with a vision tower, each
-    training stage's image budget (`report.images`) from the sizes read. Image data for a model whose
-    architecture has no vision tower is refused."""
-    arch = cfg.model.arch
-    vision = arch.vision if arch is not None else None
+    read from their headers), else an error naming the file, the row and the image; image data for a model whose
+    architecture has no vision tower is refused; with one, each training stage's image budget (`report.images`)."""
+    vision = cfg.model.arch.vision if cfg.model.arch is not None else None
     bounds = (cfg.data.min_pixels or images.DEFAULT_MIN_PIXELS, cfg.data.max_pixels or images.DEFAULT_MAX_PIXELS)
     for stage, stage_rows in rows.items():
-        if not images.has_images(stage_rows):
-            if vision is not None and stage_rows and stage != "eval":  # read, and text only: no image tokens
-                report.images[stage] = images.budget([], vision.patch, vision.merge, *bounds, 0)
-            continue
-        info = report.infos[stage]
-        sizes = _image_sizes(stage_rows, info, full, report)
-        if sizes is None:
+        info, cap = report.infos[stage], None if full else IMAGE_SIZES_READ
+        try:
+            sizes = images.read_sizes(stage_rows, info.base, info.row, decode=full, cap=cap)
+        except UserError as e:
+            report.errors.append(str(e))
             return
-        if arch is not None and vision is None:
+        if any(sizes) and cfg.model.arch is not None and vision is None:
             report.errors.append(
                 f"The {stage} data ({info.source}) holds images, but {cfg.model.name_or_path} has no vision tower "
-                "(model.arch.vision): it is a text model. Train a vision-language model (e.g. --preset "
-                "qwen2.5-vl-3b-grpo), or drop the images column."
+                "(model.arch.vision). Train a vision-language model (--preset qwen2.5-vl-3b-grpo), or drop the images."
             )
             return
-        seen = sum(len(images.entries(r)) for r in stage_rows)
-        if vision is not None and stage != "eval":
+        if vision is not None and stage != "eval" and stage_rows:
+            seen = sum(len(images.entries(r)) for r in stage_rows)
             report.images[stage] = images.budget(sizes, vision.patch, vision.merge, *bounds, seen)
-
-
-def _image_sizes(
-    rows: list[dict], info: data.DataInfo, full: bool, report: Report
-) -> list[list[tuple[int, int]]] | None:
-    """(width, height) of each row's images, row by row, up to IMAGE_SIZES_READ images unless `full`; None when one
-    cannot be opened (the error, naming it, goes to `report.errors`)."""
-    out: list[list[tuple[int, int]]] = []
-    read = 0
-    for i, row in enumerate(rows):
-        if not full and read >= IMAGE_SIZES_READ:
-            break
-        sizes = []
-        for k, entry in enumerate(images.entries(row)):
-            try:
-                sizes.append(images.open_image(entry, info.base).size if full else images.size_of(entry, info.base))
-            except (OSError, ValueError, TypeError, SyntaxError) as e:  # missing, not an image, truncated
-                where = f" (relative paths start from {info.base})" if info.base and isinstance(entry, str) else ""
-                report.errors.append(
-                    f"{info.row(i)}: image {k + 1} of the row, {images.label(entry)}, cannot be opened "
-                    f"({type(e).__name__}: {e}){where}. Fix or remove the row."
-                )
-                return None
-        read += len(sizes)
-        out.append(sizes)
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ tools

@@ -4,6 +4,7 @@ not as long as the limits allow)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,12 @@ def lengths_record(lengths: dict[str, int], images: dict[str, ImageBudget] | Non
     if images:
         out[IMAGES_KEY] = {stage: b.to_json() for stage, b in images.items()}
     return out
+
+
+def record(run_dir: Path, lengths: dict[str, int], images: dict[str, ImageBudget]) -> None:
+    """Write data_lengths.json into a new run directory when the pre-flight counted anything."""
+    if lengths or images:
+        (run_dir / DATA_LENGTHS).write_text(json.dumps(lengths_record(lengths, images)))
 
 
 def image_budgets(cfg: RunConfig, run_dir: str | Path, given: dict[str, ImageBudget] | None) -> dict[str, ImageBudget]:
