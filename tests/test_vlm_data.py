@@ -252,3 +252,15 @@ def test_the_preflight_reads_image_sizes_into_a_budget(tmp_path):
     preflight.check_images(cfg, rows, False, report)
     assert not report.errors
     assert report.images["rl"] == images.ImageBudget(140, 100, 2, 3136, 1003520, read=3, seen=3)
+
+
+def test_lengths_count_the_text_of_part_lists(tmp_path):
+    """The pre-flight's length count renders part lists as their text with `<image>` where an image is (any chat
+    template; the image tokens are counted from the sizes): the same count as the verl string it came from."""
+    from rlctl.data import tokens
+
+    tok = tokens.FileTokenizer.builtin(["Find x in the figure. <image>"] * 20, 300, tokens.template_text("chatml"))
+    verl = {"prompt": [{"role": "user", "content": "<image>Find x in the figure."}], "answer": "3"}
+    rows, _ = data.load(_jsonl(tmp_path / "rl.jsonl", [{**verl, "images": ["a.png"]}]), "rl")
+    assert rows[0]["prompt"][0]["content"][0] == IMAGE
+    assert tokens.length(rows[0], tok, "rl") == tokens.length(verl, tok, "rl") > 5
