@@ -198,3 +198,9 @@ def test_builtin_tiny_vlm_is_planned_from_its_preset_on_cpu():
     assert plan.config.model.train_embeddings is True
     assert not any("real models train very slowly" in w for w in plan.warnings)
     assert plan.stages[0].init_from == "/tmp/rlctl-tiny-vlm-plan/base"
+
+
+def test_an_async_generator_holds_the_image_tokens_too(tmp_path):
+    cfg = config.resolve("qwen2.5-vl-3b-grpo", None, None, "8xH100-80GB", ["rl.async_rollout.enabled=true"])
+    plan = planner.build(cfg, tmp_path / "run")
+    assert plan.async_split.max_model_length == plan.vllm.max_model_length == 1024 + 1280 + 2048

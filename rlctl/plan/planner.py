@@ -300,12 +300,12 @@ def build_from(f: Facts, lengths: dict[str, int] | None = None, images: dict[str
     else as the run directory recorded them, else the limits (the worst case of max_pixels)."""
     cfg, hardware = f.cfg, f.hardware
     sizes = {name: _global_batch(cfg, name) for name in cfg.stages}
-    split = _split(f, list(sizes.values()))
+    budgets = data_lengths.image_budgets(cfg, f.run_dir, images)
+    image_tokens = {stage: b.tokens_per_row for stage, b in budgets.items()}
+    split = _split(f, list(sizes.values()), image_tokens.get("rl", 0))
     procs = split.value.trainer_gpus if split.value is not None and split.value.trainer_gpus else f.procs
     configured = batch_sizes(cfg, sizes, procs * hardware.nodes)
     fitted = data_lengths.as_long_as_the_data(cfg, data_lengths.data_lengths_of(f.run_dir, lengths))
-    budgets = data_lengths.image_budgets(cfg, f.run_dir, images)
-    image_tokens = {stage: b.tokens_per_row for stage, b in budgets.items()}
     trainers = memory_settings.Trainers(
         cfg, fitted.value, hardware, procs, f.engine, f.precision, f.run_dir, image_tokens
     )
@@ -371,14 +371,15 @@ def _package_warnings(f: Facts, adapter: str, said: tuple[str, ...]) -> tuple[st
     return packages.check_layout(adapter, vllm_forced, f.hardware.is_cpu, trackers, here, said)
 
 
-def _split(f: Facts, global_batches: list[int]) -> Noted[AsyncSplit | None]:
-    """An async RL run's split of the devices between the trainer processes and the generator, or None."""
+def _split(f: Facts, global_batches: list[int], image_tokens: int) -> Noted[AsyncSplit | None]:
+    """An async RL run's split of the devices between the trainer processes and the generator (its prompts
+    `image_tokens` longer for a vision-language run), or None."""
     cfg = f.cfg
     if "rl" not in cfg.stages or not cfg.rl.async_rollout.enabled:
         return Noted(None)
     from rlctl.plan import async_split  # loaded for async runs only: `rlctl plan` stays fast
 
-    split = async_split.split(cfg, f.hardware, f.procs, f.engine, global_batches)
+    split = async_split.split(cfg, f.hardware, f.procs, f.engine, global_batches, image_tokens)
     others = [name for name in cfg.stages if name != "rl"]
     warnings = []
     if split.on_gpus and (split.engines > 1 or split.tensor_parallel_size > 1):
