@@ -264,3 +264,26 @@ def test_lengths_count_the_text_of_part_lists(tmp_path):
     rows, _ = data.load(_jsonl(tmp_path / "rl.jsonl", [{**verl, "images": ["a.png"]}]), "rl")
     assert rows[0]["prompt"][0]["content"][0] == IMAGE
     assert tokens.length(rows[0], tok, "rl") == tokens.length(verl, tok, "rl") > 5
+
+
+def test_plan_reads_a_capped_number_of_images_and_says_so(tmp_path, monkeypatch):
+    """`rlctl plan` reads the sizes of the first PLAN_READS images (the budget says how many of how many); `rlctl
+    train` (full) opens every one, so an image missing past the cap is refused there."""
+    from rlctl import config
+    from rlctl.launch import preflight
+
+    _png(tmp_path / "a.png", (280, 280))
+    raw = [{"prompt": "<image>?", "answer": "1", "images": [name]} for name in ("a.png", "a.png", "gone.png")]
+    cfg = config.resolve("qwen2.5-vl-3b-grpo", None, None, "cpu", [f"data.rl={_jsonl(tmp_path / 'rl.jsonl', raw)}"])
+    monkeypatch.setattr(images, "PLAN_READS", 2)
+    for full in (False, True):
+        report = preflight.Report()
+        rows = preflight.read_data(cfg, report, full=full, paths={"rl": tmp_path / "rl.jsonl"})
+        preflight.check_images(cfg, rows, full, report)
+        if not full:
+            assert not report.errors and (report.images["rl"].read, report.images["rl"].seen) == (2, 3)
+            assert "sizes of 2 of 3 images read (every image is checked when training starts)" in (
+                report.images["rl"].describe()
+            )
+        else:
+            assert len(report.errors) == 1 and "rl.jsonl:3: image 1 of the row, gone.png" in report.errors[0]

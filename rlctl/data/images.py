@@ -30,6 +30,7 @@ MESSAGE_COLUMNS = ("prompt", "messages", "completion", "chosen", "rejected")  # 
 # Qwen2-VL's image processor (Qwen2VLImageProcessor.size, also in the Qwen2-VL / Qwen2.5-VL preprocessor_config.json)
 DEFAULT_MIN_PIXELS = 56 * 56
 DEFAULT_MAX_PIXELS = 28 * 28 * 1280
+PLAN_READS = 1000  # images per dataset `rlctl plan` checks and reads the size of (`rlctl train`: every one)
 
 
 def entries(row: dict[str, Any]) -> list[Any]:

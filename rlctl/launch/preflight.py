@@ -26,6 +26,7 @@ from typing import Any
 from rlctl import data, tables
 from rlctl.config import ModelConfig, RunConfig
 from rlctl.data import images, tokens
+from rlctl.data.images import ImageBudget
 from rlctl.errors import RowFailure, UserError, did_you_mean
 from rlctl.plan import arch as model_arch
 from rlctl.plan import gguf
@@ -44,7 +45,7 @@ class Report:
     errors: list[str] = field(default_factory=list)
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # {stage: rows}, not reported
     infos: dict[str, data.DataInfo] = field(default_factory=dict)  # {stage: what was read}, not reported
-    images: dict[str, images.ImageBudget] = field(default_factory=dict)  # {stage: its rows' image tokens}
+    images: dict[str, ImageBudget] = field(default_factory=dict)  # {stage: its rows' image tokens}
 
     def to_json(self) -> dict[str, Any]:
         images_read = {"images": {s: b.to_json() for s, b in self.images.items()}} if self.images else {}
@@ -296,17 +297,14 @@ def _read_whole(spec: str, full: bool) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------- images
-IMAGE_SIZES_READ = 1000  # images per dataset `rlctl plan` checks and reads the size of (`rlctl train`: every one)
-
-
 def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report: Report) -> None:
-    """Every image of each stage's rows opens (`full`: decoded, as training will; else the first IMAGE_SIZES_READ
+    """Every image of each stage's rows opens (`full`: decoded, as training will; else the first images.PLAN_READS
     read from their headers), else an error naming the file, the row and the image; image data for a model whose
     architecture has no vision tower is refused; with one, each training stage's image budget (`report.images`)."""
     vision = cfg.model.arch.vision if cfg.model.arch is not None else None
     bounds = (cfg.data.min_pixels or images.DEFAULT_MIN_PIXELS, cfg.data.max_pixels or images.DEFAULT_MAX_PIXELS)
     for stage, stage_rows in rows.items():
-        info, cap = report.infos[stage], None if full else IMAGE_SIZES_READ
+        info, cap = report.infos[stage], None if full else images.PLAN_READS
         try:
             sizes = images.read_sizes(stage_rows, info.base, info.row, decode=full, cap=cap)
         except UserError as e:
