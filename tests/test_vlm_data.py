@@ -287,3 +287,23 @@ def test_plan_reads_a_capped_number_of_images_and_says_so(tmp_path, monkeypatch)
             )
         else:
             assert len(report.errors) == 1 and "rl.jsonl:3: image 1 of the row, gone.png" in report.errors[0]
+
+
+def test_images_follow_their_rows_when_kto_and_preference_data_convert(tmp_path):
+    """KTO rows paired for DPO/RM, preference pairs unpaired for KTO, desirable KTO rows for SFT: each row keeps
+    its images (the same prompt with other images is another prompt)."""
+    kto = [
+        {"prompt": "<image>Colour?", "completion": "red", "label": True, "images": ["r.png"]},
+        {"prompt": "<image>Colour?", "completion": "blue", "label": False, "images": ["r.png"]},
+        {"prompt": "<image>Colour?", "completion": "red", "label": False, "images": ["b.png"]},
+        {"prompt": "<image>Colour?", "completion": "blue", "label": True, "images": ["b.png"]},
+    ]
+    pairs, _ = data.load(_jsonl(tmp_path / "kto.jsonl", kto), "preference")
+    assert [(p["images"], p["chosen"][0]["content"][0]["text"]) for p in pairs] == [
+        (["r.png"], "red"),
+        (["b.png"], "blue"),
+    ]
+    assert [r["images"] for r in data.load(tmp_path / "kto.jsonl", "sft")[0]] == [["r.png"], ["b.png"]]
+    pref = [{"prompt": "<image>Colour?", "chosen": "red", "rejected": "blue", "images": ["r.png"]}]
+    rows, _ = data.load(_jsonl(tmp_path / "pref.jsonl", pref), "kto")
+    assert [(r["images"], r["label"]) for r in rows] == [(["r.png"], True), (["r.png"], False)]

@@ -235,15 +235,24 @@ def _pair_kto(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """Preference pairs from unpaired KTO rows: per prompt, desirable and undesirable completions zipped in
     order. Returns (pairs, rows left without a partner)."""
     by_prompt: dict[str, tuple[list, list]] = {}
-    prompts: dict[str, Any] = {}
+    firsts: dict[str, dict[str, Any]] = {}
     for row in rows:
-        key = json.dumps(row["prompt"], sort_keys=True)
-        prompts.setdefault(key, row["prompt"])
+        key = json.dumps(row["prompt"], sort_keys=True) + repr(row.get("images"))  # a prompt and its images
+        firsts.setdefault(key, row)
         by_prompt.setdefault(key, ([], []))[0 if _label(row["label"]) else 1].append(row["completion"])
     pairs = []
     for key, (good, bad) in by_prompt.items():
-        pairs += [{"prompt": prompts[key], "chosen": g, "rejected": b} for g, b in zip(good, bad, strict=False)]
+        first = firsts[key]
+        pairs += [
+            {"prompt": first["prompt"], "chosen": g, "rejected": b, **_images_of(first)}
+            for g, b in zip(good, bad, strict=False)
+        ]
     return pairs, len(rows) - 2 * len(pairs)
+
+
+def _images_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's `images`, carried into the rows made from it (nothing for a row of a dataset without images)."""
+    return {"images": row["images"]} if "images" in row else {}
 
 
 def _shared_start(chosen: Any, rejected: Any) -> tuple[Any, Any, Any]:
@@ -265,8 +274,8 @@ def _unpair(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             prompt, chosen, rejected = row["prompt"], row["chosen"], row["rejected"]
         else:
             prompt, chosen, rejected = _shared_start(row["chosen"], row["rejected"])
-        out.append({"prompt": prompt, "completion": chosen, "label": True})
-        out.append({"prompt": prompt, "completion": rejected, "label": False})
+        out.append({"prompt": prompt, "completion": chosen, "label": True, **_images_of(row)})
+        out.append({"prompt": prompt, "completion": rejected, "label": False, **_images_of(row)})
     return out
 
 
@@ -314,7 +323,7 @@ def normalise(table: Table, role: str, answer_field: str | None = None) -> tuple
             notes.append(f"paired into {len(rows)} chosen/rejected pairs ({unpaired} rows without a partner)")
             where = None
         elif role == "sft":
-            kept = [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows if r["label"]]
+            kept = [{"prompt": r["prompt"], "completion": r["completion"], **_images_of(r)} for r in rows if r["label"]]
             if not kept:
                 raise UserError(f"{table.source}: KTO data has no desirable (label true) rows to fine-tune on.")
             notes.append(f"{len(kept)} desirable rows kept for SFT")
