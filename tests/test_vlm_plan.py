@@ -204,3 +204,12 @@ def test_an_async_generator_holds_the_image_tokens_too(tmp_path):
     cfg = config.resolve("qwen2.5-vl-3b-grpo", None, None, "8xH100-80GB", ["rl.async_rollout.enabled=true"])
     plan = planner.build(cfg, tmp_path / "run")
     assert plan.async_split.max_model_length == plan.vllm.max_model_length == 1024 + 1280 + 2048
+
+
+def test_a_damaged_image_record_is_named(tmp_path):
+    from rlctl import strictjson
+
+    (tmp_path / data_lengths.DATA_LENGTHS).write_text('{"images": {"rl": {"tokens_per_row": 5}}}')
+    cfg = config.resolve("qwen2.5-vl-3b-grpo", None, None, "1xH100-80GB", [])
+    with pytest.raises(strictjson.DamagedFile, match=r"data_lengths\.json is damaged.*one image per row"):
+        data_lengths.image_budgets(cfg, tmp_path, None)
