@@ -71,11 +71,34 @@ def show(console: Console, plan: Plan) -> None:
             f"[bold]Per {'process' if hw.is_cpu else 'GPU'}[/] peak {mem.peak_gib:g} GiB ({mem.peak_phase}) of "
             f"{mem.budget_gib:g} GiB budget; per stage micro batch x accumulation above",
         )
+    _vision(console, plan)
     if plan.async_split is not None:
         tables.show(console, _async_table(plan))
     console.print(f"[bold]Launch[/] {escape(plan.command)}", soft_wrap=True)  # one line: it must paste as is
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def _vision(console: Console, plan: Plan) -> None:
+    """A vision-language plan's vision tower (its size, whether it trains, its activations per phase) and image-token
+    budget per stage (tokens per row and per image, the pixel bounds, where the numbers came from)."""
+    arch = plan.model.arch
+    if arch is None or arch.vision is None:
+        return
+    v = arch.vision
+    trains = "trains (full fine-tuning)" if plan.adapter == "full" else "frozen (LoRA on the language model)"
+    if plan.adapter != "full" and plan.config.model.lora_vision:
+        trains = "LoRA adapters on it (model.lora_vision)"
+    line = f"[bold]Vision tower[/] {(plan.model.vision_params or 0) / 1e6:.1f}M parameters ({v.layers} blocks of "
+    line += f"{v.hidden}, {v.patch} px patches merged {v.merge}x{v.merge}), {trains}"
+    mem = plan.memory
+    acts = [(p.label, p.components_gib.get("vision tower activations")) for p in mem.phases] if mem else []
+    shown = ", ".join(f"{label} {gib:g}" for label, gib in acts if gib)
+    console.print(
+        line + (f"; activations GiB per {'process' if plan.hardware.is_cpu else 'GPU'}: {shown}" if shown else "")
+    )
+    for stage, budget in plan.images.items():
+        console.print(f"[bold]Image tokens[/] {stage}: {budget.describe()}")
 
 
 def _compact(title: str) -> Table:

@@ -168,7 +168,8 @@ def plan_with_preflight(cfg: RunConfig, run_dir: Path) -> tuple[Plan, preflight.
     facts = plan_mod.facts(cfg, run_dir)
     report = _preflight_for_plan(facts.cfg, run_dir, facts.precision == "bf16")
     lengths = preflight.longest(report)
-    return plan_mod.build_from(facts, lengths if lengths and not report.errors else None), report
+    images = report.images if report.images and not report.errors else None
+    return plan_mod.build_from(facts, lengths if lengths and not report.errors else None, images), report
 
 
 def _preflight_for_plan(cfg: RunConfig, run_dir: Path, bf16: bool) -> preflight.Report:

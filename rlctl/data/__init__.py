@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlctl.data import kinds
+from rlctl.data import images, kinds
 from rlctl.data.files import DEFAULT_ENCODING, FILE_TYPES, Table, read_jsonl
 from rlctl.data.sources import HUB_PREFIX, PEEK_ROWS, Source, absolute, is_hub, parse_source, peek, read
 from rlctl.errors import RowFailure, UserError, is_out_of_memory
@@ -164,6 +164,7 @@ class DataInfo:
     rows: int
     notes: list[str] = field(default_factory=list)
     where: Callable[[int], str] | None = field(default=None, repr=False)  # file and line of row i, rows 1:1
+    base: Path | None = None  # the folder image paths are relative to (the data file's); None: a Hub dataset
 
     def row(self, i: int) -> str:
         """Where row i of the recognised rows was read: file and line, when rows map one to one to the file's."""
@@ -234,15 +235,24 @@ def _pair_kto(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """Preference pairs from unpaired KTO rows: per prompt, desirable and undesirable completions zipped in
     order. Returns (pairs, rows left without a partner)."""
     by_prompt: dict[str, tuple[list, list]] = {}
-    prompts: dict[str, Any] = {}
+    firsts: dict[str, dict[str, Any]] = {}
     for row in rows:
-        key = json.dumps(row["prompt"], sort_keys=True)
-        prompts.setdefault(key, row["prompt"])
+        key = json.dumps(row["prompt"], sort_keys=True) + repr(row.get("images"))  # a prompt and its images
+        firsts.setdefault(key, row)
         by_prompt.setdefault(key, ([], []))[0 if _label(row["label"]) else 1].append(row["completion"])
     pairs = []
     for key, (good, bad) in by_prompt.items():
-        pairs += [{"prompt": prompts[key], "chosen": g, "rejected": b} for g, b in zip(good, bad, strict=False)]
+        first = firsts[key]
+        pairs += [
+            {"prompt": first["prompt"], "chosen": g, "rejected": b, **_images_of(first)}
+            for g, b in zip(good, bad, strict=False)
+        ]
     return pairs, len(rows) - 2 * len(pairs)
+
+
+def _images_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's `images`, carried into the rows made from it (nothing for a row of a dataset without images)."""
+    return {"images": row["images"]} if "images" in row else {}
 
 
 def _shared_start(chosen: Any, rejected: Any) -> tuple[Any, Any, Any]:
@@ -264,8 +274,8 @@ def _unpair(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             prompt, chosen, rejected = row["prompt"], row["chosen"], row["rejected"]
         else:
             prompt, chosen, rejected = _shared_start(row["chosen"], row["rejected"])
-        out.append({"prompt": prompt, "completion": chosen, "label": True})
-        out.append({"prompt": prompt, "completion": rejected, "label": False})
+        out.append({"prompt": prompt, "completion": chosen, "label": True, **_images_of(row)})
+        out.append({"prompt": prompt, "completion": rejected, "label": False, **_images_of(row)})
     return out
 
 
@@ -287,6 +297,11 @@ def normalise(table: Table, role: str, answer_field: str | None = None) -> tuple
     if fmt == "bigbench":
         rows = [_from_bigbench(r, role, answer_field or "answer") for r in rows]
         notes.append("BIG-bench input -> prompt, target -> " + ("completion" if role == "sft" else "ground truth"))
+    if images.has_images(rows):
+        rows = images.canonical(rows, where)
+        notes.append(
+            f"{sum(1 for r in rows if r['images'])} rows with images (message contents as text and image parts)"
+        )
     wrapped = [_harmonised(r) for r in rows]
     if wrapped != rows:
         rows = wrapped
@@ -308,7 +323,7 @@ def normalise(table: Table, role: str, answer_field: str | None = None) -> tuple
             notes.append(f"paired into {len(rows)} chosen/rejected pairs ({unpaired} rows without a partner)")
             where = None
         elif role == "sft":
-            kept = [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows if r["label"]]
+            kept = [{"prompt": r["prompt"], "completion": r["completion"], **_images_of(r)} for r in rows if r["label"]]
             if not kept:
                 raise UserError(f"{table.source}: KTO data has no desirable (label true) rows to fine-tune on.")
             notes.append(f"{len(kept)} desirable rows kept for SFT")
@@ -332,7 +347,9 @@ def load(
     table = read(spec, role, encoding)
     if columns:
         table = Table([map_columns(r, columns) for r in table.rows], table.where, table.source)
-    return normalise(table, role, answer_field)
+    rows, info = normalise(table, role, answer_field)
+    info.base = parse_source(spec, role).folder
+    return rows, info
 
 
 def check(
@@ -382,7 +399,7 @@ def sample(
     if columns:
         table = Table([map_columns(r, columns) for r in table.rows], table.where, table.source)
     rows, info = normalise(table, role, answer)
-    info.rows = total
+    info.rows, info.base = total, source.folder
     info.notes.append(f"first {len(table.rows)} rows checked; all of them when training starts")
     return rows, info
 
@@ -433,6 +450,7 @@ def texts(rows: list[dict[str, Any]]) -> list[str]:
                 walk(v)
 
     for row in rows:
-        for value in row.values():
-            walk(value)
+        for column, value in row.items():
+            if column not in images.IMAGE_COLUMNS:  # image paths and bytes are not text
+                walk(value)
     return out

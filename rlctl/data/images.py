@@ -1,17 +1,36 @@
 """Images of vision-language datasets, as TRL and verl keep them: an `images` column (or `image`, one) of file
 paths (relative to the data file's folder), raw bytes, or `datasets` Image features (`{"bytes": ..., "path": ...}`,
-verl's parquet layout). Opened with Pillow (torch-free, so the pre-flight can check every image before launch)."""
+verl's parquet layout). Opened with Pillow (torch-free, so the pre-flight can check every image before launch).
+
+`canonical` turns a dataset's image rows into the one form the stages read: `images` a list (entries as given) and
+every message's content a list of parts, `{"type": "image"}` or `{"type": "text", "text": ...}`, with exactly as
+many image parts as images (verl's `<image>` placeholders become image parts; a row without any gets its image parts
+at the start of its first user message, as TRL's `prepare_multimodal_messages` does).
+
+`tokens_per_image` is Qwen2-VL's processor arithmetic (its `smart_resize`): the image tokens an image becomes, which
+the planner adds to the prompt (`ImageBudget`)."""
 
 from __future__ import annotations
 
 import io
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from rlctl.errors import UserError
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
 IMAGE_COLUMNS = ("images", "image")  # TRL's `images` (a list) and `image` (one)
+PLACEHOLDER = "<image>"  # verl's (and LLaVA's) image placeholder in text content
+MESSAGE_COLUMNS = ("prompt", "messages", "completion", "chosen", "rejected")  # where image parts may be
+# Qwen2-VL's image processor (Qwen2VLImageProcessor.size, also in the Qwen2-VL / Qwen2.5-VL preprocessor_config.json)
+DEFAULT_MIN_PIXELS = 56 * 56
+DEFAULT_MAX_PIXELS = 28 * 28 * 1280
+PLAN_READS = 1000  # images per dataset `rlctl plan` checks and reads the size of (`rlctl train`: every one)
 
 
 def entries(row: dict[str, Any]) -> list[Any]:
@@ -39,3 +58,225 @@ def open_image(entry: Any, base: Path | None = None) -> Image:
         path = base / path
     with PILImage.open(path) as image:
         return image.convert("RGB")
+
+
+def size_of(entry: Any, base: Path | None = None) -> tuple[int, int]:
+    """(width, height) of one image entry, read from its header (Pillow opens lazily: no pixels are decoded)."""
+    from PIL import Image as PILImage
+
+    if isinstance(entry, PILImage.Image):
+        return entry.size
+    if isinstance(entry, dict):
+        entry = entry.get("bytes") or entry.get("path")
+    if isinstance(entry, bytes | bytearray):
+        with PILImage.open(io.BytesIO(entry)) as image:
+            return image.size
+    path = Path(str(entry))
+    with PILImage.open(base / path if base is not None and not path.is_absolute() else path) as image:
+        return image.size
+
+
+def label(entry: Any) -> str:
+    """An image entry in words, for messages: its path, or its kind and size in bytes."""
+    if isinstance(entry, dict):
+        if entry.get("path"):
+            return str(entry["path"])
+        entry = entry.get("bytes")
+    if isinstance(entry, bytes | bytearray):
+        return f"{len(entry)} bytes of image data"
+    return str(entry) if entry is not None else "an empty entry"
+
+
+def read_sizes(
+    rows: list[dict[str, Any]], base: Path | None, where: Callable[[int], str], decode: bool, cap: int | None
+) -> list[list[tuple[int, int]]]:
+    """(width, height) of each row's images, row by row (rows without images: an empty list): every image decoded
+    (`decode`, as training opens them) or read from its header, until `cap` images are read. One that cannot be
+    opened (missing, not an image, truncated) is a UserError naming the file and row (`where`) and the image."""
+    out: list[list[tuple[int, int]]] = []
+    read = 0
+    for i, row in enumerate(rows):
+        if cap is not None and read >= cap:
+            break
+        sizes = []
+        for k, entry in enumerate(entries(row)):
+            try:
+                sizes.append(open_image(entry, base).size if decode else size_of(entry, base))
+            except (OSError, ValueError, TypeError, SyntaxError) as e:
+                start = f" (relative paths start from {base})" if base and isinstance(entry, str) else ""
+                raise UserError(
+                    f"{where(i)}: image {k + 1} of the row, {label(entry)}, cannot be opened "
+                    f"({type(e).__name__}: {e}){start}. Fix or remove the row."
+                ) from None
+        read += len(sizes)
+        out.append(sizes)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- canonical rows
+def _parts(content: Any) -> list[dict[str, Any]]:
+    """A message's content as a list of parts: verl's `<image>` placeholders in text become image parts."""
+    if isinstance(content, list):
+        return [dict(p) if isinstance(p, dict) else p for p in content]
+    if not isinstance(content, str):
+        return content
+    out: list[dict[str, Any]] = []
+    for i, piece in enumerate(content.split(PLACEHOLDER)):
+        if i:
+            out.append({"type": "image"})
+        if piece:
+            out.append({"type": "text", "text": piece})
+    return out or [{"type": "text", "text": content}]  # an empty (system) message stays one, empty
+
+
+def _image_parts(messages: Any) -> int:
+    if not isinstance(messages, list):
+        return 0
+    return sum(
+        1
+        for m in messages
+        if isinstance(m, dict) and isinstance(m.get("content"), list)
+        for p in m["content"]
+        if isinstance(p, dict) and p.get("type") == "image"
+    )
+
+
+def _with_parts(messages: Any) -> Any:
+    if not isinstance(messages, list):
+        return messages
+    return [{**m, "content": _parts(m["content"])} if isinstance(m, dict) and "content" in m else m for m in messages]
+
+
+def _lead(messages: list[Any], n: int) -> bool:
+    """Put n image parts at the start of the first user message; False when there is none."""
+    for m in messages:
+        if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), list):
+            m["content"] = [{"type": "image"} for _ in range(n)] + m["content"]
+            return True
+    return False
+
+
+def _canonical_row(row: dict[str, Any], where: str) -> dict[str, Any]:
+    images = entries(row)
+    row = {k: v for k, v in row.items() if k not in IMAGE_COLUMNS}
+    if isinstance(row.get("prompt"), str):  # a text prompt with images is a user message
+        row["prompt"] = [{"role": "user", "content": row["prompt"]}]
+    if "prompt" in row:  # text replies to it are assistant messages (as rlctl.data harmonises them)
+        for reply in ("completion", "chosen", "rejected"):
+            if isinstance(row.get(reply), str):
+                row[reply] = [{"role": "assistant", "content": row[reply]}]
+    for column in MESSAGE_COLUMNS:
+        if column in row:
+            row[column] = _with_parts(row[column])
+    found = sum(_image_parts(row.get(c)) for c in MESSAGE_COLUMNS)
+    if found == 0 and images:
+        first = row.get("prompt") if isinstance(row.get("prompt"), list) else row.get("messages")
+        if not isinstance(first, list) or not _lead(first, len(images)):
+            raise UserError(
+                f"{where}: the row has {len(images)} image(s) but no user message to show them in; give it a "
+                "prompt or a messages list with a user message."
+            )
+        found = len(images)
+    if found != len(images):
+        raise UserError(
+            f"{where}: the row has {len(images)} image(s) but {found} image placeholder(s) in its messages "
+            f'(`{PLACEHOLDER}` in text, or {{"type": "image"}} parts); each image needs exactly one. Fix the '
+            "placeholders or the images column of that row."
+        )
+    return {**row, "images": images}
+
+
+def has_images(rows: list[dict[str, Any]]) -> bool:
+    """Whether any row carries an image entry."""
+    return any(entries(r) for r in rows)
+
+
+def canonical(rows: list[dict[str, Any]], where: Callable[[int], str]) -> list[dict[str, Any]]:
+    """The rows of a dataset with images in the one form the stages read (see the module docstring); every row of
+    it, text-only rows too (an empty `images`), so each column holds one kind of value. A row whose placeholders
+    and images do not pair up is a UserError naming its file and row."""
+    return [_canonical_row(r, where(i)) for i, r in enumerate(rows)]
+
+
+# ------------------------------------------------------------------------------------------ image tokens
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """(height, width) Qwen2-VL's processor resizes an image to: both sides rounded to multiples of `factor` (patch
+    x merge), the area clamped into [min_pixels, max_pixels] keeping the aspect ratio (transformers' smart_resize)."""
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def tokens_per_image(width: int, height: int, patch: int, merge: int, min_pixels: int, max_pixels: int) -> int:
+    """Image tokens of one width x height image: (h / patch) x (w / patch) patches after `smart_resize`, each
+    merge x merge square of them one token."""
+    h, w = smart_resize(height, width, patch * merge, min_pixels, max_pixels)
+    return (h // patch) * (w // patch) // (merge * merge)
+
+
+@dataclass(frozen=True)
+class ImageBudget:
+    """The image tokens one dataset's rows add to their prompts, as the planner counts them: the most per row, the
+    most per image, the most images in a row, the processor's pixel bounds, and how many image sizes were read
+    (`read` of `seen`); not `measured`: the data's images were not read (a Hub dataset), the worst case is planned,
+    one image per row at max_pixels."""
+
+    tokens_per_row: int
+    tokens_per_image: int
+    images_per_row: int
+    min_pixels: int
+    max_pixels: int
+    read: int = 0
+    seen: int = 0
+    measured: bool = True
+
+    def describe(self) -> str:
+        """The budget in one line: tokens per row and per image, the pixel bounds and where the numbers came from."""
+        source = f"sizes of {self.read} of {self.seen} images read"
+        if self.read < self.seen:
+            source += " (every image is checked when training starts)"
+        if not self.measured:
+            source = "worst case: one image per row at max_pixels (the data's images are not read before training)"
+        elif not self.seen:
+            source = "the data holds no images"
+        return (
+            f"up to {self.tokens_per_row:,} image tokens per row ({self.images_per_row} image(s), up to "
+            f"{self.tokens_per_image:,} tokens each); pixels {self.min_pixels:,}..{self.max_pixels:,}; {source}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ImageBudget:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def worst_case(patch: int, merge: int, min_pixels: int, max_pixels: int) -> ImageBudget:
+    """The budget when the data's image sizes are not known: one image per row, as large as max_pixels allows (a
+    grid of merged patches of at most max_pixels: max_pixels // (patch x merge)^2 tokens, e.g. 1,280 at 28 x 28 x
+    1280 pixels; at least the min_pixels image's)."""
+    most = max(max_pixels // (patch * merge) ** 2, tokens_per_image(1, 1, patch, merge, min_pixels, max_pixels))
+    return ImageBudget(most, most, 1, min_pixels, max_pixels, measured=False)
+
+
+def budget(
+    sizes: list[list[tuple[int, int]]], patch: int, merge: int, min_pixels: int, max_pixels: int, seen: int
+) -> ImageBudget:
+    """The budget of rows whose images have these (width, height) sizes (one list per row read), of `seen` images."""
+    per_row = [[tokens_per_image(w, h, patch, merge, min_pixels, max_pixels) for w, h in row] for row in sizes]
+    return ImageBudget(
+        max((sum(r) for r in per_row), default=0),
+        max((t for r in per_row for t in r), default=0),
+        max((len(r) for r in sizes), default=0),
+        min_pixels,
+        max_pixels,
+        sum(len(r) for r in sizes),
+        seen,
+    )

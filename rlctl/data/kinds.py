@@ -6,7 +6,8 @@ rows mix text and message lists, or numbers and text, fails there (`ArrowTypeErr
 `rlctl.data.load`), so a dataset the pre-flight accepts builds. Ground-truth answers are made text first, as the
 rewards read them (`str(answer)`: 12 -> "12", 12.0 -> "12.0", "12" as is), so numbers and text may mix there;
 elsewhere a mixture is refused naming the file and line of the first row that differs. Message lists are checked
-too: every message a `{role, content}` mapping with text content.
+too: every message a `{role, content}` mapping with text content, or (vision-language rows) a list of image and
+text parts.
 
 Written by hand rather than by asking pyarrow: Arrow's errors name neither the row nor the column, and importing
 pyarrow would slow `rlctl plan`.
@@ -107,6 +108,8 @@ def _message_problem(message: Any) -> str | None:
     a = "an" if role[:1].lower() in "aeio" else "a"  # an assistant, a user
     if content is None and not calls:
         return f"has {a} {role} message with {'no' if 'content' not in message else 'null'} content"
+    if isinstance(content, list):
+        return _parts_problem(content, a, role)
     if content is not None and not isinstance(content, str):
         return f"has {a} {role} message whose content is {describe(kind_of(content))}, not text"
     if content == "" and role != "system" and not calls:
@@ -114,9 +117,26 @@ def _message_problem(message: Any) -> str | None:
     return None
 
 
+def _parts_problem(parts: list[Any], a: str, role: str) -> str | None:
+    """Why a list-of-parts content (TRL's vision-language layout) is not one: each part {"type": "image"} or
+    {"type": "text", "text": TEXT}, and at least one of them."""
+    if not parts:
+        return f"has {a} {role} message with an empty list of content parts"
+    for part in parts:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "image" or (kind == "text" and isinstance(part.get("text"), str)):
+            continue
+        return (
+            f'has {a} {role} message with a content part that is neither {{"type": "image"}} nor '
+            f'{{"type": "text", "text": ...}} ({part!r:.80})'
+        )
+    return None
+
+
 def check_messages(rows: list[dict[str, Any]], where: Callable[[int], str]) -> None:
     """Every message list (chat `messages`, or a prompt/reply given as messages) holds messages with a role and
-    text content (only a system message may be empty; an assistant message making tool calls may have none)."""
+    text content, or a list of image and text parts (only a system message may be empty; an assistant message
+    making tool calls may have none)."""
     for i, row in enumerate(rows):
         for column in MESSAGE_COLUMNS:
             value = row.get(column)
@@ -127,7 +147,7 @@ def check_messages(rows: list[dict[str, Any]], where: Callable[[int], str]) -> N
                 if problem:
                     raise UserError(
                         f"{where(i)}: column {column} {problem} (message {n + 1}). Every message needs a role and "
-                        "text content; fix or remove the row."
+                        "text content (or a list of image and text parts); fix or remove the row."
                     )
 
 

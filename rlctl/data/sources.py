@@ -44,6 +44,14 @@ class Source:
     config: str | None = None
     split: str | None = None
 
+    @property
+    def folder(self) -> Path | None:
+        """The folder a row's relative image paths start from: the data file's, or the dataset folder; None for a
+        Hub dataset (its images come as bytes)."""
+        if self.path is None:
+            return None
+        return self.path if self.kind in ("disk", "folder") else self.path.parent
+
     def __str__(self) -> str:
         if self.kind == "hub":
             return (

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rlctl.data.images import PLACEHOLDER
 from rlctl.errors import UserError
 
 # ChatML; with `tools` (OpenAI schemas) and `tool` messages rendered as Qwen2.5 does: the tools listed in the system
@@ -202,12 +203,22 @@ class FileTokenizer:
         return_dict: bool = False,
         tools: list[dict[str, Any]] | None = None,
     ) -> Any:
-        """The conversation rendered as transformers renders it (sandboxed jinja2, the same globals)."""
+        """The conversation rendered as transformers renders it (sandboxed jinja2, the same globals). Contents given
+        as image and text parts (vision-language rows) are rendered as their text with `<image>` where an image is:
+        this counts text tokens, whatever the template does with parts (a row's image tokens are counted from its
+        images' sizes, `rlctl.data.images`)."""
+        messages = [
+            {**m, "content": _flat(m["content"])} if isinstance(m.get("content"), list) else m for m in messages
+        ]
         text = render(self.chat_template or "", messages, add_generation_prompt, tools, **self.special)
         if not tokenize:
             return text
         ids = self(text)["input_ids"]
         return {"input_ids": ids} if return_dict else ids
+
+
+def _flat(parts: list[dict[str, Any]]) -> str:
+    return "".join(PLACEHOLDER if p.get("type") == "image" else p.get("text") or "" for p in parts)
 
 
 def prompt_messages(prompt: Any) -> list[dict[str, Any]]:

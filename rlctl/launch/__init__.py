@@ -108,13 +108,12 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
             paths = plan_mod.data_paths(cfg, scratch)
         report = check_inputs(facts.cfg, run_dir, paths, facts.precision == "bf16")
         lengths = preflight.longest(report)
-        the_plan = plan_mod.build_from(facts, lengths or None)  # the memory model plans the lengths the data has
+        the_plan = plan_mod.build_from(facts, lengths or None, report.images or None)  # the data's lengths
         packages.require(the_plan)  # after the inputs: a data problem is named whether or not the extras are here
         run_dir.mkdir(parents=True, exist_ok=True)
         if paths:
             shutil.move(Path(scratch) / "data", run_dir / "data")
-    if lengths:
-        (run_dir / data_lengths.DATA_LENGTHS).write_text(json.dumps(data_lengths.lengths_record(lengths)))
+    data_lengths.record(run_dir, lengths, report.images)  # what the plan used, for every rank and resume
     if imported is not None:  # what the import fixed, kept with the run
         (run_dir / "model_import.json").write_text(json.dumps(imported, indent=2))
     (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))

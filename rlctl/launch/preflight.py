@@ -11,7 +11,8 @@ train` / `rlctl resume` run it again before they launch.
   rl.allow_unconfined_code opts out;
 - every dataset is read and its format recognised (with the stage's column mapping), and rows over the stage's
   length limit are counted with the model's tokenizer files (`tokenizers` + jinja2), refused when more than
-  `data.max_drop_fraction` would be dropped.
+  `data.max_drop_fraction` would be dropped;
+- every image opens (Pillow), its size giving the image tokens the planner adds (`rlctl.data.images.ImageBudget`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any
 
 from rlctl import data, tables
 from rlctl.config import ModelConfig, RunConfig
-from rlctl.data import tokens
+from rlctl.data import images, tokens
+from rlctl.data.images import ImageBudget
 from rlctl.errors import RowFailure, UserError, did_you_mean
 from rlctl.plan import arch as model_arch
 from rlctl.plan import gguf
@@ -43,9 +45,11 @@ class Report:
     errors: list[str] = field(default_factory=list)
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # {stage: rows}, not reported
     infos: dict[str, data.DataInfo] = field(default_factory=dict)  # {stage: what was read}, not reported
+    images: dict[str, ImageBudget] = field(default_factory=dict)  # {stage: its rows' image tokens}
 
     def to_json(self) -> dict[str, Any]:
-        return {"checks": self.checks, "lengths": self.lengths, "errors": self.errors}
+        images_read = {"images": {s: b.to_json() for s, b in self.images.items()}} if self.images else {}
+        return {"checks": self.checks, "lengths": self.lengths, "errors": self.errors, **images_read}
 
     def recognised(self) -> dict[str, data.DataInfo]:
         """What was recognised in each dataset, by data role (a role read by two stages once)."""
@@ -64,8 +68,8 @@ def model_folder(model: ModelConfig, bf16: bool = False) -> tuple[Path | None, s
     if gguf.is_gguf(model):
         spec, _ = gguf.plan_import(model, bf16)
         return (Path(spec.folder) if spec.cached else None), spec.describe()
-    if name == "builtin:tiny":
-        return None, "builtin:tiny, built into the run directory at launch"
+    if name in model_arch.BUILTIN_MODELS:
+        return None, f"{name}, built into the run directory at launch"
     folder = Path(name).expanduser()
     if _looks_local(name):
         if not folder.is_dir():
@@ -292,6 +296,31 @@ def _read_whole(spec: str, full: bool) -> bool:
     return full or source.kind not in ("jsonl", "csv", "parquet") or small
 
 
+# ----------------------------------------------------------------------------------------------- images
+def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report: Report) -> None:
+    """Every image of each stage's rows opens (`full`: decoded, as training will; else the first images.PLAN_READS
+    read from their headers), else an error naming the file, the row and the image; image data for a model whose
+    architecture has no vision tower is refused; with one, each training stage's image budget (`report.images`)."""
+    vision = cfg.model.arch.vision if cfg.model.arch is not None else None
+    bounds = (cfg.data.min_pixels or images.DEFAULT_MIN_PIXELS, cfg.data.max_pixels or images.DEFAULT_MAX_PIXELS)
+    for stage, stage_rows in rows.items():
+        info, cap = report.infos[stage], None if full else images.PLAN_READS
+        try:
+            sizes = images.read_sizes(stage_rows, info.base, info.row, decode=full, cap=cap)
+        except UserError as e:
+            report.errors.append(str(e))
+            return
+        if any(sizes) and cfg.model.arch is not None and vision is None:
+            report.errors.append(
+                f"The {stage} data ({info.source}) holds images, but {cfg.model.name_or_path} has no vision tower "
+                "(model.arch.vision). Train a vision-language model (--preset qwen2.5-vl-3b-grpo), or drop the images."
+            )
+            return
+        if vision is not None and stage != "eval" and stage_rows:
+            seen = sum(len(images.entries(r)) for r in stage_rows)
+            report.images[stage] = images.budget(sizes, vision.patch, vision.merge, *bounds, seen)
+
+
 # ------------------------------------------------------------------------------------------------ tools
 def check_tools(cfg: RunConfig, report: Report) -> None:
     """rl.tools resolved as the RL stage will: plugin files imported, entry points loaded, schemas built."""
@@ -411,6 +440,7 @@ def run(
         report.data = {role: {"source": source, "stages": stages} for role, stages in readers(cfg).items()}
         return report
     rows = report.rows = read_data(cfg, report, full, paths)
+    check_images(cfg, rows, full, report)
     if "rl" in cfg.stages:
         check_row_tools(cfg, rows.get("rl") or [], report)
         check_code_tests(cfg, rows.get("rl") or [], report)

@@ -16,13 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from rlctl.config import ModelArch, RunConfig
+from rlctl.config.sections import VisionArch
 from rlctl.errors import UserError
 from rlctl.plan import gguf
 from rlctl.plan.parts import Noted
 
 DENSE = {"qwen2", "qwen3", "llama", "mistral", "gemma", "gemma2", "gemma3_text", "phi3", "phi", "olmo2", "granite"}
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
+# vision-language models whose vision tower the planner models (Qwen2-VL's design), and their text model_type
+VISION_LANGUAGE = {"qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text"}
 FETCH_TIMEOUT_S = 3.0
+BUILTIN_MODELS = ("builtin:tiny", "builtin:tiny-vlm")  # random-init models built at launch, planned from the preset
 
 
 def hub_cache() -> Path:
@@ -96,9 +100,33 @@ def locate(name_or_path: str) -> tuple[Path | None, str]:
     return None, "not in the local Hugging Face cache" + (" (HF_HUB_OFFLINE is set)" if offline() else "")
 
 
+def vision_from_config(vision: dict[str, Any]) -> VisionArch:
+    """The vision tower's numbers from a Qwen2-VL / Qwen2.5-VL config.json's vision_config. Qwen2-VL's width is
+    `embed_dim` (its `hidden_size` is the language model's) and its MLP two matrices of mlp_ratio x width, read as
+    the planner's three-matrix MLP of 2/3 that size (as Phi's)."""
+    hidden = vision.get("embed_dim") or vision["hidden_size"]
+    intermediate = vision.get("intermediate_size") or int(hidden * vision.get("mlp_ratio", 4)) * 2 // 3
+    return VisionArch(
+        layers=vision["depth"],
+        hidden=hidden,
+        heads=vision["num_heads"],
+        intermediate=intermediate,
+        patch=vision.get("patch_size", 14),
+        merge=vision.get("spatial_merge_size", 2),
+        temporal_patch=vision.get("temporal_patch_size", 2),
+    )
+
+
 def arch_from_config(config: dict[str, Any], source: str) -> ModelArch:
-    """The planner's numbers from a transformers config.json (text configs of multimodal models included)."""
-    config = config.get("text_config") or config
+    """The planner's numbers from a transformers config.json (text configs of multimodal models included; a
+    Qwen2-VL / Qwen2.5-VL config's text numbers at the top level or under text_config, its vision_config too)."""
+    top = config
+    vision_language = top.get("model_type") in VISION_LANGUAGE and isinstance(top.get("vision_config"), dict)
+    if vision_language:  # the text numbers: text_config's over the top level's (transformers 5 nests them)
+        outer = {k: v for k, v in top.items() if k != "text_config"}
+        config = {**outer, **(top.get("text_config") or {}), "model_type": "qwen2"}
+    else:
+        config = config.get("text_config") or config
     kind = config.get("model_type", "")
     if any(config.get(k) for k in MOE_KEYS):
         raise UserError(
@@ -125,14 +153,15 @@ def arch_from_config(config: dict[str, Any], source: str) -> ModelArch:
         max_position=config.get("max_position_embeddings", 32768),
         tie_embeddings=bool(config.get("tie_word_embeddings", kind.startswith("gemma"))),
         head_dim=config["head_dim"] if config.get("head_dim") not in (None, hidden // heads) else None,
+        vision=vision_from_config(top["vision_config"]) if vision_language else None,
     )
 
 
 def resolve(cfg: RunConfig) -> Noted[tuple[RunConfig, str]]:
     """`cfg` with model.arch taken from the model itself where it can be read, and where the numbers came from."""
     preset = cfg.model.arch
-    if cfg.model.name_or_path == "builtin:tiny":
-        return Noted((cfg, "the preset (builtin:tiny)"))
+    if cfg.model.name_or_path in BUILTIN_MODELS:
+        return Noted((cfg, f"the preset ({cfg.model.name_or_path})"))
     if gguf.is_gguf(cfg.model):
         file = gguf.locate(cfg.model)
         return _with_arch(cfg, gguf.header(file).arch, str(file), f"the GGUF header ({file.name})")

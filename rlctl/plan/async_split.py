@@ -105,9 +105,12 @@ def ids(gpus: tuple[int, ...]) -> str:
     return ",".join(map(str, gpus))
 
 
-def split(cfg: RunConfig, hardware: hw.Hardware, procs: int, engine: str, batches: list[int]) -> AsyncSplit:
+def split(
+    cfg: RunConfig, hardware: hw.Hardware, procs: int, engine: str, batches: list[int], image_tokens: int = 0
+) -> AsyncSplit:
     """The split for an async RL run of `cfg` on `hardware`; `procs`: the trainer processes per node on CPU,
-    `batches`: every stage's global batch (the trainer count must divide them). A UserError where it cannot split."""
+    `batches`: every stage's global batch (the trainer count must divide them); `image_tokens`: a vision-language
+    run's image tokens per prompt. A UserError where it cannot split."""
     if hardware.is_cpu:
         cores = max(hardware.cpu_cores, 2)
         gen = max(1, cores // (procs + 1))
@@ -127,7 +130,8 @@ def split(cfg: RunConfig, hardware: hw.Hardware, procs: int, engine: str, batche
         raise UserError(_one_gpu(hardware, arch))
     rl = cfg.rl
     rollouts = rl.prompts_per_step * rl.group_size
-    prompt, seq = cfg.data.max_prompt_length, cfg.data.max_prompt_length + rl.max_new_tokens
+    prompt = cfg.data.max_prompt_length + image_tokens
+    seq = prompt + rl.max_new_tokens
     tp = _tensor_parallel(arch, hardware, engine, rollouts, prompt, seq)
     fixed = cfg.hardware.num_processes
     if fixed is None:

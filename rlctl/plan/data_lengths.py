@@ -4,10 +4,12 @@ not as long as the limits allow)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from rlctl.config import RunConfig
+from rlctl.data.images import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, ImageBudget, worst_case
 from rlctl.plan.parts import Noted
 
 DATA_LENGTHS = "data_lengths.json"  # in the run directory: the data's counted lengths, as the plan used them
@@ -23,11 +25,45 @@ LENGTH_KEYS = {
     "kto": "kto_longest_row",
 }
 OFFLINE_STAGES = ("sft", "rm", "dpo", "kto")
+IMAGES_KEY = "images"  # data_lengths.json's {stage: ImageBudget} of a vision-language run's data
 
 
-def lengths_record(lengths: dict[str, int]) -> dict[str, int]:
-    """What data_lengths.json holds for the pre-flight's counts ({stage: longest})."""
-    return {LENGTH_KEYS[stage]: n for stage, n in lengths.items() if stage in LENGTH_KEYS and n}
+def lengths_record(lengths: dict[str, int], images: dict[str, ImageBudget] | None = None) -> dict[str, Any]:
+    """What data_lengths.json holds for the pre-flight's counts ({stage: longest}) and image budgets."""
+    out: dict[str, Any] = {LENGTH_KEYS[stage]: n for stage, n in lengths.items() if stage in LENGTH_KEYS and n}
+    if images:
+        out[IMAGES_KEY] = {stage: b.to_json() for stage, b in images.items()}
+    return out
+
+
+def record(run_dir: Path, lengths: dict[str, int], images: dict[str, ImageBudget]) -> None:
+    """Write data_lengths.json into a new run directory when the pre-flight counted anything."""
+    if lengths or images:
+        (run_dir / DATA_LENGTHS).write_text(json.dumps(lengths_record(lengths, images)))
+
+
+def image_budgets(cfg: RunConfig, run_dir: str | Path, given: dict[str, ImageBudget] | None) -> dict[str, ImageBudget]:
+    """The image tokens per row the memory model plans for each stage of a vision-language run: `given` (the
+    pre-flight read the data's image sizes), else what the run directory recorded, else the worst case (one image
+    per row at data.max_pixels); none for a text model."""
+    vision = cfg.model.arch.vision if cfg.model.arch is not None else None
+    if vision is None:
+        return {}
+    if given is None:
+        from rlctl import strictjson
+
+        path = Path(run_dir) / DATA_LENGTHS
+        works = "Remove it, and the plan takes the worst case: one image per row at data.max_pixels."
+        recorded = strictjson.read(path, works, missing={}).get(IMAGES_KEY) or {}
+        try:
+            given = {stage: ImageBudget.from_json(b) for stage, b in recorded.items()}
+        except (TypeError, ValueError, AttributeError) as e:
+            raise strictjson.DamagedFile(path, f"its {IMAGES_KEY} are not image budgets ({e})", works) from None
+    bounds = (cfg.data.min_pixels or DEFAULT_MIN_PIXELS, cfg.data.max_pixels or DEFAULT_MAX_PIXELS)
+    out = {}
+    for stage in cfg.stages:
+        out[stage] = given.get(stage) or worst_case(vision.patch, vision.merge, *bounds)
+    return out
 
 
 def data_lengths_of(run_dir: str | Path, given: dict[str, int] | None) -> dict[str, int]:

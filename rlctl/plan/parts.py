@@ -53,13 +53,16 @@ class ModelFacts:
     name_or_path: str
     arch_source: str
     arch: ModelArch | None = None  # None: model.arch is not set (no parameter count either)
-    params: int | None = None
+    params: int | None = None  # the vision tower's included
     params_billions: float | None = None
+    vision_params: int | None = None  # a vision-language model's vision tower (None: a text model)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name_or_path": self.name_or_path, "arch_source": self.arch_source}
         if self.arch is not None:
             out |= {"params": self.params, "params_billions": self.params_billions, "arch": self.arch.model_dump()}
+        if self.vision_params is not None:
+            out["vision_params"] = self.vision_params
         return out
 
     @classmethod
@@ -71,6 +74,7 @@ class ModelFacts:
             ModelArch.model_validate(arch) if arch is not None else None,
             data.get("params"),
             data.get("params_billions"),
+            data.get("vision_params"),
         )
 
 

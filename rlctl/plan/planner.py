@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlctl.config import RunConfig
+from rlctl.data.images import ImageBudget
 from rlctl.errors import UserError
 from rlctl.plan import arch as model_arch
 from rlctl.plan import data_lengths, epochs, gguf, packages, strategies
@@ -77,7 +78,7 @@ def final_policy(run_dir: Path, cfg: RunConfig, completed: list[str]) -> tuple[s
 
 def base_model(cfg: RunConfig, run_dir: str | Path) -> str:
     """The starting weights: a Hub id or folder, or the tiny model built into the run directory."""
-    if cfg.model.name_or_path == "builtin:tiny":
+    if cfg.model.name_or_path in model_arch.BUILTIN_MODELS:
         return str(Path(run_dir) / "base")
     return cfg.model.name_or_path
 
@@ -292,16 +293,22 @@ def build(
     return build_from(facts(cfg, run_dir), given)
 
 
-def build_from(f: Facts, lengths: dict[str, int] | None = None) -> Plan:
+def build_from(f: Facts, lengths: dict[str, int] | None = None, images: dict[str, ImageBudget] | None = None) -> Plan:
     """The plan from its facts: the async split, the batch sizes, the memory per phase, each stage's strategy and
-    starting point, the accelerate config and the launch command, with what each step said."""
+    starting point, the accelerate config and the launch command, with what each step said. `lengths` and a
+    vision-language run's `images` (its image tokens per row, by stage) as the pre-flight counted them in the data,
+    else as the run directory recorded them, else the limits (the worst case of max_pixels)."""
     cfg, hardware = f.cfg, f.hardware
     sizes = {name: _global_batch(cfg, name) for name in cfg.stages}
-    split = _split(f, list(sizes.values()))
+    budgets = data_lengths.image_budgets(cfg, f.run_dir, images)
+    image_tokens = {stage: b.tokens_per_row for stage, b in budgets.items()}
+    split = _split(f, list(sizes.values()), image_tokens.get("rl", 0))
     procs = split.value.trainer_gpus if split.value is not None and split.value.trainer_gpus else f.procs
     configured = batch_sizes(cfg, sizes, procs * hardware.nodes)
     fitted = data_lengths.as_long_as_the_data(cfg, data_lengths.data_lengths_of(f.run_dir, lengths))
-    trainers = memory_settings.Trainers(cfg, fitted.value, hardware, procs, f.engine, f.precision, f.run_dir)
+    trainers = memory_settings.Trainers(
+        cfg, fitted.value, hardware, procs, f.engine, f.precision, f.run_dir, image_tokens
+    )
     mem = memory_settings.plan(trainers, split.value)
     batches = {name: b.with_micro(mem.micro.get(name, b.micro)) for name, b in configured.items()}
     async_split, vllm, generation = _async_sides(split.value, mem.table, mem.vllm, mem.generation)
@@ -310,9 +317,14 @@ def build_from(f: Facts, lengths: dict[str, int] | None = None) -> Plan:
     warnings += _package_warnings(f, mem.adapter, warnings)
     embeddings = f.embeddings if mem.adapter in ("lora", "qlora") else ()
     said = (*mem.decisions, *([async_split.decision()] if async_split else []), *f.epochs, *fitted.decisions)
+    said += tuple(
+        {"setting": f"{stage} image tokens per row (memory)", "value": str(b.tokens_per_row), "why": b.describe()}
+        for stage, b in budgets.items()
+    )
     plan = _assemble(f, procs, mem, stage_plans(f, batches, per_stage.value), async_split)
     decisions = [*said, *embeddings, *per_stage.decisions]
-    return replace(plan, vllm=vllm, generation=generation, warnings=[*warnings, *plan.warnings], decisions=decisions)
+    warnings = (*warnings, *plan.warnings)
+    return replace(plan, vllm=vllm, generation=generation, warnings=list(warnings), decisions=decisions, images=budgets)
 
 
 def _assemble(
@@ -359,14 +371,15 @@ def _package_warnings(f: Facts, adapter: str, said: tuple[str, ...]) -> tuple[st
     return packages.check_layout(adapter, vllm_forced, f.hardware.is_cpu, trackers, here, said)
 
 
-def _split(f: Facts, global_batches: list[int]) -> Noted[AsyncSplit | None]:
-    """An async RL run's split of the devices between the trainer processes and the generator, or None."""
+def _split(f: Facts, global_batches: list[int], image_tokens: int) -> Noted[AsyncSplit | None]:
+    """An async RL run's split of the devices between the trainer processes and the generator (its prompts
+    `image_tokens` longer for a vision-language run), or None."""
     cfg = f.cfg
     if "rl" not in cfg.stages or not cfg.rl.async_rollout.enabled:
         return Noted(None)
     from rlctl.plan import async_split  # loaded for async runs only: `rlctl plan` stays fast
 
-    split = async_split.split(cfg, f.hardware, f.procs, f.engine, global_batches)
+    split = async_split.split(cfg, f.hardware, f.procs, f.engine, global_batches, image_tokens)
     others = [name for name in cfg.stages if name != "rl"]
     warnings = []
     if split.on_gpus and (split.engines > 1 or split.tensor_parallel_size > 1):
@@ -424,7 +437,7 @@ def _launch_warnings(cfg: RunConfig, hardware: hw.Hardware) -> list[str]:
             f"{hardware.nodes} nodes: every node needs --main-address HOST[:PORT] of the rank-0 node and its own "
             "--node-rank to launch (rlctl slurm fills both in)"
         )
-    if hardware.is_cpu and cfg.model.name_or_path != "builtin:tiny":
+    if hardware.is_cpu and cfg.model.name_or_path not in model_arch.BUILTIN_MODELS:
         out.append("planning for CPU: real models train very slowly without a GPU")
     return out
 
@@ -457,5 +470,7 @@ def model_facts(cfg: RunConfig, arch_source: str) -> ModelFacts:
         return ModelFacts(cfg.model.name_or_path, arch_source)
     from rlctl.plan.memory.arch import Arch
 
-    params = Arch.of(arch).params()
-    return ModelFacts(cfg.model.name_or_path, arch_source, arch, params, round(params / 1e9, 2))
+    full = Arch.of(arch)
+    params = full.params()
+    vision = full.vision_params if arch.vision is not None else None
+    return ModelFacts(cfg.model.name_or_path, arch_source, arch, params, round(params / 1e9, 2), vision)

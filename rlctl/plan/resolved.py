@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlctl.config import RunConfig
+from rlctl.data.images import ImageBudget
 from rlctl.plan import engine, gguf, memory
 from rlctl.plan import hardware as hw
 from rlctl.plan.parts import NOT_ESTIMATED, GenerationSettings, Layout, MemoryTable, ModelFacts, VllmSettings
@@ -65,6 +66,7 @@ class Plan:
     generation: GenerationSettings | None = None  # transformers generation: rollouts per process, per generate call
     model_import: gguf.GgufImport | None = None  # a GGUF file converted to a folder before launch
     async_split: AsyncSplit | None = None  # rl.async_rollout: the generator process beside the trainers
+    images: dict[str, ImageBudget] = field(default_factory=dict)  # a vision-language run's image tokens, by stage
 
     @property
     def command(self) -> str:
@@ -89,6 +91,12 @@ class Plan:
         return planned or (rl.micro_batch_size * rl.grad_accum if rl else 1)
 
     def to_json(self) -> dict[str, Any]:
+        out = self._json()
+        if self.images:  # vision-language runs only: a text plan's JSON is unchanged
+            out["images"] = {stage: b.to_json() for stage, b in self.images.items()}
+        return out
+
+    def _json(self) -> dict[str, Any]:
         return {
             "run_dir": self.run_dir,
             "hardware": self.hardware.to_dict(),
@@ -155,6 +163,7 @@ class Plan:
             generation=GenerationSettings.from_json(data["generation"]) if data.get("generation") else None,
             model_import=gguf.GgufImport(**imported) if imported else None,
             async_split=split,
+            images={stage: ImageBudget.from_json(b) for stage, b in (data.get("images") or {}).items()},
         )
 
 

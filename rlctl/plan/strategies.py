@@ -6,19 +6,21 @@ from __future__ import annotations
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import hardware as hw
+from rlctl.plan.arch import BUILTIN_MODELS
 from rlctl.plan.parts import Noted
 
 
 def embeddings_for_adapters(cfg: RunConfig) -> Noted[RunConfig]:
-    """`cfg` with model.train_embeddings=auto resolved (so config.yaml holds it): on for builtin:tiny, a random-init
-    model whose frozen embeddings, small and tied to the output head, cap how sure its predictions can get, so
-    adapters alone barely learn (SFT loss 5.1 against 1.1 with them trained); off for pretrained models. Its
-    decision is the one the plan shows when adapters train (none when embeddings stay frozen)."""
+    """`cfg` with model.train_embeddings=auto resolved (so config.yaml holds it): on for builtin:tiny (and
+    builtin:tiny-vlm), a random-init model whose frozen embeddings, small and tied to the output head, cap how sure
+    its predictions can get, so adapters alone barely learn (SFT loss 5.1 against 1.1 with them trained); off for
+    pretrained models. Its decision is the one the plan shows when adapters train (none when embeddings stay
+    frozen)."""
     m = cfg.model
     why = "set by you"
     if m.train_embeddings == "auto":
-        why = "builtin:tiny is random-init: frozen random embeddings would cap what the adapters learn"
-        m = m.model_copy(update={"train_embeddings": m.name_or_path == "builtin:tiny"})
+        why = f"{m.name_or_path} is random-init: frozen random embeddings would cap what the adapters learn"
+        m = m.model_copy(update={"train_embeddings": m.name_or_path in BUILTIN_MODELS})
         cfg = cfg.model_copy(update={"model": m})
     if not m.train_embeddings:
         return Noted(cfg)

@@ -95,8 +95,16 @@ class MemoryPlan:
         )
 
 
-def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precision: str) -> MemoryPlan | None:
-    """The automatic settings for `cfg` on `hardware`, or None when the model has no architecture numbers.
+def decide(
+    cfg: RunConfig,
+    hardware: Hardware,
+    procs: int,
+    engine: str,
+    precision: str,
+    image_tokens: dict[str, int] | None = None,
+) -> MemoryPlan | None:
+    """The automatic settings for `cfg` on `hardware`, or None when the model has no architecture numbers;
+    `image_tokens`: a vision-language run's image tokens per row, by stage (they lengthen its sequences).
 
     Raises UserError (exit 2) with the nearest fitting plan when nothing fits and the user fixed nothing;
     settings the user fixed always win, with a warning when they will not fit. On CPU it never refuses."""
@@ -104,20 +112,20 @@ def decide(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precisio
         return None
     arch = Arch.of(cfg.model.arch)
     env = environment(cfg, hardware, procs, engine, precision)
-    found, closest = search.search(cfg, env, arch)
+    found, closest = search.search(cfg, env, arch, image_tokens)
     warnings: list[str] = []
     fixed = explicit_settings(cfg)
     if found is None:
         if env.is_cpu:
             warnings.append(f"the memory model expects {closest.why_not()} (of RAM); the run may swap or fail")
         elif fixed:
-            near = nearest(cfg, hardware, procs, engine, precision, relax_user=True)
+            near = nearest(cfg, hardware, procs, engine, precision, relax_user=True, image_tokens=image_tokens)
             warnings.append(
                 f"{', '.join(fixed)} will not fit: {closest.why_not()}."
                 + (f" Nearest plan that fits: {near[0]}." if near else "")
             )
         else:
-            raise UserError(refusal(cfg, hardware, procs, engine, precision, closest))
+            raise UserError(refusal(cfg, hardware, procs, engine, precision, closest, image_tokens))
         found = closest
     plan = MemoryPlan(found, env)
     if env.host_assumed and (found.setup.cpu_offload or found.setup.phase_offload):
@@ -138,7 +146,7 @@ def disk_need(cfg: RunConfig, setup: Setup, precision: str) -> float:
     total = 0.0
     for name in cfg.stages:
         p = arch.params("score" if name == "rm" else "lm")
-        adapters = arch.adapter_params(cfg.model.lora_r, cfg.model.train_embeddings is True)
+        adapters = arch.adapter_params(cfg.model.lora_r, cfg.model.train_embeddings is True, cfg.model.lora_vision)
         trained = p if setup.adapter == "full" else adapters
         ckpt = trained * 4.0 * 3  # fp32 weights + AdamW m and v
         final = p * (4.0 if setup.adapter == "full" else wb)  # saved in the dtype it trained in; LoRA merged

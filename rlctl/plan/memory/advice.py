@@ -43,9 +43,16 @@ def _describe(a: Attempt) -> str:
 
 
 def nearest(
-    cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precision: str, relax_user: bool = False
+    cfg: RunConfig,
+    hardware: Hardware,
+    procs: int,
+    engine: str,
+    precision: str,
+    relax_user: bool = False,
+    image_tokens: dict[str, int] | None = None,
 ) -> list[str]:
-    """Up to three nearby plans that fit, as `--set`/`--hardware` suggestions with their layout and headroom."""
+    """Up to three nearby plans that fit, as `--set`/`--hardware` suggestions with their layout and headroom
+    (`image_tokens`: a vision-language run's image tokens per row, by stage)."""
     from rlctl.plan import hardware as hw
 
     out: list[str] = []
@@ -58,7 +65,7 @@ def nearest(
         base.hardware.optimizer_offload = "auto"
         for name in cfg.stages:
             getattr(base, name).micro_batch_size = "auto"
-        a = fitting_attempt(base, hardware, procs, engine, precision)
+        a = fitting_attempt(base, hardware, procs, engine, precision, image_tokens)
         if a is not None:
             changes = []
             if cfg.model.adapter != "auto" and cfg.model.adapter != a.setup.adapter:
@@ -80,7 +87,7 @@ def nearest(
         v, steps = value, 0
         while v // 2 >= floor and steps < 6:
             v, steps = v // 2, steps + 1
-            a = fitting_attempt(_with(base, key, v), hardware, procs, engine, precision)
+            a = fitting_attempt(_with(base, key, v), hardware, procs, engine, precision, image_tokens)
             if a is not None:
                 if best is None or steps < best[0]:
                     best = (steps, f"--set {key}={v} ({_describe(a)})")
@@ -88,7 +95,7 @@ def nearest(
     if best:
         out.append(best[1])
     if engine == "transformers" and not hardware.is_cpu:
-        a = fitting_attempt(base, hardware, procs, "vllm", precision)
+        a = fitting_attempt(base, hardware, procs, "vllm", precision, image_tokens)
         if a is not None:
             out.append(f"pip install 'rlctl[vllm]' for colocated vLLM generation ({_describe(a)})")
     have = hardware.world_size * hardware.gpu_usable_gib
@@ -97,7 +104,7 @@ def nearest(
         if other.world_size * other.gpu_usable_gib <= have:
             continue
         other_precision = "bf16" if other.bf16 and cfg.model.dtype != "float32" else "no"
-        a = fitting_attempt(base, other, other.gpus_per_node, engine, other_precision)
+        a = fitting_attempt(base, other, other.gpus_per_node, engine, other_precision, image_tokens)
         if a is not None:
             out.append(f"--hardware {spec} ({_describe(a)})")
             break
@@ -106,8 +113,16 @@ def nearest(
     return out
 
 
-def refusal(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precision: str, closest: Attempt) -> str:
-    near = nearest(cfg, hardware, procs, engine, precision)
+def refusal(
+    cfg: RunConfig,
+    hardware: Hardware,
+    procs: int,
+    engine: str,
+    precision: str,
+    closest: Attempt,
+    image_tokens: dict[str, int] | None = None,
+) -> str:
+    near = nearest(cfg, hardware, procs, engine, precision, image_tokens=image_tokens)
     hint = (
         "Nearest plans that fit: " + "; ".join(near) + "."
         if near
@@ -139,7 +154,8 @@ def safer(plan: Any, stage: str) -> list[str]:
         options.append(("model.gradient_checkpointing", True))
     if plan.adapter in ("full", "lora"):
         options.append(("model.adapter", {"full": "lora", "lora": "qlora"}[plan.adapter]))
-    args = (plan.hardware, plan.num_processes, plan.memory_engine, plan.mixed_precision)
+    images = {name: b.tokens_per_row for name, b in plan.images.items()}
+    args = (plan.hardware, plan.num_processes, plan.memory_engine, plan.mixed_precision, images)
 
     def peaks(a: Attempt | None) -> dict[str, float]:
         return {p.label: p.peak for p in a.phases if p.stage == stage} if a else {}

@@ -1,5 +1,6 @@
 """The architecture arithmetic of the memory model: parameter, LoRA, quantized, KV-cache and activation counts of a
-decoder-only transformer (GQA, SwiGLU, RMSNorm), from the numbers in `model.arch` (pure Python, no torch)."""
+decoder-only transformer (GQA, SwiGLU, RMSNorm) and of a vision-language model's vision tower, from the numbers in
+`model.arch` (pure Python, no torch)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,80 @@ if TYPE_CHECKING:
 # which costs tens of milliseconds that `rlctl plan` does not have.
 
 
+class Vision(namedtuple("Vision", "layers hidden heads intermediate patch merge temporal_patch out")):
+    """The vision tower of a Qwen2-VL / Qwen2.5-VL model: a patch embedding (a 3D convolution over `temporal_patch`
+    frames of `patch` x `patch` pixels), `layers` transformer blocks of width `hidden` (attention with a fused qkv,
+    a three-matrix MLP of `intermediate`; Qwen2-VL's two-matrix MLP is read as 2/3 of its size, as for Phi), and
+    the patch merger: each `merge` x `merge` square of patches through a two-layer MLP into the language model's
+    hidden size `out` (one image token). Biases are ignored (< 0.1%)."""
+
+    __slots__ = ()
+
+    @property
+    def patch_embedding(self) -> int:
+        return 3 * self.temporal_patch * self.patch * self.patch * self.hidden
+
+    @property
+    def block_linear(self) -> int:
+        """qkv (h x 3h), proj (h x h), gate, up, down (h x I): one block's matmul weights."""
+        return 4 * self.hidden * self.hidden + 3 * self.hidden * self.intermediate
+
+    @property
+    def merged(self) -> int:
+        """Width of a merged square of patches: hidden x merge^2."""
+        return self.hidden * self.merge * self.merge
+
+    @property
+    def merger_linear(self) -> int:
+        return self.merged * self.merged + self.merged * self.out
+
+    @property
+    def linear_params(self) -> int:
+        return self.layers * self.block_linear + self.merger_linear
+
+    @property
+    def params(self) -> int:
+        """Every weight: the patch embedding, the blocks (two norms each) and the merger (its norm and MLP)."""
+        return self.patch_embedding + self.linear_params + self.layers * 2 * self.hidden + self.hidden
+
+    def lora_params(self, r: int) -> int:
+        """LoRA on every linear layer of the tower: qkv (h + 3h), proj (2h), gate, up, down (h + I each) per block,
+        and the merger's two layers."""
+        h, i = self.hidden, self.intermediate
+        return self.layers * r * (9 * h + 3 * i) + r * (2 * self.merged + self.merged + self.out)
+
+    def act_bytes_per_patch_layer(self, ab: float) -> float:
+        """Tensors one block saves for backward per patch, as a decoder layer's (`Arch.act_bytes_per_token_layer`)
+        with as many key/value heads as heads (flash or memory-efficient attention, per image): 12h + 4I."""
+        return ab * (12 * self.hidden + 4 * self.intermediate)
+
+
 class Arch(
     namedtuple(
-        "Arch", "layers hidden heads kv_heads vocab intermediate tie_embeddings head_size", defaults=(False, None)
+        "Arch",
+        "layers hidden heads kv_heads vocab intermediate tie_embeddings head_size vision",
+        defaults=(False, None, None),
     )
 ):
     """The architecture numbers the model needs (a decoder-only, GQA, SwiGLU, RMSNorm transformer):
     layers, hidden, heads, kv_heads, vocab, intermediate (MLP size), tie_embeddings, head_size (None: hidden /
-    heads; Qwen3 and Gemma set their own)."""
+    heads; Qwen3 and Gemma set their own), vision (a vision-language model's `Vision` tower, else None)."""
 
     __slots__ = ()
 
     @classmethod
     def of(cls, a: ModelArch) -> Arch:
-        return cls(a.layers, a.hidden, a.heads, a.kv_heads, a.vocab, a.intermediate, a.tie_embeddings, a.head_dim)
+        v = a.vision
+        tower = None
+        if v is not None:
+            tower = Vision(v.layers, v.hidden, v.heads, v.intermediate, v.patch, v.merge, v.temporal_patch, a.hidden)
+        return cls(
+            a.layers, a.hidden, a.heads, a.kv_heads, a.vocab, a.intermediate, a.tie_embeddings, a.head_dim, tower
+        )
+
+    @property
+    def vision_params(self) -> int:
+        return self.vision.params if self.vision is not None else 0
 
     @property
     def head_dim(self) -> int:
@@ -59,11 +120,12 @@ class Arch(
         out = self.embedding if head == "lm" and not self.tie_embeddings else 0
         if head == "score":
             out = self.hidden
-        return self.layers * self.layer_params + self.embedding + out + self.hidden  # + final norm
+        return self.layers * self.layer_params + self.embedding + out + self.hidden + self.vision_params  # + norm
 
     @property
     def linear_params(self) -> int:
-        """Weights bitsandbytes quantizes for QLoRA (embeddings, LM head and norms stay in bf16)."""
+        """Weights bitsandbytes quantizes for QLoRA (embeddings, LM head and norms stay in bf16; the vision tower is
+        counted in bf16 too, as a QLoRA setup that skips it keeps it)."""
         return self.layers * self.layer_linear
 
     def lora_params(self, r: int) -> int:
@@ -72,10 +134,12 @@ class Arch(
         # q: h+q, k: h+kv, v: h+kv, o: q+h, gate: h+I, up: h+I, down: I+h
         return self.layers * r * (7 * h + 2 * q + 2 * kv + 3 * i)
 
-    def adapter_params(self, r: int, embeddings: bool = False) -> int:
-        """Trainable parameters of an adapter layout: LoRA on all linear layers, plus the token embeddings and the
-        output head (one matrix when tied) when they train too (model.train_embeddings)."""
-        return self.lora_params(r) + (self.vocab * self.hidden * (1 if self.tie_embeddings else 2) if embeddings else 0)
+    def adapter_params(self, r: int, embeddings: bool = False, vision: bool = False) -> int:
+        """Trainable parameters of an adapter layout: LoRA on all linear layers of the language model, plus the
+        token embeddings and the output head (one matrix when tied) when they train too (model.train_embeddings),
+        plus LoRA on the vision tower's when it trains too (model.lora_vision)."""
+        tower = self.vision.lora_params(r) if vision and self.vision is not None else 0
+        return self.lora_params(r) + tower + (self.embedding * (1 if self.tie_embeddings else 2) if embeddings else 0)
 
     def kv_bytes_per_token(self, dtype_bytes: float) -> float:
         """K and V for every layer: 2 x layers x kv_heads x head_dim x dtype bytes."""
@@ -99,7 +163,8 @@ class Arch(
     def matmul_params(self, head: str = "lm") -> int:
         """Weights autocast casts to bf16 for a forward: the linear layers and the LM head (vocab x h, tied or
         not) or the reward model's h x 1 score head; embeddings and norms are not matmuls."""
-        return self.linear_params + (self.embedding if head == "lm" else self.hidden)
+        tower = self.vision.linear_params if self.vision is not None else 0
+        return self.linear_params + tower + (self.embedding if head == "lm" else self.hidden)
 
     def lora_dropout_bytes_per_token_layer(self, ab: float) -> float:
         """LoRA dropout keeps a copy of each adapted matrix's input: q, k, v, o, gate, up (h) and down (I)."""

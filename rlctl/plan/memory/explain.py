@@ -61,13 +61,22 @@ def explain(cfg: RunConfig, plan: Any, hardware: Hardware) -> list[dict[str, str
         if master_weights(env, s):
             why += ", and autocast's bf16 copy (2 B/param) during each forward"
     else:
-        pl = arch.adapter_params(env.lora_r, env.lora_embeddings)
+        pl = arch.adapter_params(env.lora_r, env.lora_embeddings, env.lora_vision)
         base = "bf16" if s.adapter == "lora" else "4-bit NF4"
         trained = "LoRA parameters and the token embeddings" if env.lora_embeddings else "LoRA parameters"
         why = f"{_count(pl)} {trained} (r={env.lora_r}, fp32) on a frozen {base} base"
         if not fixed_adapter:
             why = "full fine-tuning does not fit; " + why
     add("adapter", s.adapter, why, fixed_adapter)
+    if arch.vision is not None:
+        v = arch.vision
+        state = "frozen: LoRA targets the language model (model.lora_vision=true adds adapters to it)"
+        if s.adapter == "full":
+            state = "trains with the language model (full fine-tuning)"
+        elif env.lora_vision:
+            state = "LoRA adapters on it too (model.lora_vision)"
+        shape = f"{v.layers} blocks of {v.hidden}, {v.patch}px patches merged {v.merge}x{v.merge} into one token"
+        add("vision tower", _count(v.params), f"{shape}; {state}; its weights are in every phase")
     ck_user = cfg.model.gradient_checkpointing != "auto"
     if s.checkpointing:
         why = "recompute each layer in the backward pass: saved activations drop to the layer inputs"

@@ -25,6 +25,7 @@ from rlctl.plan.memory.model import (
     master_weights,
     nonzero,
     quantized_bytes,
+    vision_activations,
 )
 
 if TYPE_CHECKING:
@@ -48,18 +49,20 @@ def tp_choices(arch: Arch, env: Env) -> list[int]:
 def vllm_generation(
     arch: Arch, env: Env, setup: Setup, wl: Workload, resident: dict[str, float]
 ) -> tuple[Generation, dict[str, float]]:
-    """vLLM colocated: it reserves util x total; weights/TP + runtime + KV cache fill that reservation.
+    """vLLM colocated: it reserves util x total; weights/TP + runtime + KV cache fill that reservation (a
+    vision-language model's runtime includes its vision encoder's profiling run over one row's images).
 
     util is the smallest that holds every rollout of the step at once, else all the room left (rounded down
     to 0.01); the phase fits when the KV cache holds at least min(rollouts, VLLM_MIN_CONCURRENT) sequences."""
     seq = wl.prompt_tokens + wl.logit_tokens
+    encoder = vision_activations(arch, env, setup, wl, 1, grad=False)  # one row's images through the tower
     free = env.budget - sum(resident.values())
     best: tuple[Generation, dict[str, float]] | None = None
     for tp in tp_choices(arch, env) or [1]:
         rollouts = wl.per_proc * tp  # one vLLM instance serves its TP group
         max_num_seqs = wl.per_proc * tp
         weights = vllm_weights(arch, env, setup) / tp
-        runtime = VLLM_RUNTIME_GIB * GiB + max_num_seqs * arch.vocab * 4.0
+        runtime = VLLM_RUNTIME_GIB * GiB + max_num_seqs * arch.vocab * 4.0 + encoder
         kv_seq = seq * arch.kv_bytes_per_token(2.0) / tp  # per GPU: its share of the heads
         need = weights + runtime + rollouts * kv_seq
         if need <= free:
@@ -119,6 +122,7 @@ def transformers_generation(
     mlp, resid = (2.0, 4.0) if master else (env.wb, env.wb)
     comps["prefill activations"] = n * wl.prompt_tokens * (3 * arch.intermediate * mlp + 2 * arch.hidden * resid)
     comps["sampling logits"] = n * arch.vocab * SAMPLING_LOGIT_BYTES
+    comps["vision tower activations"] = vision_activations(arch, env, setup, wl, n, grad=False)
     comps = nonzero(comps, env)
     phase = Phase(wl.stage, "generation", comps, env.budget)
     return Generation("transformers", wl.per_proc, concurrent=n, fits=phase.fits), phase

@@ -9,7 +9,9 @@ The model, per GPU and per phase (generation and training for RL; training for S
   the strategy (replicated single/DDP, FSDP2 full shard, FSDP2 with CPU offload); full training keeps fp32
   master weights (the stages load trainable weights in fp32 under bf16 autocast), with autocast's bf16 copies;
 * activations (Korthikanti et al. 2022 counting, adapted to GQA + SwiGLU + RMSNorm + flash attention) with or
-  without gradient checkpointing, and the LM-head logits;
+  without gradient checkpointing, and the LM-head logits; a vision-language model's vision tower (its weights in
+  every phase, its training state when it trains) and its activations for the images of a micro-batch, whose
+  image tokens lengthen each sequence;
 * reference model, reward model, critic;
 * generation: vLLM colocated in sleep mode (its reservation `gpu_memory_utilization x total`: weights, runtime,
   KV cache) or transformers `generate` (KV cache, prefill activations, sampling logits); none on an async RL
@@ -71,15 +73,17 @@ def gib_str(x: float) -> str:
 class Env(
     namedtuple(
         "Env",
-        "is_cpu procs nodes total budget host_budget host_assumed precision engine lora_r lora_dropout lora_embeddings",
-        defaults=(16, 0.05, False),
+        "is_cpu procs nodes total budget host_budget host_assumed precision engine lora_r lora_dropout lora_embeddings "
+        "lora_vision",
+        defaults=(16, 0.05, False, False),
     )
 ):
     """The hardware side of the model: one GPU's budget (or one CPU process's share of RAM).
 
     procs: processes per node; total: bytes of one device as the framework sees it; budget: bytes the plan may
     use per device; host_budget: host RAM per node the plan may use; precision: "bf16" or "no" (float32);
-    engine: "vllm", "transformers", "none" or "separate" (async RL: generation runs on other GPUs)."""
+    engine: "vllm", "transformers", "none" or "separate" (async RL: generation runs on other GPUs); lora_vision:
+    adapters on the vision tower too (model.lora_vision)."""
 
     __slots__ = ()
 
@@ -102,8 +106,8 @@ class Workload(
     namedtuple(
         "Workload",
         "stage per_proc seqs tokens logit_tokens head prompt_tokens group_size reference reward_model critic "
-        "micro_fixed loop_reference chunkable",
-        defaults=("lm", 0, 1, False, False, False, None, False, True),
+        "micro_fixed loop_reference chunkable image_tokens",
+        defaults=("lm", 0, 1, False, False, False, None, False, True, 0),
     )
 ):
     """One stage's shape. per_proc: items (sequences, pairs or rollouts) per process per optimizer step;
@@ -111,7 +115,8 @@ class Workload(
     sequence; logit_tokens: tokens per sequence whose LM-head logits are materialised; head: "lm" or "score"
     (reward model); micro_fixed: the user's micro-batch, or None; loop_reference: rlctl's own RL loop runs the
     stage and loads its reference itself (frozen, bf16, whole on each GPU) rather than TRL; chunkable: transformers
-    generation may run the rollouts in several `generate` calls (TRL: only with one update per rollout batch)."""
+    generation may run the rollouts in several `generate` calls (TRL: only with one update per rollout batch);
+    image_tokens: a vision-language stage's image tokens per sequence (already in `tokens` and `prompt_tokens`)."""
 
     __slots__ = ()
 
@@ -294,7 +299,7 @@ def model_state(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> dict[st
         trainable, frozen = p, 0.0
         tb = 4.0  # bytes per trainable weight: fp32 master weights
     else:
-        trainable = arch.adapter_params(env.lora_r, env.lora_embeddings)
+        trainable = arch.adapter_params(env.lora_r, env.lora_embeddings, env.lora_vision)
         tb = 4.0
         frozen = p * env.wb if setup.adapter == "lora" else quantized_bytes(arch, env, head)
     weights = (frozen + trainable * tb) / n
@@ -373,6 +378,29 @@ def activations(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) ->
     return tokens * arch.layers * per_layer
 
 
+def vision_trains(env: Env, setup: Setup) -> bool:
+    """The vision tower trains in full fine-tuning, and with adapters only when model.lora_vision puts some on it."""
+    return setup.adapter == "full" or env.lora_vision
+
+
+def vision_activations(arch: Arch, env: Env, setup: Setup, wl: Workload, sequences: int, grad: bool = True) -> float:
+    """The vision tower's activations for the images of `sequences` rows: image tokens x merge^2 patches each. A
+    tower that trains (`grad`, `vision_trains`) keeps every block's tensors for backward (with checkpointing, each
+    block's input and one block recomputed); a frozen one, or one under no_grad (generation), one block's at a
+    time."""
+    v = arch.vision
+    if v is None or not wl.image_tokens:
+        return 0.0
+    patches = sequences * wl.image_tokens * v.merge * v.merge
+    ab = 4.0 if master_weights(env, setup) else env.wb
+    per_block = v.act_bytes_per_patch_layer(ab)
+    if not grad or not vision_trains(env, setup):
+        return patches * per_block
+    if setup.checkpointing:
+        return patches * (v.layers * ab * v.hidden + per_block)
+    return patches * v.layers * per_block
+
+
 def logits(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> float:
     """The LM head's working memory for one micro-batch's scored tokens.
 
@@ -410,6 +438,7 @@ def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int
     copies = autocast_copies(arch, env, setup, wl.head)
     train["bf16 weight copies (autocast)"] = copies + (autocast_copies(arch, env, setup, "score") if wl.critic else 0)
     train["activations"] = act
+    train["vision tower activations"] = vision_activations(arch, env, setup, wl, micro * wl.seqs)
     train["logits"] = logits(arch, env, setup, wl, micro)
     if not split:
         train["optimizer states"] = st["optim"]

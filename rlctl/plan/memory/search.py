@@ -122,12 +122,14 @@ def attempt(arch: Arch, env: Env, setup: Setup, wls: list[Workload], checkpointi
 # --- From the config ----------------------------------------------------------------------------------------------
 
 
-def workloads(cfg: RunConfig, world: int) -> list[Workload]:
-    """The shape of each selected stage (per process), from the config."""
+def workloads(cfg: RunConfig, world: int, image_tokens: dict[str, int] | None = None) -> list[Workload]:
+    """The shape of each selected stage (per process), from the config; a vision-language stage's `image_tokens`
+    per row lengthen its sequences (prompts) beyond the text lengths the config and the data set."""
     out = []
     for name in cfg.stages:
         sc = getattr(cfg, name)
         micro = None if sc.micro_batch_size == "auto" else int(sc.micro_batch_size)
+        image = (image_tokens or {}).get(name, 0)
         if name == "rl":
             rl = cfg.rl
             critic = rl.critic.init is not None or rl.algorithm in CRITIC_ALGORITHMS
@@ -136,9 +138,9 @@ def workloads(cfg: RunConfig, world: int) -> list[Workload]:
                     "rl",
                     rl.prompts_per_step * rl.group_size // world,
                     1,
-                    cfg.data.max_prompt_length + rl.max_new_tokens,
+                    cfg.data.max_prompt_length + image + rl.max_new_tokens,
                     rl.max_new_tokens,
-                    prompt_tokens=cfg.data.max_prompt_length,
+                    prompt_tokens=cfg.data.max_prompt_length + image,
                     group_size=rl.group_size,
                     reference=rl.beta > 0,
                     reward_model=any(r.name == "reward_model" for r in rl.rewards),
@@ -146,15 +148,21 @@ def workloads(cfg: RunConfig, world: int) -> list[Workload]:
                     micro_fixed=micro,
                     loop_reference=True,
                     chunkable=True,
+                    image_tokens=image,
                 )
             )
         elif name == "rm":  # a sequence classifier on chosen + rejected: no vocabulary logits
-            out.append(Workload("rm", sc.batch_size // world, 2, sc.max_length, 0, head="score", micro_fixed=micro))
+            length = sc.max_length + image
+            wl = Workload("rm", sc.batch_size // world, 2, length, 0, head="score", micro_fixed=micro)
+            out.append(wl._replace(image_tokens=image))
         elif name == "sft":
-            out.append(Workload("sft", sc.batch_size // world, 1, sc.max_length, sc.max_length, micro_fixed=micro))
+            length = sc.max_length + image
+            wl = Workload("sft", sc.batch_size // world, 1, length, length, micro_fixed=micro)
+            out.append(wl._replace(image_tokens=image))
         else:  # dpo: chosen + rejected in one forward; kto: completion + mismatched KL completion; both a reference
-            length = sc.max_length
-            out.append(Workload(name, sc.batch_size // world, 2, length, length, reference=True, micro_fixed=micro))
+            length = sc.max_length + image
+            wl = Workload(name, sc.batch_size // world, 2, length, length, reference=True, micro_fixed=micro)
+            out.append(wl._replace(image_tokens=image))
     return out
 
 
@@ -178,6 +186,7 @@ def environment(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, pre
         lora_r=cfg.model.lora_r,
         lora_dropout=cfg.model.lora_dropout,
         lora_embeddings=cfg.model.train_embeddings is True,
+        lora_vision=cfg.model.lora_vision,
     )
 
 
@@ -239,9 +248,12 @@ def explicit_settings(cfg: RunConfig) -> list[str]:
     return fixed
 
 
-def search(cfg: RunConfig, env: Env, arch: Arch) -> tuple[Attempt | None, Attempt]:
-    """(first fitting attempt or None, the closest attempt) over the candidates."""
-    wls = workloads(cfg, env.world)
+def search(
+    cfg: RunConfig, env: Env, arch: Arch, image_tokens: dict[str, int] | None = None
+) -> tuple[Attempt | None, Attempt]:
+    """(first fitting attempt or None, the closest attempt) over the candidates (`image_tokens`: per row, by
+    stage, see `workloads`)."""
+    wls = workloads(cfg, env.world, image_tokens)
     ckpt = None if cfg.model.gradient_checkpointing == "auto" else bool(cfg.model.gradient_checkpointing)
     if env.is_cpu and ckpt is None:
         ckpt = False
@@ -256,7 +268,14 @@ def search(cfg: RunConfig, env: Env, arch: Arch) -> tuple[Attempt | None, Attemp
     return None, closest
 
 
-def fitting_attempt(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, precision: str) -> Attempt | None:
+def fitting_attempt(
+    cfg: RunConfig,
+    hardware: Hardware,
+    procs: int,
+    engine: str,
+    precision: str,
+    image_tokens: dict[str, int] | None = None,
+) -> Attempt | None:
     if cfg.model.arch is None:
         return None
     env = environment(cfg, hardware, procs, engine, precision)
@@ -265,4 +284,4 @@ def fitting_attempt(cfg: RunConfig, hardware: Hardware, procs: int, engine: str,
         batch = cfg.rl.prompts_per_step * cfg.rl.group_size if name == "rl" else getattr(cfg, name).batch_size
         if batch % world:
             return None
-    return search(cfg, env, Arch.of(cfg.model.arch))[0]
+    return search(cfg, env, Arch.of(cfg.model.arch), image_tokens)[0]

@@ -40,7 +40,8 @@ class Memory:
 @dataclass(frozen=True)
 class Trainers:
     """What the memory of the trainer processes is planned for: the run's config, the config the memory model sizes
-    (sequences as long as the data's), the hardware, processes per node, engine, precision and run directory."""
+    (sequences as long as the data's), the hardware, processes per node, engine, precision and run directory, and a
+    vision-language run's image tokens per row by stage."""
 
     cfg: RunConfig
     sized: RunConfig
@@ -49,11 +50,12 @@ class Trainers:
     engine: str
     precision: str
     run_dir: str | Path
+    image_tokens: dict[str, int] = field(default_factory=dict)
 
 
 def plan(t: Trainers, split: AsyncSplit | None) -> Memory:
     """The memory settings of the trainer processes, or without architecture numbers the defaults."""
-    mem = _decide(t.sized, t.hardware, t.procs, t.engine, t.precision, split)
+    mem = _decide(t.sized, t.hardware, t.procs, t.engine, t.precision, split, t.image_tokens)
     return _defaults(t) if mem is None else _checked(t, mem)
 
 
@@ -138,13 +140,14 @@ def _decide(
     engine: str,
     precision: str,
     split: AsyncSplit | None,
+    image_tokens: dict[str, int],
 ) -> memory.MemoryPlan | None:
     """memory.decide for the trainer processes: an async run's on its trainer GPUs with no engine beside them, its
     refusal saying that only the trainer side was planned there."""
     if split is None or not split.on_gpus:
-        return memory.decide(cfg, hardware, procs, engine, precision)
+        return memory.decide(cfg, hardware, procs, engine, precision, image_tokens)
     try:
-        return memory.decide(cfg, hardware, procs, memory.SEPARATE, precision)
+        return memory.decide(cfg, hardware, procs, memory.SEPARATE, precision, image_tokens)
     except UserError as e:
         raise UserError(
             f"rl.async_rollout: the trainer side ({procs} of {hardware.gpus_per_node} GPUs per node; the generator has "
