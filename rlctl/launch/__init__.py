@@ -395,7 +395,7 @@ def _failed(stage: str, code: int, cause: str, log_path: Path, run_dir: Path) ->
     """The paragraph of a launch that ended without an `error` event: the stage it was in, the cause, the log, and
     the stage's last complete checkpoint, which a resume continues from."""
     where = f" in stage {stage}" if stage and f"Stage {stage} " not in cause else ""
-    last = checkpoint.last_complete(run_dir / stage / "checkpoints") if stage else None
+    last = checkpoint.last_complete(RunDir(run_dir).checkpoints(stage)) if stage else None
     start = f" (it continues from {stage}/checkpoints/{last.name}, the last complete checkpoint)" if last else ""
     return (
         f"[red]Training failed{escape(where)} (exit {code}).[/] {escape(cause)} Full log: {log_path}. After fixing "

@@ -53,9 +53,8 @@ def finished(run_dir: Path, cfg: RunConfig) -> bool:
 
 def _last_step(run_dir: Path, stage: str) -> int:
     from rlctl import checkpoint
-    from rlctl.plan import stage_dir
 
-    last = checkpoint.last_complete(stage_dir(run_dir, stage) / "checkpoints")
+    last = checkpoint.last_complete(rundir.RunDir(run_dir).checkpoints(stage))
     return int(last.name.rsplit("-", 1)[1]) if last else 0
 
 

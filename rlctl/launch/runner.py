@@ -157,7 +157,7 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
                 summary.memory[stage.name] = measured
             best = checkpoint.best(ctx.checkpoints)
             if best is not None:
-                summary.best_checkpoints[stage.name] = {"path": str(best), **checkpoint.mark(best)}
+                summary.best_checkpoints[stage.name] = rundir.BestCheckpoint.of(best, checkpoint.mark(best))
             record = layout.read(run_dir, stage.name)
             if record is not None:
                 summary.layout[stage.name] = record

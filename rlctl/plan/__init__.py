@@ -12,11 +12,9 @@ from rlctl.plan.planner import (
     base_model,
     build,
     data_paths,
-    final_dir,
     final_policy,
     launch_command,
     missing_data,
-    stage_dir,
 )
 from rlctl.plan.resolved import Plan, StagePlan
 
@@ -28,9 +26,7 @@ __all__ = [
     "base_model",
     "build",
     "data_paths",
-    "final_dir",
     "final_policy",
     "launch_command",
     "missing_data",
-    "stage_dir",
 ]

@@ -15,8 +15,9 @@ from typing import Any
 
 from rlctl import checkpoint, strictjson
 from rlctl.config import RunConfig
-from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
+from rlctl.plan import Plan, StagePlan
 from rlctl.rewards.worker import Workers
+from rlctl.rundir import RunDir
 
 
 class MetricsLog:
@@ -85,11 +86,11 @@ class StageContext:
 
     @property
     def checkpoints(self) -> Path:
-        return stage_dir(self.run_dir, self.stage.name) / "checkpoints"
+        return RunDir(self.run_dir).checkpoints(self.stage.name)
 
     @property
     def final(self) -> Path:
-        return final_dir(self.run_dir, self.stage.name)
+        return RunDir(self.run_dir).final(self.stage.name)
 
     def notify(self, event: str, **fields: Any) -> None:
         """An event of this stage (a reward running slow, ...) for metrics.jsonl and the console."""

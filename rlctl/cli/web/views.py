@@ -326,14 +326,14 @@ def model_folders(root: Path, run_dir: Path) -> list[str]:
     """What the chat box can load from a run: each policy stage's final folder, then its checkpoints, newest first,
     and the run's exports."""
     from rlctl.checkpoint import complete_checkpoints
-    from rlctl.plan import final_dir, stage_dir
     from rlctl.plan.planner import POLICY_STAGES
+    from rlctl.rundir import RunDir
 
     base = root / run_dir
     found: list[Path] = []
     for stage in POLICY_STAGES:
-        found += [final_dir(base, stage)] if final_dir(base, stage).is_dir() else []
-        found += reversed(complete_checkpoints(stage_dir(base, stage) / "checkpoints"))
+        found += [RunDir(base).final(stage)] if RunDir(base).final(stage).is_dir() else []
+        found += reversed(complete_checkpoints(RunDir(base).checkpoints(stage)))
     found += [d for d in (base / "export", base / "export-gguf") if (d / "config.json").is_file()]
     return [d.relative_to(root).as_posix() for d in found]
 
