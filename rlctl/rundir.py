@@ -389,7 +389,7 @@ class Summary:
         out["data"] = self.data
         for key in self.RECORDS:
             out[key] = {stage: record.to_json() for stage, record in getattr(self, key).items()}
-        return {k: v for k, v in out.items() if v or k in ("stages", "completed")} | self.extra
+        return {k: v for k, v in out.items() if v or k in ("run", "model", "stages", "completed")} | self.extra
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Summary:
