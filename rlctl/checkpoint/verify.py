@@ -18,7 +18,7 @@ import yaml
 from rlctl import checkpoint, strictjson
 from rlctl.checkpoint.integrity import folder_problems
 from rlctl.checkpoint.safewrite import MANIFEST, listed, recorded
-from rlctl.config import RunConfig, dump, read_run_config, validate
+from rlctl.config import RunConfig, aliases, dump, read_run_config, validate
 from rlctl.errors import UserError
 from rlctl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, FilesManifest, RunDir, read_summary
 
@@ -61,6 +61,7 @@ def run_config(run_dir: Path, works: str = "", notes: list[str] | None = None) -
         for k in keys
         if k not in raw[s]
     ]
+    missing = [key for key in missing if key not in aliases.ADDED]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise strictjson.DamagedFile(path, f"{shown} missing: it was cut short or edited", works)
