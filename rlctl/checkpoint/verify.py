@@ -20,6 +20,7 @@ from rlctl.checkpoint.integrity import folder_problems
 from rlctl.checkpoint.safewrite import MANIFEST, listed, recorded
 from rlctl.config import RunConfig, aliases, dump, read_run_config, validate
 from rlctl.errors import UserError
+from rlctl.plan.resolved import PLAN_FILE
 from rlctl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, FilesManifest, RunDir, read_summary
 
 DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
@@ -141,7 +142,7 @@ def run_file_problems(run_dir: Path) -> list[tuple[str, list[str]]]:
         out = [(CONFIG_FILE, [])]
     except UserError as e:
         out = [(CONFIG_FILE, [str(e).split(" is damaged: ", 1)[-1]])]
-    for name in ("plan.json", SUMMARY_FILE):
+    for name in (PLAN_FILE, SUMMARY_FILE):
         if (run_dir / name).exists():
             works = "`rlctl resume` rebuilds it from metrics.jsonl" if name == SUMMARY_FILE else ""
             try:
