@@ -2,15 +2,16 @@
 each with `to_json`/`from_json` as `Plan` has: summary.json (`Summary`, its stages' metrics, memory, best
 checkpoints and layouts), a stage's per-process layout and memory records (`LayoutRecord`, `MemoryRecord`), a
 checkpoint's completion marker (`CheckpointMark`, its files' `FileEntry`), the RL loop's state in a checkpoint
-(`LoopState`), and the manifest of a folder rlctl wrote whole (`FilesManifest`). Every read and write of them goes
-through here. `from_json` reads what older rlctl wrote: keys it does not know are kept and written back (`extra`),
-keys it lacks and values of the wrong kind take their defaults; `to_json` writes the keys rlctl always wrote."""
+(`LoopState`), and the manifest of a folder rlctl wrote whole (`FilesManifest`). Each of those files is read and
+written through its record (`write_record`), at the path `RunDir` gives. `from_json` reads what older rlctl wrote:
+keys it does not know are kept and written back (`extra`), keys it lacks and values of the wrong kind take their
+defaults; `to_json` writes the keys rlctl always wrote."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from rlctl import atomic, strictjson
 
@@ -33,7 +34,11 @@ def _extra(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in kinds}
 
 
-def write_record(path: Path, record: Any, indent: int | None = 2) -> None:
+class Record(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def write_record(path: Path, record: Record, indent: int | None = 2) -> None:
     """Write `record.to_json()` whole or not at all (strict JSON: NaN and infinities as null)."""
     atomic.write_text(path, strictjson.dumps(record.to_json(), indent=indent) + "\n")
 
@@ -174,7 +179,7 @@ class CheckpointMark:
 class BestCheckpoint:
     """summary.json's record of a stage's best checkpoint: where it is, its step, metric and value."""
 
-    path: str
+    path: str = ""
     step: int = 0
     metric: str | None = None
     value: float | None = None
@@ -302,20 +307,12 @@ class StageMemory:
     planned_peak_phase: str | None = None
     error_pct: float | None = None
 
-    KINDS: ClassVar[dict[str, Any]] = {
-        "device": str,
-        "measured_source": str,
-        "processes_recorded": int,
-        "phases": dict,
-        "measured_peak_gib": NUMBER,
-        "measured_peak_phase": str,
-        "planned_peak_gib": NUMBER,
-        "planned_peak_phase": str,
-        "error_pct": NUMBER,
-    }
+    KINDS: ClassVar[dict[str, Any]] = {"processes_recorded": int, "phases": dict, "error_pct": NUMBER}
+    KINDS |= dict.fromkeys(("device", "measured_source", "measured_peak_phase", "planned_peak_phase"), str)
+    KINDS |= dict.fromkeys(("measured_peak_gib", "planned_peak_gib"), NUMBER)
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.KINDS}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
         return out | {"phases": {name: phase.to_json() for name, phase in self.phases.items()}}
 
     @classmethod
