@@ -65,6 +65,49 @@ class RunDir:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    def log(self, node_rank: int = 0) -> Path:
+        """A node's launch log: node 0 `logs/train.log`, node R `logs/train.nodeR.log`."""
+        return self.logs / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
+
+    @property
+    def lock(self) -> Path:
+        """Held by the process that runs the run (its pid)."""
+        return self.root / "run.lock"
+
+    @property
+    def accelerate(self) -> Path:
+        return self.root / "accelerate.yaml"
+
+    @property
+    def data(self) -> Path:
+        """The generated datasets of a run that generates its data."""
+        return self.root / "data"
+
+    @property
+    def base(self) -> Path:
+        """The random-init tiny model a `builtin:tiny` run starts from."""
+        return self.root / "base"
+
+    @property
+    def model_import(self) -> Path:
+        """What the import of a GGUF model fixed."""
+        return self.root / "model_import.json"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
+    def export(self, fmt: str = "hf") -> Path:
+        return self.root / ("export-gguf" if fmt == "gguf" else "export")
+
+    def eval(self, stem: str) -> Path:
+        """An `rlctl eval` result of the run."""
+        return self.root / "eval" / f"{stem}.json"
+
     def stage(self, name: str) -> Path:
         """The folder of stage `name` (its checkpoints, final model, layout and memory records)."""
         return self.root / name

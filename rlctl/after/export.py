@@ -301,7 +301,7 @@ def adapter_source(run_dir: Path, cfg: RunConfig, stage: str) -> Path:
             )
     works = "Export without --adapter to merge the final weights."
     base = strictjson.read(ckpt / "adapter_config.json", works).get("base_model_name_or_path", "")
-    starts_from_base = base in (cfg.model.name_or_path, str(run_dir / "base")) or Path(base) == run_dir / "base"
+    starts_from_base = base in (cfg.model.name_or_path, str(RunDir(run_dir).base)) or Path(base) == RunDir(run_dir).base
     if not starts_from_base and Path(base).resolve().is_relative_to(run_dir.resolve()):
         raise UserError(
             f"The {stage} adapter was trained on top of an earlier stage's weights ({base}), which are not on the "

@@ -278,7 +278,7 @@ def build(run_dir: Path, out: Path | None = None, force: bool = False) -> Report
             f"{e.path} is damaged ({e.damage}); the report is built from metrics.jsonl alone (no held-out summary "
             "table or chart)"
         )
-    final = out or run_dir / "report"
+    final = out or RunDir(run_dir).report
     safewrite.check_target(final, "report", force)
     with safewrite.lock(final, "report"):
         notes += [stale] if (stale := safewrite.drop_stale(final)) else []
@@ -304,7 +304,7 @@ def _write(cfg: RunConfig, summary: Summary, records: list[dict[str, Any]], run_
     charts["preference"] = plot_preference(preference_heldout(summary, records), out / "preference.png")
     charts["memory"] = plot_memory(summary, out / "memory.png")
     plots = {name: chart for name, chart in charts.items() if chart is not None}
-    tb = tbevents.write_metrics(records, run_dir / "tensorboard")
+    tb = tbevents.write_metrics(records, RunDir(run_dir).tensorboard)
     md = out / "report.md"
     md.write_text(markdown(cfg, summary, records, plots, run_dir, tb))
     return Report(out, md, plots, tb)

@@ -16,9 +16,8 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
-from rlctl import atomic, strictjson
+from rlctl import strictjson
 from rlctl.checkpoint import integrity
 from rlctl.rundir import COMPLETE, CheckpointMark, write_record
 
@@ -104,8 +103,3 @@ def drop_partial(folder: Path) -> list[Path]:
 def being_written(folder: Path) -> list[Path]:
     """Checkpoints still in `.incoming`: non-empty only while a write is under way, or after it failed."""
     return sorted(incoming(folder).glob("checkpoint-*")) if incoming(folder).is_dir() else []
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file, fsync'ed, and a rename (`atomic`), so readers never see half a file."""
-    atomic.write_text(path, strictjson.dumps(data, indent=2) + "\n")

@@ -279,7 +279,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptio
     out = opt.out
     if out is None:
         stem = re.sub(r"[^\w.-]+", "_", Path(info.source.split("://")[-1]).stem or "data")
-        out = target / "eval" / f"{stem}.json" if is_run else Path(f"eval-{stem}.json")
+        out = RunDir(target).eval(stem) if is_run else Path(f"eval-{stem}.json")
 
     _check_eval_out(out)
     from rlctl.rollout import evaluate  # torch: only once the inputs are known to be good

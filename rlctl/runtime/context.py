@@ -33,7 +33,7 @@ class MetricsLog:
         watch: Any = None,
         to_trackers: Callable[[dict[str, Any]], None] | None = None,
     ):
-        self.path = run_dir / "metrics.jsonl"
+        self.path = RunDir(run_dir).metrics
         self.enabled = enabled
         self.watch = watch
         self.to_trackers = to_trackers
