@@ -390,6 +390,26 @@ class LoopState:
 
 
 @dataclass
+class DataNote:
+    """summary.json's record of a stage's training rows: how many were dropped as longer than `limit` tokens and
+    how many were kept."""
+
+    dropped_too_long: int = 0
+    kept: int = 0
+    limit: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    KINDS: ClassVar[dict[str, Any]] = dict.fromkeys(("dropped_too_long", "kept", "limit"), int)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dropped_too_long": self.dropped_too_long, "kept": self.kept, "limit": self.limit} | self.extra
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DataNote:
+        return cls(**_pick(data, cls.KINDS), extra=_extra(data, cls.KINDS))
+
+
+@dataclass
 class Summary:
     """summary.json: the held-out metrics of each stage (`stages`, {stage: {metric: value}}; `base` is the starting
     policy), the stages that finished in order (`completed`), and the per-stage records of the data dropped, the
@@ -400,7 +420,7 @@ class Summary:
     stages: dict[str, StageSummary] = field(default_factory=dict)
     completed: list[str] = field(default_factory=list)
     world_size: int | None = None
-    data: dict[str, dict[str, Any]] = field(default_factory=dict)  # a stage's data notes (rows dropped), as written
+    data: dict[str, DataNote] = field(default_factory=dict)
     memory: dict[str, StageMemory] = field(default_factory=dict)
     best_checkpoints: dict[str, BestCheckpoint] = field(default_factory=dict)
     layout: dict[str, LayoutRecord] = field(default_factory=dict)
@@ -412,10 +432,10 @@ class Summary:
         "stages": dict,
         "completed": list,
         "world_size": int,
-        "data": dict,
     }
     RECORDS: ClassVar[dict[str, Any]] = {
         "stages": StageSummary,
+        "data": DataNote,
         "memory": StageMemory,
         "best_checkpoints": BestCheckpoint,
         "layout": LayoutRecord,
@@ -426,7 +446,6 @@ class Summary:
         out: dict[str, Any] = {"run": self.run, "model": self.model, "stages": {}, "completed": self.completed}
         if self.world_size is not None:
             out["world_size"] = self.world_size
-        out["data"] = self.data
         for key in self.RECORDS:
             out[key] = {stage: record.to_json() for stage, record in getattr(self, key).items()}
         return {k: v for k, v in out.items() if v or k in ("run", "model", "stages", "completed")} | self.extra

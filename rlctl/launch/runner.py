@@ -145,7 +145,7 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
         with explained(ctx):
             stage_fns[stage.name](ctx)
         if state.is_main_process:
-            if ctx.notes:
+            if ctx.notes is not None:
                 summary.data[stage.name] = ctx.notes
             with explained(ctx):
                 metrics = heldout.score_saved(ctx, str(ctx.final)) if heldout.can_score(ctx) else {}

@@ -17,7 +17,7 @@ from rlctl import checkpoint, strictjson
 from rlctl.config import RunConfig
 from rlctl.plan import Plan, StagePlan
 from rlctl.rewards.worker import Workers
-from rlctl.rundir import RunDir
+from rlctl.rundir import DataNote, RunDir
 
 
 class MetricsLog:
@@ -74,7 +74,7 @@ class StageContext:
     log: MetricsLog
     is_main: bool
     device: Any = "cpu"
-    notes: dict[str, Any] = field(default_factory=dict)  # data facts for summary.json (rows dropped as too long)
+    notes: DataNote | None = None  # the stage's rows dropped as too long, for summary.json
     stop: StopFlag = field(default_factory=StopFlag)
     probe: Any = None  # rlctl.monitors.memory_probe.Probe (memory_probe.start), None when nothing is measured
     workers: Workers = field(default_factory=Workers)
