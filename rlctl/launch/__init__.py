@@ -6,7 +6,7 @@ sharing the run directory do not write one file), and prints the summary table a
 
 Package `rlctl.launch`: the launch on this side (this module), the process every rank runs (`runner`), SLURM
 scripts (`slurm`) and TensorBoard event files (`tbevents`).
-May import: base, config, sandbox, data, rewards, plan, algorithms, checkpoint, rollout, runtime, monitors,
+May import: base, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, runtime, monitors,
 trainer, stages.
 """
 

@@ -1,11 +1,8 @@
-"""The run directory: where each of its files lies (`RunDir`) and the typed record of every file rlctl writes there,
-each with `to_json`/`from_json` as `Plan` has: summary.json (`Summary`, its stages' metrics, memory, best
-checkpoints and layouts), a stage's per-process layout and memory records (`LayoutRecord`, `MemoryRecord`), a
-checkpoint's completion marker (`CheckpointMark`, its files' `FileEntry`), the RL loop's state in a checkpoint
-(`LoopState`), and the manifest of a folder rlctl wrote whole (`FilesManifest`). Each of those files is read and
-written through its record (`write_record`), at the path `RunDir` gives. `from_json` reads what older rlctl wrote:
-keys it does not know are kept and written back (`extra`), keys it lacks and values of the wrong kind take their
-defaults; `to_json` writes the keys rlctl always wrote."""
+"""The records of a run's checkpoints and monitors, each with `to_json`/`from_json`: a checkpoint's completion marker
+(`CheckpointMark`, its files' `FileEntry`), the manifest of a folder rlctl wrote whole (`FilesManifest`), the RL
+loop's state in a checkpoint (`LoopState`), a stage's per-process layout and memory records (`LayoutRecord`,
+`MemoryRecord`) and what summary.json makes of them (`StageMemory`, `MeasuredPhase`, `BestCheckpoint`); and how a
+record is written (`write_record`)."""
 
 from __future__ import annotations
 
@@ -15,21 +12,15 @@ from typing import Any, ClassVar, Protocol
 
 from rlctl import atomic, strictjson
 
-CONFIG_FILE = "config.yaml"  # the resolved config the run was started with (and changed by `rlctl resume --set`)
-SUMMARY_FILE = "summary.json"  # per-stage held-out metrics and the stages that finished
-METRICS_FILE = "metrics.jsonl"  # every event and training record, one JSON object a line
-COMPLETE = "rlctl_complete"  # in a checkpoint folder, written last: its CheckpointMark
-LOOP_STATE = "rlctl_loop.json"  # in a checkpoint of rlctl's RL loop: its LoopState
-REPAIR = "`rlctl resume {run_dir}` rebuilds it from metrics.jsonl; `rlctl report` and `rlctl export` work without it."
 NUMBER = (int, float)
 
 
-def _pick(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
+def pick(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
     """The values of `data` under the keys of `kinds` that are of their kind (the others read as absent)."""
     return {k: data[k] for k, kind in kinds.items() if isinstance(data.get(k), kind)}
 
 
-def _extra(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
+def unknown(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
     """The keys of `data` this rlctl does not know, kept to be written back as they were."""
     return {k: v for k, v in data.items() if k not in kinds}
 
@@ -41,122 +32,6 @@ class Record(Protocol):
 def write_record(path: Path, record: Record, indent: int | None = 2) -> None:
     """Write `record.to_json()` whole or not at all (strict JSON: NaN and infinities as null)."""
     atomic.write_text(path, strictjson.dumps(record.to_json(), indent=indent) + "\n")
-
-
-@dataclass(frozen=True)
-class RunDir:
-    """A run directory and the paths of its files."""
-
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / CONFIG_FILE
-
-    @property
-    def summary(self) -> Path:
-        return self.root / SUMMARY_FILE
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / METRICS_FILE
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    def log(self, node_rank: int = 0) -> Path:
-        """A node's launch log: node 0 `logs/train.log`, node R `logs/train.nodeR.log`."""
-        return self.logs / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
-
-    @property
-    def lock(self) -> Path:
-        """Held by the process that runs the run (its pid)."""
-        return self.root / "run.lock"
-
-    @property
-    def accelerate(self) -> Path:
-        return self.root / "accelerate.yaml"
-
-    @property
-    def data(self) -> Path:
-        """The generated datasets of a run that generates its data."""
-        return self.root / "data"
-
-    @property
-    def base(self) -> Path:
-        """The random-init tiny model a `builtin:tiny` run starts from."""
-        return self.root / "base"
-
-    @property
-    def model_import(self) -> Path:
-        """What the import of a GGUF model fixed."""
-        return self.root / "model_import.json"
-
-    @property
-    def tensorboard(self) -> Path:
-        return self.root / "tensorboard"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report"
-
-    def export(self, fmt: str = "hf") -> Path:
-        return self.root / ("export-gguf" if fmt == "gguf" else "export")
-
-    def eval(self, stem: str) -> Path:
-        """An `rlctl eval` result of the run."""
-        return self.root / "eval" / f"{stem}.json"
-
-    def stage(self, name: str) -> Path:
-        """The folder of stage `name` (its checkpoints, final model, layout and memory records)."""
-        return self.root / name
-
-    def checkpoints(self, stage: str) -> Path:
-        return self.stage(stage) / "checkpoints"
-
-    def final(self, stage: str) -> Path:
-        return self.stage(stage) / "final"
-
-    def layout(self, stage: str, rank: int = 0) -> Path:
-        """Process `rank`'s LayoutRecord of `stage`."""
-        return self.stage(stage) / "layout" / f"rank{rank}.json"
-
-    def memory(self, stage: str, rank: int = 0) -> Path:
-        """Process `rank`'s MemoryRecord of `stage`."""
-        return self.stage(stage) / "memory" / f"rank{rank}.json"
-
-    def is_run(self) -> bool:
-        """Whether the folder is a run directory (it holds a config.yaml)."""
-        return self.config.is_file()
-
-
-def every_rank(record: Path) -> list[Path]:
-    """The records of every process beside `record` (one of `RunDir.layout` or `RunDir.memory`)."""
-    return sorted(record.parent.glob("rank*.json")) if record.parent.is_dir() else []
-
-
-@dataclass
-class StageSummary:
-    """A stage's held-out metrics in summary.json: `eval_accuracy` and `eval_reward` for a policy (the reward model's
-    are pairwise), `eval_rows`, tool metrics, and `null_reasons` where a value was not finite; kept as written."""
-
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def eval_accuracy(self) -> Any:
-        return self.metrics.get("eval_accuracy")
-
-    @property
-    def eval_reward(self) -> Any:
-        return self.metrics.get("eval_reward")
-
-    def to_json(self) -> dict[str, Any]:
-        return self.metrics
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StageSummary:
-        return cls(dict(data))
 
 
 @dataclass(frozen=True)
@@ -212,10 +87,10 @@ class CheckpointMark:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CheckpointMark:
         """ValueError (or KeyError, TypeError) when a file entry is not one rlctl wrote."""
-        values = _pick(data, cls.KINDS)
+        values = pick(data, cls.KINDS)
         if "files" in data:
             values["files"] = files_from_json(data["files"])
-        return cls(**values, extra=_extra(data, cls.KINDS))
+        return cls(**values, extra=unknown(data, cls.KINDS))
 
 
 @dataclass
@@ -237,7 +112,7 @@ class BestCheckpoint:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BestCheckpoint:
-        return cls(**_pick(data, {"path": str, "step": int, "metric": str, "value": NUMBER}))
+        return cls(**pick(data, {"path": str, "step": int, "metric": str, "value": NUMBER}))
 
 
 @dataclass
@@ -284,7 +159,7 @@ class LayoutRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LayoutRecord:
-        return cls(**_pick(data, cls.KINDS), extra=_extra(data, cls.KINDS))
+        return cls(**pick(data, cls.KINDS), extra=unknown(data, cls.KINDS))
 
 
 @dataclass
@@ -302,7 +177,7 @@ class MemoryRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MemoryRecord:
-        values = _pick(data, {"device": str, "source": str, "phases": dict})
+        values = pick(data, {"device": str, "source": str, "phases": dict})
         phases = values.get("phases", {}).items()
         values["phases"] = {
             p: {k: v for k, v in m.items() if isinstance(v, NUMBER)} for p, m in phases if isinstance(m, dict)
@@ -332,7 +207,7 @@ class MeasuredPhase:
         measured = {k.removeprefix("measured_"): v for k, v in data.items() if k.startswith("measured_")}
         peak = measured.pop("peak_gib", None)
         measured = {k: v for k, v in measured.items() if isinstance(v, NUMBER)}
-        return cls(measured, peak if isinstance(peak, NUMBER) else None, **_pick(data, kinds))
+        return cls(measured, peak if isinstance(peak, NUMBER) else None, **pick(data, kinds))
 
 
 @dataclass
@@ -360,7 +235,7 @@ class StageMemory:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StageMemory:
-        values = _pick(data, cls.KINDS)
+        values = pick(data, cls.KINDS)
         phases = values.get("phases", {}).items()
         values["phases"] = {p: MeasuredPhase.from_json(m) for p, m in phases if isinstance(m, dict)}
         return cls(**values)
@@ -387,94 +262,3 @@ class LoopState:
         return cls(
             int(data["step"]), int(data["cursor"]), float(data["kl_coef"]), world if isinstance(world, int) else None
         )
-
-
-@dataclass
-class DataNote:
-    """summary.json's record of a stage's training rows: how many were dropped as longer than `limit` tokens and
-    how many were kept."""
-
-    dropped_too_long: int = 0
-    kept: int = 0
-    limit: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    KINDS: ClassVar[dict[str, Any]] = dict.fromkeys(("dropped_too_long", "kept", "limit"), int)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dropped_too_long": self.dropped_too_long, "kept": self.kept, "limit": self.limit} | self.extra
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DataNote:
-        return cls(**_pick(data, cls.KINDS), extra=_extra(data, cls.KINDS))
-
-
-@dataclass
-class Summary:
-    """summary.json: the held-out metrics of each stage (`stages`, {stage: {metric: value}}; `base` is the starting
-    policy), the stages that finished in order (`completed`), and the per-stage records of the data dropped, the
-    memory measured, the best checkpoint and the layout each stage ran with."""
-
-    run: str = ""
-    model: str = ""
-    stages: dict[str, StageSummary] = field(default_factory=dict)
-    completed: list[str] = field(default_factory=list)
-    world_size: int | None = None
-    data: dict[str, DataNote] = field(default_factory=dict)
-    memory: dict[str, StageMemory] = field(default_factory=dict)
-    best_checkpoints: dict[str, BestCheckpoint] = field(default_factory=dict)
-    layout: dict[str, LayoutRecord] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # keys this rlctl does not know, written back as they were
-
-    KINDS: ClassVar[dict[str, Any]] = {
-        "run": str,
-        "model": str,
-        "stages": dict,
-        "completed": list,
-        "world_size": int,
-    }
-    RECORDS: ClassVar[dict[str, Any]] = {
-        "stages": StageSummary,
-        "data": DataNote,
-        "memory": StageMemory,
-        "best_checkpoints": BestCheckpoint,
-        "layout": LayoutRecord,
-    }
-
-    def to_json(self) -> dict[str, Any]:
-        """The mapping summary.json holds; the per-stage sections only once a stage recorded one."""
-        out: dict[str, Any] = {"run": self.run, "model": self.model, "stages": {}, "completed": self.completed}
-        if self.world_size is not None:
-            out["world_size"] = self.world_size
-        for key in self.RECORDS:
-            out[key] = {stage: record.to_json() for stage, record in getattr(self, key).items()}
-        return {k: v for k, v in out.items() if v or k in ("run", "model", "stages", "completed")} | self.extra
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Summary:
-        """The record of a summary.json mapping, as any rlctl wrote it; values of the wrong kind read as absent."""
-        kinds = cls.KINDS | dict.fromkeys(cls.RECORDS, dict)
-        values = _pick(data, kinds)
-        values["completed"] = [s for s in values.get("completed", []) if isinstance(s, str)]
-        for key, record in cls.RECORDS.items():
-            found = values.get(key, {}).items()
-            values[key] = {stage: record.from_json(m) for stage, m in found if isinstance(m, dict)}
-        return cls(**values, extra=_extra(data, kinds))
-
-    def finished(self, stages: list[str]) -> bool:
-        """Whether every one of `stages` is recorded as completed."""
-        return all(stage in self.completed for stage in stages)
-
-
-def read_summary(run_dir: Path, works: str = "", missing: Summary | None = None) -> Summary:
-    """The run's summary.json; `missing` (an empty Summary unless given) when there is none. Raises DamagedFile
-    when it cannot be read, `works` saying what still works without it."""
-    raw = strictjson.read(RunDir(run_dir).summary, works, missing=None)
-    if raw is None:
-        return missing if missing is not None else Summary()
-    return Summary.from_json(raw)
-
-
-def write_summary(run_dir: Path, summary: Summary) -> None:
-    """Write summary.json whole or not at all (strict JSON: NaN and infinities as null)."""
-    write_record(RunDir(run_dir).summary, summary)
