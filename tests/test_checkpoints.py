@@ -23,8 +23,7 @@ def _write(folder: Path, step: int, value: float | None) -> Path:
     ckpt = checkpoint.incoming(folder) / f"checkpoint-{step}"
     ckpt.mkdir(parents=True)
     (ckpt / "model.safetensors").write_bytes(b"x" * 10)
-    metric = None if value is None else {"metric": "eval_accuracy", "value": value}
-    return checkpoint.publish(folder, step, metric, keep_last=2, keep_best=True)
+    return checkpoint.publish(folder, step, value, keep_last=2, keep_best=True)
 
 
 def test_publish_renames_complete_checkpoints_and_keeps_last_two_plus_best(tmp_path: Path):
@@ -35,7 +34,8 @@ def test_publish_renames_complete_checkpoints_and_keeps_last_two_plus_best(tmp_p
     names = [p.name for p in checkpoint.complete_checkpoints(tmp_path)]
     assert names == ["checkpoint-20", "checkpoint-40", "checkpoint-50"], "the best (20) outlives the rotation"
     assert checkpoint.best(tmp_path).name == "checkpoint-20"
-    assert checkpoint.mark(tmp_path / "checkpoint-20") == {"step": 20, "metric": "eval_accuracy", "value": 0.9}
+    mark = checkpoint.mark(tmp_path / "checkpoint-20")
+    assert (mark.step, mark.metric, mark.value) == (20, "eval_accuracy", 0.9)
     assert checkpoint.last_complete(tmp_path).name == "checkpoint-50"
 
 
@@ -47,7 +47,7 @@ def test_best_prefers_the_later_checkpoint_on_a_tie_and_keep_best_off_rotates_pl
     for step, value in [(1, 0.9), (2, 0.1), (3, 0.1)]:
         ckpt = checkpoint.incoming(plain) / f"checkpoint-{step}"
         ckpt.mkdir(parents=True)
-        checkpoint.publish(plain, step, {"metric": "eval_accuracy", "value": value}, keep_last=2, keep_best=False)
+        checkpoint.publish(plain, step, value, keep_last=2, keep_best=False)
     assert [p.name for p in checkpoint.complete_checkpoints(plain)] == ["checkpoint-2", "checkpoint-3"]
 
 

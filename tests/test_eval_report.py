@@ -194,6 +194,7 @@ def test_report_writes_plots_markdown_and_events(demo_run: Path, tmp_path: Path)
 
 def test_report_shows_the_layout_comparison_and_flags_a_mismatch():
     from rlctl.after.report import layout_section
+    from rlctl.rundir import LayoutRecord
 
     record = {
         "planned": {"strategy": "fsdp2", "adapter": "lora"},
@@ -201,7 +202,7 @@ def test_report_shows_the_layout_comparison_and_flags_a_mismatch():
         "mismatches": ["strategy: planned fsdp2, observed ddp"],
         "processes_recorded": 2,
     }
-    lines = layout_section({"sft": record})
+    lines = layout_section({"sft": LayoutRecord.from_json(record)})
     assert "| sft | strategy | fsdp2 | ddp | **MISMATCH** |" in lines
     assert "| sft | adapter | lora | lora | ok |" in lines
     assert any(line.startswith("- **sft** (2 process(es) recorded): 10 of 100 parameters train") for line in lines)

@@ -41,7 +41,10 @@ def test_the_marker_records_every_file_and_catches_truncation_changes_and_loss(t
     ckpt = _publish(tmp_path, 2)
     marker = json.loads((ckpt / checkpoint.COMPLETE).read_text())
     assert set(marker["files"]) == {"model.safetensors", "trainer_state.json", "nested/rng.pkl"}
-    assert marker["files"]["nested/rng.pkl"]["size"] == 30 and checkpoint.mark(ckpt) == {"step": 2}
+    assert marker["files"]["nested/rng.pkl"]["size"] == 30 and marker["checksums"] == integrity.SCHEME
+    mark = checkpoint.mark(ckpt)  # the marker as a record: unscored, every file's entry as written
+    assert (mark.step, mark.metric, mark.value) == (2, None, None) and mark.to_json() == marker
+    assert mark.files["nested/rng.pkl"] == integrity.file_entry(ckpt / "nested" / "rng.pkl")
     assert verify.checkpoint_problems(ckpt) == []
     size = (ckpt / "model.safetensors").stat().st_size
     _halve(ckpt / "model.safetensors")
@@ -55,16 +58,32 @@ def test_the_marker_records_every_file_and_catches_truncation_changes_and_loss(t
     assert "trainer_state.json is missing" in problems
 
 
+def test_a_marker_without_a_manifest_reads_and_one_with_a_broken_entry_is_damaged(tmp_path: Path):
+    """A marker from before rlctl recorded the files reads with none (the folder is then checked by its formats);
+    a file entry that is not one rlctl wrote makes the marker damaged, never a traceback."""
+    ckpt = _publish(tmp_path, 3)
+    (ckpt / checkpoint.COMPLETE).write_text('{"step": 3, "metric": "eval_accuracy", "value": 0.5}\n')
+    mark = checkpoint.mark(ckpt)
+    assert (mark.step, mark.value, mark.files) == (3, 0.5, None) and verify.checkpoint_problems(ckpt) == []
+    assert mark.to_json() == {"step": 3, "metric": "eval_accuracy", "value": 0.5}
+    (ckpt / checkpoint.COMPLETE).write_text('{"step": 3, "files": {"model.safetensors": {"size": 10}}}\n')
+    assert verify.checkpoint_problems(ckpt) == [
+        f"its completion marker {checkpoint.COMPLETE} is damaged (a file entry is not one rlctl wrote "
+        "(KeyError: 'xxh3'))"
+    ]
+
+
 def test_large_files_get_a_sampled_checksum_that_still_sees_their_blocks(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(integrity, "FULL_HASH_BYTES", 1 << 20)
     path = tmp_path / "big.safetensors"
     _safetensors(path, 3 << 20)  # 12 MiB
     entry = integrity.file_entry(path)
-    assert entry["sampled"] and entry["size"] == path.stat().st_size
+    assert entry.sampled and entry.size == path.stat().st_size
+    assert entry.to_json() == {"size": entry.size, "xxh3": entry.xxh3, "sampled": True}
     data = bytearray(path.read_bytes())
     data[-5] ^= 0xFF  # inside the last sampled block
     path.write_bytes(bytes(data))
-    assert integrity.file_entry(path)["xxh3"] != entry["xxh3"]
+    assert integrity.file_entry(path).xxh3 != entry.xxh3
 
 
 def test_formats_are_checked_without_a_manifest(tmp_path: Path):

@@ -11,6 +11,7 @@ import pytest
 from rlctl.config import resolve
 from rlctl.errors import UserError
 from rlctl.plan import planner as plan_mod
+from rlctl.rundir import DataNote
 from rlctl.runtime.context import MetricsLog, StageContext
 from rlctl.runtime.rows import length, stage_rows, training_rows
 from rlctl.stages import tiny
@@ -75,7 +76,7 @@ def test_over_long_rows_are_dropped_counted_and_logged(tmp_path: Path, tok):
     ctx = _context(tmp_path, "drop")
     kept = training_rows(ctx, tok)
     assert len(kept) == 9 and all(len(r["prompt"]) < 10 for r in kept)
-    assert ctx.notes == {"dropped_too_long": 1, "kept": 9, "limit": 12}
+    assert ctx.notes == DataNote(dropped_too_long=1, kept=9, limit=12)
     event = json.loads((tmp_path / "run" / "metrics.jsonl").read_text())
     assert event["event"] == "data" and event["dropped_too_long"] == 1
 

@@ -41,7 +41,7 @@ def test_clear_refs_resets_the_peak_resident_set_here():
 
 
 def test_each_phase_gets_its_own_resident_set_peak(tmp_path: Path):
-    probe = memory_probe.Probe("rl", tmp_path, rank=0)
+    probe = memory_probe.Probe("rl", tmp_path / "rank0.json")
     big = b"\x01" * (300 * MiB)  # allocated and freed inside the generation phase
     del big
     probe.lap("generation")
@@ -81,18 +81,29 @@ def test_summary_puts_measured_beside_planned(tmp_path: Path):
         }
         (folder / f"rank{rank}.json").write_text(json.dumps({"device": "gpu", "source": "nvml", "phases": phases}))
     s = memory_probe.summary(tmp_path, "rl", PLAN)
-    assert s["processes_recorded"] == 2 and s["measured_source"] == "nvml"
-    gen = s["phases"]["generation"]
+    assert s.processes_recorded == 2 and s.measured_source == "nvml"
+    gen = s.phases["generation"]
     # the maximum over processes; the headline is the device memory in use (what nvidia-smi shows)
-    assert gen["measured_device_used_gib"] == gen["measured_peak_gib"] == 2.9 and gen["measured_reserved_gib"] == 2.4
-    assert gen["planned_peak_gib"] == 3.0 and gen["planned_phase"] == "rl/generation"
-    assert gen["error_pct"] == round((3.0 - 2.9) / 2.9 * 100, 1)  # +3.4: positive = the plan over-predicts
+    assert gen.measured["device_used_gib"] == gen.peak_gib == 2.9 and gen.measured["reserved_gib"] == 2.4
+    assert gen.planned_peak_gib == 3.0 and gen.planned_phase == "rl/generation"
+    assert gen.error_pct == round((3.0 - 2.9) / 2.9 * 100, 1)  # +3.4: positive = the plan over-predicts
     # the plan counts the optimizer step inside its training phase; the evaluation after the stage is not planned
-    assert s["phases"]["optimizer step"]["planned_phase"] == "rl/training"
-    assert s["phases"]["evaluation"]["planned_peak_gib"] is None
+    assert s.phases["optimizer step"].planned_phase == "rl/training"
+    assert s.phases["evaluation"].planned_peak_gib is None
     # the stage's peak leaves the unplanned evaluation out
-    assert (s["measured_peak_gib"], s["measured_peak_phase"]) == (5.5, "training")
-    assert (s["planned_peak_gib"], s["planned_peak_phase"], s["error_pct"]) == (5.0, "training", -9.1)
+    assert (s.measured_peak_gib, s.measured_peak_phase) == (5.5, "training")
+    assert (s.planned_peak_gib, s.planned_peak_phase, s.error_pct) == (5.0, "training", -9.1)
+    # summary.json's keys, as rlctl has always written them
+    assert s.to_json()["phases"]["generation"] == {
+        "measured_reserved_gib": 2.4,
+        "measured_allocated_gib": 1.9,
+        "measured_device_used_gib": 2.9,
+        "measured_rss_gib": 3.0,
+        "measured_peak_gib": 2.9,
+        "planned_peak_gib": 3.0,
+        "planned_phase": "rl/generation",
+        "error_pct": 3.4,
+    }
     assert memory_probe.summary(tmp_path, "sft", PLAN) is None  # no process recorded that stage
 
 

@@ -171,11 +171,11 @@ def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
 
 def test_each_node_keeps_its_own_launch_log(tmp_path: Path):
     """Nodes share the run directory: node 0 writes logs/train.log, node R logs/train.nodeR.log."""
-    from rlctl.launch import node_log
+    from rlctl.rundir import RunDir
 
-    assert node_log(tmp_path, 0) == tmp_path / "logs" / "train.log"
-    assert node_log(tmp_path, 1) == tmp_path / "logs" / "train.node1.log"
-    assert node_log(tmp_path, 15) == tmp_path / "logs" / "train.node15.log"
+    assert RunDir(tmp_path).log(0) == tmp_path / "logs" / "train.log"
+    assert RunDir(tmp_path).log(1) == tmp_path / "logs" / "train.node1.log"
+    assert RunDir(tmp_path).log(15) == tmp_path / "logs" / "train.node15.log"
 
 
 def _slurm(tmp_path: Path, *extra: str) -> tuple[Path, str]:

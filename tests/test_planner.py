@@ -695,13 +695,13 @@ def test_adapters_on_the_random_init_tiny_model_train_its_embeddings_too():
     ],
 )
 def test_plan_json_reads_back_as_the_plan_it_was(tmp_path: Path, monkeypatch, preset: str, spec: str, sets: tuple):
-    from rlctl import checkpoint
+    from rlctl import rundir
     from rlctl.plan import resolved
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # the preset's architecture, or none
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     built = plan.build(config.resolve(preset, None, None, spec, list(sets)), tmp_path)
-    checkpoint.write_json_atomic(tmp_path / resolved.PLAN_FILE, built.to_json())
+    rundir.write_record(tmp_path / resolved.PLAN_FILE, built)
     assert resolved.read(tmp_path) == built
     assert json.loads((tmp_path / resolved.PLAN_FILE).read_text()) == built.to_json()
 

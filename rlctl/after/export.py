@@ -13,7 +13,7 @@ from rlctl.checkpoint import safewrite, verify
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.plan import final_policy
-from rlctl.rundir import StageSummary, Summary, read_summary
+from rlctl.rundir import RunDir, StageSummary, Summary, read_summary
 
 
 def _hyperparameters(cfg: RunConfig, stage: str) -> dict[str, object]:
@@ -251,9 +251,8 @@ class Source:
 def _intact_finals(run_dir: Path, cfg: RunConfig) -> list[str]:
     """The stages whose final folder is in place and intact: what finished, when summary.json cannot say."""
     from rlctl.checkpoint.integrity import folder_problems
-    from rlctl.plan import final_dir
 
-    finals = {s: final_dir(run_dir, s) for s in cfg.stages}
+    finals = {s: RunDir(run_dir).final(s) for s in cfg.stages}
     return [s for s, f in finals.items() if f.is_dir() and not folder_problems(f, None)]
 
 
@@ -280,11 +279,10 @@ def adapter_source(run_dir: Path, cfg: RunConfig, stage: str) -> Path:
     """The LoRA adapter of a finished stage: its last complete checkpoint (the final folder holds merged
     weights). Only an adapter trained directly on the base model can stand alone on the Hub."""
     from rlctl.checkpoint import complete_checkpoints
-    from rlctl.plan import stage_dir
 
     ckpts = [
         c
-        for c in complete_checkpoints(stage_dir(run_dir, stage) / "checkpoints")
+        for c in complete_checkpoints(RunDir(run_dir).checkpoints(stage))
         if (c / "adapter_config.json").is_file() and not verify.checkpoint_problems(c)
     ]
     if not ckpts:
@@ -303,7 +301,7 @@ def adapter_source(run_dir: Path, cfg: RunConfig, stage: str) -> Path:
             )
     works = "Export without --adapter to merge the final weights."
     base = strictjson.read(ckpt / "adapter_config.json", works).get("base_model_name_or_path", "")
-    starts_from_base = base in (cfg.model.name_or_path, str(run_dir / "base")) or Path(base) == run_dir / "base"
+    starts_from_base = base in (cfg.model.name_or_path, str(RunDir(run_dir).base)) or Path(base) == RunDir(run_dir).base
     if not starts_from_base and Path(base).resolve().is_relative_to(run_dir.resolve()):
         raise UserError(
             f"The {stage} adapter was trained on top of an earlier stage's weights ({base}), which are not on the "
@@ -354,13 +352,12 @@ def intact_source(run_dir: Path, stage: str, final: Path) -> tuple[Path, str]:
     note saying so; a DamagedFile naming the damage when neither is left (weights are never copied damaged)."""
     from rlctl.checkpoint import complete_checkpoints
     from rlctl.checkpoint.integrity import folder_problems
-    from rlctl.plan import stage_dir
 
     problems = folder_problems(final, None)
     if not problems:
         return final, ""
     shown = "; ".join(problems[:2]) + (f" and {len(problems) - 2} more" if len(problems) > 2 else "")
-    for ckpt in reversed(complete_checkpoints(stage_dir(run_dir, stage) / "checkpoints")):
+    for ckpt in reversed(complete_checkpoints(RunDir(run_dir).checkpoints(stage))):
         if not verify.checkpoint_problems(ckpt):
             return ckpt, (
                 f"{final} is damaged ({shown}); exported the newest intact {stage} checkpoint instead, {ckpt} "

@@ -14,7 +14,7 @@ from rlctl.checkpoint import verify
 from rlctl.config import RunConfig
 from rlctl.errors import UserError
 from rlctl.launch import resume_check
-from rlctl.plan import final_dir, resolved, stage_dir
+from rlctl.plan import resolved
 
 
 def restore_finals(run_dir: Path, cfg: RunConfig) -> list[str]:
@@ -22,7 +22,7 @@ def restore_finals(run_dir: Path, cfg: RunConfig) -> list[str]:
     checkpoint when that holds its last step, else the stage is marked unfinished in summary.json, so the resume
     trains it from that checkpoint (or its start) to its end. One line per stage saying which."""
     summary = resume_check.read_summary(run_dir, cfg)
-    gone = [s for s in cfg.stages if s in summary.completed and not final_dir(run_dir, s).is_dir()]
+    gone = [s for s in cfg.stages if s in summary.completed and not rundir.RunDir(run_dir).final(s).is_dir()]
     ends = {s.name: s.max_steps for s in resolved.read(run_dir).stages} if gone else {}
     notes = [_restore_final(run_dir, cfg, stage, ends[stage], summary) for stage in gone]
     if gone:
@@ -32,15 +32,15 @@ def restore_finals(run_dir: Path, cfg: RunConfig) -> list[str]:
 
 def _restore_final(run_dir: Path, cfg: RunConfig, stage: str, end: int, summary: rundir.Summary) -> str:
     """Re-create `stage`'s final folder from its checkpoint of step `end`, or reopen the stage in `summary`."""
-    ckpt = verify.choose(stage, stage_dir(run_dir, stage) / "checkpoints").intact
+    final = rundir.RunDir(run_dir).final(stage)
+    ckpt = verify.choose(stage, rundir.RunDir(run_dir).checkpoints(stage)).intact
     loadable = ckpt is not None and (ckpt / "config.json").is_file()  # a TRL stage's; rlctl's RL loop keeps state
     if loadable and int(ckpt.name.rsplit("-", 1)[1]) >= end:
         if stage == "rm" and not export.copyable(ckpt):  # a reward model's LoRA is not merged as a policy's is
             raise UserError(
-                f"{final_dir(run_dir, stage)} is gone and the rm stage's last checkpoint, {ckpt}, holds a LoRA "
+                f"{final} is gone and the rm stage's last checkpoint, {ckpt}, holds a LoRA "
                 "adapter that rlctl merges only into a policy: restore the folder from a copy, or start a new run."
             )
-        final = final_dir(run_dir, stage)
         tmp = final.with_name("final.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()

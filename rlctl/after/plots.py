@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rlctl.rundir import StageSummary, Summary
+from rlctl.rundir import MeasuredPhase, StageSummary, Summary
 
 # Plotted first, in this order; any other numeric metric a stage logs follows alphabetically.
 PLOT_ORDER = (
@@ -219,27 +219,27 @@ def plot_preference(pref: dict[str, dict[str, float]], out: Path) -> Path | None
     )
 
 
-def memory_rows(summary: Summary) -> list[tuple[str, dict[str, Any]]]:
+def memory_rows(summary: Summary) -> list[tuple[str, MeasuredPhase]]:
     """(stage/phase, row) of summary.json's measured memory, in run order."""
-    return [(f"{s}/{p}", r) for s, m in summary.memory.items() for p, r in m.get("phases", {}).items()]
+    return [(f"{s}/{p}", r) for s, m in summary.memory.items() for p, r in m.phases.items()]
 
 
 def plot_memory(summary: Summary, out: Path) -> Path | None:
     """Bars of the planned and the measured peak memory of every stage and phase (GiB per GPU or process)."""
-    rows = [(name, r) for name, r in memory_rows(summary) if r.get("measured_peak_gib") is not None]
+    rows = [(name, r) for name, r in memory_rows(summary) if r.peak_gib is not None]
     if not rows:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 1.5), 3.6))
     xs = range(len(rows))
-    planned = [r.get("planned_peak_gib") or 0.0 for _, r in rows]
-    measured = [r["measured_peak_gib"] for _, r in rows]
+    planned = [r.planned_peak_gib or 0.0 for _, r in rows]
+    measured = [r.peak_gib for _, r in rows]
     bars = ax.bar([x - 0.2 for x in xs], planned, width=0.4, label="planned", color="C0")
     ax.bar_label(bars, labels=[f"{v:.2f}" if v else "-" for v in planned], fontsize=7)
     bars = ax.bar([x + 0.2 for x in xs], measured, width=0.4, label="measured", color="C1")
     ax.bar_label(bars, labels=[f"{v:.2f}" for v in measured], fontsize=7)
     ax.set_xticks(list(xs), [name for name, _ in rows], rotation=30, ha="right", fontsize=8)
-    device = next(iter(summary.memory.values())).get("device", "gpu")
+    device = next(iter(summary.memory.values())).device
     ax.set_ylabel("GiB per " + ("GPU" if device == "gpu" else "process"), fontsize=8)
     ax.set_title("peak memory per phase: planned vs measured", fontsize=10)
     ax.legend(fontsize=8)

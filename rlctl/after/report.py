@@ -29,7 +29,7 @@ from rlctl.after.plots import (
 )
 from rlctl.errors import UserError
 from rlctl.monitors.alarms import alarms_of
-from rlctl.rundir import RunDir, Summary, read_summary
+from rlctl.rundir import LayoutRecord, RunDir, Summary, read_summary
 
 if TYPE_CHECKING:
     from rlctl.config import RunConfig
@@ -90,12 +90,12 @@ def memory_lines(summary: Summary, plots: dict[str, Path]) -> list[str]:
     rows = memory_rows(summary)
     if not rows:
         return []
-    source = next(iter(summary.memory.values())).get("measured_source", "")
+    source = next(iter(summary.memory.values())).measured_source
     lines = ["", "## Memory: planned vs measured", "", f"Measured peak per phase ({source}), GiB.", ""]
     lines += ["| phase | planned | measured | error |", "| --- | --- | --- | --- |"]
     for name, r in rows:
-        error = f"{r['error_pct']:+.0f}%" if r.get("error_pct") is not None else "-"
-        planned, measured = _fmt(r.get("planned_peak_gib") or "-"), _fmt(r.get("measured_peak_gib"))
+        error = f"{r.error_pct:+.0f}%" if r.error_pct is not None else "-"
+        planned, measured = _fmt(r.planned_peak_gib or "-"), _fmt(r.peak_gib)
         lines.append(f"| {name} | {planned} | {measured} | {error} |")
     if "memory" in plots:
         lines += ["", f"![planned vs measured memory]({plots['memory'].name})"]
@@ -226,20 +226,19 @@ def heldout_lines(summary: Summary, records: list[dict[str, Any]], plots: dict[s
     return lines
 
 
-def layout_section(layout: dict[str, dict]) -> list[str]:
+def layout_section(layout: dict[str, LayoutRecord]) -> list[str]:
     """summary.json's layout records: each value the plan chose beside what the stage ran, and what was counted."""
     if not layout:
         return []
     lines = ["", "## Layout: planned vs observed", "", "| stage | setting | planned | observed | |"]
     lines.append("| --- | --- | --- | --- | --- |")
     for stage, record in layout.items():
-        live, wrong = record.get("observed", {}), {m.split(":")[0] for m in record.get("mismatches", [])}
-        for key, want in record.get("planned", {}).items():
-            mark = "**MISMATCH**" if key in wrong else "ok"
-            lines.append(f"| {stage} | {key} | {_fmt(want)} | {_fmt(live.get(key, '-'))} | {mark} |")
+        for key, want in record.planned.items():
+            mark = "**MISMATCH**" if key in record.mismatched else "ok"
+            lines.append(f"| {stage} | {key} | {_fmt(want)} | {_fmt(record.observed.get(key, '-'))} | {mark} |")
     lines.append("")
     for stage, record in layout.items():
-        live = record.get("observed", {})
+        live = record.observed
         counted = [f"{live.get('trainable_parameters', 0):,} of {live.get('total_parameters', 0):,} parameters train"]
         counted.append(f"LoRA modules {live.get('lora_modules', 0)}, Linear4bit {live.get('linear4bit_modules', 0)}")
         counted.append(f"DTensor parameters {live.get('dtensor_parameters', 0)}")
@@ -249,7 +248,7 @@ def layout_section(layout: dict[str, dict]) -> list[str]:
             counted.append(f"optimizer state {state['bytes']:,} B ({'/'.join(state['dtypes'])}) on {where}")
         if "optimizer_switches" in live:
             counted.append(f"offload switches {json.dumps(live['optimizer_switches'])}")
-        processes = record.get("processes_recorded", 1)
+        processes = record.processes_recorded or 1
         lines.append(f"- **{stage}** ({processes} process(es) recorded): " + "; ".join(counted))
     return lines
 
@@ -279,7 +278,7 @@ def build(run_dir: Path, out: Path | None = None, force: bool = False) -> Report
             f"{e.path} is damaged ({e.damage}); the report is built from metrics.jsonl alone (no held-out summary "
             "table or chart)"
         )
-    final = out or run_dir / "report"
+    final = out or RunDir(run_dir).report
     safewrite.check_target(final, "report", force)
     with safewrite.lock(final, "report"):
         notes += [stale] if (stale := safewrite.drop_stale(final)) else []
@@ -305,7 +304,7 @@ def _write(cfg: RunConfig, summary: Summary, records: list[dict[str, Any]], run_
     charts["preference"] = plot_preference(preference_heldout(summary, records), out / "preference.png")
     charts["memory"] = plot_memory(summary, out / "memory.png")
     plots = {name: chart for name, chart in charts.items() if chart is not None}
-    tb = tbevents.write_metrics(records, run_dir / "tensorboard")
+    tb = tbevents.write_metrics(records, RunDir(run_dir).tensorboard)
     md = out / "report.md"
     md.write_text(markdown(cfg, summary, records, plots, run_dir, tb))
     return Report(out, md, plots, tb)

@@ -6,7 +6,7 @@ damaged later is recognised. Retention keeps the last `checkpoint.keep_last` plu
 Package `rlctl.checkpoint`: the checkpoint protocol (this module), the checks that a checkpoint or model folder
 is intact (`integrity`, applied to a run's checkpoints by `verify`), and the runtime faults explained to the
 user (`faults`).
-May import: base, config, sandbox, data, rewards, plan, algorithms.
+May import: base, config, sandbox, rundir, data, rewards, plan, algorithms.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
-from rlctl import atomic, strictjson
+from rlctl import strictjson
 from rlctl.checkpoint import integrity
+from rlctl.rundir import COMPLETE, CheckpointMark, write_record
 
-COMPLETE = "rlctl_complete"
 INCOMING = ".incoming"
+METRIC = "eval_accuracy"  # the held-out metric a checkpoint is marked with, for keep-best
 _STEP = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -35,14 +35,14 @@ def _step(p: Path) -> int:
     return int(_STEP.match(p.name)[1])  # type: ignore[index]
 
 
-def publish(folder: Path, step: int, metric: dict[str, float] | None, keep_last: int, keep_best: bool) -> Path:
-    """Mark `.incoming/checkpoint-STEP` complete (recording its held-out metric and its files' manifest), rename
-    it into `folder`, and remove complete checkpoints that are neither among the last `keep_last` nor (with
-    `keep_best`) the best."""
+def publish(folder: Path, step: int, value: float | None, keep_last: int, keep_best: bool) -> Path:
+    """Mark `.incoming/checkpoint-STEP` complete (recording its held-out METRIC's `value`, when measured, and its
+    files' manifest), rename it into `folder`, and remove complete checkpoints that are neither among the last
+    `keep_last` nor (with `keep_best`) the best."""
     src = incoming(folder) / f"checkpoint-{step}"
     files = integrity.manifest(src, skip=(COMPLETE,))
-    marker = {"step": step, **(metric or {}), "checksums": integrity.SCHEME, "files": files}
-    (src / COMPLETE).write_text(strictjson.dumps(marker) + "\n")
+    metric = METRIC if value is not None else None
+    write_record(src / COMPLETE, CheckpointMark(step, metric, value, integrity.SCHEME, files), indent=None)
     dst = folder / src.name
     if dst.exists():  # the same step saved again (a resume that re-reached it): the new one replaces it
         shutil.rmtree(dst)
@@ -58,12 +58,16 @@ def publish(folder: Path, step: int, metric: dict[str, float] | None, keep_last:
     return dst
 
 
-def mark(ckpt: Path) -> dict[str, Any]:
-    """What a complete checkpoint's marker records: its step and, when measured, metric and value (the files'
-    manifest left out)."""
+def mark(ckpt: Path) -> CheckpointMark:
+    """A complete checkpoint's marker: its step, its held-out metric and value when measured, its files' manifest.
+    Raises DamagedFile when it cannot be read."""
+    path = ckpt / COMPLETE
     works = "The other checkpoints still work; `rlctl verify` checks them all."
-    marker = strictjson.read(ckpt / COMPLETE, works)
-    return {k: v for k, v in marker.items() if k not in ("checksums", "files")}
+    try:
+        return CheckpointMark.from_json(strictjson.read(path, works))
+    except (KeyError, TypeError, ValueError) as e:
+        damage = f"a file entry is not one rlctl wrote ({type(e).__name__}: {e})"
+        raise strictjson.DamagedFile(path, damage, works) from None
 
 
 def complete_checkpoints(folder: Path) -> list[Path]:
@@ -81,7 +85,7 @@ def last_complete(folder: Path) -> Path | None:
 
 def best(folder: Path) -> Path | None:
     """The complete checkpoint with the highest held-out value (the later one on a tie); None when none has one."""
-    scored = [(m["value"], _step(c), c) for c in complete_checkpoints(folder) if "value" in (m := mark(c))]
+    scored = [(m.value, _step(c), c) for c in complete_checkpoints(folder) if (m := mark(c)).value is not None]
     return max(scored)[2] if scored else None
 
 
@@ -99,8 +103,3 @@ def drop_partial(folder: Path) -> list[Path]:
 def being_written(folder: Path) -> list[Path]:
     """Checkpoints still in `.incoming`: non-empty only while a write is under way, or after it failed."""
     return sorted(incoming(folder).glob("checkpoint-*")) if incoming(folder).is_dir() else []
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file, fsync'ed, and a rename (`atomic`), so readers never see half a file."""
-    atomic.write_text(path, strictjson.dumps(data, indent=2) + "\n")

@@ -18,6 +18,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from rlctl.rundir import FileEntry
+
 FULL_HASH_BYTES = 64 << 20  # files up to this size are hashed whole
 SAMPLED_BLOCKS = 16  # larger files: this many 1 MiB blocks spread evenly, plus the first and the last one
 BLOCK = 1 << 20
@@ -43,15 +45,15 @@ def _safetensors_header(f, size: int) -> tuple[int, dict[str, Any]]:
         raise ValueError(f"its header is not valid JSON ({e})") from None
 
 
-def file_entry(path: Path) -> dict[str, Any]:
-    """{size, xxh3} of one file (a sampled checksum for files over FULL_HASH_BYTES: `sampled: true`)."""
+def file_entry(path: Path) -> FileEntry:
+    """The size and checksum of one file (a sampled checksum for files over FULL_HASH_BYTES)."""
     size = path.stat().st_size
     h = _hasher()
     with path.open("rb") as f:
         if size <= FULL_HASH_BYTES:
             while chunk := f.read(BLOCK * 8):
                 h.update(chunk)
-            return {"size": size, "xxh3": h.hexdigest()}
+            return FileEntry(size, h.hexdigest())
         head = 0
         if path.suffix == ".safetensors":
             try:
@@ -65,10 +67,10 @@ def file_entry(path: Path) -> dict[str, Any]:
             f.seek(offset)
             h.update(f.read(BLOCK))
         h.update(str(size).encode())
-    return {"size": size, "xxh3": h.hexdigest(), "sampled": True}
+    return FileEntry(size, h.hexdigest(), sampled=True)
 
 
-def manifest(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+def manifest(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, FileEntry]:
     """{relative path: file_entry} of every file under `folder` but `skip`."""
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in skip)
     return {p.relative_to(folder).as_posix(): file_entry(p) for p in files}
@@ -95,7 +97,7 @@ def format_problem(path: Path) -> str | None:
     return None
 
 
-def folder_problems(folder: Path, recorded: dict[str, dict[str, Any]] | None) -> list[str]:
+def folder_problems(folder: Path, recorded: dict[str, FileEntry] | None) -> list[str]:
     """Every problem of a checkpoint or model folder: files missing, resized or changed against `recorded` (a
     manifest; None when the folder has none), and files broken by their own format."""
     problems: dict[str, str] = {}
@@ -105,9 +107,9 @@ def folder_problems(folder: Path, recorded: dict[str, dict[str, Any]] | None) ->
             problems[rel] = f"{rel} is missing"
             continue
         size = path.stat().st_size
-        if size != want["size"]:
-            problems[rel] = f"{rel} is {size:,} bytes, the marker recorded {want['size']:,}"
-        elif file_entry(path)["xxh3"] != want["xxh3"]:
+        if size != want.size:
+            problems[rel] = f"{rel} is {size:,} bytes, the marker recorded {want.size:,}"
+        elif file_entry(path).xxh3 != want.xxh3:
             problems[rel] = f"{rel} changed since it was written (checksum differs)"
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = path.relative_to(folder).as_posix()

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rlctl import atomic, strictjson
-from rlctl.atomic import write_text as write_file
 from rlctl.checkpoint import integrity
 from rlctl.errors import UserError
+from rlctl.rundir import FileEntry, FilesManifest, write_record
 
 MANIFEST = "rlctl_files.json"  # {"kind": ..., "files": {relative path: {size, xxh3}}} of what rlctl wrote
 
@@ -88,7 +88,7 @@ def staging(target: Path) -> Path:
 
 def drop_stale(target: Path) -> str:
     """Remove what an earlier write of `target` that was killed left half-written next to it (its `staging`
-    folder, the old folder `publish` set aside, or `write_file`'s temporary file); a note naming it, '' when
+    folder, the old folder `publish` set aside, or `atomic.write_text`'s temporary file); a note naming it, '' when
     nothing was left. Call under `lock(target)`: then no write of `target` is under way."""
     own = re.compile(rf"\.{re.escape(target.name)}\.[A-Za-z0-9_]{{8}}\.rlctl-(tmp|old)")  # mkdtemp's 8 characters
     stale = sorted(p for p in target.parent.glob(".*.rlctl-*") if own.fullmatch(p.name))
@@ -126,14 +126,14 @@ def unwritable(target: Path) -> Iterator[None]:
         ) from None
 
 
-def _manifest(folder: Path) -> tuple[str | None, dict[str, dict]]:
+def _manifest(folder: Path) -> tuple[str | None, dict[str, FileEntry]]:
     """(kind, {file: entry}) of the manifest an earlier rlctl write left in `folder`; (None, {}) without one."""
     path = folder / MANIFEST
     if not path.is_file():
         return None, {}
     try:
-        data = strictjson.loads(path.read_text(encoding="utf-8"))
-        return str(data["kind"]), dict(data["files"])
+        found = FilesManifest.from_json(strictjson.loads(path.read_text(encoding="utf-8")))
+        return found.kind, found.files
     except (OSError, ValueError, KeyError, TypeError):
         return None, {}
 
@@ -163,8 +163,8 @@ def record(folder: Path, kind: str, rels: list[str]) -> None:
     _save_manifest(folder, kind, dict(sorted(files.items())))
 
 
-def _save_manifest(folder: Path, kind: str, files: dict[str, dict]) -> None:
-    write_file(folder / MANIFEST, strictjson.dumps({"kind": kind, "files": files}, indent=2) + "\n")
+def _save_manifest(folder: Path, kind: str, files: dict[str, FileEntry]) -> None:
+    write_record(folder / MANIFEST, FilesManifest(kind, files))
 
 
 def _files(folder: Path) -> list[str]:

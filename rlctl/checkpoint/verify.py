@@ -18,9 +18,10 @@ import yaml
 from rlctl import checkpoint, strictjson
 from rlctl.checkpoint.integrity import folder_problems
 from rlctl.checkpoint.safewrite import MANIFEST, listed, recorded
-from rlctl.config import RunConfig, dump, read_run_config, validate
+from rlctl.config import RunConfig, aliases, dump, read_run_config, validate
 from rlctl.errors import UserError
-from rlctl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunDir, read_summary
+from rlctl.plan.resolved import PLAN_FILE
+from rlctl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, FilesManifest, RunDir, read_summary
 
 DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
 # the files a model load from a folder may read (transformers, peft, tokenizers, remote code, llama.cpp), by name
@@ -61,6 +62,7 @@ def run_config(run_dir: Path, works: str = "", notes: list[str] | None = None) -
         for k in keys
         if k not in raw[s]
     ]
+    missing = [key for key in missing if key not in aliases.ADDED]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise strictjson.DamagedFile(path, f"{shown} missing: it was cut short or edited", works)
@@ -70,10 +72,10 @@ def run_config(run_dir: Path, works: str = "", notes: list[str] | None = None) -
 def checkpoint_problems(ckpt: Path) -> list[str]:
     """Problems of a complete checkpoint against the manifest in its completion marker."""
     try:
-        marker = strictjson.read(ckpt / checkpoint.COMPLETE)
+        marker = checkpoint.mark(ckpt)
     except strictjson.DamagedFile as e:
         return [f"its completion marker {checkpoint.COMPLETE} is damaged ({e.damage})"]
-    return folder_problems(ckpt, marker.get("files"))
+    return folder_problems(ckpt, marker.files)
 
 
 @dataclass
@@ -110,12 +112,12 @@ def resume_check(run_dir: Path, stages: list[str]) -> list[str]:
     completed = read_summary(run_dir, f"`rlctl resume {run_dir}` rebuilds it from metrics.jsonl.").completed
     notes = []
     for stage in (s for s in stages if s not in completed):
-        choice = choose(stage, run_dir / stage / "checkpoints")
+        choice = choose(stage, RunDir(run_dir).checkpoints(stage))
         if not choice.damaged:
             continue
         if choice.intact is None:
             raise UserError(
-                f"Every checkpoint of stage {stage} in {run_dir / stage / 'checkpoints'} is damaged "
+                f"Every checkpoint of stage {stage} in {RunDir(run_dir).checkpoints(stage)} is damaged "
                 f"({_listed(choice.damaged)}). Restore them from a copy, or delete that folder to restart the stage "
                 f"from its start, then `rlctl resume {run_dir}`."
             )
@@ -140,7 +142,7 @@ def run_file_problems(run_dir: Path) -> list[tuple[str, list[str]]]:
         out = [(CONFIG_FILE, [])]
     except UserError as e:
         out = [(CONFIG_FILE, [str(e).split(" is damaged: ", 1)[-1]])]
-    for name in ("plan.json", SUMMARY_FILE):
+    for name in (PLAN_FILE, SUMMARY_FILE):
         if (run_dir / name).exists():
             works = "`rlctl resume` rebuilds it from metrics.jsonl" if name == SUMMARY_FILE else ""
             try:
@@ -169,11 +171,13 @@ def verify_run(run_dir: Path) -> list[tuple[str, list[str]]]:
     every complete checkpoint, final folder and export of a run, in run order; an empty problem list means
     intact."""
     out = run_file_problems(run_dir) + _missing_finals(run_dir)
-    for stage_dir in sorted(p for p in run_dir.iterdir() if (p / "checkpoints").is_dir() or (p / "final").is_dir()):
-        for ckpt in checkpoint.complete_checkpoints(stage_dir / "checkpoints"):
+    run = RunDir(run_dir)
+    stages = sorted(p.name for p in run_dir.iterdir() if run.checkpoints(p.name).is_dir() or run.final(p.name).is_dir())
+    for stage in stages:
+        for ckpt in checkpoint.complete_checkpoints(run.checkpoints(stage)):
             out.append((str(ckpt.relative_to(run_dir)), checkpoint_problems(ckpt)))
-        if (stage_dir / "final").is_dir():
-            out.append((str((stage_dir / "final").relative_to(run_dir)), folder_problems(stage_dir / "final", None)))
+        if run.final(stage).is_dir():
+            out.append((str(run.final(stage).relative_to(run_dir)), folder_problems(run.final(stage), None)))
     exports = {p.parent for pattern in ("export*/config.json", f"export*/{MANIFEST}") for p in run_dir.glob(pattern)}
     for export in sorted(exports):
         recorded_files = (export / MANIFEST).is_file()  # exports from before the manifest: by their formats alone
@@ -210,7 +214,7 @@ def verify_export(folder: Path) -> list[str]:
             *folder_problems(folder, None),
         ]
     try:
-        files = strictjson.loads(path.read_text(encoding="utf-8"))["files"]
+        files = FilesManifest.from_json(strictjson.loads(path.read_text(encoding="utf-8"))).files
     except (OSError, ValueError, KeyError, TypeError) as e:
         return [f"{MANIFEST} is damaged ({type(e).__name__}: {e})", *folder_problems(folder, None)]
     loaded, _ = unrecorded(folder)

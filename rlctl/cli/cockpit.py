@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rlctl import strictjson, tables
+from rlctl import atomic, strictjson, tables
 from rlctl.errors import UserError
 from rlctl.rundir import RunDir
 
@@ -102,7 +102,7 @@ def reward_setup(
     specs = [(r, 1.0) for r in reward] if reward else [(r.name, r.weight) for r in cfg.rl.rewards]
     answer_field = cfg.data.answer_field if cfg else "answer"
     columns = data.stage_columns(cfg, "rl") if cfg else {}
-    rm_dir = run / "rm" / "final" if run is not None and (run / "rm" / "final").is_dir() else None
+    rm_dir = RunDir(run).final("rm") if run is not None and RunDir(run).final("rm").is_dir() else None
     return specs, answer_field, columns, rm_dir
 
 
@@ -279,7 +279,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptio
     out = opt.out
     if out is None:
         stem = re.sub(r"[^\w.-]+", "_", Path(info.source.split("://")[-1]).stem or "data")
-        out = target / "eval" / f"{stem}.json" if is_run else Path(f"eval-{stem}.json")
+        out = RunDir(target).eval(stem) if is_run else Path(f"eval-{stem}.json")
 
     _check_eval_out(out)
     from rlctl.rollout import evaluate  # torch: only once the inputs are known to be good
@@ -291,7 +291,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptio
         policy = evaluate.load_policy(target, opt.stage)
         rm_scorer = None
         if any(n in rewards.MODEL_REWARDS for n, _ in specs):
-            rm_dir = target / "rm" / "final"
+            rm_dir = RunDir(target).final("rm")
             if is_run and rm_dir.is_dir():
                 rm_scorer = evaluate.reward_model_scorer(rm_dir)
             else:
@@ -352,8 +352,8 @@ def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptio
         _check_eval_out(out)  # again: another eval may have written it meanwhile
         for note in filter(None, (safewrite.drop_stale(out), safewrite.drop_stale(samples_path))):
             ui.console.print(f"[yellow]note:[/] {escape(note)}")
-        safewrite.write_file(samples_path, "".join(strictjson.dumps(s, default=str) + "\n" for s in result.samples))
-        safewrite.write_file(out, strictjson.dumps(metrics, indent=2) + "\n")
+        atomic.write_text(samples_path, "".join(strictjson.dumps(s, default=str) + "\n" for s in result.samples))
+        atomic.write_text(out, strictjson.dumps(metrics, indent=2) + "\n")
     print_eval(ui, metrics, result.samples)
     ui.console.print(f"[green]Wrote[/] {out} and {samples_path}")
     return metrics

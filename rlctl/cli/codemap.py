@@ -15,7 +15,7 @@ PKG = Path(__file__).resolve().parents[1]
 # Lowest first. "base" is the top-level modules (rlctl/__init__.py, errors.py, resources.py).
 LAYERS: list[tuple[str, ...]] = [
     ("base",),
-    ("config", "sandbox"),
+    ("config", "sandbox", "rundir"),
     ("data",),
     ("rewards", "plan", "algorithms"),
     ("checkpoint", "rollout"),
@@ -142,7 +142,8 @@ def markdown() -> str:
         "(`trainer`), what every stage runs with (`runtime`) and what watches it (`monitors`), rollouts",
         "(`rollout`), RL math (`algorithms`) and checkpoints (`checkpoint`), then what comes after training",
         "(`after`), all driven by the CLI (`cli`). Datasets (`data`) and rewards (`rewards`) feed the plan's checks",
-        "and the stages.",
+        "and the stages; the run directory they all read and write, its paths and the record of each file, is",
+        "`rundir`.",
         "",
         "Layers, lowest first. A module imports its own package and lower layers only; a test",
         "(`tests/test_layers.py`) holds the code to it and finds no import cycle.",

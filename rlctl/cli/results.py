@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rlctl.errors import UserError
+from rlctl.rundir import RunDir
 
 if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
     pass
@@ -95,7 +96,7 @@ def export(
 
 def export_folder(run_dir: Path, fmt: str, out: Path | None) -> Path:
     """Where `rlctl export` writes: --out, else RUN_DIR/export (RUN_DIR/export-gguf for --format gguf)."""
-    return out or run_dir / ("export-gguf" if fmt == "gguf" else "export")
+    return out or RunDir(run_dir).export(fmt)
 
 
 @app.command("eval")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rlctl.errors import UserError
-from rlctl.rundir import RunDir
+from rlctl.rundir import RunDir, write_record
 
 if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
     from rich.console import Console
@@ -281,8 +281,8 @@ def resume(
     config.yaml is shared, so the rank is never read from it) and, when the nodes changed, the new --main-address."""
     from rich.markup import escape
 
-    from rlctl import checkpoint, strictjson
     from rlctl import config as config_mod
+    from rlctl import strictjson
     from rlctl.plan import planner as plan_mod
     from rlctl.plan import resolved
 
@@ -321,7 +321,7 @@ def resume(
     if set_:
         cfg_path.write_text(shared)
     if cfg.hardware.node_rank == 0:  # node 0 verifies the checkpoints before any trainer reads them
-        checkpoint.write_json_atomic(run_dir / resolved.PLAN_FILE, the_plan.to_json())  # what every rank reads
+        write_record(run_dir / resolved.PLAN_FILE, the_plan)  # what every rank reads
         for note in verify.resume_check(run_dir, cfg.stages):
             console.print(f"[yellow]Damaged checkpoint:[/] {note}", markup=True)
     raise typer.Exit(_finish(ui, _launch(console, the_plan, resuming=True), the_plan))
@@ -369,7 +369,7 @@ def slurm(
     args += ["--stages", stages] if stages else []
     where = "CPU" if hw.is_cpu else f"{hw.gpus_per_node} x {hw.gpu_name}-{hw.gpu_memory_gib:g}GB"
     layout = f"{cfg.name} on {lay.nodes} node(s) x {where} = {lay.world_size} processes, run directory {run_dir}"
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    RunDir(run_dir).logs.mkdir(parents=True, exist_ok=True)
     text = slurm_mod.script(
         args,
         run_dir,
@@ -387,10 +387,8 @@ def slurm(
 
 def _finish(ui: UI, code: int, the_plan: Plan) -> int:
     """With --quiet the live display is silent: still say where the run ended up (and why, on failure)."""
-    from rlctl.launch import node_log
-
     run_dir = Path(the_plan.run_dir)
-    log = node_log(run_dir, the_plan.config.hardware.node_rank)
+    log = RunDir(run_dir).log(the_plan.config.hardware.node_rank)
     if ui.console.quiet:
         if code == 0:
             ui.results().print(f"[green]Done.[/] {run_dir} (summary.json, rlctl report {run_dir})", soft_wrap=True)

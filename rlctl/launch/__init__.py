@@ -6,7 +6,7 @@ sharing the run directory do not write one file), and prints the summary table a
 
 Package `rlctl.launch`: the launch on this side (this module), the process every rank runs (`runner`), SLURM
 scripts (`slurm`) and TensorBoard event files (`tbevents`).
-May import: base, config, sandbox, data, rewards, plan, algorithms, checkpoint, rollout, runtime, monitors,
+May import: base, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, runtime, monitors,
 trainer, stages.
 """
 
@@ -38,7 +38,7 @@ from rlctl.launch import preflight, tbevents
 from rlctl.launch import progress as progress_mod
 from rlctl.plan import data_lengths, engine, packages, resolved
 from rlctl.plan import planner as plan_mod
-from rlctl.rundir import RunDir, Summary, read_summary
+from rlctl.rundir import RunDir, Summary, read_summary, write_record
 from rlctl.scrub import scrub
 
 if TYPE_CHECKING:  # rich's progress and tables load only when a run starts or a summary is shown
@@ -112,12 +112,12 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
         packages.require(the_plan)  # after the inputs: a data problem is named whether or not the extras are here
         run_dir.mkdir(parents=True, exist_ok=True)
         if paths:
-            shutil.move(Path(scratch) / "data", run_dir / "data")
+            shutil.move(RunDir(Path(scratch)).data, RunDir(run_dir).data)
     data_lengths.record(run_dir, lengths, report.images)  # what the plan used, for every rank and resume
     if imported is not None:  # what the import fixed, kept with the run
-        (run_dir / "model_import.json").write_text(json.dumps(imported, indent=2))
-    (run_dir / "accelerate.yaml").write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
-    checkpoint.write_json_atomic(run_dir / resolved.PLAN_FILE, the_plan.to_json())
+        RunDir(run_dir).model_import.write_text(json.dumps(imported, indent=2))
+    RunDir(run_dir).accelerate.write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
+    write_record(run_dir / resolved.PLAN_FILE, the_plan)
     RunDir(run_dir).config.write_text(config_mod.dump(the_plan.config))  # as the plan resolved it
     return Prepared(the_plan, report)
 
@@ -224,7 +224,7 @@ def _pid_alive(pid: int) -> bool:
 
 def acquire_lock(run_dir: Path) -> Path:
     """Claim the run directory for this process; a lock left by a dead process (kill -9) is taken over."""
-    lock = run_dir / "run.lock"
+    lock = RunDir(run_dir).lock
     if lock.exists():
         try:
             pid = int(lock.read_text().strip() or 0)
@@ -285,15 +285,10 @@ def _kill_all(proc: subprocess.Popen) -> None:
     proc.kill()
 
 
-def node_log(run_dir: Path, node_rank: int) -> Path:
-    """This node's launch log in the (shared) run directory: node 0 `logs/train.log`, node R `logs/train.nodeR.log`."""
-    return run_dir / "logs" / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
-
-
 def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     run_dir = Path(the_plan.run_dir)
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    log_path = node_log(run_dir, the_plan.config.hardware.node_rank)
+    RunDir(run_dir).logs.mkdir(parents=True, exist_ok=True)
+    log_path = RunDir(run_dir).log(the_plan.config.hardware.node_rank)
     metrics_path = RunDir(run_dir).metrics
     offset = metrics_path.stat().st_size if metrics_path.exists() else 0
     log_start = log_path.stat().st_size if log_path.exists() else 0  # this launch's part of an appended log
@@ -326,7 +321,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
             tasks_by_stage: dict[str, int] = {}
             stages: dict[str, progress_mod.StageProgress] = {}
             every_s = the_plan.config.logging.console_every_s
-            events = tbevents.MetricsEvents(run_dir / "tensorboard")  # TensorBoard, live, no account needed
+            events = tbevents.MetricsEvents(RunDir(run_dir).tensorboard)  # TensorBoard, live, no account needed
             columns = bar_columns()
             # Off a terminal the bars stay off (rich would print their last frame, cut to COLUMNS, on exit): plain
             # lines from _plain_lines instead, one per logged step.
@@ -394,7 +389,7 @@ def _failed(stage: str, code: int, cause: str, log_path: Path, run_dir: Path) ->
     """The paragraph of a launch that ended without an `error` event: the stage it was in, the cause, the log, and
     the stage's last complete checkpoint, which a resume continues from."""
     where = f" in stage {stage}" if stage and f"Stage {stage} " not in cause else ""
-    last = checkpoint.last_complete(run_dir / stage / "checkpoints") if stage else None
+    last = checkpoint.last_complete(RunDir(run_dir).checkpoints(stage)) if stage else None
     start = f" (it continues from {stage}/checkpoints/{last.name}, the last complete checkpoint)" if last else ""
     return (
         f"[red]Training failed{escape(where)} (exit {code}).[/] {escape(cause)} Full log: {log_path}. After fixing "

@@ -10,6 +10,7 @@ from pathlib import Path
 from rlctl import rundir, strictjson
 from rlctl.config import ModelConfig, RunConfig
 from rlctl.errors import UserError
+from rlctl.plan import resolved
 
 
 def read_summary(run_dir: Path, cfg: RunConfig) -> rundir.Summary:
@@ -53,9 +54,8 @@ def finished(run_dir: Path, cfg: RunConfig) -> bool:
 
 def _last_step(run_dir: Path, stage: str) -> int:
     from rlctl import checkpoint
-    from rlctl.plan import stage_dir
 
-    last = checkpoint.last_complete(stage_dir(run_dir, stage) / "checkpoints")
+    last = checkpoint.last_complete(rundir.RunDir(run_dir).checkpoints(stage))
     return int(last.name.rsplit("-", 1)[1]) if last else 0
 
 
@@ -98,7 +98,7 @@ def _same_weights(old: RunConfig, new: RunConfig, run_dir: Path) -> None:
             "cache, nor a readable GGUF file), so rlctl cannot check that it is the run's model."
         )
     before = _arch_of(old.model)
-    plan_json = run_dir / "plan.json"
+    plan_json = run_dir / resolved.PLAN_FILE
     if before is None and plan_json.is_file():
         works = "Resume without --set model.name_or_path, or restore plan.json from a copy."
         before = strictjson.read(plan_json, works).get("model", {}).get("arch")

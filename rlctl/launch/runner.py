@@ -31,7 +31,7 @@ def build_base(cfg: RunConfig, run_dir: Path) -> None:
     """The random-init tiny model, built once into run_dir/base from the run's own data."""
     from rlctl.stages import tiny
 
-    base = run_dir / "base"
+    base = rundir.RunDir(run_dir).base
     if base.exists():
         return
     texts = tasks.corpus(plan_mod.data_paths(cfg, run_dir))
@@ -46,7 +46,6 @@ def _traceback() -> None:
 def main(run_dir: Path) -> None:
     """Run the stages; a fault outside any stage (a damaged run file, a failing base model build) ends the run
     with one paragraph on stderr too, never a bare traceback."""
-    from rlctl.launch import node_log
     from rlctl.processes import die_with_parent
 
     die_with_parent()  # no trainer outlives its launcher
@@ -58,7 +57,7 @@ def main(run_dir: Path) -> None:
             message, code = str(e), 2
         else:
             _traceback()
-            message, code = faults.unexpected(e, run_dir, "setup", node_log(run_dir, 0)), 1
+            message, code = faults.unexpected(e, run_dir, "setup", rundir.RunDir(run_dir).log()), 1
         print(f"rlctl: {scrub(message)}", file=sys.stderr)
         sys.exit(code)
     finally:
@@ -68,7 +67,6 @@ def main(run_dir: Path) -> None:
 def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     from accelerate import PartialState
 
-    from rlctl.launch import node_log
     from rlctl.monitors import heldout, layout, memory_probe
     from rlctl.stages import dpo, kto, rl, rm, sft
 
@@ -115,7 +113,9 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
                 measured = memory_probe.so_far(ctx, the_plan.memory)
                 message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process, measured)
             if message is None:
-                message = faults.unexpected(e, run_dir, ctx.stage.name, node_log(run_dir, cfg.hardware.node_rank))
+                message = faults.unexpected(
+                    e, run_dir, ctx.stage.name, rundir.RunDir(run_dir).log(cfg.hardware.node_rank)
+                )
             if not isinstance(e, UserError | context.Stopped):
                 _traceback()
             message, code = scrub(message), 2 if isinstance(e, UserError) else 1
@@ -145,7 +145,7 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
         with explained(ctx):
             stage_fns[stage.name](ctx)
         if state.is_main_process:
-            if ctx.notes:
+            if ctx.notes is not None:
                 summary.data[stage.name] = ctx.notes
             with explained(ctx):
                 metrics = heldout.score_saved(ctx, str(ctx.final)) if heldout.can_score(ctx) else {}
@@ -157,7 +157,7 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
                 summary.memory[stage.name] = measured
             best = checkpoint.best(ctx.checkpoints)
             if best is not None:
-                summary.best_checkpoints[stage.name] = {"path": str(best), **checkpoint.mark(best)}
+                summary.best_checkpoints[stage.name] = rundir.BestCheckpoint.of(best, checkpoint.mark(best))
             record = layout.read(run_dir, stage.name)
             if record is not None:
                 summary.layout[stage.name] = record

@@ -135,12 +135,12 @@ def publish_checkpoint(ctx: StageContext, step: int, model: Any, tokenizer: Any)
     _barrier()
     keep_best = ctx.cfg.checkpoint.keep_best and can_score(ctx)
     sharded = ctx.stage.strategy == "fsdp2"  # every rank holds a shard: all must take part in generation
-    metric = None
+    value = None
     if keep_best and (ctx.is_main or sharded):
         scores = score(ctx, model, tokenizer, synced=sharded, scope="checkpoint")
-        metric = {"metric": "eval_accuracy", "value": scores["eval_accuracy"]}
+        value = scores[checkpoint.METRIC]
         ctx.log.write(stage=ctx.stage.name, step=step, event="checkpoint", **scores)
     if ctx.is_main:
-        checkpoint.publish(ctx.checkpoints, step, metric, ctx.cfg.checkpoint.keep_last, keep_best)
+        checkpoint.publish(ctx.checkpoints, step, value, ctx.cfg.checkpoint.keep_last, keep_best)
     _barrier()
     memory_probe.lap(ctx, "checkpoint")  # the save and its held-out scoring

@@ -13,15 +13,15 @@ values in summary.json.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-from rlctl import checkpoint
+from rlctl import strictjson
 from rlctl.monitors import memory_probe
+from rlctl.rundir import LayoutRecord, RunDir, every_rank, write_record
 from rlctl.runtime.context import StageContext, Stopped
 from rlctl.runtime.models import torch_dtype
 
@@ -288,37 +288,35 @@ def mismatches(plan_side: dict[str, Any], live: dict[str, Any]) -> list[str]:
 
 def check(
     ctx: StageContext, model: Any, optimizer: Any, engine: str | None, beside: Beside, switches: dict | None = None
-) -> dict[str, Any]:
+) -> LayoutRecord:
     """Record this process's layout and stop the stage when it contradicts the plan."""
     live = observed(model, optimizer, engine, switches) | observed_beside(ctx, model, beside)
     if ctx.stage.name != "rl":
         live.pop("phase_offload", None)  # only the RL stage offloads between phases
     promised = planned(ctx, engine)
     rank = _rank()
-    folder = ctx.run_dir / ctx.stage.name / "layout"
-    folder.mkdir(parents=True, exist_ok=True)
-    record = {"planned": promised, "observed": live, "mismatches": mismatches(promised, live)}
-    checkpoint.write_json_atomic(folder / f"rank{rank}.json", record)
-    if record["mismatches"]:
+    path = RunDir(ctx.run_dir).layout(ctx.stage.name, rank)
+    record = LayoutRecord(promised, live, mismatches(promised, live))
+    write_record(path, record)
+    if record.mismatches:
         raise LayoutMismatch(
-            f"Stage {ctx.stage.name} does not run the layout its plan chose ({'; '.join(record['mismatches'])}). "
+            f"Stage {ctx.stage.name} does not run the layout its plan chose ({'; '.join(record.mismatches)}). "
             f"Training stopped at its first step on process {rank}; nothing was saved. This is a bug in rlctl or an "
-            f"environment that overrides the plan (an accelerate config, environment variables): see "
-            f"{folder / f'rank{rank}.json'} and docs/troubleshooting.md."
+            f"environment that overrides the plan (an accelerate config, environment variables): see {path} and "
+            "docs/troubleshooting.md."
         )
     return record
 
 
 def finish(ctx: StageContext, switches: dict | None) -> None:
     """When the stage ends: this process's record gets the offload's switches over the whole stage."""
-    path = ctx.run_dir / ctx.stage.name / "layout" / f"rank{_rank()}.json"
+    path = RunDir(ctx.run_dir).layout(ctx.stage.name, _rank())
     if ctx.stage.name != "rl" or not path.exists():
         return
-    record = json.loads(path.read_text())
-    live = record["observed"]
-    live.pop("optimizer_switches", None)
-    live |= offload_record(switches, live["optimizer_state"]["devices"])
-    checkpoint.write_json_atomic(path, record)
+    record = LayoutRecord.from_json(strictjson.read(path))
+    record.observed.pop("optimizer_switches", None)
+    record.observed |= offload_record(switches, record.observed["optimizer_state"]["devices"])
+    write_record(path, record)
 
 
 def _rank() -> int:
@@ -327,11 +325,12 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def read(run_dir: Path, stage: str) -> dict[str, Any] | None:
+def read(run_dir: Path, stage: str) -> LayoutRecord | None:
     """The main process's record of `stage`, with how many processes recorded one (for summary.json)."""
-    folder = run_dir / stage / "layout"
-    files = sorted(folder.glob("rank*.json")) if folder.is_dir() else []
+    main = RunDir(run_dir).layout(stage)
+    files = every_rank(main)
     if not files:
         return None
-    main = json.loads((folder / "rank0.json").read_text()) if (folder / "rank0.json").exists() else {}
-    return {**main, "processes_recorded": len(files)}
+    record = LayoutRecord.from_json(strictjson.read(main)) if main.exists() else LayoutRecord()
+    record.processes_recorded = len(files)
+    return record

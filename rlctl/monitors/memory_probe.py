@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
-from rlctl import checkpoint
+from rlctl import strictjson
+from rlctl.rundir import MeasuredPhase, MemoryRecord, RunDir, StageMemory, every_rank, write_record
 
 if TYPE_CHECKING:
     from rlctl.plan.parts import MemoryTable, PhaseMemory
@@ -126,8 +126,8 @@ def _mem_get_info_used(device: Any) -> int:
 class Probe:
     """The memory measurements of one stage in one process."""
 
-    def __init__(self, stage: str, folder: Path, rank: int, device: Any = "cpu", log: Any = None):
-        self.stage, self.file, self.log = stage, folder / f"rank{rank}.json", log
+    def __init__(self, stage: str, file: Path, device: Any = "cpu", log: Any = None):
+        self.stage, self.file, self.log = stage, file, log
         self.cuda = getattr(device, "type", str(device)) == "cuda"
         self.device = device
         self.since_flush: dict[str, dict[str, float]] = {}
@@ -141,7 +141,7 @@ class Probe:
             read, self.source = _device_used(device)
             self.used = Sampler(read)
             torch.cuda.reset_peak_memory_stats(device)
-        folder.mkdir(parents=True, exist_ok=True)
+        file.parent.mkdir(parents=True, exist_ok=True)
 
     def current(self, reset: bool) -> dict[str, float]:
         """Peaks (bytes) of the open interval; `reset` starts the next one."""
@@ -170,18 +170,18 @@ class Probe:
             for key, value in peaks.items():
                 old[key] = max(old.get(key, 0), value)
 
-    def record(self) -> dict[str, Any]:
-        return {"device": "gpu" if self.cuda else "cpu", "source": self.source, "phases": _gib(self.phases)}
+    def record(self) -> MemoryRecord:
+        return MemoryRecord("gpu" if self.cuda else "cpu", self.source, _gib(self.phases))
 
     def flush(self, step: int) -> None:
         """A metrics.jsonl record of the peaks since the last one, and this process's stage record on disk."""
         if self.since_flush and self.log is not None:
             self.log.write(stage=self.stage, event="memory", step=step, phases=_gib(self.since_flush))
         self.since_flush = {}
-        checkpoint.write_json_atomic(self.file, self.record())
+        write_record(self.file, self.record())
 
     def close(self) -> None:
-        checkpoint.write_json_atomic(self.file, self.record())
+        write_record(self.file, self.record())
         for sampler in (self.used, self.rss):
             if sampler is not None:
                 sampler.stop()
@@ -199,7 +199,7 @@ def start(ctx: StageContext) -> Probe:
     import torch.distributed as dist
 
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    ctx.probe = Probe(ctx.stage.name, ctx.run_dir / ctx.stage.name / "memory", rank, ctx.device, ctx.log)
+    ctx.probe = Probe(ctx.stage.name, RunDir(ctx.run_dir).memory(ctx.stage.name, rank), ctx.device, ctx.log)
     return ctx.probe
 
 
@@ -266,43 +266,35 @@ def _error(planned: float | None, measured: float | None) -> float | None:
     return round((planned - measured) / measured * 100, 1) if planned is not None and measured else None
 
 
-def summary(run_dir: Path, stage: str, plan_memory: MemoryTable | None) -> dict[str, Any] | None:
-    """`measured_*` (the maximum over processes) beside `planned_*` for each phase of `stage`, and the stage's
+def summary(run_dir: Path, stage: str, plan_memory: MemoryTable | None) -> StageMemory | None:
+    """The measured peaks (the maximum over processes) beside the plan's for each phase of `stage`, and the stage's
     peak against the plan's; None when no process recorded any."""
-    files = sorted((run_dir / stage / "memory").glob("rank*.json"))
-    records = [json.loads(f.read_text()) for f in files]
+    records = [MemoryRecord.from_json(strictjson.read(f)) for f in every_rank(RunDir(run_dir).memory(stage))]
     if not records:
         return None
     merged: dict[str, dict[str, float]] = {}
     for rec in records:
-        for phase, values in rec["phases"].items():
+        for phase, values in rec.phases.items():
             into = merged.setdefault(phase, {})
             for key, value in values.items():
                 into[key] = max(into.get(key, 0), value)
-    phases: dict[str, dict[str, Any]] = {}
+    phases: dict[str, MeasuredPhase] = {}
     for phase, values in merged.items():
         plan_side = planned_phase(plan_memory, stage, phase)
-        row: dict[str, Any] = {f"measured_{k}": v for k, v in values.items()}
-        row["measured_peak_gib"] = headline(values)
-        row["planned_peak_gib"] = plan_side.peak_gib if plan_side else None
-        row["planned_phase"] = plan_side.label if plan_side else None
-        row["error_pct"] = _error(row["planned_peak_gib"], row["measured_peak_gib"])
+        row = MeasuredPhase(values, headline(values))
+        if plan_side:
+            row.planned_peak_gib, row.planned_phase = plan_side.peak_gib, plan_side.label
+        row.error_pct = _error(row.planned_peak_gib, row.peak_gib)
         phases[phase] = row
     planned = plan_memory.stage_phases(stage) if plan_memory is not None else []
-    trained = {p: r for p, r in phases.items() if p not in UNPLANNED and r["measured_peak_gib"] is not None}
-    top = max(trained, key=lambda p: trained[p]["measured_peak_gib"], default=None)
+    trained = {p: r.peak_gib for p, r in phases.items() if p not in UNPLANNED and r.peak_gib is not None}
+    top = max(trained, key=lambda p: trained[p], default=None)
     plan_top = max(planned, key=lambda p: p.peak_gib, default=None)
-    out = {
-        "device": records[0]["device"],
-        "measured_source": records[0]["source"],
-        "processes_recorded": len(records),
-        "phases": phases,
-        "measured_peak_gib": trained[top]["measured_peak_gib"] if top else None,
-        "measured_peak_phase": top,
-        "planned_peak_gib": plan_top.peak_gib if plan_top else None,
-        "planned_peak_phase": plan_top.phase if plan_top else None,
-    }
-    out["error_pct"] = _error(out["planned_peak_gib"], out["measured_peak_gib"])
+    out = StageMemory(records[0].device, records[0].source, len(records), phases)
+    out.measured_peak_gib, out.measured_peak_phase = (trained[top], top) if top else (None, None)
+    if plan_top:
+        out.planned_peak_gib, out.planned_peak_phase = plan_top.peak_gib, plan_top.phase
+    out.error_pct = _error(out.planned_peak_gib, out.measured_peak_gib)
     return out
 
 

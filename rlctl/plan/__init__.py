@@ -4,7 +4,7 @@ Owns: hardware specs and detection (`hardware`), the architecture the plan is fo
 and the search over layouts it drives (the subpackage `memory`), the generation-engine choice (`engine`),
 optional packages a layout needs (`packages`), and the assembled `Plan` (`resolved`, its typed parts in `parts`)
 with the run directory's layout (`planner`).
-May import: base, config, sandbox, data.
+May import: base, config, sandbox, rundir, data.
 """
 
 from rlctl.plan.data_lengths import DATA_LENGTHS, PROMPT_LENGTHS
@@ -12,11 +12,9 @@ from rlctl.plan.planner import (
     base_model,
     build,
     data_paths,
-    final_dir,
     final_policy,
     launch_command,
     missing_data,
-    stage_dir,
 )
 from rlctl.plan.resolved import Plan, StagePlan
 
@@ -28,9 +26,7 @@ __all__ = [
     "base_model",
     "build",
     "data_paths",
-    "final_dir",
     "final_policy",
     "launch_command",
     "missing_data",
-    "stage_dir",
 ]

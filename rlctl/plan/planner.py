@@ -35,18 +35,10 @@ from rlctl.plan.parts import (
     VllmSettings,
 )
 from rlctl.plan.resolved import Plan, StagePlan
+from rlctl.rundir import RunDir
 
 if TYPE_CHECKING:
     from rlctl.plan.async_split import AsyncSplit
-
-
-def stage_dir(run_dir: str | Path, stage: str) -> Path:
-    return Path(run_dir) / stage
-
-
-def final_dir(run_dir: str | Path, stage: str) -> Path:
-    """Where a finished stage leaves its model."""
-    return stage_dir(run_dir, stage) / "final"
 
 
 POLICY_STAGES = ("rl", "dpo", "sft")  # latest first: the policy a run ends with
@@ -55,7 +47,7 @@ POLICY_STAGES = ("rl", "dpo", "sft")  # latest first: the policy a run ends with
 def final_gone(run_dir: Path, stage: str) -> UserError:
     """A finished stage's final folder is gone: the error naming the way out (`rlctl resume` re-creates it)."""
     return UserError(
-        f"{run_dir}: stage {stage} finished, but its final folder {final_dir(run_dir, stage)} is gone (deleted or "
+        f"{run_dir}: stage {stage} finished, but its final folder {RunDir(run_dir).final(stage)} is gone (deleted or "
         f"moved). `rlctl resume {run_dir}` re-creates it from the stage's last complete checkpoint (`rlctl verify "
         f"{run_dir}` lists them); then run this command again."
     )
@@ -65,7 +57,7 @@ def final_policy(run_dir: Path, cfg: RunConfig, completed: list[str]) -> tuple[s
     """(stage, folder) of the last policy stage that finished; final_gone when its final folder is missing (an
     earlier stage's model is never taken instead)."""
     for stage in POLICY_STAGES:
-        folder = final_dir(run_dir, stage)
+        folder = RunDir(run_dir).final(stage)
         if stage in cfg.stages and stage in completed:
             if not folder.is_dir():
                 raise final_gone(run_dir, stage)
@@ -409,18 +401,18 @@ def batch_sizes(cfg: RunConfig, sizes: dict[str, int], world: int) -> dict[str, 
 def stage_plans(f: Facts, batches: dict[str, Batch], strategies_by_stage: dict[str, str]) -> list[StagePlan]:
     """Each stage's starting point, output and batches: sft, dpo, kto and rl each start from the policy before it,
     rm from sft's (rm.init_from=sft) or the base model."""
-    cfg, run_dir = f.cfg, f.run_dir
-    base = f.model_import.folder if f.model_import else base_model(cfg, run_dir)
+    cfg, run = f.cfg, RunDir(Path(f.run_dir))
+    base = f.model_import.folder if f.model_import else base_model(cfg, f.run_dir)
     stages: list[StagePlan] = []
     policy = base  # the latest policy: each of sft, dpo, kto, rl starts from the one before it
     for name in cfg.stages:
         sc = getattr(cfg, name)
         if name == "rm":
-            init = str(final_dir(run_dir, "sft")) if "sft" in cfg.stages and cfg.rm.init_from == "sft" else base
+            init = str(run.final("sft")) if "sft" in cfg.stages and cfg.rm.init_from == "sft" else base
         else:
-            init, policy = policy, str(final_dir(run_dir, name))
+            init, policy = policy, str(run.final(name))
         b = batches[name]
-        out = str(final_dir(run_dir, name))
+        out = str(run.final(name))
         strategy = strategies_by_stage[name]
         plan = StagePlan(
             name, init, out, sc.max_steps, b.size, b.micro, b.accumulation, strategy=strategy, epochs=sc.epochs

@@ -265,7 +265,7 @@ def load_causal_lm(path: str | Path, device: str, trust_remote_code: bool = Fals
 def load_policy(target: Path, stage: str | None = None, device: str | None = None) -> Policy:
     """The policy of a run directory (its last finished policy stage, or `stage`), or a model folder / Hub id."""
     from rlctl.config import load_run_config
-    from rlctl.plan import final_dir, final_policy
+    from rlctl.plan import final_policy
     from rlctl.plan.planner import final_gone
 
     device = device or default_device()
@@ -274,7 +274,7 @@ def load_policy(target: Path, stage: str | None = None, device: str | None = Non
         works = f"Evaluate a stage's final folder instead (rlctl eval {target}/STAGE/final ...), or an export."
         completed = read_summary(target, works).completed
         if stage:
-            folder = final_dir(target, stage)
+            folder = RunDir(target).final(stage)
             if stage in completed and not folder.is_dir():
                 raise final_gone(target, stage)
             if stage not in completed:

@@ -15,8 +15,9 @@ from typing import Any
 
 from rlctl import checkpoint, strictjson
 from rlctl.config import RunConfig
-from rlctl.plan import Plan, StagePlan, final_dir, stage_dir
+from rlctl.plan import Plan, StagePlan
 from rlctl.rewards.worker import Workers
+from rlctl.rundir import DataNote, RunDir
 
 
 class MetricsLog:
@@ -32,7 +33,7 @@ class MetricsLog:
         watch: Any = None,
         to_trackers: Callable[[dict[str, Any]], None] | None = None,
     ):
-        self.path = run_dir / "metrics.jsonl"
+        self.path = RunDir(run_dir).metrics
         self.enabled = enabled
         self.watch = watch
         self.to_trackers = to_trackers
@@ -73,7 +74,7 @@ class StageContext:
     log: MetricsLog
     is_main: bool
     device: Any = "cpu"
-    notes: dict[str, Any] = field(default_factory=dict)  # data facts for summary.json (rows dropped as too long)
+    notes: DataNote | None = None  # the stage's rows dropped as too long, for summary.json
     stop: StopFlag = field(default_factory=StopFlag)
     probe: Any = None  # rlctl.monitors.memory_probe.Probe (memory_probe.start), None when nothing is measured
     workers: Workers = field(default_factory=Workers)
@@ -85,11 +86,11 @@ class StageContext:
 
     @property
     def checkpoints(self) -> Path:
-        return stage_dir(self.run_dir, self.stage.name) / "checkpoints"
+        return RunDir(self.run_dir).checkpoints(self.stage.name)
 
     @property
     def final(self) -> Path:
-        return final_dir(self.run_dir, self.stage.name)
+        return RunDir(self.run_dir).final(self.stage.name)
 
     def notify(self, event: str, **fields: Any) -> None:
         """An event of this stage (a reward running slow, ...) for metrics.jsonl and the console."""

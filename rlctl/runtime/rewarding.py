@@ -11,9 +11,9 @@ import torch
 from rlctl import rewards
 from rlctl.algorithms import overlong_penalty
 from rlctl.data.tokens import prompt_text
-from rlctl.plan import final_dir
 from rlctl.rollout import evaluate, multiturn
 from rlctl.rollout.samples import Sample
+from rlctl.rundir import RunDir
 from rlctl.runtime import models
 from rlctl.runtime.context import StageContext
 
@@ -25,7 +25,7 @@ def reward_sources(ctx: StageContext, errors: dict[str, int]) -> tuple[list, lis
     guarded = rewards.stage_rewards(ctx.cfg.rl.rewards, ctx.cfg.data.answer_field, errors, ctx.workers, ctx.notify)
     for spec, fn in zip(ctx.cfg.rl.rewards, guarded, strict=True):
         if fn is None:
-            path = str(final_dir(ctx.run_dir, "rm"))
+            path = str(RunDir(ctx.run_dir).final("rm"))
             tok = models.tokenizer(ctx, path)
             funcs.append(models.reward_model(ctx, path, tok.pad_token_id, trainable=False))
             tokenizers.append(tok)

@@ -11,6 +11,7 @@ from rlctl import data
 from rlctl.data.tokens import length, limit_key, too_many_dropped
 from rlctl.errors import UserError
 from rlctl.rollout import tools
+from rlctl.rundir import DataNote
 from rlctl.runtime.context import StageContext
 
 HOLDOUT = data.PREFERENCE_HOLDOUT  # the fraction of preference pairs held out to score reward models
@@ -74,6 +75,6 @@ def training_rows(ctx: StageContext, tok) -> list[dict[str, Any]]:
     refused = too_many_dropped(name, len(over), len(rows), limit, ctx.cfg.data.max_drop_fraction, sizes)
     if refused:
         raise UserError(refused)
-    ctx.notes.update(dropped_too_long=len(over), kept=len(kept), limit=limit)
+    ctx.notes = DataNote(len(over), len(kept), limit)
     ctx.log.write(stage=name, event="data", dropped_too_long=len(over), kept=len(kept), limit=limit)
     return kept

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from rlctl.monitors import heldout, layout, memory_probe
 from rlctl.rollout import generate, multiturn
 from rlctl.rollout.async_engine import GeneratorSetup
+from rlctl.rundir import RunDir
 from rlctl.runtime import models
 from rlctl.runtime.rewarding import Scorer
 from rlctl.runtime.rows import training_rows
@@ -118,7 +119,7 @@ def load_models(ctx: StageContext) -> tuple[Module, Module | None, Module | None
         policy = get_peft_model(policy, lora)
     critic = None
     if rl.critic.init is not None:
-        path = init if rl.critic.init == "policy" else str(ctx.run_dir / "rm" / "final")
+        path = init if rl.critic.init == "policy" else str(RunDir(ctx.run_dir).final("rm"))
         critic = AutoModelForTokenClassification.from_pretrained(
             path,
             num_labels=1,

@@ -54,6 +54,7 @@ from rlctl.algorithms.mismatch import behaviour_ratio, correction_weights, logpr
 from rlctl.monitors import layout
 from rlctl.rollout import multiturn, vllm
 from rlctl.rollout.samples import Batch, Sample, collate, rollout_logprobs, token_logprobs
+from rlctl.rundir import LoopState
 from rlctl.runtime.context import Interrupted, Trained, alarm_stop, over_ranks, signalled, stop_signal
 from rlctl.trainer import async_rollout
 from rlctl.trainer.models import ref_logprobs, token_values
@@ -102,8 +103,7 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
     signum = stop_signal(loop.hooks.stop)
     if step % loop.rl.save_every == 0 or step == loop.rl.max_steps or signum:
         cursor = loop.pipeline.resume_cursor(loop) if loop.pipeline else loop.stream.cursor
-        state = {"step": step, "cursor": cursor, "kl_coef": loop.kl_ctl.value, "world": loop.acc.num_processes}
-        save_checkpoint(loop, step, state)
+        save_checkpoint(loop, step, LoopState(step, cursor, loop.kl_ctl.value, loop.acc.num_processes))
     if signum:
         raise Interrupted(signum)
 

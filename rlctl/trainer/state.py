@@ -12,7 +12,6 @@ checkpoint.keep_best."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import Tensor
 
-from rlctl import checkpoint
+from rlctl import checkpoint, strictjson
 from rlctl.algorithms import AdaptiveKLController, AdvantageConfig, FixedKLController, PolicyLossConfig
 from rlctl.config.rl import RLConfig
 from rlctl.data.tokens import prompt_text
@@ -30,6 +29,7 @@ from rlctl.rollout import multiturn
 from rlctl.rollout.async_engine import GeneratorSetup
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, pad_to
+from rlctl.rundir import LOOP_STATE, LoopState, write_record
 from rlctl.runtime.context import MetricsLog, StopFlag, Stops, resume_point
 from rlctl.runtime.rewarding import Scorer
 from rlctl.trainer.offload import Offloaded, offload_optimizer_state
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from rlctl.monitors.layout import Beside
 
 Rows = TypeVar("Rows", list[Sample], Tensor)
-LOOP_STATE = "rlctl_loop.json"
 SHARDS = "sharded"  # a checkpoint's DCP folder: one __R_0.distcp per process and .metadata
 
 
@@ -205,8 +204,8 @@ def restore(loop: Loop) -> int:
     hooks, seed = loop.hooks, loop.settings.seed
     state = load_checkpoint(resume_point(hooks.stops.checkpoints, hooks.is_main), loop.acc, loop.shards)
     if state:
-        start, loop.stream.cursor, loop.kl_ctl.value = state["step"], state["cursor"], state["kl_coef"]
-        if state.get("world", loop.acc.num_processes) != loop.acc.num_processes:  # each process samples anew
+        start, loop.stream.cursor, loop.kl_ctl.value = state.step, state.cursor, state.kl_coef
+        if state.world not in (None, loop.acc.num_processes):  # each process samples anew
             set_seed(seed + loop.rank + start)
     else:
         set_seed(seed + loop.rank)  # each process samples different completions
@@ -216,7 +215,7 @@ def restore(loop: Loop) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints
-def load_checkpoint(last: str | None, acc: Accelerator, shards: dict) -> dict | None:
+def load_checkpoint(last: str | None, acc: Accelerator, shards: dict) -> LoopState | None:
     """Restore the last complete checkpoint (`last`) into the prepared objects; its loop state, or None to start
     anew."""
     if not last:
@@ -224,10 +223,10 @@ def load_checkpoint(last: str | None, acc: Accelerator, shards: dict) -> dict | 
     acc.load_state(last)
     if shards:
         load_shards(Path(last), shards)  # resharded when the process count changed
-    return json.loads((Path(last) / LOOP_STATE).read_text())
+    return LoopState.from_json(strictjson.read(Path(last) / LOOP_STATE))
 
 
-def save_checkpoint(loop: Loop, step: int, state: dict) -> None:
+def save_checkpoint(loop: Loop, step: int, state: LoopState) -> None:
     """Models, optimizers, schedulers and every process's RNG (accelerate; sharded models and their optimizers
     through DCP, one file per process), plus the loop state, written under `.incoming` and published (scored for
     keep-best, marked complete, renamed into place) once all is written."""
@@ -238,7 +237,7 @@ def save_checkpoint(loop: Loop, step: int, state: dict) -> None:
     if loop.shards:
         save_shards(folder, loop.shards)
     if acc.is_main_process:
-        checkpoint.write_json_atomic(folder / LOOP_STATE, state)
+        write_record(folder / LOOP_STATE, state)
     loop.hooks.publish(step, acc.unwrap_model(loop.policy), loop.tok)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlctl.errors import UserError
+from rlctl.rundir import RunDir
 
 STOP_WAIT_S = 120.0  # at server shutdown: how long a run may take to reach its checkpoint
 
@@ -61,7 +62,7 @@ class Jobs:
             busy = self._jobs.get(run_dir)
             if busy is not None and busy.running():
                 raise UserError(f"{run_dir} is busy: {busy.state()}. Wait for it, or stop it first.")
-            log = self.root / run_dir / "logs" / f"ui-{command}.log"
+            log = RunDir(self.root / run_dir).logs / f"ui-{command}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("wb") as out:
                 proc = subprocess.Popen(
@@ -96,7 +97,7 @@ class Jobs:
         """The live rlctl process named in RUN_DIR/run.lock (the launcher's lock), if any."""
         import psutil
 
-        lock = self.root / run_dir / "run.lock"
+        lock = RunDir(self.root / run_dir).lock
         try:
             pid = int(lock.read_text().strip())
             alive = psutil.Process(pid)

@@ -251,7 +251,7 @@ def run_state(run_dir: Path, log: Path | None) -> RunState:
         f"{a.get('stage', '?')} step {a.get('step', '?')}: {a['alarm']}: {a.get('message', '')}"
         for a in alarms.alarms_of(recs)
     ]
-    log_text = tail(log) if log is not None else tail(run_dir / "logs" / "train.log")
+    log_text = tail(log) if log is not None else tail(RunDir(run_dir).log())
     done = finished(run_dir)
     curves = points(recs, LOSS_KEYS), points(recs, RL_KEYS), points(recs, None)
     return RunState(progress_line(recs), done, *curves, shown, log_text)
@@ -326,15 +326,15 @@ def model_folders(root: Path, run_dir: Path) -> list[str]:
     """What the chat box can load from a run: each policy stage's final folder, then its checkpoints, newest first,
     and the run's exports."""
     from rlctl.checkpoint import complete_checkpoints
-    from rlctl.plan import final_dir, stage_dir
     from rlctl.plan.planner import POLICY_STAGES
+    from rlctl.rundir import RunDir
 
     base = root / run_dir
     found: list[Path] = []
     for stage in POLICY_STAGES:
-        found += [final_dir(base, stage)] if final_dir(base, stage).is_dir() else []
-        found += reversed(complete_checkpoints(stage_dir(base, stage) / "checkpoints"))
-    found += [d for d in (base / "export", base / "export-gguf") if (d / "config.json").is_file()]
+        found += [RunDir(base).final(stage)] if RunDir(base).final(stage).is_dir() else []
+        found += reversed(complete_checkpoints(RunDir(base).checkpoints(stage)))
+    found += [d for d in (RunDir(base).export(), RunDir(base).export("gguf")) if (d / "config.json").is_file()]
     return [d.relative_to(root).as_posix() for d in found]
 
 

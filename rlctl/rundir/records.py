@@ -1,0 +1,264 @@
+"""The records of a run's checkpoints and monitors, each with `to_json`/`from_json`: a checkpoint's completion marker
+(`CheckpointMark`, its files' `FileEntry`), the manifest of a folder rlctl wrote whole (`FilesManifest`), the RL
+loop's state in a checkpoint (`LoopState`), a stage's per-process layout and memory records (`LayoutRecord`,
+`MemoryRecord`) and what summary.json makes of them (`StageMemory`, `MeasuredPhase`, `BestCheckpoint`); and how a
+record is written (`write_record`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from rlctl import atomic, strictjson
+
+NUMBER = (int, float)
+
+
+def pick(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
+    """The values of `data` under the keys of `kinds` that are of their kind (the others read as absent)."""
+    return {k: data[k] for k, kind in kinds.items() if isinstance(data.get(k), kind)}
+
+
+def unknown(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
+    """The keys of `data` this rlctl does not know, kept to be written back as they were."""
+    return {k: v for k, v in data.items() if k not in kinds}
+
+
+class Record(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def write_record(path: Path, record: Record, indent: int | None = 2) -> None:
+    """Write `record.to_json()` whole or not at all (strict JSON: NaN and infinities as null)."""
+    atomic.write_text(path, strictjson.dumps(record.to_json(), indent=indent) + "\n")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file's size and xxh3-128 checksum; `sampled`: of its size, header and sampled blocks (files over
+    `rlctl.checkpoint.integrity.FULL_HASH_BYTES`)."""
+
+    size: int
+    xxh3: str
+    sampled: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"size": self.size, "xxh3": self.xxh3} | ({"sampled": True} if self.sampled else {})
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FileEntry:
+        """Raises KeyError, TypeError or ValueError when `data` is not an entry rlctl wrote."""
+        return cls(int(data["size"]), str(data["xxh3"]), bool(data.get("sampled", False)))
+
+
+def files_from_json(data: dict[str, Any]) -> dict[str, FileEntry]:
+    """{relative path: FileEntry} of a manifest's `files` (ValueError when it is not a JSON object)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"its files are {type(data).__name__}, not a JSON object")
+    return {rel: FileEntry.from_json(entry) for rel, entry in data.items()}
+
+
+@dataclass
+class CheckpointMark:
+    """A complete checkpoint's marker (COMPLETE): its step, the held-out `metric` and its `value` when one was
+    measured (keep-best), how the files were checksummed, and every file's entry (None in a marker written before
+    rlctl recorded them)."""
+
+    step: int = 0
+    metric: str | None = None
+    value: float | None = None
+    checksums: str | None = None
+    files: dict[str, FileEntry] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    KINDS: ClassVar[dict[str, Any]] = {"step": int, "metric": str, "value": NUMBER, "checksums": str, "files": dict}
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"step": self.step}
+        if self.metric is not None:
+            out |= {"metric": self.metric, "value": self.value}
+        if self.checksums is not None:
+            out["checksums"] = self.checksums
+        if self.files is not None:
+            out["files"] = {rel: entry.to_json() for rel, entry in self.files.items()}
+        return {**out, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CheckpointMark:
+        """ValueError (or KeyError, TypeError) when a file entry is not one rlctl wrote."""
+        values = pick(data, cls.KINDS)
+        if "files" in data:
+            values["files"] = files_from_json(data["files"])
+        return cls(**values, extra=unknown(data, cls.KINDS))
+
+
+@dataclass
+class BestCheckpoint:
+    """summary.json's record of a stage's best checkpoint: where it is, its step, metric and value."""
+
+    path: str = ""
+    step: int = 0
+    metric: str | None = None
+    value: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "step": self.step}
+        return out | ({"metric": self.metric, "value": self.value} if self.metric is not None else {})
+
+    @classmethod
+    def of(cls, ckpt: Path, mark: CheckpointMark) -> BestCheckpoint:
+        return cls(str(ckpt), mark.step, mark.metric, mark.value)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BestCheckpoint:
+        return cls(**pick(data, {"path": str, "step": int, "metric": str, "value": NUMBER}))
+
+
+@dataclass
+class FilesManifest:
+    """rlctl_files.json (`rlctl.checkpoint.safewrite.MANIFEST`): the files rlctl wrote into a folder (an export, a
+    report), by the kind of write, with their entries."""
+
+    kind: str
+    files: dict[str, FileEntry]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "files": {rel: entry.to_json() for rel, entry in self.files.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FilesManifest:
+        """Raises KeyError, TypeError or ValueError when `data` is not a manifest rlctl wrote."""
+        return cls(str(data["kind"]), files_from_json(data["files"]))
+
+
+@dataclass
+class LayoutRecord:
+    """What a stage ran against what its plan chose (STAGE/layout/rankN.json; the main process's in summary.json,
+    with `processes_recorded`): the plan's values (`planned`), the same read from the live objects with what was
+    counted (`observed`: parameters, optimizer state, offload switches), and `mismatches` ("KEY: planned X,
+    observed Y"). `planned` and `observed` stay tables of settings by name: they are compared key by key, and
+    which keys a stage has depends on its kind and strategy."""
+
+    planned: dict[str, Any] = field(default_factory=dict)
+    observed: dict[str, Any] = field(default_factory=dict)
+    mismatches: list[str] = field(default_factory=list)
+    processes_recorded: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    KINDS: ClassVar[dict[str, Any]] = {"planned": dict, "observed": dict, "mismatches": list, "processes_recorded": int}
+
+    @property
+    def mismatched(self) -> set[str]:
+        """The settings the live objects contradict."""
+        return {m.split(":")[0] for m in self.mismatches}
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"planned": self.planned, "observed": self.observed, "mismatches": self.mismatches}
+        return out | ({"processes_recorded": self.processes_recorded} if self.processes_recorded is not None else {})
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LayoutRecord:
+        return cls(**pick(data, cls.KINDS), extra=unknown(data, cls.KINDS))
+
+
+@dataclass
+class MemoryRecord:
+    """One process's measured memory of a stage (STAGE/memory/rankN.json): `device` ("gpu" or "cpu"), the
+    `source` of device memory in use ("nvml", "cudaMemGetInfo"; "rss" on CPU), and per phase its peaks in GiB by
+    measure ({phase: {"reserved_gib" | "allocated_gib" | "device_used_gib" | "rss_gib": GiB}})."""
+
+    device: str = "cpu"
+    source: str = "rss"
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "source": self.source, "phases": self.phases}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MemoryRecord:
+        values = pick(data, {"device": str, "source": str, "phases": dict})
+        phases = values.get("phases", {}).items()
+        values["phases"] = {
+            p: {k: v for k, v in m.items() if isinstance(v, NUMBER)} for p, m in phases if isinstance(m, dict)
+        }
+        return cls(**values)
+
+
+@dataclass
+class MeasuredPhase:
+    """A phase of summary.json's memory section: the peaks measured (the maximum over processes, by measure as in
+    MemoryRecord, written `measured_<measure>`), the headline one (`peak_gib`), and the plan's peak for it."""
+
+    measured: dict[str, float] = field(default_factory=dict)
+    peak_gib: float | None = None
+    planned_peak_gib: float | None = None
+    planned_phase: str | None = None
+    error_pct: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f"measured_{k}": v for k, v in self.measured.items()}
+        out |= {"measured_peak_gib": self.peak_gib, "planned_peak_gib": self.planned_peak_gib}
+        return out | {"planned_phase": self.planned_phase, "error_pct": self.error_pct}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MeasuredPhase:
+        kinds = {"planned_peak_gib": NUMBER, "planned_phase": str, "error_pct": NUMBER}
+        measured = {k.removeprefix("measured_"): v for k, v in data.items() if k.startswith("measured_")}
+        peak = measured.pop("peak_gib", None)
+        measured = {k: v for k, v in measured.items() if isinstance(v, NUMBER)}
+        return cls(measured, peak if isinstance(peak, NUMBER) else None, **pick(data, kinds))
+
+
+@dataclass
+class StageMemory:
+    """summary.json's memory record of a stage: each phase measured beside the plan's, and the stage's peak
+    (phases the plan does not model, the checkpoint and the evaluation, left out) against the plan's."""
+
+    device: str = "cpu"
+    measured_source: str = "rss"
+    processes_recorded: int = 0
+    phases: dict[str, MeasuredPhase] = field(default_factory=dict)
+    measured_peak_gib: float | None = None
+    measured_peak_phase: str | None = None
+    planned_peak_gib: float | None = None
+    planned_peak_phase: str | None = None
+    error_pct: float | None = None
+
+    KINDS: ClassVar[dict[str, Any]] = {"processes_recorded": int, "phases": dict, "error_pct": NUMBER}
+    KINDS |= dict.fromkeys(("device", "measured_source", "measured_peak_phase", "planned_peak_phase"), str)
+    KINDS |= dict.fromkeys(("measured_peak_gib", "planned_peak_gib"), NUMBER)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return out | {"phases": {name: phase.to_json() for name, phase in self.phases.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StageMemory:
+        values = pick(data, cls.KINDS)
+        phases = values.get("phases", {}).items()
+        values["phases"] = {p: MeasuredPhase.from_json(m) for p, m in phases if isinstance(m, dict)}
+        return cls(**values)
+
+
+@dataclass
+class LoopState:
+    """The RL loop's state in a checkpoint (LOOP_STATE): the step it ended, the prompt stream's cursor, the adaptive
+    KL coefficient, and the number of processes that wrote it (None in a checkpoint written before it was
+    recorded)."""
+
+    step: int
+    cursor: int
+    kl_coef: float
+    world: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"step": self.step, "cursor": self.cursor, "kl_coef": self.kl_coef}
+        return out | ({"world": self.world} if self.world is not None else {})
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LoopState:
+        world = data.get("world")
+        return cls(
+            int(data["step"]), int(data["cursor"]), float(data["kl_coef"]), world if isinstance(world, int) else None
+        )

@@ -1,0 +1,126 @@
+"""summary.json as a typed record: `Summary`, its stages' held-out metrics (`StageSummary`) and data notes
+(`DataNote`) beside the records of `rlctl.rundir.records`; read and written whole (`read_summary`, `write_summary`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rlctl import strictjson
+from rlctl.rundir.paths import RunDir
+from rlctl.rundir.records import BestCheckpoint, LayoutRecord, StageMemory, pick, unknown, write_record
+
+
+@dataclass
+class StageSummary:
+    """A stage's held-out metrics in summary.json: `eval_accuracy` and `eval_reward` for a policy (the reward model's
+    are pairwise), `eval_rows`, tool metrics, and `null_reasons` where a value was not finite; kept as written."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def eval_accuracy(self) -> Any:
+        return self.metrics.get("eval_accuracy")
+
+    @property
+    def eval_reward(self) -> Any:
+        return self.metrics.get("eval_reward")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.metrics
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StageSummary:
+        return cls(dict(data))
+
+
+@dataclass
+class DataNote:
+    """summary.json's record of a stage's training rows: how many were dropped as longer than `limit` tokens and
+    how many were kept."""
+
+    dropped_too_long: int = 0
+    kept: int = 0
+    limit: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    KINDS: ClassVar[dict[str, Any]] = dict.fromkeys(("dropped_too_long", "kept", "limit"), int)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dropped_too_long": self.dropped_too_long, "kept": self.kept, "limit": self.limit} | self.extra
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DataNote:
+        return cls(**pick(data, cls.KINDS), extra=unknown(data, cls.KINDS))
+
+
+@dataclass
+class Summary:
+    """summary.json: the held-out metrics of each stage (`stages`, {stage: {metric: value}}; `base` is the starting
+    policy), the stages that finished in order (`completed`), and the per-stage records of the data dropped, the
+    memory measured, the best checkpoint and the layout each stage ran with."""
+
+    run: str = ""
+    model: str = ""
+    stages: dict[str, StageSummary] = field(default_factory=dict)
+    completed: list[str] = field(default_factory=list)
+    world_size: int | None = None
+    data: dict[str, DataNote] = field(default_factory=dict)
+    memory: dict[str, StageMemory] = field(default_factory=dict)
+    best_checkpoints: dict[str, BestCheckpoint] = field(default_factory=dict)
+    layout: dict[str, LayoutRecord] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this rlctl does not know, written back as they were
+
+    KINDS: ClassVar[dict[str, Any]] = {
+        "run": str,
+        "model": str,
+        "stages": dict,
+        "completed": list,
+        "world_size": int,
+    }
+    RECORDS: ClassVar[dict[str, Any]] = {
+        "stages": StageSummary,
+        "data": DataNote,
+        "memory": StageMemory,
+        "best_checkpoints": BestCheckpoint,
+        "layout": LayoutRecord,
+    }
+
+    def to_json(self) -> dict[str, Any]:
+        """The mapping summary.json holds; the per-stage sections only once a stage recorded one."""
+        out: dict[str, Any] = {"run": self.run, "model": self.model, "stages": {}, "completed": self.completed}
+        if self.world_size is not None:
+            out["world_size"] = self.world_size
+        for key in self.RECORDS:
+            out[key] = {stage: record.to_json() for stage, record in getattr(self, key).items()}
+        return {k: v for k, v in out.items() if v or k in ("run", "model", "stages", "completed")} | self.extra
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Summary:
+        """The record of a summary.json mapping, as any rlctl wrote it; values of the wrong kind read as absent."""
+        kinds = cls.KINDS | dict.fromkeys(cls.RECORDS, dict)
+        values = pick(data, kinds)
+        values["completed"] = [s for s in values.get("completed", []) if isinstance(s, str)]
+        for key, record in cls.RECORDS.items():
+            found = values.get(key, {}).items()
+            values[key] = {stage: record.from_json(m) for stage, m in found if isinstance(m, dict)}
+        return cls(**values, extra=unknown(data, kinds))
+
+    def finished(self, stages: list[str]) -> bool:
+        """Whether every one of `stages` is recorded as completed."""
+        return all(stage in self.completed for stage in stages)
+
+
+def read_summary(run_dir: Path, works: str = "", missing: Summary | None = None) -> Summary:
+    """The run's summary.json; `missing` (an empty Summary unless given) when there is none. Raises DamagedFile
+    when it cannot be read, `works` saying what still works without it."""
+    raw = strictjson.read(RunDir(run_dir).summary, works, missing=None)
+    if raw is None:
+        return missing if missing is not None else Summary()
+    return Summary.from_json(raw)
+
+
+def write_summary(run_dir: Path, summary: Summary) -> None:
+    """Write summary.json whole or not at all (strict JSON: NaN and infinities as null)."""
+    write_record(RunDir(run_dir).summary, summary)
