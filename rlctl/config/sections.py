@@ -32,6 +32,10 @@ class Section(BaseModel):
         return value
 
 
+# the random-init models rlctl builds into the run directory at launch (rlctl.stages.tiny): text, and vision-language
+BUILTIN_MODELS = ("builtin:tiny", "builtin:tiny-vlm")
+
+
 class VisionArch(Section):
     """The vision tower of a vision-language model (Qwen2-VL / Qwen2.5-VL family): images are cut into `patch` x
     `patch` pixel patches (`temporal_patch` frames deep), encoded by `layers` transformer blocks, and each `merge` x

@@ -96,6 +96,15 @@ def _answers_as_text(row: dict[str, Any], key: str) -> dict[str, Any]:
     return row
 
 
+def _parts(content: Any) -> bool:
+    """Whether a message's content is a list of parts (vision-language chat, as TRL keeps it): text parts
+    `{"type": "text", "text": ...}` and image parts `{"type": "image"}`."""
+    return isinstance(content, list) and all(
+        isinstance(p, dict) and (p.get("type") == "image" or (p.get("type") == "text" and isinstance(p.get("text"), str)))
+        for p in content
+    )
+
+
 def _message_problem(message: Any) -> str | None:
     """Why `message` is not a chat message the templates can render, or None."""
     if not isinstance(message, dict):
@@ -107,7 +116,7 @@ def _message_problem(message: Any) -> str | None:
     a = "an" if role[:1].lower() in "aeio" else "a"  # an assistant, a user
     if content is None and not calls:
         return f"has {a} {role} message with {'no' if 'content' not in message else 'null'} content"
-    if content is not None and not isinstance(content, str):
+    if content is not None and not isinstance(content, str) and not _parts(content):
         return f"has {a} {role} message whose content is {describe(kind_of(content))}, not text"
     if content == "" and role != "system" and not calls:
         return f"has {a} {role} message with empty content"

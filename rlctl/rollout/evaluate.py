@@ -17,7 +17,7 @@ from rlctl.data import each_row
 from rlctl.data.tokens import prompt_text
 from rlctl.errors import RewardError, RowFailure, UserError
 from rlctl.rewards import RewardFn
-from rlctl.rollout import multiturn
+from rlctl.rollout import multiturn, vision
 from rlctl.rollout.samples import Sample
 from rlctl.rundir import RunDir, read_summary
 
@@ -55,19 +55,28 @@ def generate(
     batch_size: int = 64,
     synced: bool = False,
     on_batch: Callable[[int], None] | None = None,
+    processor: Any = None,
+    images: list[list[Any]] | None = None,
 ) -> list[str]:
     """Greedy completions of `prompts` (left-padded batches) ending at the end-of-turn token (`end_ids`), special
     tokens stripped; `synced` keeps ranks that hold shards of one model (FSDP) stepping together until every
-    rank's batch is done; `on_batch(rows)` after each batch."""
+    rank's batch is done; `on_batch(rows)` after each batch. A vision-language model's `processor` turns each
+    prompt and its `images` (Pillow images, one list per prompt) into the model's inputs."""
     model.eval()
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
+    if processor is not None:
+        processor.tokenizer.padding_side = "left"
     ends = end_ids(model, tokenizer)
     out: list[str] = []
     try:
         for i in range(0, len(prompts), batch_size):
             texts = each_row(lambda p: prompt_text(p, tokenizer), prompts[i : i + batch_size], start=i)
-            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            pictures = [im for row in (images or [])[i : i + batch_size] for im in row]
+            if pictures:
+                enc = processor(text=texts, images=pictures, return_tensors="pt", padding=True).to(model.device)
+            else:
+                enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             ids = model.generate(
                 **enc,
                 max_new_tokens=max_new_tokens,
@@ -81,6 +90,8 @@ def generate(
                 on_batch(len(texts))
     finally:
         tokenizer.padding_side = side
+        if processor is not None:
+            processor.tokenizer.padding_side = side
     return out
 
 
@@ -95,17 +106,24 @@ def score_policy(
     accuracy: str = "exact_match",
     agent: multiturn.Agent | None = None,
     on_batch: Callable[[int], None] | None = None,
+    processor: Any = None,
 ) -> dict[str, float]:
     """eval_accuracy (the correctness reward `accuracy`, with its arguments, above 0.5) and eval_reward (the
     weighted reward sum). With an `agent` (rl.tools) each prompt is a greedy multi-turn rollout: the final answer
-    is scored, the trajectory is a column, and the turns and tool use are reported (eval_turns, ...)."""
+    is scored, the trajectory is a column, and the turns and tool use are reported (eval_turns, ...). A
+    vision-language model's `processor` reads each row's images (absolute paths, bytes or images) with its prompt;
+    the rewards see the text answer."""
     from rlctl.rewards import scoring
 
     prompts = [r["prompt"] for r in rows]
     columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
     extra: dict[str, float] = {}
     if agent is None:
-        completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced, on_batch=on_batch)
+        images = [vision.row_images(r, None) for r in rows] if processor is not None else None
+        completions = generate(
+            model, tokenizer, prompts, max_new_tokens, synced=synced, on_batch=on_batch, processor=processor,
+            images=images,
+        )  # fmt: skip
     else:
         samples = agent_rollouts(model, agent, rows, synced=synced)
         completions = [multiturn.final_answer(s) for s in samples]

@@ -15,7 +15,6 @@ from rlctl.config import ModelArch
 from rlctl.data.tokens import CHATML, EOS, SPECIAL_TOKENS, train_bpe
 
 CHAT_TEMPLATE = CHATML  # lets conversational data (chat `messages`, verl's message-list prompts) train
-TINY, TINY_VLM = "builtin:tiny", "builtin:tiny-vlm"
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]  # Qwen2-VL's
 # ChatML whose message content may be a list of parts, an image part rendered as Qwen2-VL's template does
 VLM_CHAT_TEMPLATE = (
@@ -51,9 +50,10 @@ def build(
     from transformers import GenerationConfig
 
     tokenizer = train_tokenizer(texts, arch.vocab)
-    if arch.vision is not None:
+    if arch.vision is not None:  # as Qwen2.5-VL-Instruct's: a reply ends at <|im_end|>, its EOS
         tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:] + VISION_TOKENS})
         tokenizer.chat_template = VLM_CHAT_TEMPLATE
+        tokenizer.eos_token = "<|im_end|>"
     torch.manual_seed(seed)
     model = _vlm(arch, tokenizer) if arch.vision is not None else _lm(arch, tokenizer)
     model.generation_config = GenerationConfig(
