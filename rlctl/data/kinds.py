@@ -99,10 +99,11 @@ def _answers_as_text(row: dict[str, Any], key: str) -> dict[str, Any]:
 def _parts(content: Any) -> bool:
     """Whether a message's content is a list of parts (vision-language chat, as TRL keeps it): text parts
     `{"type": "text", "text": ...}` and image parts `{"type": "image"}`."""
-    return isinstance(content, list) and all(
-        isinstance(p, dict) and (p.get("type") == "image" or (p.get("type") == "text" and isinstance(p.get("text"), str)))
-        for p in content
-    )
+
+    def part(p: Any) -> bool:
+        return isinstance(p, dict) and (p.get("type") == "image" or isinstance(p.get("text"), str))
+
+    return isinstance(content, list) and all(part(p) for p in content)
 
 
 def _message_problem(message: Any) -> str | None:

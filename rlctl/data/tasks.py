@@ -137,8 +137,6 @@ def chat_sums(out_dir: Path, seed: int) -> dict[str, Path]:
     return _write(out_dir, rows)
 
 
-
-
 def corpus(paths: dict[str, Path]) -> list[str]:
     """Every text of a run's datasets (generated or any format rlctl reads), to train the tiny tokenizer on."""
     from rlctl import data
