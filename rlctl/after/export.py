@@ -423,18 +423,40 @@ def _write(tmp: Path, cfg: RunConfig, src: Path, ckpt: Path | None) -> None:
         for weights in ckpt.glob("adapter_model.*"):
             shutil.copy2(weights, tmp / weights.name)
         AutoTokenizer.from_pretrained(src, trust_remote_code=remote).save_pretrained(tmp)
+        processor = _processor(src, remote)
+        if processor is not None:
+            processor.save_pretrained(tmp)
         return
+    processor = _processor(src, remote)
     if (src / "adapter_config.json").exists():
         from peft import AutoPeftModelForCausalLM
 
         model = AutoPeftModelForCausalLM.from_pretrained(src, trust_remote_code=remote).merge_and_unload()
     else:
-        model = AutoModelForCausalLM.from_pretrained(src, trust_remote_code=remote)
+        from transformers import AutoModelForImageTextToText
+
+        auto = AutoModelForImageTextToText if processor is not None else AutoModelForCausalLM
+        model = auto.from_pretrained(src, trust_remote_code=remote)
     tokenizer = AutoTokenizer.from_pretrained(src, trust_remote_code=remote)
     if model.generation_config is None:
         model.generation_config = GenerationConfig.from_model_config(model.config)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    if processor is not None:
+        processor.save_pretrained(tmp)
+
+
+def _processor(src: Path, remote: bool):
+    """The processor of a vision-language model at `src` (None for a text model or an adapter folder): exported
+    beside it."""
+    from transformers import AutoConfig
+
+    from rlctl.rollout import vision
+
+    if not (src / "config.json").is_file():
+        return None
+    config = AutoConfig.from_pretrained(src, trust_remote_code=remote)
+    return vision.load_processor(str(src), remote) if vision.is_vision_model(config) else None
 
 
 def _hub_error(e: Exception, repo_id: str) -> UserError:

@@ -41,6 +41,13 @@ class ImagesOnly(Qwen2_5_VLProcessor):
         video |= {"temporal_patch_size": ip.temporal_patch_size, "merge_size": ip.merge_size}
         return super().to_dict() | {"processor_class": Qwen2_5_VLProcessor.__name__, "video_processor": video}
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """The processor's files, and the image side's own preprocessor_config.json (what older transformers and
+        other tools read)."""
+        out = super().save_pretrained(save_directory, *args, **kwargs)
+        self.image_processor.save_pretrained(save_directory)
+        return out
+
 
 def is_vision_model(config: Any) -> bool:
     """Whether a model config is a vision-language model's (it has a vision tower's config)."""
