@@ -1,0 +1,133 @@
+"""Vision-language models (issue 41): the tiny Qwen2.5-VL built offline, its processor, a Sample's images reaching
+the forward pass and generation, and the tiny-vlm-demo run (SFT then GRPO on coloured shapes) learning at each
+stage, exported with its processor and answering as `rlctl eval` does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from rlctl.config import ModelArch
+from rlctl.data import tasks
+from rlctl.rollout.generate import HFGenerator
+from rlctl.rollout.samples import Sample, collate, token_logprobs
+from rlctl.rollout.vision import encode, load_processor, row_images
+from rlctl.stages import tiny
+from tests.helpers import rlctl, run_once, summary
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, list[dict]]:
+    """The shapes task and the tiny VLM built from it (as the launch builds builtin:tiny-vlm); the rl rows."""
+    where = tmp_path_factory.mktemp("vlm")
+    paths = tasks.shapes(where / "data", 42)
+    preset = yaml.safe_load((ROOT / "presets/models/tiny-vlm.yaml").read_text())
+    arch = ModelArch(**preset["model"]["arch"])
+    pixels = (preset["data"]["min_pixels"], preset["data"]["max_pixels"])
+    tiny.build(where / "base", arch, tasks.corpus(paths), 42, pixels)
+    rows = [json.loads(line) for line in paths["rl"].read_text().splitlines()]
+    return where / "base", rows
+
+
+def _inputs(processor, row: dict, base: Path):
+    text = processor.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+    return encode(processor, text, row_images(row, base))
+
+
+def test_processor_round_trip(built):
+    base, rows = built
+    processor = load_processor(str(base))
+    saved = json.loads((base / "processor_config.json").read_text())
+    assert saved["processor_class"] == "Qwen2_5_VLProcessor"  # what AutoProcessor builds where torchvision is
+    assert (base / "preprocessor_config.json").is_file()
+    ids, vision = _inputs(processor, rows[0], base.parent / "data")
+    image_token = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    tokens = int(vision.image_grid_thw.prod()) // processor.image_processor.merge_size**2
+    assert ids.count(image_token) == tokens == 1  # a 28 x 28 image: one 2 x 2 square of patches, one token
+    assert vision.pixel_values.shape[0] == int(vision.image_grid_thw.prod())
+    text = processor.tokenizer.decode(ids)
+    assert text.startswith("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>What colour is the shape?")
+    assert text.endswith("<|im_start|>assistant\n")
+    assert processor.tokenizer.eos_token == "<|im_end|>"  # a reply ends at the end of its turn
+
+
+def test_pixel_values_reach_the_forward_pass_and_generation(built):
+    from transformers import AutoModelForImageTextToText
+
+    base, rows = built
+    processor = load_processor(str(base))
+    model = AutoModelForImageTextToText.from_pretrained(base).eval()
+    data = base.parent / "data"
+    red, yellow = (next(r for r in rows if r["answer"] == c) for c in ("red", "yellow"))
+    samples = []
+    for row in (red, yellow, red):
+        ids, vision = _inputs(processor, row, data)
+        samples.append(Sample(0, row, ids, completion_ids=[5, 6, 7], vision=vision))
+    batch = collate(samples, processor.tokenizer.pad_token_id, "cpu")
+    with torch.no_grad():
+        logp = token_logprobs(model, batch, 1.0)
+        # the same prompt ids with another image: other log-probs; the same image: the same ones
+        assert not torch.allclose(logp[0], logp[1])
+        torch.testing.assert_close(logp[0], logp[2])
+        # a slice of the batch keeps each row's own images
+        torch.testing.assert_close(token_logprobs(model, batch[1:2], 1.0)[0], logp[1])
+        torch.testing.assert_close(token_logprobs(model, batch[torch.tensor([2, 1])], 1.0), logp[[2, 1]])
+    engine = HFGenerator(processor.tokenizer, max_new_tokens=3, temperature=1.0)
+    engine.sync(model)
+    out = engine.generate([s.prompt_ids for s in samples], greedy=True, vision=[s.vision for s in samples])
+    assert len(out) == 3 and all(1 <= len(ids) <= 3 for ids in out)
+    assert out[0] == out[2]
+
+
+# ------------------------------------------------------------------------------------------- the demo, end to end
+@pytest.fixture(scope="module")
+def vlm_run(tmp_path_factory) -> Path:
+    return run_once(tmp_path_factory, "vlm-demo", "--preset", "tiny-vlm-demo")
+
+
+@pytest.mark.slow
+def test_vlm_demo_learns_at_each_stage(vlm_run: Path):
+    s = summary(vlm_run)
+    assert s["completed"] == ["sft", "rl"]
+    acc = {stage: s["stages"][stage]["eval_accuracy"] for stage in ("base", "sft", "rl")}
+    assert acc["base"] < 0.1, acc
+    assert acc["sft"] > acc["base"] + 0.4, acc  # red, green, blue learnt; yellow called green
+    assert acc["rl"] > acc["sft"] + 0.1, acc  # exact match teaches yellow
+    for name in ("base/processor_config.json", "sft/final/processor_config.json", "rl/final/processor_config.json"):
+        assert (vlm_run / name).is_file(), name
+
+
+@pytest.mark.slow
+def test_vlm_export_loads_with_its_processor_and_answers_as_rlctl_eval(vlm_run: Path, tmp_path: Path):
+    from transformers import AutoModelForImageTextToText
+
+    out = tmp_path / "model"
+    proc = rlctl("export", str(vlm_run), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("model.safetensors", "processor_config.json", "preprocessor_config.json", "chat_template.jinja"):
+        assert (out / name).is_file(), name
+    eval_file = vlm_run / "data" / "eval.jsonl"
+    report = tmp_path / "eval.json"
+    proc = rlctl("eval", str(out), "--data", str(eval_file), "--out", str(report))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    samples = report.with_suffix(".samples.jsonl").read_text().splitlines()
+    by_eval = [json.loads(line)["completions"][0] for line in samples]
+
+    model = AutoModelForImageTextToText.from_pretrained(out).eval()
+    processor = load_processor(str(out))
+    rows = [json.loads(line) for line in eval_file.read_text().splitlines()]
+    texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
+    images = [im for r in rows for im in row_images(r, eval_file.parent)]
+    processor.tokenizer.padding_side = "left"
+    enc = processor(text=texts, images=images, return_tensors="pt", padding=True)
+    ids = model.generate(**enc, max_new_tokens=3, do_sample=False)
+    answers = processor.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert answers == by_eval
+    correct = sum(a.strip() == r["answer"] for a, r in zip(answers, rows, strict=True))
+    assert correct == round(summary(vlm_run)["stages"]["rl"]["eval_accuracy"] * len(rows))
