@@ -413,6 +413,8 @@ def _write(tmp: Path, cfg: RunConfig, src: Path, ckpt: Path | None) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     from transformers.utils import logging as hf_logging
 
+    from rlctl.rollout import vision
+
     hf_logging.disable_progress_bar()
     remote = cfg.model.trust_remote_code
     if ckpt is not None:
@@ -423,11 +425,11 @@ def _write(tmp: Path, cfg: RunConfig, src: Path, ckpt: Path | None) -> None:
         for weights in ckpt.glob("adapter_model.*"):
             shutil.copy2(weights, tmp / weights.name)
         AutoTokenizer.from_pretrained(src, trust_remote_code=remote).save_pretrained(tmp)
-        processor = _processor(src, remote)
+        processor = vision.processor_of(src, remote)
         if processor is not None:
             processor.save_pretrained(tmp)
         return
-    processor = _processor(src, remote)
+    processor = vision.processor_of(src, remote)  # a vision-language model's, exported beside it
     if (src / "adapter_config.json").exists():
         from peft import AutoPeftModelForCausalLM
 
@@ -444,19 +446,6 @@ def _write(tmp: Path, cfg: RunConfig, src: Path, ckpt: Path | None) -> None:
     tokenizer.save_pretrained(tmp)
     if processor is not None:
         processor.save_pretrained(tmp)
-
-
-def _processor(src: Path, remote: bool):
-    """The processor of a vision-language model at `src` (None for a text model or an adapter folder): exported
-    beside it."""
-    from transformers import AutoConfig
-
-    from rlctl.rollout import vision
-
-    if not (src / "config.json").is_file():
-        return None
-    config = AutoConfig.from_pretrained(src, trust_remote_code=remote)
-    return vision.load_processor(str(src), remote) if vision.is_vision_model(config) else None
 
 
 def _hub_error(e: Exception, repo_id: str) -> UserError:

@@ -305,16 +305,11 @@ def load_policy(target: Path, stage: str | None = None, device: str | None = Non
         else:
             stage, folder = final_policy(target, cfg, completed)
         model, tok = load_causal_lm(folder, device, cfg.model.trust_remote_code)
-        return Policy(model, tok, str(folder), stage, target, _processor(model, folder))
+        return Policy(model, tok, str(folder), stage, target, vision.processor_of(folder, cfg.model.trust_remote_code))
     if stage:
         raise UserError(f"--stage needs a run directory; {target} is not one (no config.yaml).")
     model, tok = load_causal_lm(str(target), device)
-    return Policy(model, tok, str(target), processor=_processor(model, str(target)))
-
-
-def _processor(model: Any, path: str | Path) -> Any:
-    """A vision-language model's processor (None for a text model)."""
-    return vision.load_processor(str(path)) if vision.is_vision_model(model.config) else None
+    return Policy(model, tok, str(target), processor=vision.processor_of(str(target)))
 
 
 @torch.no_grad()

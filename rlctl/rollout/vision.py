@@ -71,6 +71,17 @@ def load_processor(path: str, trust_remote_code: bool = False):
     return ImagesOnly(image_processor, tokenizer, chat_template=chat_template)
 
 
+def processor_of(path: str | Path, trust_remote_code: bool = False):
+    """The processor of the model folder or Hub id at `path` when it is a vision-language model's, else None (a
+    text model, or an adapter folder without a config)."""
+    from transformers import AutoConfig
+
+    if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
+        return None
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    return load_processor(str(path), trust_remote_code) if is_vision_model(config) else None
+
+
 @dataclass
 class VisionInputs:
     """One prompt's images as the model reads them: `pixel_values` [patches, channels x temporal x patch^2] and

@@ -59,11 +59,11 @@ def is_vision(ctx: StageContext, path: str) -> bool:
 def processor(ctx: StageContext, path: str):
     """The processor of the vision-language model at `path` (its images and text into model inputs), None for a
     text-only model; the user's chat template (data.chat_template) replaces its own."""
-    if not is_vision(ctx, path):
-        return None
     from rlctl.rollout import vision
 
-    proc = vision.load_processor(path, ctx.cfg.model.trust_remote_code)
+    proc = vision.processor_of(path, ctx.cfg.model.trust_remote_code)
+    if proc is None:
+        return None
     if ctx.cfg.data.chat_template:
         proc.chat_template = proc.tokenizer.chat_template = tokens.template_text(ctx.cfg.data.chat_template)
     if proc.tokenizer.pad_token is None:
