@@ -110,6 +110,7 @@ def test_vlm_export_loads_with_its_processor_and_answers_as_rlctl_eval(vlm_run: 
     out = tmp_path / "model"
     proc = rlctl("export", str(vlm_run), "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "AutoModelForImageTextToText.from_pretrained" in (out / "README.md").read_text()
     for name in ("model.safetensors", "processor_config.json", "preprocessor_config.json", "chat_template.jinja"):
         assert (out / name).is_file(), name
     eval_file = vlm_run / "data" / "eval.jsonl"

@@ -223,15 +223,18 @@ def model_card(
             "```",
             "",
         ]
-    else:
+    else:  # a vision-language model loads with its processor
+        vlm = cfg.model.arch is not None and cfg.model.arch.vision is not None
+        vlm_names = ("AutoModelForImageTextToText", "AutoProcessor", "processor")
+        auto, tok, var = vlm_names if vlm else ("AutoModelForCausalLM", "AutoTokenizer", "tokenizer")
         lines += [
             "",
             "## Use",
             "",
             "```python",
-            "from transformers import AutoModelForCausalLM, AutoTokenizer",
-            f'model = AutoModelForCausalLM.from_pretrained("{where}")',
-            f'tokenizer = AutoTokenizer.from_pretrained("{where}")',
+            f"from transformers import {auto}, {tok}",
+            f'model = {auto}.from_pretrained("{where}")',
+            f'{var} = {tok}.from_pretrained("{where}")',
             "```",
             "",
         ]
