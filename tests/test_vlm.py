@@ -132,3 +132,28 @@ def test_vlm_export_loads_with_its_processor_and_answers_as_rlctl_eval(vlm_run: 
     assert answers == by_eval
     correct = sum(a.strip() == r["answer"] for a, r in zip(answers, rows, strict=True))
     assert correct == round(summary(vlm_run)["stages"]["rl"]["eval_accuracy"] * len(rows))
+
+
+@pytest.mark.parametrize(
+    ("sets", "engine", "named"),
+    [
+        ([], "vllm", "vLLM generation"),
+        (["rl.advantage=gae", "rl.critic.init=policy"], "transformers", "rl.critic.init"),
+        (["rl.tools=[calculator]"], "transformers", "rl.tools"),
+    ],
+)
+def test_rl_refuses_what_a_vision_language_policy_cannot_train_with(sets, engine, named):
+    from types import SimpleNamespace
+
+    from rlctl import config
+    from rlctl.errors import UserError
+    from rlctl.stages.rl import refuse_for_images
+
+    cfg = config.resolve(preset="tiny-vlm-demo", hardware="cpu", sets=sets)
+    plan = SimpleNamespace(generation_engine=engine, async_split=None)  # the two plan fields it reads
+    ctx = SimpleNamespace(cfg=cfg, plan=plan, stage=SimpleNamespace(init_from="run/sft/final"))
+    with pytest.raises(UserError, match=named):
+        refuse_for_images(ctx)
+    refuse_for_images(SimpleNamespace(cfg=config.resolve(preset="tiny-vlm-demo", hardware="cpu"),
+                                      plan=SimpleNamespace(generation_engine="transformers", async_split=None),
+                                      stage=ctx.stage))  # fmt: skip

@@ -6,12 +6,13 @@ training process."""
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from rlctl.rollout.samples import through_stop
-from rlctl.rollout.vision import VisionInputs, model_inputs
+from rlctl.rollout.vision import VisionInputs, model_inputs, vision_token_ids
 
 if TYPE_CHECKING:
     from rlctl.plan import Plan
@@ -100,6 +101,9 @@ class HFGenerator:
             attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=self.model.device)
             config, synced = self.configs[greedy], self.synced
             images = model_inputs(self.model, ids, vision[i : i + self.batch_size])
+            if images:  # no image placeholder sampled into a completion
+                config = copy.copy(config)
+                config.suppress_tokens = vision_token_ids(self.model)
             gen = self.model.generate(
                 input_ids=ids, attention_mask=attn, generation_config=config, synced_gpus=synced, **images
             )

@@ -105,6 +105,14 @@ def encode(processor: Any, text: str, images: list) -> tuple[list[int], VisionIn
     return enc["input_ids"][0].tolist(), VisionInputs(enc["pixel_values"], enc["image_grid_thw"])
 
 
+def vision_token_ids(model: Any) -> list[int]:
+    """The ids of a vision-language model's image and video placeholders and their delimiters: a completion must
+    never hold one (the next forward pass would look for pixel values of an image that is not there)."""
+    config = getattr(model, "module", model).config
+    keys = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    return [i for i in (getattr(config, k, None) for k in keys) if i is not None]
+
+
 def model_inputs(model: Any, input_ids: Tensor, vision: list[VisionInputs | None]) -> dict[str, Tensor]:
     """The forward pass's image arguments for a batch whose rows carry `vision` (empty when none does): the rows'
     pixel values and grids in row order, and the token types (1: image token) its multimodal positions need."""
