@@ -85,6 +85,26 @@ def test_pixel_values_reach_the_forward_pass_and_generation(built):
     assert out[0] == out[2]
 
 
+@pytest.mark.parametrize("lora_vision", [False, True])
+def test_lora_targets_the_language_model_and_the_vision_tower_on_request(built, lora_vision):
+    from types import SimpleNamespace
+
+    from peft import get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from rlctl import config
+    from rlctl.runtime.models import lora_config
+
+    base, _ = built
+    sets = ["model.adapter=lora", f"model.lora_vision={str(lora_vision).lower()}"]
+    cfg = config.resolve(preset="tiny-vlm-demo", hardware="cpu", sets=sets)
+    lora = lora_config(SimpleNamespace(cfg=cfg, plan=SimpleNamespace(adapter="lora")))
+    model = get_peft_model(AutoModelForImageTextToText.from_pretrained(base), lora)
+    adapted = {name for name, _ in model.named_parameters() if "lora_A" in name}
+    assert any(".language_model." in name for name in adapted)
+    assert any(".visual." in name for name in adapted) == lora_vision
+
+
 # ------------------------------------------------------------------------------------------- the demo, end to end
 @pytest.fixture(scope="module")
 def vlm_run(tmp_path_factory) -> Path:
