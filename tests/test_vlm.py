@@ -42,6 +42,10 @@ def _inputs(processor, row: dict, base: Path):
 
 def test_processor_round_trip(built):
     base, rows = built
+    for row in rows:  # the row contract: image paths relative to the jsonl's folder, one image part per image
+        assert len(row["images"]) == 1 and (base.parent / "data" / row["images"][0]).is_file()
+        assert row["prompt"][0]["content"][0] == {"type": "image"}
+    assert {r["answer"] for r in rows} == set(tasks.SHAPE_COLOURS)
     processor = load_processor(str(base))
     saved = json.loads((base / "processor_config.json").read_text())
     assert saved["processor_class"] == "Qwen2_5_VLProcessor"  # what AutoProcessor builds where torchvision is
