@@ -96,16 +96,6 @@ def _answers_as_text(row: dict[str, Any], key: str) -> dict[str, Any]:
     return row
 
 
-def _parts(content: Any) -> bool:
-    """Whether a message's content is a list of parts (vision-language chat, as TRL keeps it): text parts
-    `{"type": "text", "text": ...}` and image parts `{"type": "image"}`."""
-
-    def part(p: Any) -> bool:
-        return isinstance(p, dict) and (p.get("type") == "image" or isinstance(p.get("text"), str))
-
-    return isinstance(content, list) and all(part(p) for p in content)
-
-
 def _message_problem(message: Any) -> str | None:
     """Why `message` is not a chat message the templates can render, or None."""
     if not isinstance(message, dict):
@@ -117,7 +107,7 @@ def _message_problem(message: Any) -> str | None:
     a = "an" if role[:1].lower() in "aeio" else "a"  # an assistant, a user
     if content is None and not calls:
         return f"has {a} {role} message with {'no' if 'content' not in message else 'null'} content"
-    if content is not None and not isinstance(content, str) and not _parts(content):
+    if content is not None and not isinstance(content, str):
         return f"has {a} {role} message whose content is {describe(kind_of(content))}, not text"
     if content == "" and role != "system" and not calls:
         return f"has {a} {role} message with empty content"
