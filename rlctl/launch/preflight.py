@@ -64,7 +64,7 @@ def model_folder(model: ModelConfig, bf16: bool = False) -> tuple[Path | None, s
     if gguf.is_gguf(model):
         spec, _ = gguf.plan_import(model, bf16)
         return (Path(spec.folder) if spec.cached else None), spec.describe()
-    if name in ("builtin:tiny", "builtin:tiny-vlm"):
+    if name == "builtin:tiny":
         return None, "builtin:tiny, built into the run directory at launch"
     folder = Path(name).expanduser()
     if _looks_local(name):

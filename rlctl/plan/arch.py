@@ -131,7 +131,7 @@ def arch_from_config(config: dict[str, Any], source: str) -> ModelArch:
 def resolve(cfg: RunConfig) -> Noted[tuple[RunConfig, str]]:
     """`cfg` with model.arch taken from the model itself where it can be read, and where the numbers came from."""
     preset = cfg.model.arch
-    if cfg.model.name_or_path in ("builtin:tiny", "builtin:tiny-vlm"):
+    if cfg.model.name_or_path == "builtin:tiny":
         return Noted((cfg, "the preset (builtin:tiny)"))
     if gguf.is_gguf(cfg.model):
         file = gguf.locate(cfg.model)

@@ -77,7 +77,7 @@ def final_policy(run_dir: Path, cfg: RunConfig, completed: list[str]) -> tuple[s
 
 def base_model(cfg: RunConfig, run_dir: str | Path) -> str:
     """The starting weights: a Hub id or folder, or the tiny model built into the run directory."""
-    if cfg.model.name_or_path in ("builtin:tiny", "builtin:tiny-vlm"):
+    if cfg.model.name_or_path == "builtin:tiny":
         return str(Path(run_dir) / "base")
     return cfg.model.name_or_path
 
@@ -424,7 +424,7 @@ def _launch_warnings(cfg: RunConfig, hardware: hw.Hardware) -> list[str]:
             f"{hardware.nodes} nodes: every node needs --main-address HOST[:PORT] of the rank-0 node and its own "
             "--node-rank to launch (rlctl slurm fills both in)"
         )
-    if hardware.is_cpu and cfg.model.name_or_path not in ("builtin:tiny", "builtin:tiny-vlm"):
+    if hardware.is_cpu and cfg.model.name_or_path != "builtin:tiny":
         out.append("planning for CPU: real models train very slowly without a GPU")
     return out
 

@@ -18,7 +18,7 @@ def embeddings_for_adapters(cfg: RunConfig) -> Noted[RunConfig]:
     why = "set by you"
     if m.train_embeddings == "auto":
         why = "builtin:tiny is random-init: frozen random embeddings would cap what the adapters learn"
-        m = m.model_copy(update={"train_embeddings": m.name_or_path in ("builtin:tiny", "builtin:tiny-vlm")})
+        m = m.model_copy(update={"train_embeddings": m.name_or_path == "builtin:tiny"})
         cfg = cfg.model_copy(update={"model": m})
     if not m.train_embeddings:
         return Noted(cfg)
