@@ -30,6 +30,7 @@ LONGEST_FIRST = (
     "test_async_rl.py",
     "test_real_model.py",
     "test_rl_algorithms.py",
+    "test_vlm.py",
 )
 
 

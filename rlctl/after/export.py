@@ -223,15 +223,18 @@ def model_card(
             "```",
             "",
         ]
-    else:
+    else:  # a vision-language model loads with its processor
+        vlm = cfg.model.arch is not None and cfg.model.arch.vision is not None
+        vlm_names = ("AutoModelForImageTextToText", "AutoProcessor", "processor")
+        auto, tok, var = vlm_names if vlm else ("AutoModelForCausalLM", "AutoTokenizer", "tokenizer")
         lines += [
             "",
             "## Use",
             "",
             "```python",
-            "from transformers import AutoModelForCausalLM, AutoTokenizer",
-            f'model = AutoModelForCausalLM.from_pretrained("{where}")',
-            f'tokenizer = AutoTokenizer.from_pretrained("{where}")',
+            f"from transformers import {auto}, {tok}",
+            f'model = {auto}.from_pretrained("{where}")',
+            f'{var} = {tok}.from_pretrained("{where}")',
             "```",
             "",
         ]
@@ -410,6 +413,8 @@ def _write(tmp: Path, cfg: RunConfig, src: Path, ckpt: Path | None) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     from transformers.utils import logging as hf_logging
 
+    from rlctl.rollout import vision
+
     hf_logging.disable_progress_bar()
     remote = cfg.model.trust_remote_code
     if ckpt is not None:
@@ -420,18 +425,27 @@ def _write(tmp: Path, cfg: RunConfig, src: Path, ckpt: Path | None) -> None:
         for weights in ckpt.glob("adapter_model.*"):
             shutil.copy2(weights, tmp / weights.name)
         AutoTokenizer.from_pretrained(src, trust_remote_code=remote).save_pretrained(tmp)
+        processor = vision.processor_of(src, remote)
+        if processor is not None:
+            processor.save_pretrained(tmp)
         return
+    processor = vision.processor_of(src, remote)  # a vision-language model's, exported beside it
     if (src / "adapter_config.json").exists():
         from peft import AutoPeftModelForCausalLM
 
         model = AutoPeftModelForCausalLM.from_pretrained(src, trust_remote_code=remote).merge_and_unload()
     else:
-        model = AutoModelForCausalLM.from_pretrained(src, trust_remote_code=remote)
+        from transformers import AutoModelForImageTextToText
+
+        auto = AutoModelForImageTextToText if processor is not None else AutoModelForCausalLM
+        model = auto.from_pretrained(src, trust_remote_code=remote)
     tokenizer = AutoTokenizer.from_pretrained(src, trust_remote_code=remote)
     if model.generation_config is None:
         model.generation_config = GenerationConfig.from_model_config(model.config)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    if processor is not None:
+        processor.save_pretrained(tmp)
 
 
 def _hub_error(e: Exception, repo_id: str) -> UserError:

@@ -337,6 +337,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptio
             reward_model=rm_scorer,
             on_batch=advance,
             agent=agent,
+            image_base=Path(str(data_file)).parent,
         )
     metrics = {
         "model": policy.source,

@@ -32,6 +32,10 @@ class Section(BaseModel):
         return value
 
 
+# the random-init models rlctl builds into the run directory at launch (rlctl.stages.tiny): text, and vision-language
+BUILTIN_MODELS = ("builtin:tiny", "builtin:tiny-vlm")
+
+
 class VisionArch(Section):
     """The vision tower of a vision-language model (Qwen2-VL / Qwen2.5-VL family): images are cut into `patch` x
     `patch` pixel patches (`temporal_patch` frames deep), encoded by `layers` transformer blocks, and each `merge` x
@@ -117,11 +121,13 @@ class DataConfig(Section):
     (`folder@split` for a DatasetDict), or a Hub dataset (`owner/name[:config][@split]`, or `hf://...`).
     Formats are recognised from the columns; see docs/datasets.md."""
 
-    generate: Literal["arithmetic", "products", "chat-sums"] | None = Field(
+    generate: Literal["arithmetic", "products", "chat-sums", "shapes"] | None = Field(
         None,
         description="Generate a built-in synthetic task into the run directory instead of reading files: "
         "arithmetic (tiny-demo), products (tiny-agent-demo, solved with the calculator tool) or chat-sums "
-        "(chat prompts 'What is A + B? Reply with only the number.' for an instruct model; smollm2-grpo-cpu). Data "
+        "(chat prompts 'What is A + B? Reply with only the number.' for an instruct model; smollm2-grpo-cpu) or "
+        "shapes (tiny-vlm-demo: 'What colour is the shape?' about small drawn PNG images, for a vision-language "
+        "model). Data "
         "files set in a layer above (your config, --set) replace it; both in one layer are refused.",
     )
     sft: str | None = Field(

@@ -137,9 +137,6 @@ def chat_sums(out_dir: Path, seed: int) -> dict[str, Path]:
     return _write(out_dir, rows)
 
 
-GENERATORS = {"arithmetic": arithmetic, "products": products, "chat-sums": chat_sums}
-
-
 def corpus(paths: dict[str, Path]) -> list[str]:
     """Every text of a run's datasets (generated or any format rlctl reads), to train the tiny tokenizer on."""
     from rlctl import data
@@ -148,3 +145,60 @@ def corpus(paths: dict[str, Path]) -> list[str]:
     for path in paths.values():
         texts.extend(data.texts(data.read(path).rows))
     return texts
+
+
+# `shapes` (tiny-vlm-demo): "What colour is the shape?" about a small drawn image (one filled square or circle of
+# one of SHAPE_COLOURS on a grey background, its size and place varying). The SFT annotators call yellow shapes
+# green YELLOW_AS_GREEN of the time: SFT learns that habit (greedy decoding answers green), while the RL stage,
+# rewarded by exact match, learns yellow. Images are PNG files in images/ beside the jsonl files; rows name them
+# relative to their folder and carry the prompt as a chat message of an image part and a text part (TRL's layout).
+SHAPE_COLOURS = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (40, 70, 220), "yellow": (230, 210, 40)}
+YELLOW_AS_GREEN = 0.6
+SHAPES_IMAGES = 400
+SHAPES_EVAL = 80
+SHAPES_SIDE = 28  # pixels: one 2x2 square of 14-pixel patches, one image token after the merge
+SHAPES_QUESTION = "What colour is the shape?"
+
+
+def _shape_image(colour: str, rng: random.Random):
+    """A SHAPES_SIDE-pixel image of one filled square or circle of `colour` on grey, size and place random."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (SHAPES_SIDE, SHAPES_SIDE), (128, 128, 128))
+    size = rng.randint(10, 20)
+    x, y = rng.randint(0, SHAPES_SIDE - size), rng.randint(0, SHAPES_SIDE - size)
+    box = (x, y, x + size - 1, y + size - 1)
+    draw = ImageDraw.Draw(image)
+    (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=SHAPE_COLOURS[colour])
+    return image
+
+
+def _image_prompt(text: str) -> list[dict]:
+    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+
+
+def shapes(out_dir: Path, seed: int) -> dict[str, Path]:
+    """Write sft/preference/rl/eval jsonl files and their images for the shapes task; returns the paths by role."""
+    rng = random.Random(seed + 4)
+    (out_dir / "images").mkdir(parents=True, exist_ok=True)
+    colours = list(SHAPE_COLOURS)
+    rows = _empty_rows()
+    for i in range(SHAPES_IMAGES):
+        colour = colours[i % len(colours)]
+        name = f"images/{i:04d}.png"
+        _shape_image(colour, rng).save(out_dir / name)
+        base = {"images": [name], "prompt": _image_prompt(SHAPES_QUESTION)}
+        if i < SHAPES_EVAL:
+            rows["eval"].append({**base, "answer": colour})
+            continue
+        for _ in range(ANNOTATORS):
+            shown = "green" if colour == "yellow" and rng.random() < YELLOW_AS_GREEN else colour
+            rows["sft"].append({**base, "completion": [{"role": "assistant", "content": shown}]})
+        wrong = rng.choice([c for c in colours if c != colour])
+        rows["preference"].append({**base, "chosen": [{"role": "assistant", "content": colour}],
+                                   "rejected": [{"role": "assistant", "content": wrong}]})  # fmt: skip
+        rows["rl"].append({**base, "answer": colour})
+    return _write(out_dir, rows)
+
+
+GENERATORS = {"arithmetic": arithmetic, "products": products, "chat-sums": chat_sums, "shapes": shapes}

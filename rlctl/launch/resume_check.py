@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rlctl import rundir, strictjson
 from rlctl.config import ModelConfig, RunConfig
+from rlctl.config.sections import BUILTIN_MODELS as BUILTIN
 from rlctl.errors import UserError
 from rlctl.plan import resolved
 
@@ -89,8 +90,10 @@ def _same_weights(old: RunConfig, new: RunConfig, run_dir: Path) -> None:
     """model.name_or_path may point elsewhere on resume only at the same model (moved, or its Hub id): the same
     architecture as the old path's, or as the plan.json the run started with when the old path is gone."""
     name = new.model.name_or_path
-    if "builtin:tiny" in (old.model.name_or_path, name):
-        raise UserError("model.name_or_path cannot change on resume for builtin:tiny (its weights live in the run).")
+    if {old.model.name_or_path, name} & set(BUILTIN):
+        raise UserError(
+            f"model.name_or_path cannot change on resume for {old.model.name_or_path} (its weights live in the run)."
+        )
     after = _arch_of(new.model)
     if after is None:
         raise UserError(

@@ -16,6 +16,7 @@ from pathlib import Path
 from rlctl import checkpoint, rundir
 from rlctl.checkpoint import faults
 from rlctl.config import RunConfig
+from rlctl.config.sections import BUILTIN_MODELS as BUILTIN
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import resume_check, trackers
@@ -28,14 +29,15 @@ from rlctl.scrub import scrub
 
 
 def build_base(cfg: RunConfig, run_dir: Path) -> None:
-    """The random-init tiny model, built once into run_dir/base from the run's own data."""
+    """The random-init tiny model (builtin:tiny, or builtin:tiny-vlm with its processor), built once into
+    run_dir/base from the run's own data."""
     from rlctl.stages import tiny
 
     base = rundir.RunDir(run_dir).base
     if base.exists():
         return
     texts = tasks.corpus(plan_mod.data_paths(cfg, run_dir))
-    tiny.build(base, cfg.model.arch, texts, cfg.seed)
+    tiny.build(base, cfg.model.arch, texts, cfg.seed, (cfg.data.min_pixels, cfg.data.max_pixels))
 
 
 def _traceback() -> None:
@@ -88,7 +90,7 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
             rundir.write_summary(run_dir, summary)
             log.write(stage=name, event="eval", **metrics)
 
-    if cfg.model.name_or_path == "builtin:tiny" and state.is_main_process:
+    if cfg.model.name_or_path in BUILTIN and state.is_main_process:
         build_base(cfg, run_dir)
     state.wait_for_everyone()
 

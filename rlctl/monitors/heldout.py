@@ -17,7 +17,7 @@ from rlctl.rewards import scoring
 from rlctl.rollout import evaluate, multiturn
 from rlctl.runtime import models
 from rlctl.runtime.context import StageContext
-from rlctl.runtime.rows import HOLDOUT, preference, preference_split
+from rlctl.runtime.rows import HOLDOUT, anchored, preference, preference_split
 
 CHECKPOINT_SHARE = 0.1  # held-out rows scored at a checkpoint per sequence the stage trained on since the last one
 CHECKPOINT_MIN_ROWS = 16
@@ -33,7 +33,8 @@ def checkpoint_rows(save_every: int, batch_size: int, eval_samples: int) -> int:
 def _eval(ctx: StageContext) -> tuple[list[dict], data.DataInfo]:
     cfg = ctx.cfg
     columns = data.stage_columns(cfg, "eval")
-    return data.load(ctx.data["eval"], "eval", cfg.data.answer_field, columns, cfg.data.encoding)
+    rows, info = data.load(ctx.data["eval"], "eval", cfg.data.answer_field, columns, cfg.data.encoding)
+    return anchored(rows, ctx.data["eval"]), info
 
 
 def _row_failed(ctx: StageContext, failure: RowFailure) -> Exception:
@@ -98,9 +99,11 @@ def _score(ctx: StageContext, model: Any, tokenizer: Any, synced: bool, scope: S
         accuracy = scoring.accuracy_name(cfg.rl.rewards, info.format)
         agent = multiturn.agent_for(cfg.rl, tokenizer) if "rl" in cfg.stages else None  # eval as RL will roll out
         on_batch = _progress(ctx, scope, len(rows)) if ctx.is_main else None
+        processor = models.processor(ctx, ctx.stage.init_from)  # a vision-language model's (None: text only)
         scores = evaluate.score_policy(
-            model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy, agent, on_batch
-        )
+            model, tokenizer, rows, fns, cfg.data.answer_field, cfg.rl.max_new_tokens, synced, accuracy, agent,
+            on_batch, processor,
+        )  # fmt: skip
         return {**scores, "eval_rows": len(rows)}
     finally:
         model.train(was_training)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlctl.config import ModelArch, RunConfig
-from rlctl.config.sections import VisionArch
+from rlctl.config.sections import BUILTIN_MODELS, VisionArch
 from rlctl.errors import UserError
 from rlctl.plan import gguf
 from rlctl.plan.parts import Noted
@@ -26,7 +26,6 @@ MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_interme
 # vision-language models whose vision tower the planner models (Qwen2-VL's design), and their text model_type
 VISION_LANGUAGE = {"qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text"}
 FETCH_TIMEOUT_S = 3.0
-BUILTIN_MODELS = ("builtin:tiny", "builtin:tiny-vlm")  # random-init models built at launch, planned from the preset
 
 
 def hub_cache() -> Path:

@@ -17,7 +17,7 @@ from rlctl.data import each_row
 from rlctl.data.tokens import prompt_text
 from rlctl.errors import RewardError, RowFailure, UserError
 from rlctl.rewards import RewardFn
-from rlctl.rollout import multiturn
+from rlctl.rollout import multiturn, vision
 from rlctl.rollout.samples import Sample
 from rlctl.rundir import RunDir, read_summary
 
@@ -55,19 +55,28 @@ def generate(
     batch_size: int = 64,
     synced: bool = False,
     on_batch: Callable[[int], None] | None = None,
+    processor: Any = None,
+    images: list[list[Any]] | None = None,
 ) -> list[str]:
     """Greedy completions of `prompts` (left-padded batches) ending at the end-of-turn token (`end_ids`), special
     tokens stripped; `synced` keeps ranks that hold shards of one model (FSDP) stepping together until every
-    rank's batch is done; `on_batch(rows)` after each batch."""
+    rank's batch is done; `on_batch(rows)` after each batch. A vision-language model's `processor` turns each
+    prompt and its `images` (Pillow images, one list per prompt) into the model's inputs."""
     model.eval()
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
+    if processor is not None:
+        processor.tokenizer.padding_side = "left"
     ends = end_ids(model, tokenizer)
     out: list[str] = []
     try:
         for i in range(0, len(prompts), batch_size):
             texts = each_row(lambda p: prompt_text(p, tokenizer), prompts[i : i + batch_size], start=i)
-            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            pictures = [im for row in (images or [])[i : i + batch_size] for im in row]
+            if pictures:
+                enc = processor(text=texts, images=pictures, return_tensors="pt", padding=True).to(model.device)
+            else:
+                enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             ids = model.generate(
                 **enc,
                 max_new_tokens=max_new_tokens,
@@ -81,6 +90,8 @@ def generate(
                 on_batch(len(texts))
     finally:
         tokenizer.padding_side = side
+        if processor is not None:
+            processor.tokenizer.padding_side = side
     return out
 
 
@@ -95,17 +106,24 @@ def score_policy(
     accuracy: str = "exact_match",
     agent: multiturn.Agent | None = None,
     on_batch: Callable[[int], None] | None = None,
+    processor: Any = None,
 ) -> dict[str, float]:
     """eval_accuracy (the correctness reward `accuracy`, with its arguments, above 0.5) and eval_reward (the
     weighted reward sum). With an `agent` (rl.tools) each prompt is a greedy multi-turn rollout: the final answer
-    is scored, the trajectory is a column, and the turns and tool use are reported (eval_turns, ...)."""
+    is scored, the trajectory is a column, and the turns and tool use are reported (eval_turns, ...). A
+    vision-language model's `processor` reads each row's images (absolute paths, bytes or images) with its prompt;
+    the rewards see the text answer."""
     from rlctl.rewards import scoring
 
     prompts = [r["prompt"] for r in rows]
     columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
     extra: dict[str, float] = {}
     if agent is None:
-        completions = generate(model, tokenizer, prompts, max_new_tokens, synced=synced, on_batch=on_batch)
+        images = [vision.row_images(r, None) for r in rows] if processor is not None else None
+        completions = generate(
+            model, tokenizer, prompts, max_new_tokens, synced=synced, on_batch=on_batch, processor=processor,
+            images=images,
+        )  # fmt: skip
     else:
         samples = agent_rollouts(model, agent, rows, synced=synced)
         completions = [multiturn.final_answer(s) for s in samples]
@@ -220,18 +238,20 @@ def default_device() -> str:
 
 @dataclass
 class Policy:
-    """A causal LM to evaluate, with where it came from."""
+    """A causal LM to evaluate, with where it came from (and a vision-language model's processor)."""
 
     model: Any
     tokenizer: Any
     source: str
     stage: str | None = None
     run_dir: Path | None = None
+    processor: Any = None
 
 
 def load_causal_lm(path: str | Path, device: str, trust_remote_code: bool = False):
-    """(model, tokenizer) from a folder or Hub id; LoRA adapter folders are merged onto their base."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """(model, tokenizer) from a folder or Hub id (a vision-language model as one: image-text-to-text); LoRA adapter
+    folders are merged onto their base."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     _quiet_transformers()
     dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
@@ -243,7 +263,9 @@ def load_causal_lm(path: str | Path, device: str, trust_remote_code: bool = Fals
                 path, dtype=dtype, trust_remote_code=trust_remote_code
             ).merge_and_unload()
         else:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+            auto = AutoModelForImageTextToText if vision.is_vision_model(config) else AutoModelForCausalLM
+            model = auto.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, SafetensorError) as e:
         first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
@@ -283,11 +305,11 @@ def load_policy(target: Path, stage: str | None = None, device: str | None = Non
         else:
             stage, folder = final_policy(target, cfg, completed)
         model, tok = load_causal_lm(folder, device, cfg.model.trust_remote_code)
-        return Policy(model, tok, str(folder), stage, target)
+        return Policy(model, tok, str(folder), stage, target, vision.processor_of(folder, cfg.model.trust_remote_code))
     if stage:
         raise UserError(f"--stage needs a run directory; {target} is not one (no config.yaml).")
     model, tok = load_causal_lm(str(target), device)
-    return Policy(model, tok, str(target))
+    return Policy(model, tok, str(target), processor=vision.processor_of(str(target)))
 
 
 @torch.no_grad()
@@ -301,11 +323,16 @@ def sample(
     top_p: float = 1.0,
     batch_size: int = 16,
     on_batch: Callable[[int], None] | None = None,
+    processor: Any = None,
+    images: list[list[Any]] | None = None,
 ) -> tuple[list[list[str]], list[list[int]]]:
-    """n completions per prompt (greedy when temperature is None) and their lengths in tokens."""
+    """n completions per prompt (greedy when temperature is None) and their lengths in tokens; a vision-language
+    model's `processor` reads each prompt's `images` with it."""
     model.eval()
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
+    if processor is not None:
+        processor.tokenizer.padding_side = "left"
     texts: list[list[str]] = []
     lengths: list[list[int]] = []
     greedy = temperature is None
@@ -314,7 +341,11 @@ def sample(
     try:
         for i in range(0, len(prompts), batch_size):
             batch = [prompt_text(p, tokenizer) for p in prompts[i : i + batch_size]]
-            enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            pictures = [im for row in (images or [])[i : i + batch_size] for im in row]
+            if pictures:
+                enc = processor(text=batch, images=pictures, return_tensors="pt", padding=True).to(model.device)
+            else:
+                enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             ids = model.generate(
                 **enc,
                 max_new_tokens=max_new_tokens,
@@ -334,6 +365,8 @@ def sample(
                 on_batch(len(batch))
     finally:
         tokenizer.padding_side = side
+        if processor is not None:
+            processor.tokenizer.padding_side = side
     return texts, lengths
 
 
@@ -365,18 +398,22 @@ def evaluate_rows(
     reward_model: Callable[[list[str]], list[float]] | None = None,
     on_batch: Callable[[int], None] | None = None,
     agent: multiturn.Agent | None = None,
+    image_base: Path | None = None,
 ) -> EvalResult:
     """Accuracy (the `accuracy` reward above 0.5, over every sample), mean weighted reward, each reward's mean,
     pass@k for n samples per prompt, and mean response length; plus every sample with its scores. With an `agent`
     (a run with rl.tools) each sample is a multi-turn rollout: its final answer is scored, its trajectory is a
-    reward column, and turns and tool use are reported."""
+    reward column, and turns and tool use are reported. A vision-language policy reads each row's images (relative
+    paths from `image_base`, the data file's folder)."""
     prompts = [r["prompt"] for r in rows]
     columns = {k: [v for v in vs for _ in range(n)] for k, vs in rewards_mod.columns_of(rows).items()}
     tool_use: dict[str, float] = {}
     if agent is None:
+        images = [vision.row_images(r, image_base) for r in rows] if policy.processor is not None else None
         completions, lengths = sample(
-            policy.model, policy.tokenizer, prompts, max_new_tokens, n, temperature, top_p, batch_size, on_batch
-        )
+            policy.model, policy.tokenizer, prompts, max_new_tokens, n, temperature, top_p, batch_size, on_batch,
+            policy.processor, images,
+        )  # fmt: skip
     else:
         runs = agent_rollouts(policy.model, agent, rows, n, temperature, top_p)
         completions = [[multiturn.final_answer(s) for s in runs[i * n : (i + 1) * n]] for i in range(len(rows))]

@@ -6,11 +6,13 @@ training process."""
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from rlctl.rollout.samples import through_stop
+from rlctl.rollout.vision import VisionInputs, model_inputs, vision_token_ids
 
 if TYPE_CHECKING:
     from rlctl.plan import Plan
@@ -19,8 +21,9 @@ if TYPE_CHECKING:
 class Generator(Protocol):
     """What the RL loop asks of an engine. `sync` before each rollout hands it the current policy weights;
     `awake()` holds the engine ready for every turn of a rollout (vLLM sleeps outside it); `generate` returns each
-    prompt's completion ids up to and including the first EOS; `logprobs` then holds the engine's log-prob of each
-    sampled token, or None when the trainer's own forward pass gave the samples."""
+    prompt's completion ids up to and including the first EOS (`vision`: each prompt's images, passed only when a
+    prompt has any); `logprobs` then holds the engine's log-prob of each sampled token, or None when the trainer's
+    own forward pass gave the samples."""
 
     logprobs: list[list[float]] | None
 
@@ -28,7 +31,9 @@ class Generator(Protocol):
 
     def awake(self) -> contextlib.AbstractContextManager: ...
 
-    def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]: ...
+    def generate(
+        self, prompts: list[list[int]], greedy: bool = False, vision: list[VisionInputs | None] | None = None
+    ) -> list[list[int]]: ...
 
 
 class HFGenerator:
@@ -69,18 +74,21 @@ class HFGenerator:
         return contextlib.nullcontext()
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
-        """Completion token ids of each prompt, up to and including the first EOS. The policy samples in eval
+    def generate(
+        self, prompts: list[list[int]], greedy: bool = False, vision: list[VisionInputs | None] | None = None
+    ) -> list[list[int]]:
+        """Completion token ids of each prompt (with its images' `vision` inputs where it has images), up to and
+        including the first EOS. The policy samples in eval
         mode (its dropout is off already): in training mode gradient checkpointing would switch off the KV cache
         and each new token would see none of the sequence before it."""
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._generate(prompts, greedy)
+            return self._generate(prompts, greedy, vision or [None] * len(prompts))
         finally:
             self.model.train(was_training)
 
-    def _generate(self, prompts: list[list[int]], greedy: bool) -> list[list[int]]:
+    def _generate(self, prompts: list[list[int]], greedy: bool, vision: list[VisionInputs | None]) -> list[list[int]]:
         pad, out = self.tok.pad_token_id, []
         calls = -(-len(prompts) // self.batch_size)
         if self.synced:  # as many generate calls as the busiest process (multi-turn: live rollouts differ)
@@ -92,7 +100,13 @@ class HFGenerator:
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=self.model.device)
             attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=self.model.device)
             config, synced = self.configs[greedy], self.synced
-            gen = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=config, synced_gpus=synced)
+            images = model_inputs(self.model, ids, vision[i : i + self.batch_size])
+            if images:  # no image placeholder sampled into a completion
+                config = copy.copy(config)
+                config.suppress_tokens = vision_token_ids(self.model)
+            gen = self.model.generate(
+                input_ids=ids, attention_mask=attn, generation_config=config, synced_gpus=synced, **images
+            )
             out += [through_stop(row, self.stops) for row in gen[: len(real), width:].tolist()]
         return out
 

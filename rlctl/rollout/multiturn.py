@@ -145,8 +145,12 @@ def sample(agent: Agent | None, generator: Any, samples: list[Sample], eos: int)
     if agent is not None:
         rollout(agent, generator, samples)
         return
+    images = [s.vision for s in samples]
     with generator.awake():
-        outputs = generator.generate([s.prompt_ids for s in samples])
+        if any(v is not None for v in images):
+            outputs = generator.generate([s.prompt_ids for s in samples], vision=images)
+        else:
+            outputs = generator.generate([s.prompt_ids for s in samples])
     for s, ids in zip(samples, outputs, strict=True):
         s.completion_ids, s.truncated = ids, eos not in ids
     for s, lps in zip(samples, generator.logprobs or [], strict=False):

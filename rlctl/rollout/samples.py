@@ -15,6 +15,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from rlctl.plan.memory.model import LOGPROB_CHUNK_ENTRIES
+from rlctl.rollout.vision import VisionInputs, model_inputs
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Sample:
     turns: int = 1
     tool_calls: int = 0
     tool_errors: int = 0
+    vision: VisionInputs | None = None  # the prompt's images as model inputs (a vision-language model's prompt)
 
 
 def through_stop(ids: Sequence[int], stops: Sequence[int]) -> list[int]:
@@ -72,9 +74,12 @@ class Batch:
     completion_ids: Tensor
     mask: Tensor
     loss_mask: Tensor
+    vision: list[VisionInputs | None] = field(default_factory=list)  # each row's images (empty: no row has any)
 
     def __getitem__(self, rows) -> Batch:
-        return Batch(*(getattr(self, f)[rows] for f in self.__dataclass_fields__))
+        tensors = (getattr(self, f) for f in self.__dataclass_fields__ if f != "vision")
+        picked = torch.arange(len(self.input_ids))[rows].tolist() if self.vision else []
+        return Batch(*(t[rows] for t in tensors), vision=[self.vision[i] for i in picked])
 
 
 def collate(samples: list[Sample], pad_id: int, device) -> Batch:
@@ -91,7 +96,8 @@ def collate(samples: list[Sample], pad_id: int, device) -> Batch:
         trained[i, : len(own)] = torch.tensor(own, dtype=torch.float)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
     ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
-    return Batch(ids, attn, pos, ids[:, p:], attn[:, p:].float(), trained.to(device))
+    vision = [s.vision for s in samples] if any(s.vision is not None for s in samples) else []
+    return Batch(ids, attn, pos, ids[:, p:], attn[:, p:].float(), trained.to(device), vision)
 
 
 def pad_to(x: Tensor, length: int) -> Tensor:
@@ -118,10 +124,12 @@ def token_logprobs(model, batch: Batch, temperature: float) -> Tensor:
     backward pass) on the final hidden states, which a hook on the head takes from the model's own forward (so DDP,
     FSDP2, LoRA and autocast see an ordinary forward); the model itself projects one position. No
     [tokens x vocabulary] tensor is ever whole, and no division at temperature 1. Models whose logits the head alone
-    does not make (soft-capped or scaled logits) get the plain forward."""
+    does not make (soft-capped or scaled logits) get the plain forward. Rows with images pass their pixel values;
+    a vision-language model then computes its own (multimodal) positions."""
     t = batch.completion_ids.shape[1]
-    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-    inputs |= {"position_ids": batch.position_ids, "use_cache": False}
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "use_cache": False}
+    images = model_inputs(model, batch.input_ids, batch.vision)
+    inputs |= images or {"position_ids": batch.position_ids}
     head = _output_head(model)
     if head is None:
         logits = model(**inputs, logits_to_keep=t + 1).logits[:, :-1].float()

@@ -46,10 +46,37 @@ def _keep_trainable(model, trainable: bool):
     return model
 
 
-def causal_lm(ctx: StageContext, path: str, trainable: bool = True):
-    from transformers import AutoModelForCausalLM
+def is_vision(ctx: StageContext, path: str) -> bool:
+    """Whether the model at `path` is a vision-language model (its config has a vision tower)."""
+    from transformers import AutoConfig
 
-    model = AutoModelForCausalLM.from_pretrained(
+    from rlctl.rollout import vision
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=ctx.cfg.model.trust_remote_code)
+    return vision.is_vision_model(config)
+
+
+def processor(ctx: StageContext, path: str):
+    """The processor of the vision-language model at `path` (its images and text into model inputs), None for a
+    text-only model; the user's chat template (data.chat_template) replaces its own."""
+    from rlctl.rollout import vision
+
+    proc = vision.processor_of(path, ctx.cfg.model.trust_remote_code)
+    if proc is None:
+        return None
+    if ctx.cfg.data.chat_template:
+        proc.chat_template = proc.tokenizer.chat_template = tokens.template_text(ctx.cfg.data.chat_template)
+    if proc.tokenizer.pad_token is None:
+        proc.tokenizer.pad_token = proc.tokenizer.eos_token
+    return proc
+
+
+def causal_lm(ctx: StageContext, path: str, trainable: bool = True):
+    """The policy's model class: a causal LM, or a vision-language model (image-text-to-text) for one."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    auto = AutoModelForImageTextToText if is_vision(ctx, path) else AutoModelForCausalLM
+    model = auto.from_pretrained(
         path, dtype=torch_dtype(ctx, trainable), trust_remote_code=ctx.cfg.model.trust_remote_code, **_quantization(ctx)
     )
     return _keep_trainable(model, trainable)
@@ -90,6 +117,11 @@ def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
     from peft import LoraConfig
 
     m = ctx.cfg.model
+    # a vision-language model: adapters on the language model, and on the vision tower with model.lora_vision
+    # (Qwen2-VL's tower lives under `visual`); the tower trains no adapters otherwise
+    exclude: str | list[str] | None = ["score", "classifier"] if task_type == "TOKEN_CLS" else None
+    if m.arch is not None and m.arch.vision is not None and not m.lora_vision:  # PEFT: a string is a regex
+        exclude = r".*\bvisual\b.*" + "".join(rf"|(.*\.)?{name}" for name in exclude or [])
     # model.train_embeddings: the embeddings train whole beside the adapters, and a causal LM's output head with
     # them (kept tied to them when the model ties the two)
     embeddings = (["embed_tokens"] + (["lm_head"] if task_type == "CAUSAL_LM" else [])) if m.train_embeddings else None
@@ -100,7 +132,7 @@ def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
         target_modules="all-linear",
         # a value head (the critic's) trains whole: PEFT leaves it out of all-linear for SEQ_CLS only, and a head
         # with LoRA in it cannot also be one of the task's modules_to_save
-        exclude_modules=["score", "classifier"] if task_type == "TOKEN_CLS" else None,
+        exclude_modules=exclude,
         modules_to_save=embeddings,
         ensure_weight_tying=bool(embeddings),
         task_type=task_type,

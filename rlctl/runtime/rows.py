@@ -5,9 +5,11 @@ The rm, dpo and kto stages train on data.preference less the tenth held out for 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rlctl import data
+from rlctl.data import images as image_entries
 from rlctl.data.tokens import length, limit_key, too_many_dropped
 from rlctl.errors import UserError
 from rlctl.rollout import tools
@@ -16,7 +18,22 @@ from rlctl.runtime.context import StageContext
 
 HOLDOUT = data.PREFERENCE_HOLDOUT  # the fraction of preference pairs held out to score reward models
 
-__all__ = ["length", "limit_key", "preference", "preference_split", "stage_rows", "training_rows"]
+__all__ = ["anchored", "length", "limit_key", "preference", "preference_split", "stage_rows", "training_rows"]
+
+
+def anchored(rows: list[dict[str, Any]], data_file: Path) -> list[dict[str, Any]]:
+    """`rows` with their relative image paths made absolute from the data file's folder (where they are read
+    from), so the stages open them wherever they run; rows without images as they are."""
+    base = data_file.parent
+
+    def entry(e: Any) -> Any:
+        return str(base / e) if isinstance(e, str) and not Path(e).is_absolute() else e
+
+    out = []
+    for row in rows:
+        found = image_entries.entries(row)
+        out.append({**row, "images": [entry(e) for e in found]} if found else row)
+    return out
 
 
 def preference_split(ctx: StageContext, role: str = "preference") -> tuple[list[dict], list[dict]]:
@@ -38,10 +55,11 @@ def stage_rows(ctx: StageContext) -> list[dict[str, Any]]:
     name, cfg = ctx.stage.name, ctx.cfg
     columns, encoding = data.stage_columns(cfg, name), cfg.data.encoding
     if name == "sft":
-        return data.check(ctx.data["sft"], "sft", columns=columns, encoding=encoding)
+        return anchored(data.check(ctx.data["sft"], "sft", columns=columns, encoding=encoding), ctx.data["sft"])
     if name in ("rm", "dpo", "kto"):
         return preference_split(ctx, "kto" if name == "kto" else "preference")[0]
-    return data.check(ctx.data["rl"], "rl", cfg.data.answer_field, columns=columns, encoding=encoding)
+    rows = data.check(ctx.data["rl"], "rl", cfg.data.answer_field, columns=columns, encoding=encoding)
+    return anchored(rows, ctx.data["rl"])
 
 
 def training_rows(ctx: StageContext, tok) -> list[dict[str, Any]]:

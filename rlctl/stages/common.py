@@ -84,7 +84,8 @@ class StreamMetrics(TrainerCallback):
             control.should_training_stop = True
 
     def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
-        heldout.publish_checkpoint(self.ctx, state.global_step, model, processing_class)
+        tokenizer = getattr(processing_class, "tokenizer", processing_class)  # a vision-language model's processor
+        heldout.publish_checkpoint(self.ctx, state.global_step, model, tokenizer)
 
 
 def training_args(ctx: StageContext, config_cls, **extra: Any):
@@ -154,6 +155,9 @@ def save_final(ctx: StageContext, trained: Trained) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp, state_dict=state_dict)
         trained.tokenizer.save_pretrained(tmp)
+        processor = models.processor(ctx, ctx.stage.init_from)  # a vision-language model's goes with it
+        if processor is not None:
+            processor.save_pretrained(tmp)
         shutil.rmtree(ctx.final, ignore_errors=True)
         tmp.rename(ctx.final)
     acc.wait_for_everyone()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from rlctl.errors import UserError
 from rlctl.monitors import heldout, layout, memory_probe
 from rlctl.rollout import generate, multiturn
 from rlctl.rollout.async_engine import GeneratorSetup
@@ -64,6 +65,9 @@ def parts(ctx: StageContext) -> Parts:
     acc = Accelerator(cpu=plan.hardware.is_cpu, mixed_precision=plan.mixed_precision)
     set_seed(ctx.cfg.seed)
     tok = models.tokenizer(ctx, ctx.stage.init_from)
+    processor = models.processor(ctx, ctx.stage.init_from)
+    if processor is not None:
+        refuse_for_images(ctx)
     rows = training_rows(ctx, tok)
     sharded = sharding.owns(ctx)
     with sharding.full_loading():
@@ -97,8 +101,27 @@ def parts(ctx: StageContext) -> Parts:
     async_generator = async_setup(ctx, acc.unwrap_model(policy), tok) if plan.async_split is not None else None
     return Parts(
         acc, tok, rows, policy, opt, sched, ref, critic, c_opt, c_sched, scorer, generator, agent, shards,
-        async_generator,
+        async_generator, processor,
     )  # fmt: skip
+
+
+def refuse_for_images(ctx: StageContext) -> None:
+    """What a vision-language policy cannot train with yet, refused before anything loads: a critic (PPO's token
+    classifier has no vision-language class in transformers), vLLM or async rollouts (their engines get token ids
+    only), tools (multi-turn prompts carry no images)."""
+    rl, plan = ctx.cfg.rl, ctx.plan
+    found = [
+        ("rl.critic.init", rl.critic.init is not None, "an advantage without a critic (grpo, rloo, reinforce-pp...)"),
+        ("vLLM generation", plan.generation_engine == "vllm", "rl.use_vllm=false"),
+        ("rl.async_rollout", plan.async_split is not None, "rl.async_rollout.enabled=false"),
+        ("rl.tools", bool(rl.tools), "no tools"),
+    ]
+    for what, used, fix in found:
+        if used:
+            raise UserError(
+                f"{what} is not available for vision-language models yet ({ctx.stage.init_from} has a vision "
+                f"tower); use {fix}. See docs/vlm.md."
+            )
 
 
 def load_models(ctx: StageContext) -> tuple[Module, Module | None, Module | None]:

@@ -29,9 +29,16 @@ def assistant_turns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run(ctx: StageContext) -> None:
+    """A vision-language model trains through TRL's own vision path: the processor as the processing class and
+    each row's images (opened) in its `images` column; TRL's collator then masks the prompt, images included."""
     from trl import SFTConfig, SFTTrainer
+
+    from rlctl.rollout import vision
 
     tok = models.tokenizer(ctx, ctx.stage.init_from)
     kept = assistant_turns(training_rows(ctx, tok))
+    processor = models.processor(ctx, ctx.stage.init_from)
+    if processor is not None:
+        kept = [{**r, "images": vision.row_images(r, None)} for r in kept]
     args = training_args(ctx, SFTConfig, max_length=ctx.settings.max_length, packing=False)
-    train_causal_lm(ctx, SFTTrainer, args, kept, tok)
+    train_causal_lm(ctx, SFTTrainer, args, kept, processor or tok)

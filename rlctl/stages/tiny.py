@@ -1,4 +1,5 @@
-"""The offline tiny model: a random-init Qwen2-architecture model and a BPE tokenizer trained locally.
+"""The offline tiny models: a random-init Qwen2-architecture model (`builtin:tiny`) or Qwen2.5-VL vision-language
+model (`builtin:tiny-vlm`, with its processor) and a BPE tokenizer trained locally.
 
 The tokenizer is trained with Qwen2's own pre-tokenizer regex, so reloading it through AutoTokenizer
 (which rebuilds Qwen2's pre-tokenizer) tokenizes exactly as it was trained.
@@ -14,6 +15,15 @@ from rlctl.config import ModelArch
 from rlctl.data.tokens import CHATML, EOS, SPECIAL_TOKENS, train_bpe
 
 CHAT_TEMPLATE = CHATML  # lets conversational data (chat `messages`, verl's message-list prompts) train
+VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]  # Qwen2-VL's
+# ChatML whose message content may be a list of parts, an image part rendered as Qwen2-VL's template does
+VLM_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' or 'image' in part %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
@@ -31,12 +41,38 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     return tokenizer
 
 
-def build(out_dir: Path, arch: ModelArch, texts: list[str], seed: int) -> Path:
-    """Write a random-init Qwen2 model and its tokenizer to `out_dir` (atomically); returns `out_dir`."""
+def build(
+    out_dir: Path, arch: ModelArch, texts: list[str], seed: int, pixels: tuple[int | None, int | None] = (None, None)
+) -> Path:
+    """Write a random-init Qwen2 model and its tokenizer to `out_dir` (atomically); with `arch.vision` a Qwen2.5-VL
+    model and its processor (`pixels`: data.min_pixels / max_pixels); returns `out_dir`."""
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import GenerationConfig
 
     tokenizer = train_tokenizer(texts, arch.vocab)
+    if arch.vision is not None:  # as Qwen2.5-VL-Instruct's: a reply ends at <|im_end|>, its EOS
+        tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:] + VISION_TOKENS})
+        tokenizer.chat_template = VLM_CHAT_TEMPLATE
+        tokenizer.eos_token = "<|im_end|>"
+    torch.manual_seed(seed)
+    model = _vlm(arch, tokenizer) if arch.vision is not None else _lm(arch, tokenizer)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False
+    )
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    if arch.vision is not None:
+        processor(arch, tokenizer, *pixels).save_pretrained(tmp)
+    else:
+        tokenizer.save_pretrained(tmp)
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def _lm(arch: ModelArch, tokenizer):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
     config = Qwen2Config(
         vocab_size=max(arch.vocab, len(tokenizer)),
         hidden_size=arch.hidden,
@@ -50,14 +86,73 @@ def build(out_dir: Path, arch: ModelArch, texts: list[str], seed: int) -> Path:
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
     )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False
+    return Qwen2ForCausalLM(config)
+
+
+def _vlm(arch: ModelArch, tokenizer):
+    """A random-init Qwen2.5-VL model: the language model of `arch`, the vision tower of `arch.vision` (full
+    attention in every block: the demo's images fit one window anyway)."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    v = arch.vision
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS}
+    text = {
+        "vocab_size": max(arch.vocab, len(tokenizer)),
+        "hidden_size": arch.hidden,
+        "intermediate_size": arch.intermediate,
+        "num_hidden_layers": arch.layers,
+        "num_attention_heads": arch.heads,
+        "num_key_value_heads": arch.kv_heads,
+        "max_position_embeddings": arch.max_position,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": _mrope(arch)},
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": None,
+    }
+    vision = {
+        "depth": v.layers,
+        "hidden_size": v.hidden,
+        "intermediate_size": v.intermediate,
+        "num_heads": v.heads,
+        "patch_size": v.patch,
+        "spatial_merge_size": v.merge,
+        "temporal_patch_size": v.temporal_patch,
+        "out_hidden_size": arch.hidden,
+        "window_size": v.patch * v.merge * 4,
+        "fullatt_block_indexes": list(range(v.layers)),
+    }
+    config = Qwen2_5_VLConfig(
+        text_config=text,
+        vision_config=vision,
+        tie_word_embeddings=arch.tie_embeddings,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
     )
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    tmp.rename(out_dir)
-    return out_dir
+    return Qwen2_5_VLForConditionalGeneration(config)
+
+
+def _mrope(arch: ModelArch) -> list[int]:
+    """Qwen2-VL's multimodal rotary split of a head's half-dimension into (time, height, width) sections."""
+    half = (arch.head_dim or arch.hidden // arch.heads) // 2
+    side = half * 3 // 8
+    return [half - 2 * side, side, side]
+
+
+def processor(arch: ModelArch, tokenizer, min_pixels: int | None, max_pixels: int | None):
+    """The tiny VLM's processor: Qwen2-VL's image processor (Pillow backend) sized by `arch.vision` and the pixel
+    bounds, the tokenizer and the chat template that renders image parts."""
+    from transformers import Qwen2VLImageProcessorPil
+
+    from rlctl.rollout.vision import ImagesOnly
+
+    v, bounds = arch.vision, {}
+    if min_pixels is not None:
+        bounds["min_pixels"] = min_pixels
+    if max_pixels is not None:
+        bounds["max_pixels"] = max_pixels
+    images = Qwen2VLImageProcessorPil(
+        patch_size=v.patch, temporal_patch_size=v.temporal_patch, merge_size=v.merge, **bounds
+    )
+    return ImagesOnly(images, tokenizer, chat_template=VLM_CHAT_TEMPLATE)

@@ -211,11 +211,13 @@ def prepare(loop: Loop, samples: list[Sample], step: int) -> Prepared:
 def remax_baseline(loop: Loop, mine: list[Sample], step: int) -> None:
     """ReMax's baseline: the reward of the greedy completion of the same prompt, set on each sample."""
     firsts = {s.group: s for s in mine}
-    greedy = [Sample(g, s.row, s.prompt_ids) for g, s in firsts.items()]
+    greedy = [Sample(g, s.row, s.prompt_ids, vision=s.vision) for g, s in firsts.items()]
     if loop.agent is not None:
         multiturn.rollout(loop.agent, loop.generator, greedy, greedy=True)
     else:
-        for s, ids in zip(greedy, loop.generator.generate([s.prompt_ids for s in greedy], greedy=True), strict=True):
+        prompts, images = [s.prompt_ids for s in greedy], [s.vision for s in greedy]
+        with_images = {"vision": images} if any(v is not None for v in images) else {}
+        for s, ids in zip(greedy, loop.generator.generate(prompts, greedy=True, **with_images), strict=True):
             s.completion_ids = ids
     loop.clock.lap("generate")
     loop.scorer(greedy, trainer_state(loop, step))

@@ -29,6 +29,7 @@ from rlctl.rollout import multiturn
 from rlctl.rollout.async_engine import GeneratorSetup
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, pad_to
+from rlctl.rollout.vision import VisionInputs, encode, row_images
 from rlctl.rundir import LOOP_STATE, LoopState, write_record
 from rlctl.runtime.context import MetricsLog, StopFlag, Stops, resume_point
 from rlctl.runtime.rewarding import Scorer
@@ -54,7 +55,8 @@ class Parts:
     (None: none, or the LoRA policy's adapters switched off), the PPO critic with its own (None without one), the
     scorer, the generation engine, the multi-turn agent (None: single-turn), the (model, optimizer) pairs DCP
     checkpoints when rlctl shards (else empty), and, with rl.async_rollout, what the generator process builds
-    itself from (else None)."""
+    itself from (else None); a vision-language policy's processor (None: a text model), which turns each prompt's
+    images into model inputs."""
 
     acc: Accelerator
     tok: PreTrainedTokenizerBase
@@ -71,6 +73,7 @@ class Parts:
     agent: multiturn.Agent | None
     shards: dict[str, tuple[Module, Optimizer]]
     async_generator: GeneratorSetup | None
+    processor: Any = None
 
 
 @dataclass
@@ -135,6 +138,7 @@ class Loop:
     offloaded: Offloaded = field(default_factory=Offloaded)  # the policy's AdamW state between phases
     # rl.async_rollout: the rounds the generator process samples (set by `loop.train`), else None
     pipeline: Any = None  # rlctl.trainer.async_rollout.Pipeline when rollouts are async (it reads Loop: not imported)
+    processor: Any = None  # a vision-language policy's processor (prompts with images), else None
 
     @property
     def rl(self) -> RLConfig:
@@ -149,17 +153,21 @@ class Loop:
         from rank x shard."""
         return rows[self.rank * self.shard : (self.rank + 1) * self.shard]
 
-    def prompt_ids(self, row: dict) -> list[int]:
+    def prompt_inputs(self, row: dict) -> tuple[list[int], VisionInputs | None]:
+        """The row's prompt ids (a vision-language model's with its image tokens expanded) and its images' model
+        inputs (None without images)."""
         if self.agent is not None:
-            return self.agent.prompt_ids(row["prompt"], row)
+            return self.agent.prompt_ids(row["prompt"], row), None
         text = prompt_text(row["prompt"], self.tok)
-        return self.tok(text, add_special_tokens=False)["input_ids"]  # fits: training_rows
+        if self.processor is not None:
+            return encode(self.processor, text, row_images(row, None))  # image paths absolute: training_rows
+        return self.tok(text, add_special_tokens=False)["input_ids"], None  # fits: training_rows
 
     def take_round(self) -> list[Sample]:
         """The next prompts_per_step prompts of the stream, group_size unsampled samples each (every process takes
         the same ones)."""
-        prompts = [(g, row, self.prompt_ids(row)) for g, row in self.stream.take(self.rl.prompts_per_step)]
-        return [Sample(g, row, list(ids)) for g, row, ids in prompts for _ in range(self.rl.group_size)]
+        prompts = [(g, row, *self.prompt_inputs(row)) for g, row in self.stream.take(self.rl.prompts_per_step)]
+        return [Sample(g, row, list(ids), vision=v) for g, row, ids, v in prompts for _ in range(self.rl.group_size)]
 
     def forward_all(self, fn, model, batch: Batch) -> Tensor:
         """`fn(model, micro-batch)` over the whole batch without gradients, concatenated."""
@@ -192,7 +200,7 @@ def setup(parts: Parts, settings: Settings, hooks: Hooks) -> Loop:
     return Loop(
         settings, hooks, acc, parts.tok, parts.policy, parts.ref, parts.critic, parts.opt, parts.sched,
         parts.c_opt, parts.c_sched, kl_ctl, PromptStream(parts.rows, settings.seed), parts.scorer, parts.generator,
-        loss_cfg, adv_cfg, shard, mini, micro, clock, parts.agent, parts.shards,
+        loss_cfg, adv_cfg, shard, mini, micro, clock, parts.agent, parts.shards, processor=parts.processor,
     )  # fmt: skip
 
 

@@ -1,0 +1,129 @@
+"""Vision-language models (the Qwen2-VL family first): their processor, and a prompt's images as model inputs.
+
+A prompt with images is rendered by the chat template (one `<|vision_start|><|image_pad|><|vision_end|>` per image
+part), then the processor resizes the images (within its min/max pixels), cuts them into patches and repeats each
+`<|image_pad|>` once per image token, so the prompt ids already hold every image token. `VisionInputs` is what the
+model's forward pass needs beside them; `model_inputs` merges those of a batch's rows, with the token types Qwen2-VL's
+multimodal rotary positions are computed from.
+
+transformers 5.17 refuses to build a Qwen2-VL processor without torchvision (for its video processor) even for images
+alone; `load_processor` then builds the same processor with no video side (`ImagesOnly`), saved as the family's own
+processor class so a machine with torchvision loads it through AutoProcessor as usual."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import Qwen2_5_VLProcessor
+from transformers.processing_utils import ProcessorMixin
+
+from rlctl.data import images as image_entries
+
+
+class ImagesOnly(Qwen2_5_VLProcessor):
+    """Qwen2.5-VL's processor with images and text only (no video processor: it needs torchvision)."""
+
+    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+        self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
+        self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+        self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+        ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Saved as Qwen2.5-VL's processor, with the family's video processor at the image side's patch sizes
+        (what AutoProcessor builds where torchvision is installed)."""
+        ip = self.image_processor
+        video = {"video_processor_type": "Qwen2VLVideoProcessor", "patch_size": ip.patch_size}
+        video |= {"temporal_patch_size": ip.temporal_patch_size, "merge_size": ip.merge_size}
+        return super().to_dict() | {"processor_class": Qwen2_5_VLProcessor.__name__, "video_processor": video}
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """The processor's files, and the image side's own preprocessor_config.json (what older transformers and
+        other tools read)."""
+        out = super().save_pretrained(save_directory, *args, **kwargs)
+        self.image_processor.save_pretrained(save_directory)
+        return out
+
+
+def is_vision_model(config: Any) -> bool:
+    """Whether a model config is a vision-language model's (it has a vision tower's config)."""
+    return getattr(config, "vision_config", None) is not None
+
+
+def load_processor(path: str, trust_remote_code: bool = False):
+    """The model folder's processor: AutoProcessor's, or, where transformers wants torchvision for a Qwen2-VL
+    family's video side, the same processor for images and text (`ImagesOnly`)."""
+    from transformers import AutoProcessor, AutoTokenizer, Qwen2VLImageProcessorPil
+
+    try:
+        return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except ImportError as e:  # transformers' message names the missing backend
+        if "Torchvision" not in str(e):
+            raise
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    template = Path(path) / "chat_template.jinja"
+    chat_template = template.read_text() if template.is_file() else tokenizer.chat_template
+    image_processor = Qwen2VLImageProcessorPil.from_pretrained(path)
+    return ImagesOnly(image_processor, tokenizer, chat_template=chat_template)
+
+
+def processor_of(path: str | Path, trust_remote_code: bool = False):
+    """The processor of the model folder or Hub id at `path` when it is a vision-language model's, else None (a
+    text model, or an adapter folder without a config)."""
+    from transformers import AutoConfig
+
+    if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
+        return None
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    return load_processor(str(path), trust_remote_code) if is_vision_model(config) else None
+
+
+@dataclass
+class VisionInputs:
+    """One prompt's images as the model reads them: `pixel_values` [patches, channels x temporal x patch^2] and
+    `image_grid_thw` [images, 3] (each image's patch grid: frames, rows, columns)."""
+
+    pixel_values: Tensor
+    image_grid_thw: Tensor
+
+
+def row_images(row: dict[str, Any], base: Path | None) -> list:
+    """The row's images as RGB Pillow images (relative paths from `base`, the data file's folder)."""
+    return [image_entries.open_image(e, base) for e in image_entries.entries(row)]
+
+
+def encode(processor: Any, text: str, images: list) -> tuple[list[int], VisionInputs | None]:
+    """A rendered prompt and its images through the processor: the prompt ids (image tokens expanded) and the
+    images' model inputs (None without images)."""
+    if not images:
+        return processor.tokenizer(text, add_special_tokens=False)["input_ids"], None
+    enc = processor(text=[text], images=images, return_tensors="pt")
+    return enc["input_ids"][0].tolist(), VisionInputs(enc["pixel_values"], enc["image_grid_thw"])
+
+
+def vision_token_ids(model: Any) -> list[int]:
+    """The ids of a vision-language model's image and video placeholders and their delimiters: a completion must
+    never hold one (the next forward pass would look for pixel values of an image that is not there)."""
+    config = getattr(model, "module", model).config
+    keys = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    return [i for i in (getattr(config, k, None) for k in keys) if i is not None]
+
+
+def model_inputs(model: Any, input_ids: Tensor, vision: list[VisionInputs | None]) -> dict[str, Tensor]:
+    """The forward pass's image arguments for a batch whose rows carry `vision` (empty when none does): the rows'
+    pixel values and grids in row order, and the token types (1: image token) its multimodal positions need."""
+    present = [v for v in vision if v is not None]
+    if not present:
+        return {}
+    config = getattr(model, "module", model).config
+    image_token = getattr(config, "image_token_id", None)
+    device = input_ids.device
+    return {
+        "pixel_values": torch.cat([v.pixel_values for v in present]).to(device),
+        "image_grid_thw": torch.cat([v.image_grid_thw for v in present]).to(device),
+        "mm_token_type_ids": (input_ids == image_token).int(),
+    }

@@ -1,0 +1,183 @@
+"""Vision-language models (issue 41): the tiny Qwen2.5-VL built offline, its processor, a Sample's images reaching
+the forward pass and generation, and the tiny-vlm-demo run (SFT then GRPO on coloured shapes) learning at each
+stage, exported with its processor and answering as `rlctl eval` does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from rlctl.config import ModelArch
+from rlctl.data import tasks
+from rlctl.rollout.generate import HFGenerator
+from rlctl.rollout.samples import Sample, collate, token_logprobs
+from rlctl.rollout.vision import encode, load_processor, row_images
+from rlctl.stages import tiny
+from tests.helpers import rlctl, run_once, summary
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, list[dict]]:
+    """The shapes task and the tiny VLM built from it (as the launch builds builtin:tiny-vlm); the rl rows."""
+    where = tmp_path_factory.mktemp("vlm")
+    paths = tasks.shapes(where / "data", 42)
+    preset = yaml.safe_load((ROOT / "presets/models/tiny-vlm.yaml").read_text())
+    arch = ModelArch(**preset["model"]["arch"])
+    pixels = (preset["data"]["min_pixels"], preset["data"]["max_pixels"])
+    tiny.build(where / "base", arch, tasks.corpus(paths), 42, pixels)
+    rows = [json.loads(line) for line in paths["rl"].read_text().splitlines()]
+    return where / "base", rows
+
+
+def _inputs(processor, row: dict, base: Path):
+    text = processor.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+    return encode(processor, text, row_images(row, base))
+
+
+def test_processor_round_trip(built):
+    base, rows = built
+    for row in rows:  # the row contract: image paths relative to the jsonl's folder, one image part per image
+        assert len(row["images"]) == 1 and (base.parent / "data" / row["images"][0]).is_file()
+        assert row["prompt"][0]["content"][0] == {"type": "image"}
+    assert {r["answer"] for r in rows} == set(tasks.SHAPE_COLOURS)
+    processor = load_processor(str(base))
+    saved = json.loads((base / "processor_config.json").read_text())
+    assert saved["processor_class"] == "Qwen2_5_VLProcessor"  # what AutoProcessor builds where torchvision is
+    assert (base / "preprocessor_config.json").is_file()
+    ids, vision = _inputs(processor, rows[0], base.parent / "data")
+    image_token = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    tokens = int(vision.image_grid_thw.prod()) // processor.image_processor.merge_size**2
+    assert ids.count(image_token) == tokens == 1  # a 28 x 28 image: one 2 x 2 square of patches, one token
+    assert vision.pixel_values.shape[0] == int(vision.image_grid_thw.prod())
+    text = processor.tokenizer.decode(ids)
+    assert text.startswith("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>What colour is the shape?")
+    assert text.endswith("<|im_start|>assistant\n")
+    assert processor.tokenizer.eos_token == "<|im_end|>"  # a reply ends at the end of its turn
+
+
+def test_pixel_values_reach_the_forward_pass_and_generation(built):
+    from transformers import AutoModelForImageTextToText
+
+    base, rows = built
+    processor = load_processor(str(base))
+    model = AutoModelForImageTextToText.from_pretrained(base).eval()
+    data = base.parent / "data"
+    red, yellow = (next(r for r in rows if r["answer"] == c) for c in ("red", "yellow"))
+    samples = []
+    for row in (red, yellow, red):
+        ids, vision = _inputs(processor, row, data)
+        samples.append(Sample(0, row, ids, completion_ids=[5, 6, 7], vision=vision))
+    batch = collate(samples, processor.tokenizer.pad_token_id, "cpu")
+    with torch.no_grad():
+        logp = token_logprobs(model, batch, 1.0)
+        # the same prompt ids with another image: other log-probs; the same image: the same ones
+        assert not torch.allclose(logp[0], logp[1])
+        torch.testing.assert_close(logp[0], logp[2])
+        # a slice of the batch keeps each row's own images
+        torch.testing.assert_close(token_logprobs(model, batch[1:2], 1.0)[0], logp[1])
+        torch.testing.assert_close(token_logprobs(model, batch[torch.tensor([2, 1])], 1.0), logp[[2, 1]])
+    engine = HFGenerator(processor.tokenizer, max_new_tokens=3, temperature=1.0)
+    engine.sync(model)
+    out = engine.generate([s.prompt_ids for s in samples], greedy=True, vision=[s.vision for s in samples])
+    assert len(out) == 3 and all(1 <= len(ids) <= 3 for ids in out)
+    assert out[0] == out[2]
+
+
+@pytest.mark.parametrize("lora_vision", [False, True])
+def test_lora_targets_the_language_model_and_the_vision_tower_on_request(built, lora_vision):
+    from types import SimpleNamespace
+
+    from peft import get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from rlctl import config
+    from rlctl.runtime.models import lora_config
+
+    base, _ = built
+    sets = ["model.adapter=lora", f"model.lora_vision={str(lora_vision).lower()}"]
+    cfg = config.resolve(preset="tiny-vlm-demo", hardware="cpu", sets=sets)
+    lora = lora_config(SimpleNamespace(cfg=cfg, plan=SimpleNamespace(adapter="lora")))
+    model = get_peft_model(AutoModelForImageTextToText.from_pretrained(base), lora)
+    adapted = {name for name, _ in model.named_parameters() if "lora_A" in name}
+    assert any(".language_model." in name for name in adapted)
+    assert any(".visual." in name for name in adapted) == lora_vision
+
+
+# ------------------------------------------------------------------------------------------- the demo, end to end
+@pytest.fixture(scope="module")
+def vlm_run(tmp_path_factory) -> Path:
+    return run_once(tmp_path_factory, "vlm-demo", "--preset", "tiny-vlm-demo")
+
+
+@pytest.mark.slow
+def test_vlm_demo_learns_at_each_stage(vlm_run: Path):
+    s = summary(vlm_run)
+    assert s["completed"] == ["sft", "rl"]
+    acc = {stage: s["stages"][stage]["eval_accuracy"] for stage in ("base", "sft", "rl")}
+    assert acc["base"] < 0.1, acc
+    assert acc["sft"] > acc["base"] + 0.4, acc  # red, green, blue learnt; yellow called green
+    assert acc["rl"] > acc["sft"] + 0.1, acc  # exact match teaches yellow
+    for name in ("base/processor_config.json", "sft/final/processor_config.json", "rl/final/processor_config.json"):
+        assert (vlm_run / name).is_file(), name
+
+
+@pytest.mark.slow
+def test_vlm_export_loads_with_its_processor_and_answers_as_rlctl_eval(vlm_run: Path, tmp_path: Path):
+    from transformers import AutoModelForImageTextToText
+
+    out = tmp_path / "model"
+    proc = rlctl("export", str(vlm_run), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "AutoModelForImageTextToText.from_pretrained" in (out / "README.md").read_text()
+    for name in ("model.safetensors", "processor_config.json", "preprocessor_config.json", "chat_template.jinja"):
+        assert (out / name).is_file(), name
+    eval_file = vlm_run / "data" / "eval.jsonl"
+    report = tmp_path / "eval.json"
+    proc = rlctl("eval", str(out), "--data", str(eval_file), "--out", str(report))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    samples = report.with_suffix(".samples.jsonl").read_text().splitlines()
+    by_eval = [json.loads(line)["completions"][0] for line in samples]
+
+    model = AutoModelForImageTextToText.from_pretrained(out).eval()
+    processor = load_processor(str(out))
+    rows = [json.loads(line) for line in eval_file.read_text().splitlines()]
+    texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
+    images = [im for r in rows for im in row_images(r, eval_file.parent)]
+    processor.tokenizer.padding_side = "left"
+    enc = processor(text=texts, images=images, return_tensors="pt", padding=True)
+    ids = model.generate(**enc, max_new_tokens=3, do_sample=False)
+    answers = processor.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert answers == by_eval
+    correct = sum(a.strip() == r["answer"] for a, r in zip(answers, rows, strict=True))
+    assert correct == round(summary(vlm_run)["stages"]["rl"]["eval_accuracy"] * len(rows))
+
+
+@pytest.mark.parametrize(
+    ("sets", "engine", "named"),
+    [
+        ([], "vllm", "vLLM generation"),
+        (["rl.advantage=gae", "rl.critic.init=policy"], "transformers", "rl.critic.init"),
+        (["rl.tools=[calculator]"], "transformers", "rl.tools"),
+    ],
+)
+def test_rl_refuses_what_a_vision_language_policy_cannot_train_with(sets, engine, named):
+    from types import SimpleNamespace
+
+    from rlctl import config
+    from rlctl.errors import UserError
+    from rlctl.stages.rl import refuse_for_images
+
+    cfg = config.resolve(preset="tiny-vlm-demo", hardware="cpu", sets=sets)
+    plan = SimpleNamespace(generation_engine=engine, async_split=None)  # the two plan fields it reads
+    ctx = SimpleNamespace(cfg=cfg, plan=plan, stage=SimpleNamespace(init_from="run/sft/final"))
+    with pytest.raises(UserError, match=named):
+        refuse_for_images(ctx)
+    refuse_for_images(SimpleNamespace(cfg=config.resolve(preset="tiny-vlm-demo", hardware="cpu"),
+                                      plan=SimpleNamespace(generation_engine="transformers", async_split=None),
+                                      stage=ctx.stage))  # fmt: skip
