@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import struct
 from pathlib import Path
 
@@ -22,10 +23,12 @@ def _safetensors(path: Path, n: int) -> None:
     path.write_bytes(struct.pack("<Q", len(header)) + header + b"\x01" * (4 * n))
 
 
-def _publish(folder: Path, step: int, n: int = 1000) -> Path:
+def _publish(folder: Path, step: int, n: int = 1000, config: bool = False) -> Path:
     ckpt = checkpoint.incoming(folder) / f"checkpoint-{step}"
     ckpt.mkdir(parents=True)
     _safetensors(ckpt / "model.safetensors", n)
+    if config:  # a model folder, as TRL's trainers save it
+        (ckpt / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     (ckpt / "nested").mkdir()
     (ckpt / "nested" / "rng.pkl").write_bytes(b"rng" * 10)
@@ -178,16 +181,19 @@ def test_export_never_copies_damaged_final_weights(tmp_path: Path):
     with pytest.raises(strictjson.DamagedFile, match=r"rl/final is damaged: model\.safetensors .*No intact rl check"):
         export.intact_source(tmp_path, "rl", final)
     folder = tmp_path / "rl" / "checkpoints"
-    for step in (2, 4):
-        _publish(folder, step)
+    _publish(folder, 2, config=True)  # a model folder (TRL's stages save them)
+    _publish(folder, 4, config=True)
+    _publish(folder, 6)  # training state without a model config (rlctl's RL loop)
     _halve(folder / "checkpoint-4" / "model.safetensors")
     src, note = export.intact_source(tmp_path, "rl", final)
-    assert src == folder / "checkpoint-2", "the newest intact checkpoint, never the damaged final or checkpoint-4"
+    assert src == folder / "checkpoint-2", "the newest intact model folder, never the damaged final or checkpoint-4"
     assert note.startswith(f"{final} is damaged (model.safetensors ") and "checkpoint-2" in note
+    shutil.rmtree(folder / "checkpoint-2")
+    with pytest.raises(strictjson.DamagedFile, match=r"checkpoint-6, holds training state.*`rlctl resume "):
+        export.intact_source(tmp_path, "rl", final)
 
 
 def test_a_finished_run_whose_final_folder_is_gone_is_named_and_resume_re_creates_it(tmp_path: Path):
-    import shutil
 
     run_dir = tmp_path / "run"
     sets = ["stages=[rl]", "rl.rewards=[{name: exact_match}]", "rl.max_steps=4", "rl.save_every=2"]

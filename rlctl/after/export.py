@@ -351,8 +351,10 @@ def card_text(run_dir: Path, out: Path, adapter: bool = False, repo_id: str | No
 
 
 def intact_source(run_dir: Path, stage: str, final: Path) -> tuple[Path, str]:
-    """The folder to export `stage` from: its final folder when intact, else its newest intact checkpoint, with a
-    note saying so; a DamagedFile naming the damage when neither is left (weights are never copied damaged)."""
+    """The folder to export `stage` from: its final folder when intact, else its newest intact checkpoint that is a
+    model folder (TRL's stages save one; rlctl's RL loop saves training state, which `rlctl resume` turns back into
+    a final folder), with a note saying so; a DamagedFile naming the damage and the way out when neither is left
+    (weights are never copied damaged)."""
     from rlctl.checkpoint import complete_checkpoints
     from rlctl.checkpoint.integrity import folder_problems
 
@@ -360,17 +362,21 @@ def intact_source(run_dir: Path, stage: str, final: Path) -> tuple[Path, str]:
     if not problems:
         return final, ""
     shown = "; ".join(problems[:2]) + (f" and {len(problems) - 2} more" if len(problems) > 2 else "")
-    for ckpt in reversed(complete_checkpoints(RunDir(run_dir).checkpoints(stage))):
-        if not verify.checkpoint_problems(ckpt):
+    intact = [c for c in complete_checkpoints(RunDir(run_dir).checkpoints(stage)) if not verify.checkpoint_problems(c)]
+    for ckpt in reversed(intact):
+        if (ckpt / "config.json").is_file():
             return ckpt, (
                 f"{final} is damaged ({shown}); exported the newest intact {stage} checkpoint instead, {ckpt} "
                 f"(it may be older than the stage's end). `rlctl verify {run_dir}` lists every damaged folder."
             )
-    raise strictjson.DamagedFile(
-        final,
-        shown,
-        f"No intact {stage} checkpoint is left to export instead; `rlctl verify {run_dir}` lists what is left.",
-    )
+    if intact:  # the RL loop's training state: resume re-creates the final folder from it
+        works = (
+            f"Its newest intact checkpoint, {intact[-1].name}, holds training state, not a model: move {final} "
+            f"away, then `rlctl resume {run_dir}` re-creates the final folder from that checkpoint, and export again."
+        )
+    else:
+        works = f"No intact {stage} checkpoint is left to export instead; `rlctl verify {run_dir}` lists what is left."
+    raise strictjson.DamagedFile(final, shown, works)
 
 
 COPIED = ("*.safetensors", "*.safetensors.index.json", "*.json", "*.jinja", "*.model", "*.txt", "*.tiktoken", "*.py")
