@@ -194,7 +194,6 @@ def test_export_never_copies_damaged_final_weights(tmp_path: Path):
 
 
 def test_a_finished_run_whose_final_folder_is_gone_is_named_and_resume_re_creates_it(tmp_path: Path):
-
     run_dir = tmp_path / "run"
     sets = ["stages=[rl]", "rl.rewards=[{name: exact_match}]", "rl.max_steps=4", "rl.save_every=2"]
     proc = rlctl("train", "--preset", "tiny-demo", *[a for s in sets for a in ("--set", s)], "--run-dir", str(run_dir))
