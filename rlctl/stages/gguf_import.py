@@ -24,6 +24,7 @@ from typing import Any
 from rlctl import atomic
 from rlctl.checkpoint import integrity
 from rlctl.plan import gguf
+from rlctl.rundir.records import files_from_json
 
 PROBE = "rlctl-end-of-turn-probe"
 
@@ -130,7 +131,7 @@ def problem(folder: Path) -> str | None:
     if found is not None:
         return found
     record = json.loads((folder / gguf.RECORD).read_text(encoding="utf-8"))
-    return "; ".join(integrity.folder_problems(folder, record["files"])) or None
+    return "; ".join(integrity.folder_problems(folder, files_from_json(record["files"]))) or None
 
 
 def ensure(spec: gguf.GgufImport, say: Callable[[str], None]) -> Imported:
@@ -168,7 +169,7 @@ def _import(spec: gguf.GgufImport, folder: Path, say: Callable[[str], None]) -> 
             "dtype": spec.dtype,
             "fixes": fixes,
             "seconds": round(time.monotonic() - start, 1),
-            "files": integrity.manifest(tmp),
+            "files": {rel: entry.to_json() for rel, entry in integrity.manifest(tmp).items()},
         }
         atomic.write_text(tmp / gguf.RECORD, json.dumps(record, indent=2))
         atomic.sync_tree(tmp)
