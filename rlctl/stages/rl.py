@@ -3,7 +3,11 @@ user plugins and, optionally, the reward model trained in the rm stage. The stag
 (`rlctl.trainer.loop`) trains every RL algorithm with: its parts, ready to train (`parts`: seeded accelerator,
 tokenizer, rows, policy / reference / critic with their optimizers, scorer, generation engine, agent), its
 settings (the rl section and the plan fields it reads) and its hooks into the stage (metrics, stops, checkpoints,
-memory probe, layout check); it saves the policy the loop hands back to the stage's final folder."""
+memory probe, layout check); it saves the policy the loop hands back to the stage's final folder.
+
+A vision-language policy (the Qwen2-VL family) trains with every algorithm; its critic (PPO) is its own backbone,
+vision tower included, with a value head (`rlctl.trainer.models.VisionValueModel`). vLLM and async rollouts, tools
+and a critic from the rm stage are refused for it before anything loads (`refuse_for_images`)."""
 
 from __future__ import annotations
 
