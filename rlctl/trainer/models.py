@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import TokenClassifierOutput
 
 from rlctl.config.rl import RLConfig
 from rlctl.rollout.samples import Batch, token_logprobs
@@ -23,25 +25,25 @@ class VisionValueModel(torch.nn.Module):
 
     base_model_prefix = "model"  # where the backbone lives, as in transformers' models (PEFT reads it)
 
-    def __init__(self, backbone: Any):
+    def __init__(self, backbone: PreTrainedModel):
         super().__init__()
         self.model, self.config = backbone, backbone.config
         self._no_split_modules = backbone._no_split_modules  # the blocks FSDP2 shards (rlctl.trainer.sharding)
         hidden = self.config.get_text_config().hidden_size
         self.score = torch.nn.Linear(hidden, 1, bias=getattr(self.config, "token_classification_bias", True))
         torch.nn.init.normal_(self.score.weight, std=getattr(self.config, "initializer_range", None) or 0.02)
-        torch.nn.init.zeros_(self.score.bias)
+        if self.score.bias is not None:
+            torch.nn.init.zeros_(self.score.bias)
         self.score.to(backbone.dtype)
 
     def gradient_checkpointing_enable(self, **kwargs: Any) -> None:
+        """The backbone's (the head keeps no activations worth recomputing)."""
         self.model.gradient_checkpointing_enable(**kwargs)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, **inputs: Tensor) -> Any:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, **inputs: Tensor) -> TokenClassifierOutput:
         """The values of every position; `inputs`: position ids, or the images' model inputs."""
-        from transformers.modeling_outputs import TokenClassifierOutput
-
-        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **inputs).last_hidden_state
-        return TokenClassifierOutput(logits=self.score(hidden))
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **inputs)
+        return TokenClassifierOutput(logits=self.score(hidden.last_hidden_state))
 
 
 def token_values(critic, batch: Batch) -> Tensor:
