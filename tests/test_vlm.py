@@ -17,6 +17,7 @@ from rlctl.rollout.generate import HFGenerator
 from rlctl.rollout.samples import Sample, collate, token_logprobs
 from rlctl.rollout.vision import encode, load_processor, row_images
 from rlctl.stages import tiny
+from rlctl.trainer.models import VisionValueModel, token_values
 from tests.helpers import rlctl, run_once, summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,6 +90,52 @@ def test_pixel_values_reach_the_forward_pass_and_generation(built):
     assert out[0] == out[2]
 
 
+def test_vision_critic_values_read_the_image_and_train_its_head_whole_under_lora(built):
+    from types import SimpleNamespace
+
+    from peft import get_peft_model
+    from transformers import AutoModel, AutoModelForImageTextToText
+
+    from rlctl import config
+    from rlctl.runtime.models import lora_config
+
+    base, rows = built
+    processor = load_processor(str(base))
+    policy = AutoModelForImageTextToText.from_pretrained(base).eval()
+    critic = VisionValueModel(AutoModel.from_pretrained(base)).eval()
+    # the policy's own backbone, vision tower included, and a fresh one-output head as a token classifier's
+    own = dict(critic.model.named_parameters())
+    assert any(name.startswith("visual.") for name in own)
+    for name, p in policy.model.named_parameters():
+        torch.testing.assert_close(own[name], p)
+    assert critic.score.weight.shape == (1, critic.config.text_config.hidden_size)
+    assert critic.score.weight.std() > 0 and not critic.score.bias.any()
+    red, yellow = (next(r for r in rows if r["answer"] == c) for c in ("red", "yellow"))
+    samples = []
+    for row in (red, yellow, red):
+        ids, vision = _inputs(processor, row, base.parent / "data")
+        samples.append(Sample(0, row, ids, completion_ids=[5, 6, 7], vision=vision))
+    batch = collate(samples, processor.tokenizer.pad_token_id, "cpu")
+    with torch.no_grad():
+        values = token_values(critic, batch)
+        logp = token_logprobs(policy, batch, 1.0)
+    assert values.shape == logp.shape == (3, 3)  # one value per completion token, as the text critic's
+    assert not torch.allclose(values[0], values[1])  # the same text with another image: other values
+    torch.testing.assert_close(values[0], values[2])
+
+    cfg = config.resolve(preset="tiny-vlm-demo", hardware="cpu", sets=["model.adapter=lora"])
+    lora = lora_config(SimpleNamespace(cfg=cfg, plan=SimpleNamespace(adapter="lora")), task_type=None)
+    adapted = get_peft_model(critic, lora)
+    trained = {name for name, p in adapted.named_parameters() if p.requires_grad}
+    assert any(".language_model." in name and "lora_A" in name for name in trained)
+    assert not any(".visual." in name or ("score" in name and "lora" in name) for name in trained)
+    assert {name for name in trained if "score" in name} == {
+        f"base_model.model.score.modules_to_save.default.{w}" for w in ("weight", "bias")
+    }
+    token_values(adapted, batch).sum().backward()
+    assert all(adapted.get_parameter(name).grad is not None for name in trained)
+
+
 @pytest.mark.parametrize("lora_vision", [False, True])
 def test_lora_targets_the_language_model_and_the_vision_tower_on_request(built, lora_vision):
     from types import SimpleNamespace
@@ -158,11 +205,58 @@ def test_vlm_export_loads_with_its_processor_and_answers_as_rlctl_eval(vlm_run: 
     assert correct == round(summary(vlm_run)["stages"]["rl"]["eval_accuracy"] * len(rows))
 
 
+@pytest.mark.slow
+def test_vlm_ppo_trains_its_critic_and_resumes_exactly(tmp_path: Path):
+    """PPO on the demo (a short SFT, 4 RL steps): the critic reads the images and learns (value_loss logged every
+    step); interrupted after checkpoint-2 and resumed, the run ends with exactly the uninterrupted run's weights
+    (the critic's weights and optimizer restored: its values set every advantage)."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from tests.helpers import records
+
+    straight = tmp_path / "straight"
+    args = ["--preset", "tiny-vlm-demo", "--algorithm", "ppo", "--run-dir", str(straight)]
+    for key in ("sft.max_steps=30", "sft.save_every=30", "rl.max_steps=4", "rl.save_every=2", "rl.eval_samples=20"):
+        args += ["--set", key]
+    one_thread = {"OMP_NUM_THREADS": "1"}
+    proc = rlctl("train", *args, env=one_thread)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    s = summary(straight)
+    assert s["completed"] == ["sft", "rl"] and s["layout"]["rl"]["mismatches"] == [], s["layout"]["rl"]
+    assert s["layout"]["rl"]["observed"]["critic"] is True
+    logged = [r for r in records(straight) if r.get("stage") == "rl" and "step" in r and "event" not in r]
+    assert [r["step"] for r in logged] == [1, 2, 3, 4]
+    assert all(r["value_loss"] >= 0 for r in logged), logged
+
+    resumed = tmp_path / "resumed"  # a crash after checkpoint-2: the run directory without what came after it
+    shutil.copytree(straight, resumed, ignore=shutil.ignore_patterns("checkpoint-4", "final", "run.lock"))
+    s["completed"].remove("rl")
+    s["stages"].pop("rl")
+    (resumed / "summary.json").write_text(json.dumps(s))
+    config_text = (resumed / "config.yaml").read_text().replace(str(straight), str(resumed))
+    (resumed / "config.yaml").write_text(config_text)
+    proc = rlctl("resume", str(resumed), env=one_thread)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    steps = [r["step"] for r in records(resumed) if r.get("stage") == "rl" and "step" in r and "event" not in r]
+    assert steps == [1, 2, 3, 4, 3, 4], "the resumed run continues from step 3"
+    a = load_file(straight / "rl" / "final" / "model.safetensors")
+    b = load_file(resumed / "rl" / "final" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
 @pytest.mark.parametrize(
     ("sets", "engine", "named"),
     [
         ([], "vllm", "vLLM generation"),
-        (["rl.advantage=gae", "rl.critic.init=policy"], "transformers", "rl.critic.init"),
+        (
+            ["stages=[sft,rm,rl]", "rl.advantage=gae", "rl.critic.init=reward_model"],
+            "transformers",
+            "rl.critic.init=reward_model",
+        ),
         (["rl.tools=[calculator]"], "transformers", "rl.tools"),
     ],
 )

@@ -110,8 +110,10 @@ def torch_dtype(ctx: StageContext, trainable: bool = True):
     return torch.float32 if trainable and ctx.plan.adapter == "full" else torch.bfloat16
 
 
-def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
-    """The PEFT LoRA config when the plan trains adapters, else None."""
+def lora_config(ctx: StageContext, task_type: str | None = "CAUSAL_LM"):
+    """The PEFT LoRA config when the plan trains adapters, else None. `task_type` None: a model rlctl composes
+    itself (PEFT's plain wrapper), whose value head `score` trains whole (a vision-language policy's critic,
+    `rlctl.trainer.models.VisionValueModel`)."""
     if ctx.plan.adapter not in ("lora", "qlora"):
         return None
     from peft import LoraConfig
@@ -119,7 +121,8 @@ def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
     m = ctx.cfg.model
     # a vision-language model: adapters on the language model, and on the vision tower with model.lora_vision
     # (Qwen2-VL's tower lives under `visual`); the tower trains no adapters otherwise
-    exclude: str | list[str] | None = ["score", "classifier"] if task_type == "TOKEN_CLS" else None
+    heads: dict[str | None, list[str]] = {"TOKEN_CLS": ["score", "classifier"], None: ["score"]}
+    exclude: str | list[str] | None = heads.get(task_type)
     if m.arch is not None and m.arch.vision is not None and not m.lora_vision:  # PEFT: a string is a regex
         exclude = r".*\bvisual\b.*" + "".join(rf"|(.*\.)?{name}" for name in exclude or [])
     # model.train_embeddings: the embeddings train whole beside the adapters, and a causal LM's output head with
@@ -131,9 +134,9 @@ def lora_config(ctx: StageContext, task_type: str = "CAUSAL_LM"):
         lora_dropout=m.lora_dropout,
         target_modules="all-linear",
         # a value head (the critic's) trains whole: PEFT leaves it out of all-linear for SEQ_CLS only, and a head
-        # with LoRA in it cannot also be one of the task's modules_to_save
+        # with LoRA in it cannot also be one of the task's modules_to_save (which a plain model names itself)
         exclude_modules=exclude,
-        modules_to_save=embeddings,
+        modules_to_save=(embeddings or []) + (["score"] if task_type is None else []) or None,
         ensure_weight_tying=bool(embeddings),
         task_type=task_type,
     )

@@ -3,7 +3,11 @@ user plugins and, optionally, the reward model trained in the rm stage. The stag
 (`rlctl.trainer.loop`) trains every RL algorithm with: its parts, ready to train (`parts`: seeded accelerator,
 tokenizer, rows, policy / reference / critic with their optimizers, scorer, generation engine, agent), its
 settings (the rl section and the plan fields it reads) and its hooks into the stage (metrics, stops, checkpoints,
-memory probe, layout check); it saves the policy the loop hands back to the stage's final folder."""
+memory probe, layout check); it saves the policy the loop hands back to the stage's final folder.
+
+A vision-language policy (the Qwen2-VL family) trains with every algorithm; its critic (PPO) is its own backbone,
+vision tower included, with a value head (`rlctl.trainer.models.VisionValueModel`). vLLM and async rollouts, tools
+and a critic from the rm stage are refused for it before anything loads (`refuse_for_images`)."""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from rlctl.runtime.rewarding import Scorer
 from rlctl.runtime.rows import training_rows
 from rlctl.stages.common import StageContext, save_final
 from rlctl.trainer import sharding
-from rlctl.trainer.models import no_dropout, optimizer_and_schedule
+from rlctl.trainer.models import VisionValueModel, no_dropout, optimizer_and_schedule
 from rlctl.trainer.state import Hooks, Parts, Settings
 
 if TYPE_CHECKING:
@@ -106,12 +110,16 @@ def parts(ctx: StageContext) -> Parts:
 
 
 def refuse_for_images(ctx: StageContext) -> None:
-    """What a vision-language policy cannot train with yet, refused before anything loads: a critic (PPO's token
-    classifier has no vision-language class in transformers), vLLM or async rollouts (their engines get token ids
-    only), tools (multi-turn prompts carry no images)."""
+    """What a vision-language policy cannot train with yet, refused before anything loads: a critic from the rm
+    stage (transformers has no sequence classifier for these models, so the rm stage trains none), vLLM or async
+    rollouts (their engines get token ids only), tools (multi-turn prompts carry no images)."""
     rl, plan = ctx.cfg.rl, ctx.plan
     found = [
-        ("rl.critic.init", rl.critic.init is not None, "an advantage without a critic (grpo, rloo, reinforce-pp...)"),
+        (
+            "rl.critic.init=reward_model",
+            rl.critic.init == "reward_model",
+            "rl.critic.init=policy (a critic from the starting policy)",
+        ),
         ("vLLM generation", plan.generation_engine == "vllm", "rl.use_vllm=false"),
         ("rl.async_rollout", plan.async_split is not None, "rl.async_rollout.enabled=false"),
         ("rl.tools", bool(rl.tools), "no tools"),
@@ -126,8 +134,6 @@ def refuse_for_images(ctx: StageContext) -> None:
 
 def load_models(ctx: StageContext) -> tuple[Module, Module | None, Module | None]:
     """(policy, reference or None, critic or None): the reference is the starting policy, frozen."""
-    from transformers import AutoModelForTokenClassification
-
     rl, init = ctx.cfg.rl, ctx.stage.init_from
     policy = no_dropout(models.causal_lm(ctx, init))
     if ctx.plan.gradient_checkpointing:
@@ -142,21 +148,32 @@ def load_models(ctx: StageContext) -> tuple[Module, Module | None, Module | None
         policy = get_peft_model(policy, lora)
     critic = None
     if rl.critic.init is not None:
-        path = init if rl.critic.init == "policy" else str(RunDir(ctx.run_dir).final("rm"))
-        critic = AutoModelForTokenClassification.from_pretrained(
-            path,
-            num_labels=1,
-            dtype=models.torch_dtype(ctx),
-            trust_remote_code=ctx.cfg.model.trust_remote_code,
-        )
-        critic = no_dropout(critic)
-        if ctx.plan.gradient_checkpointing:
-            critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if models.lora_config(ctx, task_type="TOKEN_CLS") is not None:
-            from peft import get_peft_model
-
-            critic = get_peft_model(critic, models.lora_config(ctx, task_type="TOKEN_CLS"))
+        critic = load_critic(ctx, init if rl.critic.init == "policy" else str(RunDir(ctx.run_dir).final("rm")))
     return policy, ref, critic
+
+
+def load_critic(ctx: StageContext, path: str) -> Module:
+    """PPO's critic from the model at `path`, one value per token: transformers' token classifier with one label
+    for a text model; for a vision-language model, which has none, its backbone with a value head
+    (`VisionValueModel`). Dropout off, gradient checkpointing as planned, LoRA when the plan trains adapters (the
+    value head trains whole)."""
+    from transformers import AutoModel, AutoModelForTokenClassification
+
+    loading = {"dtype": models.torch_dtype(ctx), "trust_remote_code": ctx.cfg.model.trust_remote_code}
+    vision = models.is_vision(ctx, path)
+    if vision:
+        critic = VisionValueModel(AutoModel.from_pretrained(path, **loading))
+    else:
+        critic = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, **loading)
+    critic = no_dropout(critic)
+    if ctx.plan.gradient_checkpointing:
+        critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora = models.lora_config(ctx, task_type=None if vision else "TOKEN_CLS")
+    if lora is None:
+        return critic
+    from peft import get_peft_model
+
+    return get_peft_model(critic, lora)
 
 
 def async_setup(ctx: StageContext, policy: Module, tok: PreTrainedTokenizerBase) -> GeneratorSetup:
