@@ -213,3 +213,12 @@ def test_a_damaged_image_record_is_named(tmp_path):
     cfg = config.resolve("qwen2.5-vl-3b-grpo", None, None, "1xH100-80GB", [])
     with pytest.raises(strictjson.DamagedFile, match=r"data_lengths\.json is damaged.*one image per row"):
         data_lengths.image_budgets(cfg, tmp_path, None)
+
+
+def test_text_only_stages_are_refused_for_a_vision_language_model(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = rlctl("train", "--preset", "tiny-vlm-demo", "--set", "stages=[sft,rm,rl]", "--run-dir", str(run_dir))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert "vision-language model" in said and "the rm stage cannot train it" in said and "stages=[sft, rl]" in said
+    assert not run_dir.exists(), "refused before anything is written"

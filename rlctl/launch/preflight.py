@@ -428,6 +428,8 @@ def run(
     report.checks["run directory"] = problem or f"{run_dir} can be written"
     if problem:
         report.errors.append(problem)
+    if (problem := model_arch.vision_stages_problem(cfg)) is not None:
+        report.errors.append(problem)
     if "rl" in cfg.stages and cfg.rl.tools:
         check_tools(cfg, report)
     if runs_model_code(cfg):

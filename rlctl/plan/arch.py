@@ -187,3 +187,17 @@ def _with_arch(cfg: RunConfig, real: ModelArch, source: str, where: str) -> Note
         warnings = (f"model.arch from {source} differs from the preset's ({differ}): planning the real one",)
     model = cfg.model.model_copy(update={"arch": real})
     return Noted((cfg.model_copy(update={"model": model}), where), warnings)
+
+
+def vision_stages_problem(cfg: RunConfig) -> str | None:
+    """Why a vision-language model cannot train the configured stages (None: it can). rlctl trains one with the sft
+    and rl stages: the rm, dpo and kto stages' TRL trainers take text (transformers 5.17 has no
+    sequence-classification class for the Qwen2-VL family)."""
+    text_only = [s for s in cfg.stages if s in ("rm", "dpo", "kto")]
+    if cfg.model.arch is None or cfg.model.arch.vision is None or not text_only:
+        return None
+    return (
+        f"{cfg.model.name_or_path} is a vision-language model (model.arch.vision), which rlctl trains with the sft "
+        f"and rl stages only; the {', '.join(text_only)} stage cannot train it. Set stages=[sft, rl] (PPO's critic "
+        "starts from the policy: rl.critic.init=policy). See docs/vlm.md."
+    )
