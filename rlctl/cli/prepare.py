@@ -58,6 +58,9 @@ def project_data(cfg: RunConfig, data: Path) -> dict[str, Path]:
         return {k: Path(shutil.copy(samples / f"{k}.jsonl", data / f"{k}.jsonl")) for k in data_keys(cfg)}
     with tempfile.TemporaryDirectory() as tmp:  # the generator writes every role; keep those the stages read
         written = tasks.GENERATORS[cfg.data.generate](Path(tmp), cfg.seed)
+        images = Path(tmp) / "images"  # an image task's pictures, which its rows name relative to their file
+        if images.is_dir():  # beside what the folder holds already (written over only where names meet)
+            shutil.copytree(images, data / "images", dirs_exist_ok=True)
         return {k: Path(shutil.move(written[k], data / written[k].name)) for k in data_keys(cfg)}
 
 
