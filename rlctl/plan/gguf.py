@@ -29,6 +29,7 @@ from typing import Any
 from rlctl import atomic
 from rlctl.config import ModelArch, ModelConfig
 from rlctl.errors import UserError
+from rlctl.rundir.records import files_from_json
 
 PKG_PREFIX = "pkg:"
 # packages that ship a model file, and how to install them (named when the package is missing)
@@ -287,8 +288,8 @@ def import_problem(folder: Path) -> str | None:
     a record that does not read back or is of another file, a file it lists missing or of another size."""
     try:
         record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-        sha256, files = record["sha256"], dict(record["files"])
-        sizes = {rel: int(entry["size"]) for rel, entry in files.items()}
+        sha256 = record["sha256"]
+        sizes = {rel: entry.size for rel, entry in files_from_json(record["files"]).items()}
     except FileNotFoundError:
         return "it was not converted yet"
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
