@@ -226,7 +226,7 @@ def test_multiturn_rollout_runs_tools_and_masks_their_results(tok):
     assert agent.stop_ids == (tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"))
     samples = [Sample(0, {"prompt": "12*13="}, []), Sample(1, {"prompt": "2*3="}, [])]
     for s in samples:
-        s.prompt_ids = agent.prompt_ids(s.row["prompt"])
+        s.prompt_ids = agent.prompt_inputs(s.row)[0]
     engine = Scripted(tok, [[_call("12*13"), "156"], ["6", "unused"]])
     multiturn.rollout(agent, engine, samples)
     first, second = samples
@@ -249,7 +249,7 @@ def test_tool_errors_reach_the_model_and_are_counted(tok):
 
     agent = _agent(tok, budget=2000)
     s = Sample(0, {"prompt": "q"}, [])
-    s.prompt_ids = agent.prompt_ids("q")
+    s.prompt_ids = agent.prompt_inputs({"prompt": "q"})[0]
     bad = '<tool_call>{"name": "calculator"</tool_call>' + _call("1/0")
     engine = Scripted(tok, [[bad, _call("import os"), "done"]])
     multiturn.rollout(agent, engine, [s])
@@ -332,9 +332,9 @@ def test_products_demonstrations_render_as_the_rollout_does(tok, tmp_path):
     tok.chat_template = tokens.CHATML_COMPACT
     agent = _agent(tok, budget=400)
     prompt = with_tool["prompt"].split("user\n")[1].split("<|im_end|>")[0]
-    assert tok.decode(agent.prompt_ids(prompt)) == with_tool["prompt"]
+    assert tok.decode(agent.prompt_inputs({"prompt": prompt})[0]) == with_tool["prompt"]
     call, answer = with_tool["completion"].split("<|im_end|>")[0], with_tool["completion"].rsplit("\n", 1)[1]
-    s = Sample(0, {"prompt": prompt}, agent.prompt_ids(prompt))
+    s = Sample(0, {"prompt": prompt}, agent.prompt_inputs({"prompt": prompt})[0])
     multiturn.rollout(agent, Scripted(tok, [[call, answer.removesuffix("<|im_end|>")]]), [s])
     assert tok.decode(s.completion_ids) == with_tool["completion"]
     share = sum("<tool_call>" in r["completion"] for r in sft) / len(sft)
@@ -353,15 +353,15 @@ def test_rows_offer_their_own_tools(tok, tmp_path):
     agent = multiturn.Agent(tok, found, 3, 2000, 64, multiturn.stop_ids(tok))
     only_echo = {"prompt": "q", "tools": json.dumps([found["echo"].schema])}  # as parquet stores it
     assert tokens.row_tools(only_echo) == [found["echo"].schema]
-    text = tok.decode(agent.prompt_ids("q", only_echo))
+    text = tok.decode(agent.prompt_inputs(only_echo)[0])
     assert '"name": "echo"' in text and '"name": "calculator"' not in text
-    everything = tok.decode(agent.prompt_ids("q", {"prompt": "q"}))
+    everything = tok.decode(agent.prompt_inputs({"prompt": "q"})[0])
     assert '"name": "echo"' in everything and '"name": "calculator"' in everything
-    s = Sample(0, only_echo, agent.prompt_ids("q", only_echo))
+    s = Sample(0, only_echo, agent.prompt_inputs(only_echo)[0])
     multiturn.rollout(agent, Scripted(tok, [[_call("1+1"), "x"]]), [s])
     assert s.tool_errors == 1 and "unknown tool 'calculator'" in s.messages[2]["content"], "not offered to this row"
     schemas = [t.schema for t in found.values()]
-    assert tokens.length(only_echo, tok, "rl", schemas) == len(agent.prompt_ids("q", only_echo))
+    assert tokens.length(only_echo, tok, "rl", schemas) == len(agent.prompt_inputs(only_echo)[0])
     assert tokens.length(only_echo, tok, "rl") == len(tok("q")["input_ids"]), "without rl.tools: the plain prompt"
 
 
@@ -408,7 +408,7 @@ def test_verl_agent_loop_rows_name_their_tools_and_bind_arguments(tok, tmp_path)
     assert list(shown[0]["function"]["parameters"]["properties"]) == ["answer"], "the row supplies ground_truth"
     assert tools.tool_names(agent.schemas(second)) == ["lookup"]
     call = '<tool_call>{"name": "grade", "arguments": {"answer": "42"}}</tool_call>'
-    samples = [Sample(i, r, agent.prompt_ids(r["prompt"], r)) for i, r in enumerate(read)]
+    samples = [Sample(i, r, agent.prompt_inputs(r)[0]) for i, r in enumerate(read)]
     multiturn.rollout(agent, Scripted(tok, [[call, "42"], [call, "6"]]), samples)
     assert samples[0].messages[2]["content"] == "right" and samples[0].tool_errors == 0
     assert "unknown tool 'grade'" in samples[1].messages[2]["content"], "not offered to the second row"

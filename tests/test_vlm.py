@@ -136,6 +136,72 @@ def test_vision_critic_values_read_the_image_and_train_its_head_whole_under_lora
     assert all(adapted.get_parameter(name).grad is not None for name in trained)
 
 
+class Scripted:
+    """An engine that writes the given turns and records the images each call was given (the code under test is
+    the multi-turn rollout and the trainer's scoring of it, not the sampling)."""
+
+    logprobs = None
+
+    def __init__(self, tok, turns: list[list[str]]):
+        self.tok, self.turns, self.images = tok, turns, []
+
+    def awake(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def generate(self, prompts, greedy=False, vision=None):
+        self.images.append(vision)
+        end = self.tok.convert_tokens_to_ids("<|im_end|>")
+        texts = [self.turns[i][len(self.images) - 1] for i in range(len(prompts))]
+        return [self.tok(text, add_special_tokens=False)["input_ids"] + [end] for text in texts]
+
+
+def test_a_tool_rollout_keeps_its_images_on_every_turn_and_scores_as_the_whole_conversation(built):
+    """A multi-turn rollout with a tool, prompts with images: the prompt lists the tools and holds the image's
+    tokens, every turn's call gets the prompt's images, and the trainer's log-probs of the trajectory (model turns
+    and tool result) equal those of the whole conversation rendered by the template and read by the processor."""
+    from transformers import AutoModelForImageTextToText
+
+    from rlctl.data import tokens
+    from rlctl.rollout import multiturn, tools
+
+    base, rows = built
+    processor = load_processor(str(base))
+    tok = processor.tokenizer
+    tok.chat_template = processor.chat_template = tokens.CHATML_COMPACT
+    agent = multiturn.Agent(tok, tools.resolve_all(["calculator"]), 3, 200, 16, multiturn.stop_ids(tok))
+    data = base.parent / "data"
+    red, yellow = (next(r for r in rows if r["answer"] == c) for c in ("red", "yellow"))
+    samples = []
+    for i, row in enumerate((red, yellow)):
+        ids, vision = agent.prompt_inputs(row, processor, data)
+        samples.append(Sample(i, row, ids, vision=vision))
+    image_token = tok.convert_tokens_to_ids("<|image_pad|>")
+    assert tok.decode(samples[0].prompt_ids).startswith("<|im_start|>system\ntools: calculator<|im_end|>\n")
+    assert samples[0].prompt_ids.count(image_token) == 1 and samples[0].vision is not None
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>'
+    engine = Scripted(tok, [[call, "red"], [call, "yellow"]])
+    multiturn.rollout(agent, engine, samples)
+    assert len(engine.images) == 2, "two model turns"
+    for seen in engine.images:
+        assert [v is s.vision for v, s in zip(seen, samples, strict=True)] == [True, True]
+    assert [s.tool_calls for s in samples] == [1, 1] and samples[0].messages[2]["content"] == "5"
+
+    model = AutoModelForImageTextToText.from_pretrained(base).eval()
+    batch = collate(samples, tok.pad_token_id, "cpu")
+    with torch.no_grad():
+        logp = token_logprobs(model, batch, 1.0)
+        for i, s in enumerate(samples):
+            text = tok.apply_chat_template(s.messages, tokenize=False, tools=agent.schemas(s.row))
+            enc = processor(text=[text], images=row_images(s.row, data), return_tensors="pt")
+            whole = s.prompt_ids + s.completion_ids
+            assert enc["input_ids"][0, : len(whole)].tolist() == whole
+            logits = model(**enc).logits[0, len(s.prompt_ids) - 1 : len(whole) - 1]
+            own = logits.log_softmax(-1).gather(-1, torch.tensor(s.completion_ids)[:, None])[:, 0]
+            torch.testing.assert_close(logp[i, : len(s.completion_ids)], own, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("lora_vision", [False, True])
 def test_lora_targets_the_language_model_and_the_vision_tower_on_request(built, lora_vision):
     from types import SimpleNamespace
@@ -172,6 +238,46 @@ def test_vlm_demo_learns_at_each_stage(vlm_run: Path):
     assert acc["rl"] > acc["sft"] + 0.1, acc  # exact match teaches yellow
     for name in ("base/processor_config.json", "sft/final/processor_config.json", "rl/final/processor_config.json"):
         assert (vlm_run / name).is_file(), name
+
+
+def _rl_from_the_demos_sft(vlm_run: Path, run: Path, *sets: str):
+    """`rlctl train --preset tiny-vlm-demo --stages rl` from the demo's SFT model, with `sets`."""
+    args = ["--preset", "tiny-vlm-demo", "--stages", "rl", "--run-dir", str(run)]
+    for key in (f"model.name_or_path={vlm_run / 'sft' / 'final'}", *sets):
+        args += ["--set", key]
+    proc = rlctl("train", *args, env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    return summary(run)
+
+
+@pytest.mark.slow
+def test_vlm_async_rollouts_learn_as_the_synchronous_run(vlm_run: Path, tmp_path: Path):
+    """GRPO with rl.async_rollout from the demo's SFT model: the generator process samples each round with its
+    images, one policy version behind the trainer, and held-out accuracy rises past the SFT model's as in the
+    synchronous demo."""
+    from tests.helpers import records
+
+    s = _rl_from_the_demos_sft(vlm_run, tmp_path / "async", "rl.async_rollout.enabled=true")
+    sft = summary(vlm_run)["stages"]["sft"]["eval_accuracy"]
+    assert s["stages"]["base"]["eval_accuracy"] == sft  # the starting model, scored again
+    assert s["stages"]["rl"]["eval_accuracy"] > sft + 0.1, s["stages"]
+    logged = [r for r in records(tmp_path / "async") if r.get("stage") == "rl" and "staleness_max" in r]
+    assert len(logged) == 12 and max(r["staleness_max"] for r in logged) == 1, "generation overlapped training"
+
+
+@pytest.mark.slow
+def test_vlm_tool_run_trains_and_evaluates_with_its_images(vlm_run: Path, tmp_path: Path):
+    """rl.tools on the demo's SFT model (ChatML with the tools listed by name): each rollout is multi-turn with
+    the prompt's image, trained and scored held out as a tool run; `rlctl eval` of the run rolls out the same way."""
+    run = tmp_path / "tools"
+    sets = ("rl.tools=[calculator]", "data.chat_template=chatml-compact", "data.max_prompt_length=64")
+    s = _rl_from_the_demos_sft(vlm_run, run, *sets, "rl.max_steps=2", "rl.max_new_tokens=8", "rl.eval_samples=16")
+    assert s["completed"] == ["rl"] and s["stages"]["rl"]["eval_turns"] >= 1, s["stages"]
+    report = tmp_path / "eval.json"
+    proc = rlctl("eval", str(run), "--out", str(report), "--limit", "8", env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    result = json.loads(report.read_text())
+    assert result["prompts"] == 8 and result["turns"] >= 1 and "tool_call_rate" in result
 
 
 @pytest.mark.slow
@@ -249,18 +355,19 @@ def test_vlm_ppo_trains_its_critic_and_resumes_exactly(tmp_path: Path):
 
 
 @pytest.mark.parametrize(
-    ("sets", "engine", "named"),
+    ("sets", "engine", "generator", "named"),
     [
-        ([], "vllm", "vLLM generation"),
+        ([], "vllm", None, "vLLM generation"),
+        ([], "transformers", "vllm", "vLLM generation"),  # the async generator's own engine
         (
             ["stages=[sft,rm,rl]", "rl.advantage=gae", "rl.critic.init=reward_model"],
             "transformers",
+            None,
             "rl.critic.init=reward_model",
         ),
-        (["rl.tools=[calculator]"], "transformers", "rl.tools"),
     ],
 )
-def test_rl_refuses_what_a_vision_language_policy_cannot_train_with(sets, engine, named):
+def test_rl_refuses_what_a_vision_language_policy_cannot_train_with(sets, engine, generator, named):
     from types import SimpleNamespace
 
     from rlctl import config
@@ -268,7 +375,8 @@ def test_rl_refuses_what_a_vision_language_policy_cannot_train_with(sets, engine
     from rlctl.stages.rl import refuse_for_images
 
     cfg = config.resolve(preset="tiny-vlm-demo", hardware="cpu", sets=sets)
-    plan = SimpleNamespace(generation_engine=engine, async_split=None)  # the two plan fields it reads
+    split = SimpleNamespace(generator_engine=generator) if generator else None
+    plan = SimpleNamespace(generation_engine=engine, async_split=split)  # the plan fields it reads
     ctx = SimpleNamespace(cfg=cfg, plan=plan, stage=SimpleNamespace(init_from="run/sft/final"))
     with pytest.raises(UserError, match=named):
         refuse_for_images(ctx)

@@ -17,6 +17,14 @@ from typing import Any
 from rlctl.data.images import PLACEHOLDER
 from rlctl.errors import UserError
 
+# a message's content: its text, or its parts in order (a vision-language prompt), each image part rendered as
+# Qwen2-VL's image placeholder, which the processor expands into the image's tokens
+CONTENT = (
+    "{% if message['content'] is string or not message['content'] %}{{ message['content'] or '' }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' or 'image' in part %}"
+    "{{ '<|vision_start|><|image_pad|><|vision_end|>' }}{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}"
+)
 # ChatML; with `tools` (OpenAI schemas) and `tool` messages rendered as Qwen2.5 does: the tools listed in the system
 # turn, calls as <tool_call>{json}</tool_call>, results as <tool_response> blocks in one user turn.
 CHATML = (
@@ -34,8 +42,9 @@ CHATML = (
     "{{ '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
     "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{ '<|im_end|>\\n' }}{% endif %}"
     "{% elif not (tools and loop.first and message['role'] == 'system') %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') }}"
-    "{% for call in message.get('tool_calls') or [] %}{% set f = call['function'] if 'function' in call else call %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    + CONTENT
+    + "{% for call in message.get('tool_calls') or [] %}{% set f = call['function'] if 'function' in call else call %}"
     "{{ ('\\n' if (message['content'] or not loop.first) else '') + '<tool_call>\\n{\\\"name\\\": \\\"' + f['name'] "
     "+ '\\\", \\\"arguments\\\": ' + (f['arguments'] if f['arguments'] is string else f['arguments'] | tojson) "
     "+ '}\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
@@ -47,7 +56,7 @@ CHATML_COMPACT = (
     "{% if tools %}{{ '<|im_start|>system\\ntools:' }}{% for tool in tools %}{{ ' ' + tool['function']['name'] }}"
     "{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}{% for message in messages %}{% if message['role'] == 'tool' %}"
     "{{ '<|im_start|>user\\n<tool_response>' + message['content'] + '</tool_response><|im_end|>\\n' }}{% else %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' }}" + CONTENT + "{{ '<|im_end|>\\n' }}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 BUILTIN_TEMPLATES = {"chatml": CHATML, "chatml-compact": CHATML_COMPACT}

@@ -226,13 +226,15 @@ class _Transformers:
     name = "transformers"
 
     def __init__(self, setup: GeneratorSetup, buffers: dict[str, torch.Tensor], stops: tuple):
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
         from rlctl.rollout.generate import HFGenerator
+        from rlctl.rollout.vision import is_vision_model
 
         self.setup, rl = setup, setup.rl
         dtype = next(iter(buffers.values())).dtype
-        self.model = AutoModelForCausalLM.from_config(setup.model_config, torch_dtype=dtype).to(setup.device).eval()
+        auto = AutoModelForImageTextToText if is_vision_model(setup.model_config) else AutoModelForCausalLM
+        self.model = auto.from_config(setup.model_config, torch_dtype=dtype).to(setup.device).eval()
         self.engine = HFGenerator(setup.tokenizer, rl.max_new_tokens, rl.temperature, setup.batch_size, stop_ids=stops)
         self.engine.sync(self.model)
 

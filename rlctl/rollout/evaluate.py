@@ -125,7 +125,7 @@ def score_policy(
             images=images,
         )  # fmt: skip
     else:
-        samples = agent_rollouts(model, agent, rows, synced=synced)
+        samples = agent_rollouts(model, agent, rows, synced=synced, processor=processor)
         completions = [multiturn.final_answer(s) for s in samples]
         columns["trajectory"] = [s.messages for s in samples]
         extra = {f"eval_{k}": v for k, v in multiturn.metrics(samples).items()}
@@ -154,15 +154,21 @@ def agent_rollouts(
     temperature: float | None = None,
     top_p: float = 1.0,
     synced: bool = False,
+    processor: Any = None,
+    image_base: Path | None = None,
 ) -> list[Sample]:
     """n multi-turn rollouts per row with the agent's tools (transformers generation; greedy when temperature is
-    None), row after row. `synced`: a sharded policy, every process generating in step."""
+    None), row after row. `synced`: a sharded policy, every process generating in step. A vision-language model's
+    `processor` reads each row's images (relative paths from `image_base`) into its prompt."""
     from rlctl.rollout.generate import HFGenerator
 
     tok, stops = agent.tokenizer, agent.stop_ids
     engine = HFGenerator(tok, agent.max_new_tokens, temperature or 1.0, synced=synced, stop_ids=stops, top_p=top_p)
     engine.sync(model)
-    samples = [Sample(i, row, agent.prompt_ids(row["prompt"], row)) for i, row in enumerate(rows) for _ in range(n)]
+    samples = []
+    for i, row in enumerate(rows):
+        ids, images = agent.prompt_inputs(row, processor, image_base)
+        samples += [Sample(i, row, list(ids), vision=images) for _ in range(n)]
     multiturn.rollout(agent, engine, samples, greedy=temperature is None)
     return samples
 
@@ -415,7 +421,7 @@ def evaluate_rows(
             policy.processor, images,
         )  # fmt: skip
     else:
-        runs = agent_rollouts(policy.model, agent, rows, n, temperature, top_p)
+        runs = agent_rollouts(policy.model, agent, rows, n, temperature, top_p, False, policy.processor, image_base)
         completions = [[multiturn.final_answer(s) for s in runs[i * n : (i + 1) * n]] for i in range(len(rows))]
         lengths = [[len(s.completion_ids) for s in runs[i * n : (i + 1) * n]] for i in range(len(rows))]
         columns["trajectory"] = [s.messages for s in runs]

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlctl.data.tokens import prompt_messages, prompt_text, row_tool_kwargs, row_tools
-from rlctl.rollout import toolcalls, tools
+from rlctl.rollout import toolcalls, tools, vision
 from rlctl.rollout.samples import Sample
+from rlctl.rollout.vision import VisionInputs
 
 
 @dataclass(frozen=True)
@@ -37,10 +39,16 @@ class Agent:
             return [tools.without(self.tools[n].schema, bound[n]) for n in bound if n in self.tools]
         return [t.schema for t in self.tools.values()]
 
-    def prompt_ids(self, prompt: Any, row: dict[str, Any] | None = None) -> list[int]:
-        """The prompt rendered with the tools listed, ready for the first assistant turn."""
-        text = prompt_text(prompt, self.tokenizer, self.schemas(row))
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+    def prompt_inputs(
+        self, row: dict[str, Any], processor: Any = None, base: Path | None = None
+    ) -> tuple[list[int], VisionInputs | None]:
+        """The row's prompt rendered with the tools listed, ready for the first assistant turn; with a
+        vision-language model's `processor`, its images (relative paths from `base`) as model inputs beside it and
+        their image tokens expanded in the ids (None without images)."""
+        text = prompt_text(row["prompt"], self.tokenizer, self.schemas(row))
+        if processor is None:
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"], None
+        return vision.encode(processor, text, vision.row_images(row, base))
 
     def clip(self, text: str) -> str:
         """A tool's output (or error) cut to rl.agent.max_tool_output_tokens tokens, marked ` [cut]` when cut."""
@@ -99,7 +107,9 @@ def _rollout(agent: Agent, generator: Any, samples: list[Sample], greedy: bool) 
     for turn in range(1, agent.max_turns + 1):
         if not live and not in_step:
             break
-        outputs = generator.generate([s.prompt_ids + s.completion_ids for s in live], greedy=greedy)
+        images = [s.vision for s in live]  # a prompt's images stay with it on every turn
+        seen = {"vision": images} if any(v is not None for v in images) else {}
+        outputs = generator.generate([s.prompt_ids + s.completion_ids for s in live], greedy=greedy, **seen)
         engine_lps = generator.logprobs or [None] * len(live)
         following = []
         for s, ids, lps in zip(live, outputs, engine_lps, strict=True):

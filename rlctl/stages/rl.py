@@ -6,8 +6,9 @@ settings (the rl section and the plan fields it reads) and its hooks into the st
 memory probe, layout check); it saves the policy the loop hands back to the stage's final folder.
 
 A vision-language policy (the Qwen2-VL family) trains with every algorithm; its critic (PPO) is its own backbone,
-vision tower included, with a value head (`rlctl.trainer.models.VisionValueModel`). vLLM and async rollouts, tools
-and a critic from the rm stage are refused for it before anything loads (`refuse_for_images`)."""
+vision tower included, with a value head (`rlctl.trainer.models.VisionValueModel`); its prompts keep their images on
+every turn of a tool rollout and in the async generator process. vLLM generation and a critic from the rm stage
+are refused for it before anything loads (`refuse_for_images`)."""
 
 from __future__ import annotations
 
@@ -111,18 +112,17 @@ def parts(ctx: StageContext) -> Parts:
 
 def refuse_for_images(ctx: StageContext) -> None:
     """What a vision-language policy cannot train with yet, refused before anything loads: a critic from the rm
-    stage (transformers has no sequence classifier for these models, so the rm stage trains none), vLLM or async
-    rollouts (their engines get token ids only), tools (multi-turn prompts carry no images)."""
+    stage (transformers has no sequence classifier for these models, so the rm stage trains none) and vLLM
+    generation, in the trainer or the async generator (its engines get token ids only)."""
     rl, plan = ctx.cfg.rl, ctx.plan
+    async_vllm = plan.async_split is not None and plan.async_split.generator_engine == "vllm"
     found = [
         (
             "rl.critic.init=reward_model",
             rl.critic.init == "reward_model",
             "rl.critic.init=policy (a critic from the starting policy)",
         ),
-        ("vLLM generation", plan.generation_engine == "vllm", "rl.use_vllm=false"),
-        ("rl.async_rollout", plan.async_split is not None, "rl.async_rollout.enabled=false"),
-        ("rl.tools", bool(rl.tools), "no tools"),
+        ("vLLM generation", plan.generation_engine == "vllm" or async_vllm, "rl.use_vllm=false"),
     ]
     for what, used, fix in found:
         if used:

@@ -14,16 +14,10 @@ from pathlib import Path
 from rlctl.config import ModelArch
 from rlctl.data.tokens import CHATML, EOS, SPECIAL_TOKENS, train_bpe
 
-CHAT_TEMPLATE = CHATML  # lets conversational data (chat `messages`, verl's message-list prompts) train
+# lets conversational data (chat `messages`, verl's message-list prompts, tools) train; it renders a
+# vision-language prompt's image parts as Qwen2-VL's template does
+CHAT_TEMPLATE = CHATML
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]  # Qwen2-VL's
-# ChatML whose message content may be a list of parts, an image part rendered as Qwen2-VL's template does
-VLM_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
-    "{% if part['type'] == 'image' or 'image' in part %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
-    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "{{ '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
@@ -52,7 +46,6 @@ def build(
     tokenizer = train_tokenizer(texts, arch.vocab)
     if arch.vision is not None:  # as Qwen2.5-VL-Instruct's: a reply ends at <|im_end|>, its EOS
         tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:] + VISION_TOKENS})
-        tokenizer.chat_template = VLM_CHAT_TEMPLATE
         tokenizer.eos_token = "<|im_end|>"
     torch.manual_seed(seed)
     model = _vlm(arch, tokenizer) if arch.vision is not None else _lm(arch, tokenizer)
@@ -155,4 +148,4 @@ def processor(arch: ModelArch, tokenizer, min_pixels: int | None, max_pixels: in
     images = Qwen2VLImageProcessorPil(
         patch_size=v.patch, temporal_patch_size=v.temporal_patch, merge_size=v.merge, **bounds
     )
-    return ImagesOnly(images, tokenizer, chat_template=VLM_CHAT_TEMPLATE)
+    return ImagesOnly(images, tokenizer, chat_template=CHAT_TEMPLATE)

@@ -156,8 +156,8 @@ class Loop:
     def prompt_inputs(self, row: dict) -> tuple[list[int], VisionInputs | None]:
         """The row's prompt ids (a vision-language model's with its image tokens expanded) and its images' model
         inputs (None without images)."""
-        if self.agent is not None:
-            return self.agent.prompt_ids(row["prompt"], row), None
+        if self.agent is not None:  # image paths absolute: training_rows
+            return self.agent.prompt_inputs(row, self.processor)
         text = prompt_text(row["prompt"], self.tok)
         if self.processor is not None:
             return encode(self.processor, text, row_images(row, None))  # image paths absolute: training_rows
