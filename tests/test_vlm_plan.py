@@ -152,17 +152,19 @@ def test_image_tokens_lengthen_sequences_and_the_tower_activations_follow_them()
 
 def test_the_plan_of_qwen25_vl_3b_grpo_on_one_h100_shows_the_tower_and_image_tokens():
     """Hub data: the worst case of data.max_pixels (1,280 tokens per image), one image per row; the plan fits, the
-    tower is in every phase's weights and the training phase's activations, vLLM's context holds the image tokens,
-    and planning imported no torch."""
+    tower is in every phase's weights and its activations in training and in generation (transformers: rlctl has no
+    vLLM engine for a VLM yet), and planning imported no torch."""
     run = plan_in_fresh_interpreter("--preset", "qwen2.5-vl-3b-grpo", "--hardware", "1xH100-80GB")
     plan = run["plan"]
     assert not run["torch"] and plan["memory"]["fits"]
     assert plan["model"]["vision_params"] == 668_253_440 and plan["model"]["params_billions"] == 3.75
     budget = plan["images"]["rl"]
     assert (budget["tokens_per_row"], budget["tokens_per_image"], budget["measured"]) == (1280, 1280, False)
-    assert plan["vllm"]["max_model_length"] == 1024 + 1280 + 2048
-    training = next(p for p in plan["memory"]["phases"] if p["phase"] == "training")
-    assert training["components_gib"]["vision tower activations"] > 0
+    assert plan["generation"]["engine"] == "transformers" and plan["vllm"] is None
+    assert "a vision-language model: RL generation uses transformers (docs/vlm.md)" in plan["warnings"]
+    for phase in ("training", "generation"):
+        found = next(p for p in plan["memory"]["phases"] if p["phase"] == phase)
+        assert found["components_gib"]["vision tower activations"] > 0, phase
     assert any(d["setting"] == "vision tower" for d in plan["decisions"])
     proc = rlctl("plan", "--preset", "qwen2.5-vl-3b-grpo", "--hardware", "1xH100-80GB")
     out = " ".join(proc.stdout.split())
@@ -182,7 +184,6 @@ def test_local_images_are_planned_from_their_sizes(tmp_path):
     plan = plan_in_fresh_interpreter("--preset", "qwen2.5-vl-3b-grpo", "--hardware", "1xH100-80GB", *sets)["plan"]
     budget = images.ImageBudget.from_json(plan["images"]["rl"])
     assert budget == images.ImageBudget(200, 100, 2, 3136, 1003520, read=2, seen=2)
-    assert plan["vllm"]["max_model_length"] == plan["config"]["data"]["max_prompt_length"] + 200 + 2048
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / data_lengths.DATA_LENGTHS).write_text(json.dumps(data_lengths.lengths_record({}, {"rl": budget})))
@@ -203,7 +204,16 @@ def test_builtin_tiny_vlm_is_planned_from_its_preset_on_cpu():
 def test_an_async_generator_holds_the_image_tokens_too(tmp_path):
     cfg = config.resolve("qwen2.5-vl-3b-grpo", None, None, "8xH100-80GB", ["rl.async_rollout.enabled=true"])
     plan = planner.build(cfg, tmp_path / "run")
-    assert plan.async_split.max_model_length == plan.vllm.max_model_length == 1024 + 1280 + 2048
+    assert plan.async_split.generator_engine == "transformers"
+    assert plan.async_split.max_model_length == 1024 + 1280 + 2048
+
+
+def test_vllm_generation_is_refused_for_a_vision_language_model():
+    """rl.use_vllm=true: exit 2 before anything is written (rlctl's vLLM engines get no images yet)."""
+    proc = rlctl("plan", "--preset", "tiny-vlm-demo", "--set", "rl.use_vllm=true")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "is a vision-language model" in proc.stderr and "rl.use_vllm=false or auto" in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_damaged_image_record_is_named(tmp_path):

@@ -30,12 +30,21 @@ def choose(cfg: RunConfig, hardware: Hardware, detected: bool = False) -> Noted[
 
     A plan for named GPU hardware is the same on every machine: with rl.use_vllm=auto it assumes the training
     machine has vllm and says so. Only a detected (`--hardware auto`) plan looks at what is installed here. On CPU,
-    vLLM's CPU build generates when asked for (rl.use_vllm=true); auto keeps plain transformers."""
+    vLLM's CPU build generates when asked for (rl.use_vllm=true); auto keeps plain transformers. A vision-language
+    model generates with transformers (rl.use_vllm=true is refused)."""
     if "rl" not in cfg.stages:
         return Noted("none")
     want = cfg.rl.use_vllm
     if want is False:
         return Noted("transformers")
+    if cfg.model.arch is not None and cfg.model.arch.vision is not None:  # rlctl's vLLM engines take token ids only
+        if want is True:
+            raise UserError(
+                f"Invalid config: rl.use_vllm=true, but {cfg.model.name_or_path} is a vision-language model, which "
+                "rlctl's RL stage generates for with transformers only (its vLLM engines get no images yet); set "
+                "rl.use_vllm=false or auto. See docs/vlm.md."
+            )
+        return Noted("transformers", ("a vision-language model: RL generation uses transformers (docs/vlm.md)",))
     if hardware.is_cpu:
         if want is True and not installed():
             raise UserError(
