@@ -14,7 +14,7 @@ def write_text(path: Path, text: str) -> None:
     """Write `text` to `path` through a unique temporary file next to it (its mode as the umask says, as for any
     new file), fsync'ed, and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.rlctl-tmp")
+    tmp = temp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -25,6 +25,12 @@ def write_text(path: Path, text: str) -> None:
         sync(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def temp_path(path: Path) -> Path:
+    """A new name for `write_text`'s temporary file next to `path`: `.NAME.PID.HEX8.rlctl-tmp` (this process's pid,
+    8 random hex digits). `rlctl.checkpoint.safewrite.drop_stale` removes one that a killed write left."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.rlctl-tmp")
 
 
 def sync(path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rlctl import atomic
 from rlctl.checkpoint import safewrite
 from rlctl.errors import UserError
 from tests.helpers import rlctl
@@ -153,6 +154,20 @@ def test_drop_stale_removes_a_killed_write_file_of_its_target_only(tmp_path: Pat
     assert safewrite.drop_stale(target).startswith(f"Removed .eval.json.k9q2x7ab.rlctl-tmp next to {target}")
     assert [p.name for p in tmp_path.iterdir()] == [".eval.json.rlctl-lock"]
     assert safewrite.drop_stale(target) == ""
+
+
+def test_drop_stale_removes_a_killed_atomic_write_of_its_target_only(tmp_path: Path):
+    target = tmp_path / "a.json"
+    left = atomic.temp_path(target)  # atomic.write_text's temporary file (.a.json.PID.HEX8.rlctl-tmp), killed
+    left.write_text('{"half": ')
+    neighbour = atomic.temp_path(tmp_path / "a.json.bak")  # another target's, whose name starts with this one's
+    neighbour.write_text('{"half": ')
+    staged = tmp_path / ".a.json.2.0badcafe.rlctl-tmp"  # a folder: the staging of target a.json.2, not a.json's
+    staged.mkdir()
+    assert safewrite.drop_stale(target).startswith(f"Removed {left.name} next to {target}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([neighbour.name, staged.name])
+    assert safewrite.drop_stale(target) == ""
+    assert safewrite.drop_stale(tmp_path / "a.json.bak").startswith(f"Removed {neighbour.name} ")
 
 
 def test_export_into_the_users_folder(run_copy: Path, tmp_path: Path):

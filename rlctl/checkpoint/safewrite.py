@@ -90,8 +90,15 @@ def drop_stale(target: Path) -> str:
     """Remove what an earlier write of `target` that was killed left half-written next to it (its `staging`
     folder, the old folder `publish` set aside, or `atomic.write_text`'s temporary file); a note naming it, '' when
     nothing was left. Call under `lock(target)`: then no write of `target` is under way."""
-    own = re.compile(rf"\.{re.escape(target.name)}\.[A-Za-z0-9_]{{8}}\.rlctl-(tmp|old)")  # mkdtemp's 8 characters
-    stale = sorted(p for p in target.parent.glob(".*.rlctl-*") if own.fullmatch(p.name))
+    name = re.escape(target.name)
+    made = re.compile(rf"\.{name}\.[A-Za-z0-9_]{{8}}\.rlctl-(tmp|old)")  # mkdtemp's (and mkstemp's) 8 characters
+    written = re.compile(rf"\.{name}\.[0-9]+\.[0-9a-f]{{8}}\.rlctl-tmp")  # atomic.temp_path's: pid, 8 hex digits
+    # a folder named as `written` is not write_text's (a file) but the staging folder of a target NAME.<digits>
+    stale = sorted(
+        p
+        for p in target.parent.glob(".*.rlctl-*")
+        if made.fullmatch(p.name) or (written.fullmatch(p.name) and not p.is_dir())
+    )
     for path in stale:
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)

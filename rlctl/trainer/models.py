@@ -40,17 +40,21 @@ class VisionValueModel(torch.nn.Module):
         """The backbone's (the head keeps no activations worth recomputing)."""
         self.model.gradient_checkpointing_enable(**kwargs)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, **inputs: Tensor) -> TokenClassifierOutput:
-        """The values of every position; `inputs`: position ids, or the images' model inputs."""
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, use_cache: bool | None = None, **inputs: Tensor
+    ) -> TokenClassifierOutput:
+        """The values of every position; `inputs`: position ids, or the images' model inputs. `use_cache` is taken
+        as a token classifier's is, and ignored: the backbone never builds a KV cache here."""
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **inputs)
         return TokenClassifierOutput(logits=self.score(hidden.last_hidden_state))
 
 
 def token_values(critic, batch: Batch) -> Tensor:
     """V(state before each completion token), [b, T] (same alignment as the log-probs). Rows with images pass their
-    pixel values, as the policy's forward passes do."""
+    pixel values, as the policy's forward passes do. No KV cache: a scoring forward never reads one back (a token
+    classifier's backbone builds one by default, as its config's use_cache says)."""
     t = batch.completion_ids.shape[1]
-    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "use_cache": False}
     inputs |= model_inputs(critic, batch.input_ids, batch.vision) or {"position_ids": batch.position_ids}
     return critic(**inputs).logits[:, -t - 1 : -1, 0].float()
 
