@@ -232,3 +232,27 @@ def test_text_only_stages_are_refused_for_a_vision_language_model(tmp_path):
     said = " ".join((proc.stdout + proc.stderr).split())
     assert "vision-language model" in said and "the rm stage cannot train it" in said and "stages=[sft, rl]" in said
     assert not run_dir.exists(), "refused before anything is written"
+
+
+@pytest.mark.parametrize(
+    ("preprocessor", "bounds"),
+    [
+        ({"min_pixels": 3136, "max_pixels": 12845056}, (3136, 12845056)),  # Qwen2.5-VL-Instruct's own file
+        ({"size": {"shortest_edge": 784, "longest_edge": 200704}}, (784, 200704)),  # as transformers 5 saves it
+        ({"image_processor_type": "Qwen2VLImageProcessor"}, (None, None)),  # none given: the processor's defaults
+    ],
+)
+def test_a_local_model_is_planned_within_its_own_processors_pixel_bounds(tmp_path, preprocessor, bounds):
+    """data.min_pixels / max_pixels unset: the bounds of the model folder's preprocessor_config.json, which its
+    processor resizes within at run time, bound the planned image tokens; set, they win."""
+    (tmp_path / "config.json").write_text(json.dumps(QWEN25_VL_3B))
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(preprocessor))
+    sets = [f"model.name_or_path={tmp_path}", "data.min_pixels=null", "data.max_pixels=null"]
+    cfg = config.resolve("qwen2.5-vl-3b-grpo", None, None, "1xH100-80GB", sets)
+    plan = planner.build(cfg, tmp_path / "run")
+    assert (plan.config.data.min_pixels, plan.config.data.max_pixels) == bounds
+    budget = plan.images["rl"]
+    expected = bounds[1] or images.DEFAULT_MAX_PIXELS
+    assert budget.max_pixels == expected and budget.tokens_per_image == expected // 28**2
+    mine = planner.build(cfg.model_copy(update={"data": cfg.data.model_copy(update={"max_pixels": 401408})}), tmp_path)
+    assert mine.images["rl"].max_pixels == 401408 and mine.config.data.max_pixels == 401408

@@ -170,13 +170,15 @@ class DataConfig(Section):
         None,
         ge=1,
         description="Vision-language models: images smaller than this many pixels are scaled up to it (the "
-        "processor's min_pixels); None keeps the processor's own.",
+        "processor's min_pixels); None keeps the processor's own, which the plan reads from the model's "
+        "preprocessor_config.json.",
     )
     max_pixels: int | None = Field(
         None,
         ge=1,
         description="Vision-language models: images larger than this many pixels are scaled down to it (the "
-        "processor's max_pixels, which bounds the image tokens per image); None keeps the processor's own.",
+        "processor's max_pixels, which bounds the image tokens per image); None keeps the processor's own, which the "
+        "plan reads from the model's preprocessor_config.json.",
     )
     over_length: Literal["drop", "refuse"] = Field(
         "drop",

@@ -26,6 +26,7 @@ MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_interme
 # vision-language models whose vision tower the planner models (Qwen2-VL's design), and their text model_type
 VISION_LANGUAGE = {"qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text"}
 FETCH_TIMEOUT_S = 3.0
+CONFIG, PREPROCESSOR = "config.json", "preprocessor_config.json"
 
 
 def hub_cache() -> Path:
@@ -52,13 +53,14 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
-def fetch_config(repo_id: str) -> Path | None:
-    """config.json alone from the Hub, one attempt with a short timeout, kept in ~/.cache/rlctl/configs for the
-    next plan; None when it cannot be had (offline, unknown or gated repository)."""
+def fetch_config(repo_id: str, name: str = CONFIG) -> Path | None:
+    """One JSON file of a Hub repository (config.json, or a VLM's preprocessor_config.json), one attempt with a
+    short timeout, kept in ~/.cache/rlctl/configs for the next plan; None when it cannot be had (offline, unknown or
+    gated repository)."""
     if offline() or repo_id.count("/") != 1:
         return None
     keep = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "rlctl" / "configs"
-    path = keep / f"{repo_id.replace('/', '--')}.json"
+    path = keep / f"{repo_id.replace('/', '--')}{'' if name == CONFIG else '.' + name.removesuffix('.json')}.json"
     failed = path.with_suffix(".unreachable")  # a failed attempt is not repeated for an hour
     if path.is_file():
         return path
@@ -67,7 +69,7 @@ def fetch_config(repo_id: str) -> Path | None:
     import urllib.request
 
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    request = urllib.request.Request(f"{endpoint}/{repo_id}/resolve/main/config.json")
+    request = urllib.request.Request(f"{endpoint}/{repo_id}/resolve/main/{name}")
     token = os.environ.get("HF_TOKEN")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
@@ -164,7 +166,8 @@ def resolve(cfg: RunConfig) -> Noted[tuple[RunConfig, str]]:
     if gguf.is_gguf(cfg.model):
         file = gguf.locate(cfg.model)
         return _with_arch(cfg, gguf.header(file).arch, str(file), f"the GGUF header ({file.name})")
-    path, where = locate(cfg.model.name_or_path)
+    name = cfg.model.name_or_path
+    path, where = locate(name)
     if path is None:
         if preset is None:
             return Noted((cfg, f"none: {cfg.model.name_or_path} {where}, and no model.arch is set"))
@@ -174,7 +177,34 @@ def resolve(cfg: RunConfig) -> Noted[tuple[RunConfig, str]]:
         real = arch_from_config(data, str(path))
     except (KeyError, ValueError) as e:
         raise UserError(f"Invalid model: {path} is not a transformers config.json (no {e}).") from None
+    if real.vision is not None:  # beside config.json (a folder, the cache), else from the Hub as config.json came
+        beside = path.with_name(PREPROCESSOR)
+        found = (beside if beside.is_file() else None) if path.name == CONFIG else fetch_config(name, PREPROCESSOR)
+        cfg = with_model_pixels(cfg, found)
     return _with_arch(cfg, real, str(path), where)
+
+
+def pixel_bounds(preprocessor: dict[str, Any]) -> tuple[int | None, int | None]:
+    """A Qwen2-VL-family image processor's resize bounds (min_pixels, max_pixels), as its processor reads them:
+    the `min_pixels` / `max_pixels` keys (the models' own files), else transformers 5's `size` (`shortest_edge`,
+    `longest_edge`); None where neither says."""
+    size = preprocessor.get("size") if isinstance(preprocessor.get("size"), dict) else {}
+    low = preprocessor.get("min_pixels") or size.get("shortest_edge")
+    high = preprocessor.get("max_pixels") or size.get("longest_edge")
+    return (low if isinstance(low, int) else None, high if isinstance(high, int) else None)
+
+
+def with_model_pixels(cfg: RunConfig, preprocessor: Path | None) -> RunConfig:
+    """`cfg` with data.min_pixels / data.max_pixels, where unset, taken from the model's preprocessor_config.json
+    (what its processor resizes within at run time, and so what the planner counts image tokens with)."""
+    if preprocessor is None or (cfg.data.min_pixels is not None and cfg.data.max_pixels is not None):
+        return cfg
+    try:
+        low, high = pixel_bounds(json.loads(preprocessor.read_text(encoding="utf-8")))
+    except (OSError, ValueError, AttributeError):  # unreadable: the processor's own defaults, as before
+        return cfg
+    update = {"min_pixels": cfg.data.min_pixels or low, "max_pixels": cfg.data.max_pixels or high}
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update=update)})
 
 
 def _with_arch(cfg: RunConfig, real: ModelArch, source: str, where: str) -> Noted[tuple[RunConfig, str]]:
