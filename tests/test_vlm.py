@@ -281,6 +281,41 @@ def test_vlm_tool_run_trains_and_evaluates_with_its_images(vlm_run: Path, tmp_pa
 
 
 @pytest.mark.slow
+def test_freeze_vision_trains_the_language_model_around_a_fixed_tower(tmp_path: Path):
+    """model.freeze_vision in full fine-tuning: after SFT and RL the vision tower (merger included) is bit for bit
+    the base model's, every language-model tensor has moved, and the plan counts no gradients for the tower."""
+    from safetensors.torch import load_file
+
+    run = tmp_path / "frozen"
+    args = ["--preset", "tiny-vlm-demo", "--run-dir", str(run)]
+    for key in ("model.freeze_vision=true", "sft.max_steps=10", "sft.save_every=10", "rl.max_steps=2"):
+        args += ["--set", key]
+    proc = rlctl("train", *args, "--set", "rl.eval_samples=16", env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    plan = json.loads((run / "plan.json").read_text())
+    assert plan["adapter"] == "full"
+    assert any(d["setting"] == "vision tower" and "model.freeze_vision" in d["why"] for d in plan["decisions"])
+    base, sft, rl = (load_file(run / part / "model.safetensors") for part in ("base", "sft/final", "rl/final"))
+    tower = [k for k in base if "visual" in k.split(".")]
+    assert tower and len(tower) < len(base)
+    for k in base:
+        if k in tower:
+            assert torch.equal(base[k], sft[k]) and torch.equal(base[k], rl[k]), k
+        else:
+            assert not torch.equal(base[k], sft[k]) and not torch.equal(sft[k], rl[k]), k
+
+
+def test_freeze_vision_and_lora_vision_contradict():
+    from rlctl import config
+    from rlctl.errors import UserError
+
+    with pytest.raises(UserError, match=r"model\.freeze_vision and model\.lora_vision contradict"):
+        config.resolve(
+            preset="tiny-vlm-demo", hardware="cpu", sets=["model.freeze_vision=true", "model.lora_vision=true"]
+        )
+
+
+@pytest.mark.slow
 def test_vlm_export_loads_with_its_processor_and_answers_as_rlctl_eval(vlm_run: Path, tmp_path: Path):
     from transformers import AutoModelForImageTextToText
 

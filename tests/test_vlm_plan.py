@@ -256,3 +256,19 @@ def test_a_local_model_is_planned_within_its_own_processors_pixel_bounds(tmp_pat
     assert budget.max_pixels == expected and budget.tokens_per_image == expected // 28**2
     mine = planner.build(cfg.model_copy(update={"data": cfg.data.model_copy(update={"max_pixels": 401408})}), tmp_path)
     assert mine.images["rl"].max_pixels == 401408 and mine.config.data.max_pixels == 401408
+
+
+def test_a_frozen_tower_takes_no_gradients_or_optimizer_states():
+    """model.freeze_vision in full fine-tuning: the tower's fp32 weights stay, its gradients (4 B) and AdamW states
+    (8 B) per parameter go, and its activations are one block's at a time."""
+    cfg = config.resolve("qwen2.5-vl-3b-grpo", None, None, "1xH100-80GB", [])
+    arch = Arch.of(cfg.model.arch)
+    env = environment(cfg, planner.facts(cfg, "/tmp/x").hardware, 1, "transformers", "bf16")
+    frozen_env, full = env._replace(freeze_vision=True), mm.Setup("single", "full")
+    trains, frozen = mm.model_state(arch, env, full), mm.model_state(arch, frozen_env, full)
+    assert trains["weights"] == frozen["weights"]
+    assert trains["grads"] - frozen["grads"] == 4 * arch.vision_params
+    assert trains["optim"] - frozen["optim"] == 8 * arch.vision_params
+    seen = workloads(cfg, 1, {"rl": 500})[0]  # no checkpointing: a tower that trains keeps all 32 blocks' tensors
+    one_block = mm.vision_activations(arch, frozen_env, full, seen, 4)
+    assert one_block > 0 and mm.vision_activations(arch, env, full, seen, 4) == 32 * one_block

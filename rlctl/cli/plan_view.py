@@ -87,7 +87,9 @@ def _vision(console: Console, plan: Plan) -> None:
         return
     v = arch.vision
     trains = "trains (full fine-tuning)" if plan.adapter == "full" else "frozen (LoRA on the language model)"
-    if plan.adapter != "full" and plan.config.model.lora_vision:
+    if plan.adapter == "full" and plan.config.model.freeze_vision:
+        trains = "frozen (model.freeze_vision; the language model trains in full)"
+    elif plan.adapter != "full" and plan.config.model.lora_vision:
         trains = "LoRA adapters on it (model.lora_vision)"
     line = f"[bold]Vision tower[/] {(plan.model.vision_params or 0) / 1e6:.1f}M parameters ({v.layers} blocks of "
     line += f"{v.hidden}, {v.patch} px patches merged {v.merge}x{v.merge}), {trains}"

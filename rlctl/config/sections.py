@@ -110,10 +110,28 @@ class ModelConfig(Section):
         description="Vision-language models with LoRA/QLoRA: put adapters on the vision tower too (off: LoRA targets "
         "the language model and the vision tower stays frozen).",
     )
+    freeze_vision: bool = Field(
+        False,
+        description="Vision-language models in full fine-tuning: keep the vision tower frozen, as verl's "
+        "freeze_vision_tower (its weights get no gradients or optimizer states, 12 bytes per tower parameter saved, "
+        "and its activations are one block's at a time); the language model trains. LoRA/QLoRA keep it frozen "
+        "anyway unless model.lora_vision.",
+    )
     trust_remote_code: bool = Field(False, description="Run model code from the Hub. Off unless you set it.")
     gradient_checkpointing: Literal["auto"] | bool = Field(
         "auto", description="Recompute activations in the backward pass; auto lets the planner pick."
     )
+
+    @model_validator(mode="after")
+    def _vision_frozen_or_adapted(self) -> "ModelConfig":
+        """The vision tower cannot be both kept frozen and given adapters."""
+        if self.freeze_vision and self.lora_vision:
+            raise PydanticCustomError(
+                "freeze_vision",
+                "model.freeze_vision and model.lora_vision contradict each other (the first keeps the vision tower "
+                "frozen, the second trains adapters on it); set one of them",
+            )
+        return self
 
 
 class DataConfig(Section):

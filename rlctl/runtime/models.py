@@ -79,7 +79,17 @@ def causal_lm(ctx: StageContext, path: str, trainable: bool = True):
     model = auto.from_pretrained(
         path, dtype=torch_dtype(ctx, trainable), trust_remote_code=ctx.cfg.model.trust_remote_code, **_quantization(ctx)
     )
-    return _keep_trainable(model, trainable)
+    return _keep_trainable(frozen_vision(ctx, model) if trainable else model, trainable)
+
+
+def frozen_vision(ctx: StageContext, model):
+    """`model` with its vision tower (Qwen2-VL's `visual`, merger included) taking no gradients under
+    model.freeze_vision in full fine-tuning (LoRA freezes every base weight anyway)."""
+    if ctx.cfg.model.freeze_vision and ctx.plan.adapter == "full":
+        for name, param in model.named_parameters():
+            if "visual" in name.split("."):
+                param.requires_grad_(False)
+    return model
 
 
 def reward_model(ctx: StageContext, path: str, pad_token_id: int, trainable: bool = True):

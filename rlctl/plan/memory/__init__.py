@@ -147,8 +147,9 @@ def disk_need(cfg: RunConfig, setup: Setup, precision: str) -> float:
     for name in cfg.stages:
         p = arch.params("score" if name == "rm" else "lm")
         adapters = arch.adapter_params(cfg.model.lora_r, cfg.model.train_embeddings is True, cfg.model.lora_vision)
-        trained = p if setup.adapter == "full" else adapters
-        ckpt = trained * 4.0 * 3  # fp32 weights + AdamW m and v
+        frozen_tower = arch.vision_params if cfg.model.freeze_vision else 0
+        trained = p - frozen_tower if setup.adapter == "full" else adapters
+        ckpt = (trained + frozen_tower) * 4.0 + trained * 8.0  # fp32 weights + AdamW m and v of what trains
         final = p * (4.0 if setup.adapter == "full" else wb)  # saved in the dtype it trained in; LoRA merged
         total += (cfg.checkpoint.keep_last + cfg.checkpoint.keep_best + 1) * ckpt + final
     return total

@@ -57,7 +57,10 @@ def explain(cfg: RunConfig, plan: Any, hardware: Hardware) -> list[dict[str, str
     if s.adapter == "full":
         sharded = ", sharded" if s.strategy == "fsdp2" and env.world > 1 else ""
         kind = "in float32" if env.precision != "bf16" else "with fp32 master weights (bf16 compute)"
-        why = f"all {_count(p)} parameters train {kind}: weights 4 + grads 4 + AdamW 8 B/param{sharded}"
+        which = f"all {_count(p)} parameters"
+        if env.freeze_vision and arch.vision is not None:
+            which = f"the {_count(p - arch.vision_params)} parameters outside the frozen vision tower"
+        why = f"{which} train {kind}: weights 4 + grads 4 + AdamW 8 B/param{sharded}"
         if master_weights(env, s):
             why += ", and autocast's bf16 copy (2 B/param) during each forward"
     else:
@@ -71,7 +74,9 @@ def explain(cfg: RunConfig, plan: Any, hardware: Hardware) -> list[dict[str, str
     if arch.vision is not None:
         v = arch.vision
         state = "frozen: LoRA targets the language model (model.lora_vision=true adds adapters to it)"
-        if s.adapter == "full":
+        if s.adapter == "full" and env.freeze_vision:
+            state = "frozen (model.freeze_vision): no gradients or optimizer states for it"
+        elif s.adapter == "full":
             state = "trains with the language model (full fine-tuning)"
         elif env.lora_vision:
             state = "LoRA adapters on it too (model.lora_vision)"

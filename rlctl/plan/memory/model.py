@@ -74,8 +74,8 @@ class Env(
     namedtuple(
         "Env",
         "is_cpu procs nodes total budget host_budget host_assumed precision engine lora_r lora_dropout lora_embeddings "
-        "lora_vision",
-        defaults=(16, 0.05, False, False),
+        "lora_vision freeze_vision",
+        defaults=(16, 0.05, False, False, False),
     )
 ):
     """The hardware side of the model: one GPU's budget (or one CPU process's share of RAM).
@@ -83,7 +83,8 @@ class Env(
     procs: processes per node; total: bytes of one device as the framework sees it; budget: bytes the plan may
     use per device; host_budget: host RAM per node the plan may use; precision: "bf16" or "no" (float32);
     engine: "vllm", "transformers", "none" or "separate" (async RL: generation runs on other GPUs); lora_vision:
-    adapters on the vision tower too (model.lora_vision)."""
+    adapters on the vision tower too (model.lora_vision); freeze_vision: full fine-tuning keeps the vision tower
+    frozen (model.freeze_vision)."""
 
     __slots__ = ()
 
@@ -295,8 +296,9 @@ def model_state(arch: Arch, env: Env, setup: Setup, head: str = "lm") -> dict[st
     world = env.world
     sharded = setup.strategy == "fsdp2"
     n = world if sharded else 1
-    if setup.adapter == "full":
-        trainable, frozen = p, 0.0
+    if setup.adapter == "full":  # model.freeze_vision: the tower's fp32 weights take no gradients or AdamW states
+        tower = arch.vision_params if env.freeze_vision else 0
+        trainable, frozen = p - tower, tower * 4.0
         tb = 4.0  # bytes per trainable weight: fp32 master weights
     else:
         trainable = arch.adapter_params(env.lora_r, env.lora_embeddings, env.lora_vision)
@@ -379,8 +381,9 @@ def activations(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) ->
 
 
 def vision_trains(env: Env, setup: Setup) -> bool:
-    """The vision tower trains in full fine-tuning, and with adapters only when model.lora_vision puts some on it."""
-    return setup.adapter == "full" or env.lora_vision
+    """The vision tower trains in full fine-tuning (unless model.freeze_vision), and with adapters only when
+    model.lora_vision puts some on it."""
+    return not env.freeze_vision if setup.adapter == "full" else env.lora_vision
 
 
 def vision_activations(arch: Arch, env: Env, setup: Setup, wl: Workload, sequences: int, grad: bool = True) -> float:

@@ -187,6 +187,7 @@ def environment(cfg: RunConfig, hardware: Hardware, procs: int, engine: str, pre
         lora_dropout=cfg.model.lora_dropout,
         lora_embeddings=cfg.model.train_embeddings is True,
         lora_vision=cfg.model.lora_vision,
+        freeze_vision=cfg.model.freeze_vision,
     )
 
 
