@@ -127,3 +127,46 @@ def model_inputs(model: Any, input_ids: Tensor, vision: list[VisionInputs | None
         "image_grid_thw": torch.cat([v.image_grid_thw for v in present]).to(device),
         "mm_token_type_ids": (input_ids == image_token).int(),
     }
+
+
+def keep_tower_in_step(model: Any) -> Any:
+    """`model` (a vision-language model under FSDP2, several processes) made to run its vision tower in every
+    forward pass in which any process has an image; returns it. Each process gathers a sharded unit's weights when
+    the unit runs, so a process whose batch holds no image (text rows beside image rows, a finished tool rollout's
+    stand-in) would skip the tower's units while another runs them, and their collectives would no longer match
+    (gloo fails, NCCL hangs). Such a process runs the tower on one blank image and adds 0 x its output to the text
+    embeddings, so the backward pass reduces the tower's gradients there too (verl does the same). One all-reduce
+    of a flag per forward pass tells whether any process has an image (decoding steps carry none anywhere)."""
+    import torch.distributed as dist
+
+    for module in model.modules():
+        children = dict(module.named_children())
+        if "visual" not in children or "language_model" not in children:
+            continue
+        visual, blank = children["visual"], {}
+
+        def any_image(_module, _args, kwargs, blank=blank) -> None:
+            if not dist.is_initialized():
+                return
+            mine = kwargs.get("pixel_values") is not None
+            ids = kwargs.get("input_ids")
+            ref = ids if ids is not None else kwargs["inputs_embeds"]
+            flag = torch.tensor([int(mine)], device=ref.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            blank["run"] = bool(flag.item()) and not mine
+
+        def with_blank(_module, args, kwargs, blank=blank, visual=visual):
+            if not blank.pop("run", False):
+                return None
+            patch = visual.patch_embed
+            merge = visual.spatial_merge_size
+            width = patch.in_channels * patch.temporal_patch_size * patch.patch_size**2
+            embeds = kwargs["inputs_embeds"]
+            pixels = torch.zeros(merge * merge, width, dtype=visual.dtype, device=embeds.device)
+            grid = torch.tensor([[1, merge, merge]], device=embeds.device)
+            tower = visual(pixels, grid_thw=grid).pooler_output
+            return args, {**kwargs, "inputs_embeds": embeds + 0.0 * tower.mean().to(embeds.dtype)}
+
+        module.register_forward_pre_hook(any_image, with_kwargs=True)
+        children["language_model"].register_forward_pre_hook(with_blank, with_kwargs=True)
+    return model

@@ -75,11 +75,24 @@ def causal_lm(ctx: StageContext, path: str, trainable: bool = True):
     """The policy's model class: a causal LM, or a vision-language model (image-text-to-text) for one."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    auto = AutoModelForImageTextToText if is_vision(ctx, path) else AutoModelForCausalLM
+    vlm = is_vision(ctx, path)
+    auto = AutoModelForImageTextToText if vlm else AutoModelForCausalLM
     model = auto.from_pretrained(
         path, dtype=torch_dtype(ctx, trainable), trust_remote_code=ctx.cfg.model.trust_remote_code, **_quantization(ctx)
     )
+    if vlm:
+        model = in_step(ctx, model)
     return _keep_trainable(frozen_vision(ctx, model) if trainable else model, trainable)
+
+
+def in_step(ctx: StageContext, model):
+    """A vision-language model sharded by FSDP2 runs its vision tower in step on every process
+    (`rlctl.rollout.vision.keep_tower_in_step`); as it is otherwise."""
+    if ctx.stage.strategy != "fsdp2":
+        return model
+    from rlctl.rollout import vision
+
+    return vision.keep_tower_in_step(model)
 
 
 def frozen_vision(ctx: StageContext, model):

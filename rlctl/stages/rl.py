@@ -162,7 +162,8 @@ def load_critic(ctx: StageContext, path: str) -> Module:
     loading = {"dtype": models.torch_dtype(ctx), "trust_remote_code": ctx.cfg.model.trust_remote_code}
     vision = models.is_vision(ctx, path)
     if vision:
-        critic = models.frozen_vision(ctx, VisionValueModel(AutoModel.from_pretrained(path, **loading)))
+        backbone = models.in_step(ctx, AutoModel.from_pretrained(path, **loading))
+        critic = models.frozen_vision(ctx, VisionValueModel(backbone))
     else:
         critic = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, **loading)
     critic = no_dropout(critic)
