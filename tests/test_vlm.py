@@ -306,10 +306,12 @@ def test_freeze_vision_trains_the_language_model_around_a_fixed_tower(tmp_path: 
 
 
 @pytest.mark.slow
-def test_fsdp2_over_two_processes_with_text_rows_beside_image_rows(tmp_path: Path):
-    """PPO (policy, reference and critic sharded by FSDP2 over 2 processes) on data whose rows are half text-only:
-    a process whose batch holds no image runs the vision tower on a blank one while another runs it on its images,
-    so their collectives match (without it gloo fails on a size mismatch; NCCL would hang)."""
+@pytest.mark.parametrize("strategy", ["fsdp2", "ddp"])
+def test_two_processes_with_text_rows_beside_image_rows(tmp_path: Path, strategy: str):
+    """PPO (policy, reference and critic) over 2 processes on data whose rows are half text-only, where a
+    process's batch may hold no image while the other's does. FSDP2: that process runs the vision tower on a blank
+    image, so their collectives match (without it gloo fails on a size mismatch; NCCL would hang). DDP: the tower's
+    parameters unused there are found (without it the second step hangs)."""
     from tests.helpers import records
 
     paths = tasks.shapes(tmp_path / "data", 42)
@@ -320,13 +322,14 @@ def test_fsdp2_over_two_processes_with_text_rows_beside_image_rows(tmp_path: Pat
     data.write_text("".join(json.dumps(row) + "\n" for row in mixed))
     run = tmp_path / "run"
     args = ["--preset", "tiny-vlm-demo", "--stages", "rl", "--algorithm", "ppo", "--run-dir", str(run)]
-    sets = [f"data.rl={data}", "hardware.num_processes=2", "hardware.strategy=fsdp2", "rl.max_steps=3"]
+    sets = [f"data.rl={data}", "hardware.num_processes=2", f"hardware.strategy={strategy}", "rl.max_steps=3"]
     sets += ["rl.prompts_per_step=2", "rl.group_size=4"]  # one prompt per process: with this seed a step gives
     # one process a text prompt and the other an image one
-    proc = rlctl("train", *args, *[a for key in sets for a in ("--set", key)], env={"OMP_NUM_THREADS": "1"})
+    sets_ = [a for key in sets for a in ("--set", key)]
+    proc = rlctl("train", *args, *sets_, env={"OMP_NUM_THREADS": "1"}, timeout=300)  # a hang fails, not stalls
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     layout = summary(run)["layout"]["rl"]
-    assert layout["observed"]["strategy"] == "fsdp2" and layout["mismatches"] == [], layout
+    assert layout["observed"]["strategy"] == strategy and layout["mismatches"] == [], layout
     steps = [r["step"] for r in records(run) if r.get("stage") == "rl" and "value_loss" in r]
     assert steps == [1, 2, 3]
 

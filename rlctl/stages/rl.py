@@ -64,10 +64,16 @@ def hooks(ctx: StageContext) -> Hooks:
 def parts(ctx: StageContext) -> Parts:
     """Models, optimizers and the engine for the stage, prepared by accelerate (seeded first)."""
     from accelerate import Accelerator
-    from accelerate.utils import set_seed
+    from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
     rl, plan = ctx.cfg.rl, ctx.plan
-    acc = Accelerator(cpu=plan.hardware.is_cpu, mixed_precision=plan.mixed_precision)
+    # DDP: a vision-language model's tower goes unused on a process whose batch has no image
+    unused = (
+        [DistributedDataParallelKwargs(find_unused_parameters=True)]
+        if models.is_vision(ctx, ctx.stage.init_from)
+        else []
+    )
+    acc = Accelerator(cpu=plan.hardware.is_cpu, mixed_precision=plan.mixed_precision, kwargs_handlers=unused)
     set_seed(ctx.cfg.seed)
     tok = models.tokenizer(ctx, ctx.stage.init_from)
     processor = models.processor(ctx, ctx.stage.init_from)

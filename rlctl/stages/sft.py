@@ -40,5 +40,6 @@ def run(ctx: StageContext) -> None:
     processor = models.processor(ctx, ctx.stage.init_from)
     if processor is not None:
         kept = [{**r, "images": vision.row_images(r, None)} for r in kept]
-    args = training_args(ctx, SFTConfig, max_length=ctx.settings.max_length, packing=False)
+    unused = {"ddp_find_unused_parameters": True} if processor is not None else {}  # DDP: batches without images
+    args = training_args(ctx, SFTConfig, max_length=ctx.settings.max_length, packing=False, **unused)
     train_causal_lm(ctx, SFTTrainer, args, kept, processor or tok)
