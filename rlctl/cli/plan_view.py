@@ -92,7 +92,11 @@ def _vision(console: Console, plan: Plan) -> None:
     elif plan.adapter != "full" and plan.config.model.lora_vision:
         trains = "LoRA adapters on it (model.lora_vision)"
     line = f"[bold]Vision tower[/] {(plan.model.vision_params or 0) / 1e6:.1f}M parameters ({v.layers} blocks of "
-    line += f"{v.hidden}, {v.patch} px patches merged {v.merge}x{v.merge}), {trains}"
+    if v.kind == "siglip":
+        line += f"{v.hidden}, SigLIP: {v.image_size} px images, {v.patch} px patches, {v.tokens_per_image} tokens each)"
+    else:
+        line += f"{v.hidden}, {v.patch} px patches merged {v.merge}x{v.merge})"
+    line += f", {trains}"
     mem = plan.memory
     acts = [(p.label, p.components_gib.get("vision tower activations")) for p in mem.phases] if mem else []
     shown = ", ".join(f"{label} {gib:g}" for label, gib in acts if gib)

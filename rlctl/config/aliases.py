@@ -77,7 +77,15 @@ RETIRED: dict[tuple[str, str], str] = {
 # keys added to the schema since runs were first written (SECTION.KEY, as `rlctl.checkpoint.verify.run_config` names
 # them): an older run's config.yaml lacks them and reads them at their defaults; any other key missing there means
 # the file was cut short.
-ADDED: tuple[str, ...] = ("model.lora_vision", "data.min_pixels", "data.max_pixels", "model.freeze_vision")
+ADDED: tuple[str, ...] = (
+    "model.lora_vision",
+    "data.min_pixels",
+    "data.max_pixels",
+    "model.freeze_vision",
+    "model.arch.vision.kind",
+    "model.arch.vision.image_size",
+    "model.arch.vision.tokens_per_image",
+)
 
 
 ALIASES: tuple[Alias, ...] = (

@@ -33,21 +33,55 @@ class Section(BaseModel):
 
 
 # the random-init models rlctl builds into the run directory at launch (rlctl.stages.tiny): text, and vision-language
-BUILTIN_MODELS = ("builtin:tiny", "builtin:tiny-vlm")
+BUILTIN_MODELS = ("builtin:tiny", "builtin:tiny-vlm", "builtin:tiny-gemma3")
 
 
 class VisionArch(Section):
-    """The vision tower of a vision-language model (Qwen2-VL / Qwen2.5-VL family): images are cut into `patch` x
-    `patch` pixel patches (`temporal_patch` frames deep), encoded by `layers` transformer blocks, and each `merge` x
-    `merge` square of patches becomes one image token of the language model."""
+    """The vision tower of a vision-language model, of one of two kinds. `qwen2_vl` (Qwen2-VL / Qwen2.5-VL): images
+    at their own resolution are cut into `patch` x `patch` pixel patches (`temporal_patch` frames deep), encoded by
+    `layers` transformer blocks, and each `merge` x `merge` square of patches becomes one image token of the
+    language model. `siglip` (Gemma 3): every image is resized to `image_size` x `image_size` pixels, its patches
+    encoded by a SigLIP tower (two-matrix GELU MLP), then average-pooled into `tokens_per_image` image tokens."""
 
-    layers: int = Field(ge=1, description="Vision transformer blocks (Qwen2-VL's vision_config.depth).")
+    kind: Literal["qwen2_vl", "siglip"] = Field(
+        "qwen2_vl",
+        description="The tower's design: qwen2_vl (dynamic resolution, merged patches) or siglip (Gemma 3: fixed "
+        "image size, pooled into a fixed number of tokens per image).",
+    )
+    layers: int = Field(ge=1, description="Vision transformer blocks (vision_config.depth / num_hidden_layers).")
     hidden: int = Field(ge=1, description="Vision hidden size (vision_config.embed_dim / hidden_size).")
     heads: int = Field(ge=1, description="Vision attention heads.")
     intermediate: int = Field(ge=1, description="Vision MLP intermediate size.")
     patch: int = Field(14, ge=1, description="Patch side in pixels (vision_config.patch_size).")
-    merge: int = Field(2, ge=1, description="Patches merged per image token along each side (spatial_merge_size).")
-    temporal_patch: int = Field(2, ge=1, description="Frames per patch (temporal_patch_size; an image is repeated).")
+    merge: int = Field(
+        2, ge=1, description="qwen2_vl: patches merged per image token along each side (spatial_merge_size)."
+    )
+    temporal_patch: int = Field(
+        2, ge=1, description="qwen2_vl: frames per patch (temporal_patch_size; an image is repeated)."
+    )
+    image_size: int | None = Field(
+        None, ge=1, description="siglip: the side in pixels every image is resized to (vision_config.image_size)."
+    )
+    tokens_per_image: int | None = Field(
+        None, ge=1, description="siglip: image tokens per image after pooling (Gemma 3's mm_tokens_per_image)."
+    )
+
+    @model_validator(mode="after")
+    def _siglip_sized(self) -> "VisionArch":
+        """A SigLIP tower needs its image size and tokens per image, the patches pooling evenly into the tokens."""
+        if self.kind != "siglip":
+            return self
+        if self.image_size is None or self.tokens_per_image is None:
+            raise PydanticCustomError("siglip", "a siglip vision tower needs image_size and tokens_per_image")
+        side, per_side = self.image_size // self.patch, round(self.tokens_per_image**0.5)
+        if self.image_size % self.patch or per_side * per_side != self.tokens_per_image or side % per_side:
+            raise PydanticCustomError(
+                "siglip",
+                "a siglip tower's image_size ({size}) must be a multiple of patch ({patch}) and tokens_per_image "
+                "({tokens}) a square whose side divides image_size / patch",
+                {"size": self.image_size, "patch": self.patch, "tokens": self.tokens_per_image},
+            )
+        return self
 
 
 class ModelArch(Section):

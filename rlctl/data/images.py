@@ -24,6 +24,8 @@ from rlctl.errors import UserError
 if TYPE_CHECKING:
     from PIL.Image import Image
 
+    from rlctl.config.sections import VisionArch
+
 IMAGE_COLUMNS = ("images", "image")  # TRL's `images` (a list) and `image` (one)
 PLACEHOLDER = "<image>"  # verl's (and LLaVA's) image placeholder in text content
 MESSAGE_COLUMNS = ("prompt", "messages", "completion", "chosen", "rejected")  # where image parts may be
@@ -220,12 +222,21 @@ def tokens_per_image(width: int, height: int, patch: int, merge: int, min_pixels
     return (h // patch) * (w // patch) // (merge * merge)
 
 
+def tower_tokens(vision: VisionArch, width: int, height: int, min_pixels: int, max_pixels: int) -> int:
+    """Image tokens of one width x height image for `vision`'s tower: a SigLIP tower (Gemma 3) resizes every image to
+    its image_size and pools it into its tokens_per_image (pan-and-scan off); a Qwen2-VL tower's `tokens_per_image`."""
+    if vision.kind == "siglip":
+        return vision.tokens_per_image or 0
+    return tokens_per_image(width, height, vision.patch, vision.merge, min_pixels, max_pixels)
+
+
 @dataclass(frozen=True)
 class ImageBudget:
     """The image tokens one dataset's rows add to their prompts, as the planner counts them: the most per row, the
     most per image, the most images in a row, the processor's pixel bounds, and how many image sizes were read
     (`read` of `seen`); not `measured`: the data's images were not read (a Hub dataset), the worst case is planned,
-    one image per row at max_pixels."""
+    one image per row at max_pixels. `fixed_size`: the side every image is resized to (a SigLIP tower; 0: the
+    pixel bounds apply)."""
 
     tokens_per_row: int
     tokens_per_image: int
@@ -235,6 +246,7 @@ class ImageBudget:
     read: int = 0
     seen: int = 0
     measured: bool = True
+    fixed_size: int = 0
 
     def describe(self) -> str:
         """The budget in one line: tokens per row and per image, the pixel bounds and where the numbers came from."""
@@ -242,35 +254,44 @@ class ImageBudget:
         if self.read < self.seen:
             source += " (every image is checked when training starts)"
         if not self.measured:
-            source = "worst case: one image per row at max_pixels (the data's images are not read before training)"
+            largest = "" if self.fixed_size else " at max_pixels"
+            source = f"worst case: one image per row{largest} (the data's images are not read before training)"
         elif not self.seen:
             source = "the data holds no images"
+        if self.fixed_size:
+            size = f"every image resized to {self.fixed_size} x {self.fixed_size} px"
+        else:
+            size = f"pixels {self.min_pixels:,}..{self.max_pixels:,}"
         return (
             f"up to {self.tokens_per_row:,} image tokens per row ({self.images_per_row} image(s), up to "
-            f"{self.tokens_per_image:,} tokens each); pixels {self.min_pixels:,}..{self.max_pixels:,}; {source}"
+            f"{self.tokens_per_image:,} tokens each); {size}; {source}"
         )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """Its fields (`fixed_size` only for a SigLIP tower's)."""
+        return {k: v for k, v in asdict(self).items() if k != "fixed_size" or v}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ImageBudget:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
-def worst_case(patch: int, merge: int, min_pixels: int, max_pixels: int) -> ImageBudget:
+def worst_case(vision: VisionArch, min_pixels: int, max_pixels: int) -> ImageBudget:
     """The budget when the data's image sizes are not known: one image per row, as large as max_pixels allows (a
     grid of merged patches of at most max_pixels: max_pixels // (patch x merge)^2 tokens, e.g. 1,280 at 28 x 28 x
-    1280 pixels; at least the min_pixels image's)."""
-    most = max(max_pixels // (patch * merge) ** 2, tokens_per_image(1, 1, patch, merge, min_pixels, max_pixels))
-    return ImageBudget(most, most, 1, min_pixels, max_pixels, measured=False)
+    1280 pixels; at least the min_pixels image's); a SigLIP tower's fixed tokens per image."""
+    fixed = (vision.image_size or 0) if vision.kind == "siglip" else 0
+    most = tower_tokens(vision, 1, 1, min_pixels, max_pixels)
+    if not fixed:
+        most = max(max_pixels // (vision.patch * vision.merge) ** 2, most)
+    return ImageBudget(most, most, 1, min_pixels, max_pixels, measured=False, fixed_size=fixed)
 
 
 def budget(
-    sizes: list[list[tuple[int, int]]], patch: int, merge: int, min_pixels: int, max_pixels: int, seen: int
+    sizes: list[list[tuple[int, int]]], vision: VisionArch, min_pixels: int, max_pixels: int, seen: int
 ) -> ImageBudget:
     """The budget of rows whose images have these (width, height) sizes (one list per row read), of `seen` images."""
-    per_row = [[tokens_per_image(w, h, patch, merge, min_pixels, max_pixels) for w, h in row] for row in sizes]
+    per_row = [[tower_tokens(vision, w, h, min_pixels, max_pixels) for w, h in row] for row in sizes]
     return ImageBudget(
         max((sum(r) for r in per_row), default=0),
         max((t for r in per_row for t in r), default=0),
@@ -279,4 +300,5 @@ def budget(
         max_pixels,
         sum(len(r) for r in sizes),
         seen,
+        fixed_size=(vision.image_size or 0) if vision.kind == "siglip" else 0,
     )

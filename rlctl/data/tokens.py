@@ -17,39 +17,54 @@ from typing import Any
 from rlctl.data.images import PLACEHOLDER
 from rlctl.errors import UserError
 
-# a message's content: its text, or its parts in order (a vision-language prompt), each image part rendered as
-# Qwen2-VL's image placeholder, which the processor expands into the image's tokens
-CONTENT = (
-    "{% if message['content'] is string or not message['content'] %}{{ message['content'] or '' }}{% else %}"
-    "{% for part in message['content'] %}{% if part['type'] == 'image' or 'image' in part %}"
-    "{{ '<|vision_start|><|image_pad|><|vision_end|>' }}{% elif part['type'] == 'text' %}{{ part['text'] }}"
-    "{% endif %}{% endfor %}{% endif %}"
-)
-# ChatML; with `tools` (OpenAI schemas) and `tool` messages rendered as Qwen2.5 does: the tools listed in the system
-# turn, calls as <tool_call>{json}</tool_call>, results as <tool_response> blocks in one user turn.
-CHATML = (
-    "{% if tools %}{{ '<|im_start|>system\\n' }}{% if messages[0]['role'] == 'system' %}"
-    "{{ messages[0]['content'] + '\\n\\n' }}{% endif %}"
-    "{{ '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided "
-    "with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
-    "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
-    "{{ '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": '
-    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}{% endif %}"
-    "{% for message in messages %}"
-    "{% if message['role'] == 'tool' %}"
-    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{ '<|im_start|>user' }}{% endif %}"
-    "{{ '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
-    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{ '<|im_end|>\\n' }}{% endif %}"
-    "{% elif not (tools and loop.first and message['role'] == 'system') %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
-    + CONTENT
-    + "{% for call in message.get('tool_calls') or [] %}{% set f = call['function'] if 'function' in call else call %}"
-    "{{ ('\\n' if (message['content'] or not loop.first) else '') + '<tool_call>\\n{\\\"name\\\": \\\"' + f['name'] "
-    "+ '\\\", \\\"arguments\\\": ' + (f['arguments'] if f['arguments'] is string else f['arguments'] | tojson) "
-    "+ '}\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+
+def content(image: str) -> str:
+    """A message's content: its text, or its parts in order (a vision-language prompt), each image part rendered as
+    `image`, the family's image placeholder, which the processor expands into the image's tokens."""
+    return (
+        "{% if message['content'] is string or not message['content'] %}{{ message['content'] or '' }}{% else %}"
+        "{% for part in message['content'] %}{% if part['type'] == 'image' or 'image' in part %}"
+        "{{ '" + image + "' }}{% elif part['type'] == 'text' %}{{ part['text'] }}"
+        "{% endif %}{% endfor %}{% endif %}"
+    )
+
+
+QWEN2_VL_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+GEMMA3_IMAGE = "<start_of_image>"
+CONTENT = content(QWEN2_VL_IMAGE)
+
+
+def chatml(body: str = CONTENT) -> str:
+    """ChatML; with `tools` (OpenAI schemas) and `tool` messages rendered as Qwen2.5 does: the tools listed in the
+    system turn, calls as <tool_call>{json}</tool_call>, results as <tool_response> blocks in one user turn. Message
+    contents are rendered by `body` (`content`'s, with the family's image placeholder)."""
+    return (
+        "{% if tools %}{{ '<|im_start|>system\\n' }}{% if messages[0]['role'] == 'system' %}"
+        "{{ messages[0]['content'] + '\\n\\n' }}{% endif %}"
+        "{{ '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided "
+        "with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+        "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
+        "{{ '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+        '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": '
+        "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}{% endif %}"
+        "{% for message in messages %}"
+        "{% if message['role'] == 'tool' %}"
+        "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{ '<|im_start|>user' }}{% endif %}"
+        "{{ '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+        "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{ '<|im_end|>\\n' }}{% endif %}"
+        "{% elif not (tools and loop.first and message['role'] == 'system') %}"
+        "{{ '<|im_start|>' + message['role'] + '\\n' }}" + body + "{% for call in message.get('tool_calls') or [] %}"
+        "{% set f = call['function'] if 'function' in call else call %}"
+        "{{ ('\\n' if (message['content'] or not loop.first) else '') "
+        "+ '<tool_call>\\n{\\\"name\\\": \\\"' + f['name'] "
+        "+ '\\\", \\\"arguments\\\": ' + (f['arguments'] if f['arguments'] is string else f['arguments'] | tojson) "
+        "+ '}\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+
+
+CHATML = chatml()
+CHATML_GEMMA3 = chatml(content(GEMMA3_IMAGE))  # builtin:tiny-gemma3's: image parts as Gemma 3's placeholder
 # ChatML for tiny models: tools listed by name only (the Qwen2.5 description would fill a tiny context), tool
 # results as <tool_response> blocks in a user turn; calls are written by the model as <tool_call>{json}</tool_call>.
 CHATML_COMPACT = (

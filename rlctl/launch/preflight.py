@@ -318,7 +318,7 @@ def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report
             return
         if vision is not None and stage != "eval" and stage_rows:
             seen = sum(len(images.entries(r)) for r in stage_rows)
-            report.images[stage] = images.budget(sizes, vision.patch, vision.merge, *bounds, seen)
+            report.images[stage] = images.budget(sizes, vision, *bounds, seen)
 
 
 # ------------------------------------------------------------------------------------------------ tools

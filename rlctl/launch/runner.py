@@ -29,8 +29,8 @@ from rlctl.scrub import scrub
 
 
 def build_base(cfg: RunConfig, run_dir: Path) -> None:
-    """The random-init tiny model (builtin:tiny, or builtin:tiny-vlm with its processor), built once into
-    run_dir/base from the run's own data."""
+    """The random-init tiny model (builtin:tiny, or builtin:tiny-vlm / builtin:tiny-gemma3 with its processor),
+    built once into run_dir/base from the run's own data."""
     from rlctl.stages import tiny
 
     base = rundir.RunDir(run_dir).base

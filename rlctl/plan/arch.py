@@ -23,8 +23,31 @@ from rlctl.plan.parts import Noted
 
 DENSE = {"qwen2", "qwen3", "llama", "mistral", "gemma", "gemma2", "gemma3_text", "phi3", "phi", "olmo2", "granite"}
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
-# vision-language models whose vision tower the planner models (Qwen2-VL's design), and their text model_type
-VISION_LANGUAGE = {"qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text"}
+# vision-language models whose vision tower the planner models (Qwen2-VL's design, Gemma 3's SigLIP), and their text
+# model_type
+VISION_LANGUAGE = {"qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text", "gemma3": "gemma3_text"}
+# what transformers 5.17 reads where a Gemma 3 config.json leaves a number out (Gemma3TextConfig's, and
+# SiglipVisionConfig's and Gemma3Config's defaults): google/gemma-3-*-it's files omit several
+GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262_208,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "max_position_embeddings": 131_072,
+    "tie_word_embeddings": True,
+}
+SIGLIP_DEFAULTS = {
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "image_size": 224,
+    "patch_size": 16,
+}
+GEMMA3_TOKENS_PER_IMAGE = 256
 FETCH_TIMEOUT_S = 3.0
 CONFIG, PREPROCESSOR = "config.json", "preprocessor_config.json"
 
@@ -101,10 +124,23 @@ def locate(name_or_path: str) -> tuple[Path | None, str]:
     return None, "not in the local Hugging Face cache" + (" (HF_HUB_OFFLINE is set)" if offline() else "")
 
 
-def vision_from_config(vision: dict[str, Any]) -> VisionArch:
+def vision_from_config(vision: dict[str, Any], top: dict[str, Any] | None = None) -> VisionArch:
     """The vision tower's numbers from a Qwen2-VL / Qwen2.5-VL config.json's vision_config. Qwen2-VL's width is
     `embed_dim` (its `hidden_size` is the language model's) and its MLP two matrices of mlp_ratio x width, read as
-    the planner's three-matrix MLP of 2/3 that size (as Phi's)."""
+    the planner's three-matrix MLP of 2/3 that size (as Phi's). A Gemma 3 config's SigLIP tower (`top`: the whole
+    config, whose mm_tokens_per_image it pools into)."""
+    if (top or {}).get("model_type") == "gemma3":
+        v = SIGLIP_DEFAULTS | vision
+        return VisionArch(
+            kind="siglip",
+            layers=v["num_hidden_layers"],
+            hidden=v["hidden_size"],
+            heads=v["num_attention_heads"],
+            intermediate=v["intermediate_size"],
+            patch=v["patch_size"],
+            image_size=v["image_size"],
+            tokens_per_image=(top or {}).get("mm_tokens_per_image") or GEMMA3_TOKENS_PER_IMAGE,
+        )
     hidden = vision.get("embed_dim") or vision["hidden_size"]
     intermediate = vision.get("intermediate_size") or int(hidden * vision.get("mlp_ratio", 4)) * 2 // 3
     return VisionArch(
@@ -126,6 +162,9 @@ def arch_from_config(config: dict[str, Any], source: str) -> ModelArch:
     if vision_language:  # the text numbers: text_config's over the top level's (transformers 5 nests them)
         outer = {k: v for k, v in top.items() if k != "text_config"}
         config = {**outer, **(top.get("text_config") or {}), "model_type": "qwen2"}
+        if top["model_type"] == "gemma3":  # the text numbers under text_config alone, transformers' defaults filled
+            tied = {k: top[k] for k in ("tie_word_embeddings",) if k in top}
+            config = GEMMA3_TEXT_DEFAULTS | tied | (top.get("text_config") or {}) | {"model_type": "gemma3_text"}
     else:
         config = config.get("text_config") or config
     kind = config.get("model_type", "")
@@ -154,7 +193,7 @@ def arch_from_config(config: dict[str, Any], source: str) -> ModelArch:
         max_position=config.get("max_position_embeddings", 32768),
         tie_embeddings=bool(config.get("tie_word_embeddings", kind.startswith("gemma"))),
         head_dim=config["head_dim"] if config.get("head_dim") not in (None, hidden // heads) else None,
-        vision=vision_from_config(top["vision_config"]) if vision_language else None,
+        vision=vision_from_config(top["vision_config"], top) if vision_language else None,
     )
 
 

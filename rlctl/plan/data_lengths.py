@@ -62,7 +62,7 @@ def image_budgets(cfg: RunConfig, run_dir: str | Path, given: dict[str, ImageBud
     bounds = (cfg.data.min_pixels or DEFAULT_MIN_PIXELS, cfg.data.max_pixels or DEFAULT_MAX_PIXELS)
     out = {}
     for stage in cfg.stages:
-        out[stage] = given.get(stage) or worst_case(vision.patch, vision.merge, *bounds)
+        out[stage] = given.get(stage) or worst_case(vision, *bounds)
     return out
 
 

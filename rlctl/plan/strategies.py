@@ -12,10 +12,10 @@ from rlctl.plan.parts import Noted
 
 def embeddings_for_adapters(cfg: RunConfig) -> Noted[RunConfig]:
     """`cfg` with model.train_embeddings=auto resolved (so config.yaml holds it): on for builtin:tiny (and
-    builtin:tiny-vlm), a random-init model whose frozen embeddings, small and tied to the output head, cap how sure
-    its predictions can get, so adapters alone barely learn (SFT loss 5.1 against 1.1 with them trained); off for
-    pretrained models. Its decision is the one the plan shows when adapters train (none when embeddings stay
-    frozen)."""
+    builtin:tiny-vlm, builtin:tiny-gemma3), a random-init model whose frozen embeddings, small and tied to the output
+    head, cap how sure its predictions can get, so adapters alone barely learn (SFT loss 5.1 against 1.1 with them
+    trained); off for pretrained models. Its decision is the one the plan shows when adapters train (none when
+    embeddings stay frozen)."""
     m = cfg.model
     why = "set by you"
     if m.train_embeddings == "auto":

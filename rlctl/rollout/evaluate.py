@@ -72,9 +72,11 @@ def generate(
     try:
         for i in range(0, len(prompts), batch_size):
             texts = each_row(lambda p: prompt_text(p, tokenizer), prompts[i : i + batch_size], start=i)
-            pictures = [im for row in (images or [])[i : i + batch_size] for im in row]
-            if pictures:
-                enc = processor(text=texts, images=pictures, return_tensors="pt", padding=True).to(model.device)
+            pictures = (images or [])[i : i + batch_size]  # one list per prompt, as Gemma 3's processor needs
+            if any(pictures):
+                enc = processor(
+                    text=texts, images=pictures, return_tensors="pt", padding=True, add_special_tokens=False
+                ).to(model.device)
             else:
                 enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             ids = model.generate(
@@ -347,9 +349,11 @@ def sample(
     try:
         for i in range(0, len(prompts), batch_size):
             batch = [prompt_text(p, tokenizer) for p in prompts[i : i + batch_size]]
-            pictures = [im for row in (images or [])[i : i + batch_size] for im in row]
-            if pictures:
-                enc = processor(text=batch, images=pictures, return_tensors="pt", padding=True).to(model.device)
+            pictures = (images or [])[i : i + batch_size]  # one list per prompt, as Gemma 3's processor needs
+            if any(pictures):
+                enc = processor(
+                    text=batch, images=pictures, return_tensors="pt", padding=True, add_special_tokens=False
+                ).to(model.device)
             else:
                 enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             ids = model.generate(

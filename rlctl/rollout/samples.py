@@ -125,11 +125,12 @@ def token_logprobs(model, batch: Batch, temperature: float) -> Tensor:
     FSDP2, LoRA and autocast see an ordinary forward); the model itself projects one position. No
     [tokens x vocabulary] tensor is ever whole, and no division at temperature 1. Models whose logits the head alone
     does not make (soft-capped or scaled logits) get the plain forward. Rows with images pass their pixel values;
-    a vision-language model then computes its own (multimodal) positions."""
+    a Qwen2-VL-family model then computes its own (multimodal) positions."""
     t = batch.completion_ids.shape[1]
     inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "use_cache": False}
-    images = model_inputs(model, batch.input_ids, batch.vision)
-    inputs |= images or {"position_ids": batch.position_ids}
+    inputs |= model_inputs(model, batch.input_ids, batch.vision, batch.position_ids) or {
+        "position_ids": batch.position_ids
+    }
     head = _output_head(model)
     if head is None:
         logits = model(**inputs, logits_to_keep=t + 1).logits[:, :-1].float()

@@ -1,10 +1,11 @@
-"""Vision-language models (the Qwen2-VL family first): their processor, and a prompt's images as model inputs.
+"""Vision-language models (the Qwen2-VL family and Gemma 3): their processor, and a prompt's images as model inputs.
 
-A prompt with images is rendered by the chat template (one `<|vision_start|><|image_pad|><|vision_end|>` per image
-part), then the processor resizes the images (within its min/max pixels), cuts them into patches and repeats each
-`<|image_pad|>` once per image token, so the prompt ids already hold every image token. `VisionInputs` is what the
-model's forward pass needs beside them; `model_inputs` merges those of a batch's rows, with the token types Qwen2-VL's
-multimodal rotary positions are computed from.
+A prompt with images is rendered by the chat template (one image placeholder per image part: Qwen2-VL's
+`<|vision_start|><|image_pad|><|vision_end|>`, Gemma 3's `<start_of_image>`), then the processor resizes the images
+(Qwen2-VL: within its min/max pixels, cut into patches; Gemma 3: to its fixed size) and expands each placeholder into
+the image's tokens, so the prompt ids already hold every image token. `VisionInputs` is what the model's forward pass
+needs beside them; `model_inputs` merges those of a batch's rows, with the token types the family reads (Qwen2-VL's
+multimodal rotary positions, Gemma 3's bidirectional attention within an image). `FAMILIES` holds what differs.
 
 transformers 5.17 refuses to build a Qwen2-VL processor without torchvision (for its video processor) even for images
 alone; `load_processor` then builds the same processor with no video side (`ImagesOnly`), saved as the family's own
@@ -82,13 +83,42 @@ def processor_of(path: str | Path, trust_remote_code: bool = False):
     return load_processor(str(path), trust_remote_code) if is_vision_model(config) else None
 
 
+@dataclass(frozen=True)
+class Family:
+    """What differs between the vision-language families rlctl trains: the forward's image-token-type argument,
+    whether the model computes its own positions from it (else the batch's position ids are passed), and the
+    config keys of the image tokens a completion must never hold."""
+
+    token_types: str
+    own_positions: bool
+    special_tokens: tuple[str, ...]
+
+
+QWEN2_VL = Family(
+    "mm_token_type_ids", True, ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+)
+FAMILIES = {
+    "qwen2_vl": QWEN2_VL,
+    "qwen2_5_vl": QWEN2_VL,
+    # Gemma 3: image tokens attend to each other both ways (token_type_ids); plain 1D rotary positions
+    "gemma3": Family("token_type_ids", False, ("image_token_id", "boi_token_id", "eoi_token_id")),
+}
+
+
+def family(model: Any) -> Family:
+    """The vision-language family of `model` (a DDP wrapper's inner model), by its config's model_type."""
+    config = getattr(model, "module", model).config
+    return FAMILIES.get(config.model_type, QWEN2_VL)
+
+
 @dataclass
 class VisionInputs:
-    """One prompt's images as the model reads them: `pixel_values` [patches, channels x temporal x patch^2] and
-    `image_grid_thw` [images, 3] (each image's patch grid: frames, rows, columns)."""
+    """One prompt's images as the model reads them: `pixel_values` (Qwen2-VL: [patches, channels x temporal x
+    patch^2]; Gemma 3: [images, channels, size, size]) and `image_grid_thw` [images, 3] (Qwen2-VL's patch grid of
+    each image: frames, rows, columns; None for a fixed-size family)."""
 
     pixel_values: Tensor
-    image_grid_thw: Tensor
+    image_grid_thw: Tensor | None = None
 
 
 def row_images(row: dict[str, Any], base: Path | None) -> list:
@@ -101,32 +131,36 @@ def encode(processor: Any, text: str, images: list) -> tuple[list[int], VisionIn
     images' model inputs (None without images)."""
     if not images:
         return processor.tokenizer(text, add_special_tokens=False)["input_ids"], None
-    enc = processor(text=[text], images=images, return_tensors="pt")
-    return enc["input_ids"][0].tolist(), VisionInputs(enc["pixel_values"], enc["image_grid_thw"])
+    enc = processor(text=[text], images=images, return_tensors="pt", add_special_tokens=False)
+    return enc["input_ids"][0].tolist(), VisionInputs(enc["pixel_values"], enc.get("image_grid_thw"))
 
 
 def vision_token_ids(model: Any) -> list[int]:
     """The ids of a vision-language model's image and video placeholders and their delimiters: a completion must
     never hold one (the next forward pass would look for pixel values of an image that is not there)."""
     config = getattr(model, "module", model).config
-    keys = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
-    return [i for i in (getattr(config, k, None) for k in keys) if i is not None]
+    return [i for i in (getattr(config, k, None) for k in family(model).special_tokens) if i is not None]
 
 
-def model_inputs(model: Any, input_ids: Tensor, vision: list[VisionInputs | None]) -> dict[str, Tensor]:
+def model_inputs(
+    model: Any, input_ids: Tensor, vision: list[VisionInputs | None], position_ids: Tensor | None = None
+) -> dict[str, Tensor]:
     """The forward pass's image arguments for a batch whose rows carry `vision` (empty when none does): the rows'
-    pixel values and grids in row order, and the token types (1: image token) its multimodal positions need."""
+    pixel values (and Qwen2-VL's grids) in row order, the token types (1: image token) the family reads, and
+    `position_ids` (a scoring pass's; generation computes its own) for a family that does not compute its own."""
     present = [v for v in vision if v is not None]
     if not present:
         return {}
-    config = getattr(model, "module", model).config
+    config, fam = getattr(model, "module", model).config, family(model)
     image_token = getattr(config, "image_token_id", None)
     device = input_ids.device
-    return {
-        "pixel_values": torch.cat([v.pixel_values for v in present]).to(device),
-        "image_grid_thw": torch.cat([v.image_grid_thw for v in present]).to(device),
-        "mm_token_type_ids": (input_ids == image_token).int(),
-    }
+    out = {"pixel_values": torch.cat([v.pixel_values for v in present]).to(device)}
+    if present[0].image_grid_thw is not None:
+        out["image_grid_thw"] = torch.cat([v.image_grid_thw for v in present]).to(device)
+    out[fam.token_types] = (input_ids == image_token).int()
+    if position_ids is not None and not fam.own_positions:
+        out["position_ids"] = position_ids
+    return out
 
 
 def keep_tower_in_step(model: Any) -> Any:

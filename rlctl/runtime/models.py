@@ -6,6 +6,10 @@ from __future__ import annotations
 from rlctl.data import tokens
 from rlctl.runtime.context import StageContext
 
+# a vision-language model's vision tower, by module name: Qwen2-VL's `visual` (its merger included), Gemma 3's
+# `vision_tower` (SigLIP) and `multi_modal_projector`
+VISION_MODULES = ("visual", "vision_tower", "multi_modal_projector")
+
 
 def tokenizer(ctx: StageContext, path: str):
     from transformers import AutoTokenizer
@@ -96,11 +100,12 @@ def in_step(ctx: StageContext, model):
 
 
 def frozen_vision(ctx: StageContext, model):
-    """`model` with its vision tower (Qwen2-VL's `visual`, merger included) taking no gradients under
-    model.freeze_vision in full fine-tuning (LoRA freezes every base weight anyway)."""
+    """`model` with its vision tower (`VISION_MODULES`: Qwen2-VL's `visual`, merger included; Gemma 3's tower and
+    projector) taking no gradients under model.freeze_vision in full fine-tuning (LoRA freezes every base weight
+    anyway)."""
     if ctx.cfg.model.freeze_vision and ctx.plan.adapter == "full":
         for name, param in model.named_parameters():
-            if "visual" in name.split("."):
+            if set(VISION_MODULES) & set(name.split(".")):
                 param.requires_grad_(False)
     return model
 
@@ -143,11 +148,11 @@ def lora_config(ctx: StageContext, task_type: str | None = "CAUSAL_LM"):
 
     m = ctx.cfg.model
     # a vision-language model: adapters on the language model, and on the vision tower with model.lora_vision
-    # (Qwen2-VL's tower lives under `visual`); the tower trains no adapters otherwise
+    # (the tower's modules: VISION_MODULES); the tower trains no adapters otherwise
     heads: dict[str | None, list[str]] = {"TOKEN_CLS": ["score", "classifier"], None: ["score"]}
     exclude: str | list[str] | None = heads.get(task_type)
     if m.arch is not None and m.arch.vision is not None and not m.lora_vision:  # PEFT: a string is a regex
-        exclude = r".*\bvisual\b.*" + "".join(rf"|(.*\.)?{name}" for name in exclude or [])
+        exclude = rf".*\b(?:{'|'.join(VISION_MODULES)})\b.*" + "".join(rf"|(.*\.)?{name}" for name in exclude or [])
     # model.train_embeddings: the embeddings train whole beside the adapters, and a causal LM's output head with
     # them (kept tied to them when the model ties the two)
     embeddings = (["embed_tokens"] + (["lm_head"] if task_type == "CAUSAL_LM" else [])) if m.train_embeddings else None

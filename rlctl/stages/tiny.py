@@ -1,5 +1,6 @@
-"""The offline tiny models: a random-init Qwen2-architecture model (`builtin:tiny`) or Qwen2.5-VL vision-language
-model (`builtin:tiny-vlm`, with its processor) and a BPE tokenizer trained locally.
+"""The offline tiny models: a random-init Qwen2-architecture model (`builtin:tiny`), Qwen2.5-VL vision-language model
+(`builtin:tiny-vlm`) or Gemma 3 vision-language model (`builtin:tiny-gemma3`, a SigLIP tower: `model.arch.vision.kind`
+siglip), each VLM with its processor, and a BPE tokenizer trained locally.
 
 The tokenizer is trained with Qwen2's own pre-tokenizer regex, so reloading it through AutoTokenizer
 (which rebuilds Qwen2's pre-tokenizer) tokenizes exactly as it was trained.
@@ -12,23 +13,28 @@ import shutil
 from pathlib import Path
 
 from rlctl.config import ModelArch
-from rlctl.data.tokens import CHATML, EOS, SPECIAL_TOKENS, train_bpe
+from rlctl.data.tokens import CHATML, CHATML_GEMMA3, EOS, SPECIAL_TOKENS, train_bpe
 
 # lets conversational data (chat `messages`, verl's message-list prompts, tools) train; it renders a
 # vision-language prompt's image parts as Qwen2-VL's template does
 CHAT_TEMPLATE = CHATML
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]  # Qwen2-VL's
+# Gemma 3's image tokens, as its tokenizer names them (Gemma3Processor reads these attributes): the placeholder the
+# chat template writes, the soft token it expands into (one per image token) and the closing delimiter
+GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>", "eoi_token": "<end_of_image>"}
 
 
-def train_tokenizer(texts: list[str], vocab_size: int):
-    """A Qwen2Tokenizer whose byte-level BPE was trained on `texts`."""
+def train_tokenizer(texts: list[str], vocab_size: int, named: dict[str, str] | None = None):
+    """A Qwen2Tokenizer whose byte-level BPE was trained on `texts`; `named`: special tokens it names as attributes
+    (Gemma 3's image tokens)."""
     from transformers import Qwen2Tokenizer
 
     tok = train_bpe(texts, vocab_size)
     model = json.loads(tok.to_str())["model"]
     merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    extra = {"extra_special_tokens": named} if named else {}
     tokenizer = Qwen2Tokenizer(
-        vocab=model["vocab"], merges=merges, unk_token=None, bos_token=None, eos_token=EOS, pad_token=EOS
+        vocab=model["vocab"], merges=merges, unk_token=None, bos_token=None, eos_token=EOS, pad_token=EOS, **extra
     )
     tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:]})  # one token each, as in Qwen2
     tokenizer.chat_template = CHAT_TEMPLATE
@@ -39,16 +45,22 @@ def build(
     out_dir: Path, arch: ModelArch, texts: list[str], seed: int, pixels: tuple[int | None, int | None] = (None, None)
 ) -> Path:
     """Write a random-init Qwen2 model and its tokenizer to `out_dir` (atomically); with `arch.vision` a Qwen2.5-VL
-    model and its processor (`pixels`: data.min_pixels / max_pixels); returns `out_dir`."""
+    model (a siglip tower: Gemma 3) and its processor (`pixels`: data.min_pixels / max_pixels); returns
+    `out_dir`."""
     import torch
     from transformers import GenerationConfig
 
-    tokenizer = train_tokenizer(texts, arch.vocab)
+    gemma3 = arch.vision is not None and arch.vision.kind == "siglip"
+    tokenizer = train_tokenizer(texts, arch.vocab, GEMMA3_TOKENS if gemma3 else None)
     if arch.vision is not None:  # as Qwen2.5-VL-Instruct's: a reply ends at <|im_end|>, its EOS
-        tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:] + VISION_TOKENS})
+        vision_tokens = [] if gemma3 else VISION_TOKENS  # Gemma 3's were named above
+        tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:] + vision_tokens})
         tokenizer.eos_token = "<|im_end|>"
     torch.manual_seed(seed)
-    model = _vlm(arch, tokenizer) if arch.vision is not None else _lm(arch, tokenizer)
+    if arch.vision is None:
+        model = _lm(arch, tokenizer)
+    else:
+        model = _gemma3(arch, tokenizer) if gemma3 else _vlm(arch, tokenizer)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False
     )
@@ -56,7 +68,7 @@ def build(
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     if arch.vision is not None:
-        processor(arch, tokenizer, *pixels).save_pretrained(tmp)
+        (gemma3_processor(arch, tokenizer) if gemma3 else processor(arch, tokenizer, *pixels)).save_pretrained(tmp)
     else:
         tokenizer.save_pretrained(tmp)
     tmp.rename(out_dir)
@@ -126,6 +138,55 @@ def _vlm(arch: ModelArch, tokenizer):
     return Qwen2_5_VLForConditionalGeneration(config)
 
 
+def _gemma3(arch: ModelArch, tokenizer):
+    """A random-init Gemma 3 model: the language model of `arch` (its sliding window as long as the context, so every
+    layer attends to it all), the SigLIP tower of `arch.vision` and the projector pooling its patches into
+    `tokens_per_image` image tokens. transformers initialises the projection at zero; a random one here makes the
+    random-init model read its images from the start, as the tiny Qwen2.5-VL does."""
+    import torch
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    v, head_dim = arch.vision, arch.head_dim or arch.hidden // arch.heads
+    ids = {k: tokenizer.convert_tokens_to_ids(t) for k, t in GEMMA3_TOKENS.items()}
+    text = {
+        "vocab_size": max(arch.vocab, len(tokenizer)),
+        "hidden_size": arch.hidden,
+        "intermediate_size": arch.intermediate,
+        "num_hidden_layers": arch.layers,
+        "num_attention_heads": arch.heads,
+        "num_key_value_heads": arch.kv_heads,
+        "head_dim": head_dim,
+        "query_pre_attn_scalar": head_dim,
+        "max_position_embeddings": arch.max_position,
+        "sliding_window": arch.max_position,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": None,
+    }
+    vision = {
+        "num_hidden_layers": v.layers,
+        "hidden_size": v.hidden,
+        "intermediate_size": v.intermediate,
+        "num_attention_heads": v.heads,
+        "patch_size": v.patch,
+        "image_size": v.image_size,
+        "vision_use_head": False,
+    }
+    config = Gemma3Config(
+        text_config=text,
+        vision_config=vision,
+        mm_tokens_per_image=v.tokens_per_image,
+        tie_word_embeddings=arch.tie_embeddings,
+        boi_token_index=ids["boi_token"],
+        eoi_token_index=ids["eoi_token"],
+        image_token_index=ids["image_token"],
+    )
+    model = Gemma3ForConditionalGeneration(config)
+    projection = model.model.multi_modal_projector.mm_input_projection_weight
+    torch.nn.init.normal_(projection.data, std=config.initializer_range)
+    return model
+
+
 def _mrope(arch: ModelArch) -> list[int]:
     """Qwen2-VL's multimodal rotary split of a head's half-dimension into (time, height, width) sections."""
     half = (arch.head_dim or arch.hidden // arch.heads) // 2
@@ -149,3 +210,14 @@ def processor(arch: ModelArch, tokenizer, min_pixels: int | None, max_pixels: in
         patch_size=v.patch, temporal_patch_size=v.temporal_patch, merge_size=v.merge, **bounds
     )
     return ImagesOnly(images, tokenizer, chat_template=CHAT_TEMPLATE)
+
+
+def gemma3_processor(arch: ModelArch, tokenizer):
+    """The tiny Gemma 3's processor: Gemma 3's image processor (Pillow backend) at the tower's image size, the
+    tokenizer, `tokens_per_image` soft tokens per image and the chat template that renders image parts."""
+    from transformers import Gemma3Processor
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    v = arch.vision
+    images = Gemma3ImageProcessorPil(size={"height": v.image_size, "width": v.image_size})
+    return Gemma3Processor(images, tokenizer, chat_template=CHATML_GEMMA3, image_seq_length=v.tokens_per_image)

@@ -55,7 +55,9 @@ def token_values(critic, batch: Batch) -> Tensor:
     classifier's backbone builds one by default, as its config's use_cache says)."""
     t = batch.completion_ids.shape[1]
     inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "use_cache": False}
-    inputs |= model_inputs(critic, batch.input_ids, batch.vision) or {"position_ids": batch.position_ids}
+    inputs |= model_inputs(critic, batch.input_ids, batch.vision, batch.position_ids) or {
+        "position_ids": batch.position_ids
+    }
     return critic(**inputs).logits[:, -t - 1 : -1, 0].float()
 
 

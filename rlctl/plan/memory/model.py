@@ -387,14 +387,15 @@ def vision_trains(env: Env, setup: Setup) -> bool:
 
 
 def vision_activations(arch: Arch, env: Env, setup: Setup, wl: Workload, sequences: int, grad: bool = True) -> float:
-    """The vision tower's activations for the images of `sequences` rows: image tokens x merge^2 patches each. A
+    """The vision tower's activations for the images of `sequences` rows: image tokens x the patches each stands for
+    (`Vision.patches_per_token`: merge^2; siglip: an image's patches / its tokens). A
     tower that trains (`grad`, `vision_trains`) keeps every block's tensors for backward (with checkpointing, each
     block's input and one block recomputed); a frozen one, or one under no_grad (generation), one block's at a
     time."""
     v = arch.vision
     if v is None or not wl.image_tokens:
         return 0.0
-    patches = sequences * wl.image_tokens * v.merge * v.merge
+    patches = sequences * wl.image_tokens * v.patches_per_token
     ab = 4.0 if master_weights(env, setup) else env.wb
     per_block = v.act_bytes_per_patch_layer(ab)
     if not grad or not vision_trains(env, setup):
