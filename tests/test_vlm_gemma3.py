@@ -20,7 +20,7 @@ from rlctl.rollout.samples import Sample, collate, token_logprobs
 from rlctl.rollout.vision import encode, load_processor, model_inputs, row_images, vision_token_ids
 from rlctl.stages import tiny
 from rlctl.trainer.models import VisionValueModel, token_values
-from tests.helpers import run_once, summary
+from tests.helpers import rlctl, run_once, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 TOWER = ("vision_tower", "multi_modal_projector")
@@ -154,6 +154,20 @@ def test_freeze_vision_keeps_the_tower_and_projector_bit_identical(built):
         assert torch.equal(p, before[name]) == (name in tower), name
 
 
+def test_builtin_chat_templates_render_gemma3_image_parts_for_a_siglip_tower():
+    from rlctl import config
+    from rlctl.data import tokens
+
+    gemma3 = config.resolve(preset="tiny-gemma3-demo", hardware="cpu").model.arch
+    qwen = config.resolve(preset="tiny-vlm-demo", hardware="cpu").model.arch
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What colour?"}]}]
+    for name in ("chatml", "chatml-compact"):
+        text = tokens.render(tokens.template_text(name, tokens.image_placeholder(gemma3)), messages)
+        assert text == "<|im_start|>user\n<start_of_image>What colour?<|im_end|>\n"
+        assert tokens.template_text(name, tokens.image_placeholder(qwen)) == tokens.BUILTIN_TEMPLATES[name]
+    assert tokens.image_placeholder(None) == tokens.QWEN2_VL_IMAGE
+
+
 # ------------------------------------------------------------------------------------------- the demo, end to end
 @pytest.fixture(scope="module")
 def gemma3_run(tmp_path_factory) -> Path:
@@ -170,6 +184,29 @@ def test_gemma3_demo_learns_at_each_stage(gemma3_run: Path):
     assert acc["rl"] > acc["sft"] + 0.1, acc  # exact match teaches yellow
     for name in ("base/processor_config.json", "sft/final/processor_config.json", "rl/final/processor_config.json"):
         assert (gemma3_run / name).is_file(), name
+
+
+@pytest.mark.slow
+def test_gemma3_tool_run_trains_and_evaluates_with_its_images(gemma3_run: Path, tmp_path: Path):
+    """rl.tools on the demo's SFT model with the built-in chatml-compact (its image parts as Gemma 3's
+    placeholder): each rollout is multi-turn with the prompt's image; `rlctl eval` of the run rolls out the same
+    way."""
+    run = tmp_path / "tools"
+    args = ["--preset", "tiny-gemma3-demo", "--stages", "rl", "--run-dir", str(run)]
+    sets = [f"model.name_or_path={gemma3_run / 'sft' / 'final'}", "rl.tools=[calculator]"]
+    sets += ["data.chat_template=chatml-compact", "data.max_prompt_length=64", "rl.max_steps=2"]
+    for key in (*sets, "rl.max_new_tokens=8", "rl.eval_samples=16"):
+        args += ["--set", key]
+    proc = rlctl("train", *args, env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    s = summary(run)
+    assert s["completed"] == ["rl"] and s["stages"]["rl"]["eval_turns"] >= 1, s["stages"]
+    assert "<start_of_image>" in (run / "rl" / "final" / "chat_template.jinja").read_text()
+    report = tmp_path / "eval.json"
+    proc = rlctl("eval", str(run), "--out", str(report), "--limit", "8", env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    result = json.loads(report.read_text())
+    assert result["prompts"] == 8 and result["turns"] >= 1
 
 
 # ------------------------------------------------------------------------------------------------ the planner
@@ -247,9 +284,7 @@ def test_gemma3_image_tokens_and_tower_activations_are_planned_per_image():
     assert mm.vision_activations(arch, env, mm.Setup("single", "full"), wl, 3) == 3 * 2 * 4 * arch.vision.layers * per
 
 
-def test_tiny_gemma3_demo_plans_its_tower_and_one_token_per_image(tmp_path):
-    from tests.helpers import rlctl
-
+def test_tiny_gemma3_demo_plans_its_tower_and_one_token_per_image():
     proc = rlctl("plan", "--preset", "tiny-gemma3-demo", "--hardware", "cpu", "--json")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)

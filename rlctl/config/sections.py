@@ -216,7 +216,8 @@ class DataConfig(Section):
         description="Chat template for conversational data (message lists): `chatml` (Qwen2.5's tool format), "
         "`chatml-compact` (tools listed by name) or a Jinja file; replaces the tokenizer's own (and a vision-language "
         "processor's). Needed when the tokenizer has none (GPT-2 and other base models), or for rl.tools when its "
-        "template lists no tools (Qwen2.5-VL's); the built-ins render image parts as Qwen2-VL does.",
+        "template lists no tools (Qwen2.5-VL's); the built-ins render image parts as the model's family does "
+        "(Qwen2-VL's placeholder, or Gemma 3's for a siglip vision tower).",
     )
     min_pixels: int | None = Field(
         None,

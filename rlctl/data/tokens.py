@@ -77,10 +77,18 @@ CHATML_COMPACT = (
 BUILTIN_TEMPLATES = {"chatml": CHATML, "chatml-compact": CHATML_COMPACT}
 
 
-def template_text(setting: str) -> str:
-    """The Jinja text `data.chat_template` names: a built-in (`chatml`) or a file."""
+def image_placeholder(arch: Any) -> str:
+    """What a built-in chat template renders an image part as for the model of `arch` (its ModelArch, or None):
+    Gemma 3's placeholder for its SigLIP tower, else Qwen2-VL's."""
+    vision = getattr(arch, "vision", None)
+    return GEMMA3_IMAGE if vision is not None and vision.kind == "siglip" else QWEN2_VL_IMAGE
+
+
+def template_text(setting: str, image: str = QWEN2_VL_IMAGE) -> str:
+    """The Jinja text `data.chat_template` names: a built-in (`chatml`), its image parts rendered as `image` (the
+    model family's placeholder, `image_placeholder`), or a file."""
     if setting in BUILTIN_TEMPLATES:
-        return BUILTIN_TEMPLATES[setting]
+        return BUILTIN_TEMPLATES[setting].replace(CONTENT, content(image))
     path = Path(setting).expanduser()
     if not path.is_file():
         raise UserError(

@@ -164,7 +164,7 @@ def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict
     needs = [stage for stage, r in rows.items() if data.conversational(r) or (stage == "rl" and cfg.rl.tools)]
     if cfg.data.chat_template:
         try:
-            template = tokens.template_text(cfg.data.chat_template)
+            template = tokens.template_text(cfg.data.chat_template, tokens.image_placeholder(cfg.model.arch))
         except UserError as e:
             report.errors.append(str(e))
             return None

@@ -11,12 +11,17 @@ from rlctl.runtime.context import StageContext
 VISION_MODULES = ("visual", "vision_tower", "multi_modal_projector")
 
 
+def template(ctx: StageContext) -> str:
+    """The user's chat template (data.chat_template; a built-in renders images as the model family does)."""
+    return tokens.template_text(ctx.cfg.data.chat_template, tokens.image_placeholder(ctx.cfg.model.arch))
+
+
 def tokenizer(ctx: StageContext, path: str):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=ctx.cfg.model.trust_remote_code)
     if ctx.cfg.data.chat_template:  # the user's template (saved with every stage's model)
-        tok.chat_template = tokens.template_text(ctx.cfg.data.chat_template)
+        tok.chat_template = template(ctx)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -69,7 +74,7 @@ def processor(ctx: StageContext, path: str):
     if proc is None:
         return None
     if ctx.cfg.data.chat_template:
-        proc.chat_template = proc.tokenizer.chat_template = tokens.template_text(ctx.cfg.data.chat_template)
+        proc.chat_template = proc.tokenizer.chat_template = template(ctx)
     if proc.tokenizer.pad_token is None:
         proc.tokenizer.pad_token = proc.tokenizer.eos_token
     return proc
