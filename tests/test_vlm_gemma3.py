@@ -291,3 +291,20 @@ def test_tiny_gemma3_demo_plans_its_tower_and_one_token_per_image():
     assert plan["images"]["rl"]["tokens_per_row"] == 1 and plan["images"]["rl"]["fixed_size"] == 28
     tower = next(d for d in plan["decisions"] if d["setting"] == "vision tower")
     assert "SigLIP" in tower["why"] and "pooled into 1 token" in tower["why"]
+
+
+def test_gemma3_is_never_sharded_with_fsdp2_over_several_processes(tmp_path):
+    """google/gemma-3-4b-it on 8 GPUs: the planner picks no FSDP2 (its processes' collectives can diverge, see
+    docs/vlm.md), and hardware.strategy=fsdp2 is refused, exit 2 with nothing written."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(GEMMA3_4B))
+    sets = ["--set", f"model.name_or_path={tmp_path / 'model'}", "--set", "data.chat_template=chatml"]
+    proc = rlctl("plan", "--preset", "tiny-gemma3-demo", "--hardware", "8xH100-80GB", *sets, "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["strategy"] != "fsdp2" and all(s["strategy"] != "fsdp2" for s in plan["stages"])
+    run = tmp_path / "run"
+    proc = rlctl("plan", "--preset", "tiny-gemma3-demo", "--hardware", "8xH100-80GB", *sets,
+                 "--set", "hardware.strategy=fsdp2", "--run-dir", str(run))  # fmt: skip
+    assert proc.returncode == 2 and "SigLIP vision tower (Gemma 3)" in proc.stderr, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and not run.exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rlctl.errors import UserError
 from rlctl.plan.memory.arch import Arch
 from rlctl.plan.memory.generation import generation_chunks, transformers_generation, vllm_generation
 from rlctl.plan.memory.model import (
@@ -218,6 +219,16 @@ def candidates(cfg: RunConfig, env: Env) -> list[Setup]:
         picked = [s for s in order if s.strategy == strategy or (strategy != "fsdp2" and s.strategy == rep)]
         picked = [s._replace(strategy=strategy) for s in picked]
         order = picked or [Setup(strategy, adapter if adapter != "auto" else "full")]
+    vision = cfg.model.arch.vision if cfg.model.arch is not None else None
+    if vision is not None and vision.kind == "siglip" and env.world > 1:  # Gemma 3: FSDP2's collectives diverge
+        if strategy == "fsdp2":
+            raise UserError(
+                f"hardware.strategy=fsdp2: {cfg.model.name_or_path} has a SigLIP vision tower (Gemma 3), which rlctl "
+                "cannot shard with FSDP2 over several processes yet (a process whose batch holds no image leaves "
+                "the processes' collectives out of step). Use hardware.strategy=ddp (with model.adapter=lora when "
+                "full weights do not fit) or one process. See docs/vlm.md."
+            )
+        order = [s for s in order if s.strategy != "fsdp2"]
     offload = cfg.hardware.optimizer_offload
     if rl and offload != "auto" and not env.is_cpu:  # on CPU a no-op: the memory model keeps the state in RAM
         kept = [s for s in order if s.phase_offload == offload]
