@@ -313,9 +313,7 @@ def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report
         if any(sizes) and cfg.model.arch is not None and vision is None:
             report.errors.append(
                 f"The {stage} data ({info.source}) holds images, but {cfg.model.name_or_path} has no vision tower "
-                "(model.arch.vision) that rlctl trains: the Qwen2-VL family and Gemma 3 have one, other "
-                "vision-language families are planned as their language model. Train one of those (--preset "
-                "qwen2.5-vl-3b-grpo), or drop the images."
+                "(model.arch.vision) rlctl trains (Qwen2-VL, Gemma 3): train such a model, or drop the images."
             )
             return
         if vision is not None and stage != "eval" and stage_rows:
