@@ -78,20 +78,24 @@ def build(
 def _lm(arch: ModelArch, tokenizer):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(
-        vocab_size=max(arch.vocab, len(tokenizer)),
-        hidden_size=arch.hidden,
-        intermediate_size=arch.intermediate,
-        num_hidden_layers=arch.layers,
-        num_attention_heads=arch.heads,
-        num_key_value_heads=arch.kv_heads,
-        max_position_embeddings=arch.max_position,
-        tie_word_embeddings=arch.tie_embeddings,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    return Qwen2ForCausalLM(config)
+    return Qwen2ForCausalLM(Qwen2Config(**_text_config(arch, tokenizer), tie_word_embeddings=arch.tie_embeddings))
+
+
+def _text_config(arch: ModelArch, tokenizer) -> dict:
+    """The language model's numbers from `arch` and the tokenizer's special ids, as every tiny model's config
+    takes them (the vocabulary grown to the tokenizer's added tokens; no BOS)."""
+    return {
+        "vocab_size": max(arch.vocab, len(tokenizer)),
+        "hidden_size": arch.hidden,
+        "intermediate_size": arch.intermediate,
+        "num_hidden_layers": arch.layers,
+        "num_attention_heads": arch.heads,
+        "num_key_value_heads": arch.kv_heads,
+        "max_position_embeddings": arch.max_position,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": None,
+    }
 
 
 def _vlm(arch: ModelArch, tokenizer):
@@ -101,18 +105,8 @@ def _vlm(arch: ModelArch, tokenizer):
 
     v = arch.vision
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS}
-    text = {
-        "vocab_size": max(arch.vocab, len(tokenizer)),
-        "hidden_size": arch.hidden,
-        "intermediate_size": arch.intermediate,
-        "num_hidden_layers": arch.layers,
-        "num_attention_heads": arch.heads,
-        "num_key_value_heads": arch.kv_heads,
-        "max_position_embeddings": arch.max_position,
+    text = _text_config(arch, tokenizer) | {
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": _mrope(arch)},
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-        "bos_token_id": None,
     }
     vision = {
         "depth": v.layers,
@@ -148,20 +142,10 @@ def _gemma3(arch: ModelArch, tokenizer):
 
     v, head_dim = arch.vision, arch.head_dim or arch.hidden // arch.heads
     ids = {k: tokenizer.convert_tokens_to_ids(t) for k, t in GEMMA3_TOKENS.items()}
-    text = {
-        "vocab_size": max(arch.vocab, len(tokenizer)),
-        "hidden_size": arch.hidden,
-        "intermediate_size": arch.intermediate,
-        "num_hidden_layers": arch.layers,
-        "num_attention_heads": arch.heads,
-        "num_key_value_heads": arch.kv_heads,
+    text = _text_config(arch, tokenizer) | {
         "head_dim": head_dim,
         "query_pre_attn_scalar": head_dim,
-        "max_position_embeddings": arch.max_position,
         "sliding_window": arch.max_position,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-        "bos_token_id": None,
     }
     vision = {
         "num_hidden_layers": v.layers,
