@@ -37,9 +37,3 @@ def test_every_subpackage_is_in_a_layer_and_says_what_it_may_import():
         assert said, f"rlctl/{pkg}/__init__.py: the docstring says what the package may import"
         expected = "every other package" if pkg == codemap.LAYERS[-1][0] else ", ".join(codemap.may_import(pkg))
         assert " ".join(said[1].split()) == expected, pkg
-
-
-def test_no_module_over_500_lines():
-    paths = codemap.modules().values()
-    sizes = {str(path.relative_to(codemap.PKG.parent)): len(path.read_text().splitlines()) for path in paths}
-    assert {name: n for name, n in sizes.items() if n > 500} == {}
