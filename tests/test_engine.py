@@ -248,7 +248,10 @@ def test_rlctl_loop_rolls_out_through_colocated_vllm(adapter, demo_run, tmp_path
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [x for x in records if x.get("stage") == "rl" and "step" in x and "event" not in x]
     phases = ("time_sync", "time_generate", "time_score", "time_prepare", "time_update")
-    assert len(steps) == 2 and all(x[k] > 0 for x in steps for k in phases), "each phase's seconds, every step"
+    # seconds are logged to 0.1 ms: a phase as short as the stand-in's sync may round to 0, generating and updating
+    # a model never do
+    assert len(steps) == 2 and all(x[k] >= 0 for x in steps for k in phases), "each phase's seconds, every step"
+    assert all(x["time_generate"] > 0 and x["time_update"] > 0 for x in steps)
 
 
 def test_vllm_code_lives_in_one_module():
