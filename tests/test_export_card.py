@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlctl.after import export
+from rlctl.after.card import model_card
 from rlctl.config import RunConfig
 from rlctl.rundir import Summary
 from tests.helpers import rlctl, summary
@@ -75,7 +75,7 @@ def test_card_metadata_for_hub_base_and_data(tmp_path: Path):
     stats = Summary.from_json(
         {"stages": {"base": {"eval_accuracy": 0.25}, "rl": {"eval_accuracy": 0.5, "eval_reward": 0.75}}}
     )
-    card = ModelCard(export.model_card(hub_cfg, stats, "rl", repo_id="alice/m"))
+    card = ModelCard(model_card(hub_cfg, stats, "rl", repo_id="alice/m"))
     assert card.data.base_model == "Qwen/Qwen2.5-0.5B-Instruct"
     assert card.data.datasets == ["openai/gsm8k"]
     assert card.data.model_name == "alice/m"
@@ -91,7 +91,7 @@ def test_card_metadata_for_hub_base_and_data(tmp_path: Path):
     rows = tmp_path / "prompts.jsonl"
     rows.write_text('{"prompt": "1+1", "answer": "2"}\n')
     local_cfg = RunConfig(model={"name_or_path": str(base)}, data={"rl": str(rows)}, stages=["rl"])
-    card = ModelCard(export.model_card(local_cfg, Summary(), "rl", where="/models/x"))
+    card = ModelCard(model_card(local_cfg, Summary(), "rl", where="/models/x"))
     assert card.data.license == "apache-2.0", "the license is read from the local base model's card"
     assert card.data.base_model is None and card.data.datasets is None, "local paths stay out of the metadata"
     assert "`prompts.jsonl` (local file, `data.rl`)" in card.text and "`my-base`" in card.text

@@ -251,6 +251,7 @@ def export(
     touched): the HF export built in the staging folder, converted, verified (`verify`), then dropped; the card
     loads it from `repo_id` when given (`--push`), else from `out`. Returns the
     folder, the note of a damaged summary.json (see export.Source) and what the verification showed."""
+    from rlctl.after import card
     from rlctl.after import export as hf_export
     from rlctl.plan import final_policy
 
@@ -270,7 +271,7 @@ def export(
             convert(hf, tmp / name, gguf_type, cfg.name)
             verified = verify(hf, tmp, name, gguf_type)
             shutil.rmtree(hf)
-            card = hf_export.model_card(cfg, summary, stage, repo_id=repo_id, where=str(out.resolve()), gguf_file=name)
+            card = card.model_card(cfg, summary, stage, repo_id=repo_id, where=str(out.resolve()), gguf_file=name)
             notes = "".join(f"\n**Note:** {w[0].upper()}{w[1:]}.\n" for w in verified.warnings)
             (tmp / "README.md").write_text(card + notes)
             safewrite.publish(tmp, out, KIND, force)

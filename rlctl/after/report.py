@@ -127,7 +127,7 @@ def _hms(seconds: float) -> str:
 
 
 def markdown(cfg, summary: Summary, records: list[dict], plots: dict[str, Path], run_dir: Path, tb: Path | None) -> str:
-    from rlctl.after.export import _hyperparameters
+    from rlctl.after.card import hyperparameters
 
     stages = cfg.stages
     label = [f"{s} ({cfg.rl.algorithm})" if s == "rl" else s for s in stages]
@@ -161,7 +161,7 @@ def markdown(cfg, summary: Summary, records: list[dict], plots: dict[str, Path],
     else:
         lines.append("- **data**: " + (", ".join(f"{r} `{p}`" for r, p in sources.items()) or "none"))
     for stage in stages:
-        params = ", ".join(f"{k}={v}" for k, v in _hyperparameters(cfg, stage).items())
+        params = ", ".join(f"{k}={v}" for k, v in hyperparameters(cfg, stage).items())
         lines.append(f"- **{stage}**: {params}")
     if "rl" in stages:
         rewards = ", ".join(f"`{r.name}` x{r.weight:g}" for r in cfg.rl.rewards)
