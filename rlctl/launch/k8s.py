@@ -138,7 +138,7 @@ def resources(job: Job, pods: Pods) -> list[dict[str, Any]]:
                 # exit 2: bad input (config, data): a retry would fail the same way
                 {"action": "FailJob", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": [2]}},
                 # preemption, eviction, a lost node: a replacement pod resumes, not counted as a retry
-                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             ]
         },
         "template": {"metadata": {"labels": labels}, "spec": pod_spec},
