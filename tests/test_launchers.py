@@ -161,9 +161,13 @@ def test_elastic_plan_uses_c10d_and_the_agent(tmp_path: Path):
     plan = json.loads(proc.stdout)
     assert (plan["accelerate"]["rdzv_backend"], plan["accelerate"]["same_network"]) == ("c10d", False)
     assert plan["launch"].endswith(
-        "--main_process_ip node0 --main_process_port 29500 --max_restarts 3 --rdzv_conf join_timeout=300 "
+        "--main_process_ip node0 --main_process_port 29500 --max_restarts 3 --rdzv_backend c10d "
+        "--rdzv_conf join_timeout=300,is_host=1 "
         f"-m rlctl.launch.runner {tmp_path / 'run'}"
     )
+    other = rlctl("plan", *MULTI, "--run-dir", str(tmp_path / "run"), "--json", "--main-address", "node0", *elastic,
+                  "--node-rank", "1")  # fmt: skip
+    assert "--rdzv_conf join_timeout=300,is_host=0 " in json.loads(other.stdout)["launch"]  # a client of node 0's store
 
 
 # ------------------------------------------------------------------------------------------- two local nodes
@@ -184,7 +188,7 @@ class Pods:
         hosts = tmp_path / "hosts"
         nodes = objects["Job"]["spec"]["completions"]
         names = " ".join(f"{name}-{i}.{name}" for i in range(nodes))
-        hosts.write_text(f"127.0.0.1 localhost {names}\n")
+        hosts.write_text(f"127.0.0.1 {names}\n" + Path("/etc/hosts").read_text())  # the pod's own names kept
         bind = 'mount --bind "$0" /etc/hosts && exec "$@"'
         self.netns = ["unshare", "--mount", "bash", "-c", bind, str(hosts)]
         if subprocess.run([*self.netns, "true"], capture_output=True).returncode:  # not root: a user namespace
@@ -298,3 +302,21 @@ def test_sky_task_runs_two_nodes(tmp_path: Path):
     plan = json.loads((run / "plan.json").read_text())
     assert (plan["accelerate"]["num_machines"], plan["accelerate"]["main_process_ip"]) == (2, "127.0.0.1")
     assert (run / "logs" / "train.log").stat().st_size and (run / "logs" / "train.node1.log").stat().st_size
+
+
+def test_restarts_round_trip_summary_json_and_name_the_replaced_nodes():
+    """summary.json `restarts` reads back as written (a key this rlctl does not know kept); the nodes whose agent
+    counts fewer restarts than the survivors' are the replaced ones."""
+    from rlctl.launch.restarts import ProcessStart, lost_nodes
+    from rlctl.rundir import Summary
+
+    written = {"run": "r", "model": "m", "stages": {}, "completed": []}
+    written["restarts"] = [
+        {"restart": 1, "lost_nodes": [1], "stage": "rl", "reached_step": 7, "resumed_from": "rl/checkpoints/x-6",
+         "time": 1.5, "later_key": True},
+        {"restart": 2, "lost_nodes": [], "stage": "rl", "reached_step": 9, "resumed_from": None, "time": 2.0},
+    ]  # fmt: skip
+    assert Summary.from_json(written).to_json() == written
+    starts = [ProcessStart(0, 2), ProcessStart(0, 2), ProcessStart(1, 0), ProcessStart(2, 1), ProcessStart(1, 0)]
+    assert lost_nodes(starts) == [1, 2]
+    assert lost_nodes([ProcessStart(0, 1), ProcessStart(1, 1)]) == []  # a process failed, no node was replaced

@@ -15,10 +15,10 @@ import typer
 from rlctl.cli.app import AlgoOpt, ConfigOpt, HwOpt, NodesOpt, PresetOpt, SetOpt, StagesOpt, _resolve, app
 from rlctl.cli.run import _apply_nodes
 from rlctl.errors import UserError
-from rlctl.launch.jobs import Job
 from rlctl.rundir import RunDir
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # rlctl.launch loads on demand, keeping `rlctl --help` fast
+    from rlctl.launch.jobs import Job
     from rlctl.plan import Plan
 
 PortOpt = Annotated[int, typer.Option("--port", min=1, max=65535, help="Rendezvous port on the first node.")]
@@ -48,6 +48,7 @@ class _Run:
 def _job(run_dir: Path, run: _Run, config_as: str | None, port: int, name: str | None) -> tuple[Job, Plan]:
     """The run as a job, and its plan, checked now (refuses what would fail on the cluster); `config_as` is where a
     --config file lies as the nodes see it."""
+    from rlctl.launch.jobs import Job
     from rlctl.plan import planner as plan_mod
 
     cfg = _resolve(run.preset, run.config, run.algorithm, run.hardware, run.set_, run.stages)

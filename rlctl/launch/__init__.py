@@ -158,6 +158,8 @@ def _env(the_plan: plan_mod.Plan) -> dict[str, str]:
     if the_plan.config.rl.allow_unconfined_code:
         env["RLCTL_ALLOW_UNCONFINED_CODE"] = "1"  # read by rlctl.sandbox.jail
     env[restarts.NODE_ENV] = str(the_plan.config.hardware.node_rank)  # c10d numbers the nodes in its own order
+    if the_plan.config.hardware.max_restarts and the_plan.layout.nodes > 1:
+        env.setdefault(restarts.SHARED_STORE_OFF, "1")
     colocated = the_plan.generation_engine == "vllm" and the_plan.async_split is None
     if engine.expandable_segments(the_plan.hardware, colocated, packages.installed_version("vllm")):
         env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
@@ -481,12 +483,7 @@ def _show(
         progress.console.print(f"[yellow]alarm[/] ({stage}, step {rec.get('step')}): {escape(rec['message'])}")
         return
     if rec.get("event") == "restart":
-        lost = ", ".join(map(str, rec.get("lost_nodes") or [])) or "none (a process failed)"
-        where = rec.get("resumed_from") or f"the start of {stage}"
-        progress.console.print(
-            f"[yellow]restart {rec.get('restart')}[/] (elastic, {stage}): node(s) replaced: {lost}; the stage had "
-            f"reached step {rec.get('reached_step')}, every process resumed from {escape(where)}."
-        )
+        progress.console.print(restarts.restart_line(rec))
         return
     if rec.get("event") == "tracker_failed":
         progress.console.print(f"[yellow]warning[/] ({stage}): {escape(rec['message'])}")

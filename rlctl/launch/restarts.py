@@ -43,8 +43,23 @@ def nodes_missing(the_plan: Plan, stage: str, log_path: Path) -> str:
     )
 
 
+def restart_line(rec: dict) -> str:
+    """What `rlctl train` prints for a `restart` event of metrics.jsonl (rich markup)."""
+    stage = rec.get("stage", "?")
+    lost = ", ".join(map(str, rec.get("lost_nodes") or [])) or "none (a process failed)"
+    where = rec.get("resumed_from") or f"the start of {stage}"
+    return (
+        f"[yellow]restart {rec.get('restart')}[/] (elastic, {escape(str(stage))}): node(s) replaced: {lost}; the "
+        f"stage had reached step {rec.get('reached_step')}, every process resumed from {escape(str(where))}."
+    )
+
+
 NODE_ENV = "RLCTL_NODE_RANK"  # set by the launch on every node for its processes
 RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"  # set by torchrun's elastic agent
+# torch's opt-out of the rendezvous store shared with the workers: with it on (torch 2.13), the rank-0 agent keeps
+# the workers' store address of its first round, and a node that joins a later round (the replacement of a lost
+# one) waits for an address published only in the first; off, rank 0 publishes one every round
+SHARED_STORE_OFF = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
 @dataclass(frozen=True)

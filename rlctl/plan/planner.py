@@ -203,8 +203,11 @@ def launch_command(run_dir: str | Path, hardware: hw.Hardware, cfg: RunConfig) -
         launch += ["--main_process_port", str(cfg.hardware.main_port)]
     if cfg.hardware.max_restarts:  # torchrun's elastic agent restarts the processes; c10d waits for lost nodes
         launch += ["--max_restarts", str(cfg.hardware.max_restarts)]
-        if hardware.nodes > 1:
-            launch += ["--rdzv_conf", f"join_timeout={cfg.hardware.rendezvous_timeout_s}"]
+        if hardware.nodes > 1:  # on the command line: accelerate's own default (static) wins over its config file
+            # the rank-0 node hosts the c10d store (two nodes whose address resolves to themselves would both try)
+            host = int(cfg.hardware.node_rank == 0)
+            conf = f"join_timeout={cfg.hardware.rendezvous_timeout_s},is_host={host}"
+            launch += ["--rdzv_backend", "c10d", "--rdzv_conf", conf]
     return [*launch, "-m", "rlctl.launch.runner", str(run_dir)]
 
 
