@@ -224,7 +224,7 @@ def test_k8s_pods_train_together_and_survive_a_lost_node(tmp_path: Path):
     both pods started again resume and finish."""
     shared = tmp_path / "volume"
     run = shared / "run"
-    rl = ("--preset", "tiny-demo", "--hardware", "cpu", "--nodes", "2", "--stages", "rl", "--set", "rl.max_steps=10")
+    rl = ("--preset", "tiny-demo", "--hardware", "cpu", "--nodes", "2", "--stages", "rl", "--set", "rl.max_steps=6")
     rl += ("--set", "rl.save_every=2", "--set", "rl.prompts_per_step=4", "--set", "rl.group_size=4")
     rl += ("--set", "rl.eval_samples=8", "--set", "rl.rewards=[{name: exact_match}]")
     rl += ("--set", "hardware.max_restarts=2", "--set", "hardware.rendezvous_timeout_s=40")
@@ -264,9 +264,9 @@ def test_k8s_pods_train_together_and_survive_a_lost_node(tmp_path: Path):
     assert recorded["resumed_from"] == restart["resumed_from"]
     assert recorded["reached_step"] >= int(recorded["resumed_from"].rsplit("-", 1)[1]) >= 2
     trained = [r for r in records(run) if r.get("event") == "trained"]
-    assert trained[-1]["max_steps"] == 10 and trained[-1]["resumed_from"] >= after
+    assert trained[-1]["max_steps"] == 6 and trained[-1]["resumed_from"] >= after
     steps = [r["step"] for r in records(run) if r.get("stage") == "rl" and "step" in r and "event" not in r]
-    assert steps[-1] == 10
+    assert steps[-1] == 6
     assert "restart 1 (elastic, rl): node(s) replaced: 1" in " ".join((tmp_path / "pod0.out").read_text().split())
 
 
