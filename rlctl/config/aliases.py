@@ -85,6 +85,8 @@ ADDED: tuple[str, ...] = (
     "model.arch.vision.kind",
     "model.arch.vision.image_size",
     "model.arch.vision.tokens_per_image",
+    "hardware.max_restarts",
+    "hardware.rendezvous_timeout_s",
 )
 
 

@@ -329,6 +329,21 @@ class HardwareConfig(Section):
         None, description="Host name or IP of the rank-0 node, which every node reaches (needed when nodes > 1)."
     )
     main_port: int = Field(29500, ge=1, le=65535, description="TCP port of the rendezvous on the rank-0 node.")
+    max_restarts: int = Field(
+        0,
+        ge=0,
+        description="Elastic restarts (several processes or nodes): how many times torchrun's elastic agent on each "
+        "node restarts its training processes after one failed or a node was lost, every process resuming from the "
+        "stage's last complete checkpoint (summary.json `restarts` records each). Above 0 the nodes meet through "
+        "torch's c10d rendezvous instead of the static one, and a lost node must come back (a scheduler restarts it) "
+        "within hardware.rendezvous_timeout_s; 0: a failure ends the run (`rlctl resume` continues it).",
+    )
+    rendezvous_timeout_s: int = Field(
+        600,
+        ge=10,
+        description="With hardware.max_restarts > 0: how long the nodes wait for each other at a start or restart "
+        "(c10d join timeout); fewer nodes than the plan's by then ends the run, exit 1, resumable with rlctl resume.",
+    )
 
 
 class CheckpointConfig(Section):

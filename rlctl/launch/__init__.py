@@ -4,8 +4,9 @@ The launched processes (rlctl.launch.runner) write `metrics.jsonl`; this side ta
 keeps the full log in `logs/train.log` (`logs/train.node{R}.log` on node R > 0 of a multi-node run, so nodes
 sharing the run directory do not write one file), and prints the summary table at the end.
 
-Package `rlctl.launch`: the launch on this side (this module), the process every rank runs (`runner`), SLURM
-scripts (`slurm`) and TensorBoard event files (`tbevents`).
+Package `rlctl.launch`: the launch on this side (this module), the process every rank runs (`runner`), what an
+elastic restart was (`restarts`), the job files of schedulers (`jobs`: SLURM scripts in `slurm`, Kubernetes
+manifests in `k8s`, SkyPilot tasks in `sky`) and TensorBoard event files (`tbevents`).
 May import: base, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, runtime, monitors,
 trainer, stages.
 """
@@ -34,7 +35,7 @@ from rlctl import checkpoint, data, processes, tables
 from rlctl import config as config_mod
 from rlctl.data import tasks
 from rlctl.errors import UserError
-from rlctl.launch import preflight, tbevents
+from rlctl.launch import preflight, restarts, tbevents
 from rlctl.launch import progress as progress_mod
 from rlctl.plan import data_lengths, engine, packages, resolved
 from rlctl.plan import planner as plan_mod
@@ -156,6 +157,9 @@ def _env(the_plan: plan_mod.Plan) -> dict[str, str]:
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     if the_plan.config.rl.allow_unconfined_code:
         env["RLCTL_ALLOW_UNCONFINED_CODE"] = "1"  # read by rlctl.sandbox.jail
+    env[restarts.NODE_ENV] = str(the_plan.config.hardware.node_rank)  # c10d numbers the nodes in its own order
+    if the_plan.config.hardware.max_restarts and the_plan.layout.nodes > 1:
+        env.setdefault(restarts.SHARED_STORE_OFF, "1")
     colocated = the_plan.generation_engine == "vllm" and the_plan.async_split is None
     if engine.expandable_segments(the_plan.hardware, colocated, packages.installed_version("vllm")):
         env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
@@ -335,6 +339,8 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                             last_stage = str(rec.get("stage") or last_stage)
                             if rec.get("event") == "error":
                                 errors.append(rec)
+                            if rec.get("event") == "restart":
+                                errors.clear()  # the failure the elastic agent restarted the processes after
                             if rec.get("event") == "alarm":
                                 alarmed.append(rec)
                             _show(progress, tasks_by_stage, stages, rec)
@@ -371,14 +377,18 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         show_summary(console, read_summary(run_dir))
         console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export", soft_wrap=True)
         return 0
+    with log_path.open("rb") as f:
+        f.seek(log_start)
+        launched = f.read().decode(errors="replace")  # this launch's part of the node's log
+    if the_plan.config.hardware.max_restarts and restarts.RENDEZVOUS_TIMEOUT in launched:
+        console.print(restarts.nodes_missing(the_plan, last_stage, log_path), soft_wrap=True)
+        return 1
     if errors:
         # --quiet still prints why training stopped
         shown = Console(stderr=True, highlight=False, emoji=False) if console.quiet else console
         shown.print(f"[red]Training stopped{_stopped_where(errors[-1], log_path)}")
         return errors[-1].get("exit_code", 1)  # 2: the runner found bad input (data) before training on it
-    with log_path.open("rb") as f:
-        f.seek(log_start)
-        cause = scrub(failure(f.read().decode(errors="replace")))
+    cause = scrub(failure(launched))
     if code < 0:  # the launcher itself (its processes die with it)
         cause = f"The training launcher (pid {proc.pid}) {processes.exit_text(code)}."
     console.print(_failed(last_stage, code, cause, log_path, run_dir))
@@ -471,6 +481,9 @@ def _show(
     stage = rec.get("stage", "?")
     if rec.get("event") == "alarm":
         progress.console.print(f"[yellow]alarm[/] ({stage}, step {rec.get('step')}): {escape(rec['message'])}")
+        return
+    if rec.get("event") == "restart":
+        progress.console.print(restarts.restart_line(rec))
         return
     if rec.get("event") == "tracker_failed":
         progress.console.print(f"[yellow]warning[/] ({stage}): {escape(rec['message'])}")

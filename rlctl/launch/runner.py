@@ -19,7 +19,7 @@ from rlctl.config import RunConfig
 from rlctl.config.sections import BUILTIN_MODELS as BUILTIN
 from rlctl.data import tasks
 from rlctl.errors import UserError
-from rlctl.launch import resume_check, trackers
+from rlctl.launch import restarts, resume_check, trackers
 from rlctl.monitors import alarms
 from rlctl.plan import planner as plan_mod
 from rlctl.plan import resolved
@@ -43,6 +43,24 @@ def build_base(cfg: RunConfig, run_dir: Path) -> None:
 def _traceback() -> None:
     """The exception being handled, in full, on stderr (the run's log): its messages scrubbed of credentials."""
     print(scrub(traceback.format_exc()), file=sys.stderr, end="")
+
+
+def _record_restart(run_dir: Path, the_plan, summary: rundir.Summary, log: context.MetricsLog, state) -> None:
+    """After torchrun's elastic agent restarted the processes: summary.json `restarts` and a `restart` event say
+    which nodes were replaced, where the interrupted stage was and the checkpoint it resumes from."""
+    from accelerate.utils import gather_object
+
+    here = [restarts.ProcessStart.here()]
+    starts = gather_object(here) if state.num_processes > 1 else here
+    pending = next((s.name for s in the_plan.stages if s.name not in summary.completed), None)
+    if not state.is_main_process or pending is None:
+        return
+    restart = restarts.record(run_dir, starts, pending)
+    if restart is not None:
+        summary.restarts.append(restart)
+        rundir.write_summary(run_dir, summary)
+        fields = {k: v for k, v in restart.to_json().items() if k != "time"}  # the log stamps its own
+        log.write(event="restart", **fields)
 
 
 def main(run_dir: Path) -> None:
@@ -82,6 +100,8 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     paths = plan_mod.data_paths(cfg, run_dir)
     summary = resume_check.read_summary(run_dir, cfg)
     summary.world_size = state.num_processes
+    if cfg.hardware.max_restarts:
+        _record_restart(run_dir, the_plan, summary, log, state)
     stage_fns = {"sft": sft.run, "dpo": dpo.run, "kto": kto.run, "rm": rm.run, "rl": rl.run}
 
     def save(name: str, metrics: dict) -> None:

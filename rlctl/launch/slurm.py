@@ -10,44 +10,34 @@ at the next step and exits, and the job is requeued to resume.
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 from rlctl import __version__
+from rlctl.launch.jobs import Job, first_start_or_resume
 
 CPUS_PER_GPU = 8
 
 
 def script(
-    train_args: list[str],
-    run_dir: Path,
-    nodes: int,
-    gpus_per_node: int,
-    port: int,
-    job_name: str,
-    layout: str,
-    cpus_per_task: int | None = None,
-    partition: str | None = None,
-    time_limit: str | None = None,
+    job: Job, cpus_per_task: int | None = None, partition: str | None = None, time_limit: str | None = None
 ) -> str:
-    """The sbatch script text; `train_args` are the `rlctl train` options (without --run-dir and node flags)."""
-    run = str(run_dir)
-    cpus = cpus_per_task or max(CPUS_PER_GPU * gpus_per_node, 2)
+    """The sbatch script text."""
+    run = str(job.run_dir)
+    cpus = cpus_per_task or max(CPUS_PER_GPU * job.gpus_per_node, 2)
     sbatch = [
-        f"--job-name={job_name}",
-        f"--nodes={nodes}",
+        f"--job-name={job.name}",
+        f"--nodes={job.nodes}",
         "--ntasks-per-node=1",
     ]
-    if gpus_per_node:
-        sbatch.append(f"--gpus-per-node={gpus_per_node}")
+    if job.gpus_per_node:
+        sbatch.append(f"--gpus-per-node={job.gpus_per_node}")
     sbatch += [f"--cpus-per-task={cpus}", "--requeue", "--signal=B:TERM@120", f"--output={run}/logs/slurm-%j.out"]
     if partition:
         sbatch.append(f"--partition={partition}")
     if time_limit:
         sbatch.append(f"--time={time_limit}")
-    train = shlex.join(["rlctl", "train", *train_args, "--run-dir"])
     lines = [
         "#!/bin/bash",
-        f"# Written by rlctl {__version__}: {layout}.",
+        f"# Written by rlctl {__version__}: {job.layout}.",
         "# Submit with: sbatch THIS_FILE. The run directory must be on a filesystem every node shares, and rlctl on",
         "# PATH on every node. A requeued job (preemption, time limit) resumes from the last complete checkpoint.",
         *(f"#SBATCH {option}" for option in sbatch),
@@ -55,15 +45,11 @@ def script(
         "set -uo pipefail",
         f"RUN={shlex.quote(run)}",
         'MAIN=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
-        'if [ -f "$RUN/config.yaml" ]; then',
-        '  STEP=(rlctl resume "$RUN")',
-        "else",
-        f'  STEP=({train} "$RUN")',
-        "fi",
+        *first_start_or_resume(job),
         "# one task per node; each takes its rank from SLURM",
         "srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
         '  bash -c \'exec "$@" --node-rank "$SLURM_NODEID"\' rlctl-node \\',
-        f'  "${{STEP[@]}}" --nodes {nodes} --main-address "$MAIN:{port}" &',
+        f'  "${{STEP[@]}}" --nodes {job.nodes} --main-address "$MAIN:{job.port}" &',
         "SRUN=$!",
         "STOPPED=0",
         "# time limit or preemption: rlctl saves a checkpoint at the next step, then the job is requeued",

@@ -126,10 +126,12 @@ def _accelerate_config(
     node_rank: int = 0,
     main: tuple[str | None, int] = (None, 29500),
     gpu_ids: tuple[int, ...] | None = None,
+    elastic: bool = False,
 ) -> dict[str, Any]:
     """accelerate's config: `num_processes` counts every process of every node; a multi-node run adds this
-    node's rank and the rank-0 node's address (torch.distributed static rendezvous); `gpu_ids` (async RL) the
-    GPUs of each node the processes run on (accelerate sets CUDA_VISIBLE_DEVICES to them)."""
+    node's rank and the rank-0 node's address (torch.distributed static rendezvous, or c10d when `elastic`: the
+    address is then torchrun's rendezvous endpoint, which accelerate passes only with same_network off); `gpu_ids`
+    (async RL) the GPUs of each node the processes run on (accelerate sets CUDA_VISIBLE_DEVICES to them)."""
     cfg: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "NO" if procs * hardware.nodes == 1 else "MULTI_GPU",
@@ -144,8 +146,8 @@ def _accelerate_config(
     cfg |= {
         "mixed_precision": precision,
         "use_cpu": hardware.is_cpu,
-        "rdzv_backend": "static",
-        "same_network": True,
+        "rdzv_backend": "c10d" if elastic and hardware.nodes > 1 else "static",
+        "same_network": not (elastic and hardware.nodes > 1),
         "main_training_function": "main",
     }
     if strategy == "fsdp2" and not hardware.is_cpu:  # on CPU rlctl shards its stages itself (stage_strategies)
@@ -199,6 +201,13 @@ def launch_command(run_dir: str | Path, hardware: hw.Hardware, cfg: RunConfig) -
         if cfg.hardware.main_address:
             launch += ["--main_process_ip", cfg.hardware.main_address]
         launch += ["--main_process_port", str(cfg.hardware.main_port)]
+    if cfg.hardware.max_restarts:  # torchrun's elastic agent restarts the processes; c10d waits for lost nodes
+        launch += ["--max_restarts", str(cfg.hardware.max_restarts)]
+        if hardware.nodes > 1:  # on the command line: accelerate's own default (static) wins over its config file
+            # the rank-0 node hosts the c10d store (two nodes whose address resolves to themselves would both try)
+            host = int(cfg.hardware.node_rank == 0)
+            conf = f"join_timeout={cfg.hardware.rendezvous_timeout_s},is_host={host}"
+            launch += ["--rdzv_backend", "c10d", "--rdzv_conf", conf]
     return [*launch, "-m", "rlctl.launch.runner", str(run_dir)]
 
 
@@ -327,8 +336,22 @@ def _assemble(
     cfg, hardware = f.cfg, f.hardware
     gpu_ids = split.trainer_gpu_ids if split is not None and split.on_gpus else None
     main = (cfg.hardware.main_address, cfg.hardware.main_port)
+    if cfg.hardware.max_restarts and procs * hardware.nodes == 1:
+        raise UserError(
+            f"Invalid config: hardware.max_restarts={cfg.hardware.max_restarts} needs torchrun's elastic agent, which "
+            "runs only when the plan has several processes (hardware.num_processes > 1 or several nodes); a "
+            "one-process run resumes with `rlctl resume` instead. Drop hardware.max_restarts."
+        )
     accel = _accelerate_config(
-        hardware, procs, mem.strategy, f.precision, mem.cpu_offload, cfg.hardware.node_rank, main, gpu_ids
+        hardware,
+        procs,
+        mem.strategy,
+        f.precision,
+        mem.cpu_offload,
+        cfg.hardware.node_rank,
+        main,
+        gpu_ids,
+        elastic=cfg.hardware.max_restarts > 0,
     )
     return Plan(
         cfg,

@@ -27,7 +27,7 @@ from rlctl.rundir.records import (
     StageMemory,
     write_record,
 )
-from rlctl.rundir.summary import DataNote, StageSummary, Summary, read_summary, write_summary
+from rlctl.rundir.summary import DataNote, Restart, StageSummary, Summary, read_summary, write_summary
 
 __all__ = [
     "COMPLETE",
@@ -46,6 +46,7 @@ __all__ = [
     "MeasuredPhase",
     "MemoryRecord",
     "Record",
+    "Restart",
     "RunDir",
     "StageMemory",
     "StageSummary",

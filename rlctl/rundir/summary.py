@@ -56,6 +56,42 @@ class DataNote:
 
 
 @dataclass
+class Restart:
+    """summary.json's record of one elastic restart (torchrun's agent restarted the training processes): the
+    agents' restart count (`restart`), the nodes whose agent was started anew (`lost_nodes`: their node ranks, a
+    node lost and replaced), the stage it happened in, the last step that stage had logged (`reached_step`) and the
+    complete checkpoint every process resumed from (`resumed_from`, None: the stage's start)."""
+
+    restart: int = 0
+    lost_nodes: list[int] = field(default_factory=list)
+    stage: str = ""
+    reached_step: int = 0
+    resumed_from: str | None = None
+    time: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    KINDS: ClassVar[dict[str, Any]] = {
+        "restart": int,
+        "lost_nodes": list,
+        "stage": str,
+        "reached_step": int,
+        "resumed_from": str,
+        "time": (int, float),
+    }
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"restart": self.restart, "lost_nodes": self.lost_nodes, "stage": self.stage}
+        out |= {"reached_step": self.reached_step, "resumed_from": self.resumed_from, "time": self.time}
+        return out | self.extra
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Restart:
+        values = pick(data, cls.KINDS)
+        values["lost_nodes"] = [n for n in values.get("lost_nodes", []) if isinstance(n, int)]
+        return cls(**values, extra=unknown(data, cls.KINDS))
+
+
+@dataclass
 class Summary:
     """summary.json: the held-out metrics of each stage (`stages`, {stage: {metric: value}}; `base` is the starting
     policy), the stages that finished in order (`completed`), and the per-stage records of the data dropped, the
@@ -70,6 +106,7 @@ class Summary:
     memory: dict[str, StageMemory] = field(default_factory=dict)
     best_checkpoints: dict[str, BestCheckpoint] = field(default_factory=dict)
     layout: dict[str, LayoutRecord] = field(default_factory=dict)
+    restarts: list[Restart] = field(default_factory=list)  # elastic restarts, in order
     extra: dict[str, Any] = field(default_factory=dict)  # keys this rlctl does not know, written back as they were
 
     KINDS: ClassVar[dict[str, Any]] = {
@@ -78,6 +115,7 @@ class Summary:
         "stages": dict,
         "completed": list,
         "world_size": int,
+        "restarts": list,
     }
     RECORDS: ClassVar[dict[str, Any]] = {
         "stages": StageSummary,
@@ -94,6 +132,7 @@ class Summary:
             out["world_size"] = self.world_size
         for key in self.RECORDS:
             out[key] = {stage: record.to_json() for stage, record in getattr(self, key).items()}
+        out["restarts"] = [restart.to_json() for restart in self.restarts]
         return {k: v for k, v in out.items() if v or k in ("run", "model", "stages", "completed")} | self.extra
 
     @classmethod
@@ -102,6 +141,7 @@ class Summary:
         kinds = cls.KINDS | dict.fromkeys(cls.RECORDS, dict)
         values = pick(data, kinds)
         values["completed"] = [s for s in values.get("completed", []) if isinstance(s, str)]
+        values["restarts"] = [Restart.from_json(r) for r in values.get("restarts", []) if isinstance(r, dict)]
         for key, record in cls.RECORDS.items():
             found = values.get(key, {}).items()
             values[key] = {stage: record.from_json(m) for stage, m in found if isinstance(m, dict)}
