@@ -7,9 +7,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlctl import strictjson
 from rlctl.rundir.paths import RunDir
-from rlctl.rundir.records import BestCheckpoint, LayoutRecord, StageMemory, pick, unknown, write_record
+from rlctl.rundir.records import (
+    BestCheckpoint,
+    LayoutRecord,
+    StageMemory,
+    WrongKind,
+    nested,
+    pick,
+    read_record,
+    unknown,
+    write_record,
+)
 
 
 @dataclass
@@ -98,13 +107,17 @@ class Summary:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Summary:
-        """The record of a summary.json mapping, as any rlctl wrote it; values of the wrong kind read as absent."""
+        """The record of a summary.json mapping, as any rlctl wrote it (keys it lacks, or null, take their
+        defaults); a value of another kind than rlctl writes is a WrongKind naming its key (a `completed` that is
+        a string, not a list of stage names, would make a finished run train again)."""
         kinds = cls.KINDS | dict.fromkeys(cls.RECORDS, dict)
         values = pick(data, kinds)
-        values["completed"] = [s for s in values.get("completed", []) if isinstance(s, str)]
+        for i, stage in enumerate(values.get("completed", [])):
+            if not isinstance(stage, str):
+                raise WrongKind(f"completed[{i}]", stage, str)
         for key, record in cls.RECORDS.items():
             found = values.get(key, {}).items()
-            values[key] = {stage: record.from_json(m) for stage, m in found if isinstance(m, dict)}
+            values[key] = {stage: nested(record.from_json, m, f"{key}.{stage}") for stage, m in found}
         return cls(**values, extra=unknown(data, kinds))
 
     def finished(self, stages: list[str]) -> bool:
@@ -115,10 +128,10 @@ class Summary:
 def read_summary(run_dir: Path, works: str = "", missing: Summary | None = None) -> Summary:
     """The run's summary.json; `missing` (an empty Summary unless given) when there is none. Raises DamagedFile
     when it cannot be read, `works` saying what still works without it."""
-    raw = strictjson.read(RunDir(run_dir).summary, works, missing=None)
-    if raw is None:
+    path = RunDir(run_dir).summary
+    if not path.exists() and not path.is_symlink():
         return missing if missing is not None else Summary()
-    return Summary.from_json(raw)
+    return read_record(path, Summary.from_json, works)
 
 
 def write_summary(run_dir: Path, summary: Summary) -> None:
