@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,9 @@ def test_every_kind_of_damage_is_an_unreadable_image_never_a_raw_pillow_error(tm
     big = _png_bytes((64, 64))
     (tmp_path / "cut.png").write_bytes(big[: len(big) // 2])
     Image.new("RGB", (10000, 9000)).save(tmp_path / "over.png")  # over Pillow's limit, under twice it: a warning
-    for entry in ["gone.png", "cut.png", "over.png", b"not an image", {"bytes": None, "path": None}, 7]:
+    (tmp_path / "zero.png").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "pipe.png")
+    for entry in ["gone.png", "cut.png", "over.png", "zero.png", "pipe.png", ".", b"not an image", {"bytes": None}, 7]:
         with pytest.raises(images.UnreadableImage, match="cannot be opened"):
             images.open_image(entry, tmp_path)
     for mode, suffix in [("I;16", "png"), ("CMYK", "jpg"), ("RGBA", "webp"), ("P", "gif"), ("F", "tiff")]:

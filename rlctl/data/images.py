@@ -64,7 +64,10 @@ def _source(entry: Any, base: Path | None) -> Any:
     if not isinstance(entry, str | Path):
         raise TypeError(f"an image entry is a path, bytes or a {{'bytes', 'path'}} mapping, not {type(entry).__name__}")
     path = Path(str(entry))
-    return base / path if base is not None and not path.is_absolute() else path
+    path = base / path if base is not None and not path.is_absolute() else path
+    if path.exists() and not path.is_file():  # a folder, or a device or pipe that would never end or block
+        raise ValueError(f"{path} is not a regular file")
+    return path
 
 
 def _checked(image: Image) -> Image:
@@ -86,6 +89,8 @@ def _reason(error: BaseException) -> str:
         return f"no such file: {error.filename}"
     if type(error).__name__.startswith("DecompressionBomb"):  # Pillow's error, or its warning made one
         return f"{error} Shrink it before training"
+    if type(error) is ValueError:  # rlctl's own reason (_source, _checked)
+        return str(error)
     return f"{type(error).__name__}: {error}"
 
 
