@@ -3,12 +3,16 @@ as `null`, with what they were under the key `null_reasons` ({key: "nan" | "inf"
 metrics.jsonl, summary.json, checkpoint markers and `rlctl eval` results are written through `dumps`.
 
 Every file of a run rlctl reads back (summary.json, plan.json, checkpoint markers, ...) is read through `read`: a
-damaged one is a `DamagedFile` naming the file, the damage and what still works, never a traceback."""
+damaged one is a `DamagedFile` naming the file, the damage and what still works, never a traceback. Files are read
+with a size bound (`bounded`): one that is not a regular file (a link to /dev/zero, a pipe) or far larger than
+its kind of record can be is refused before it is read, not read until memory runs out."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -76,16 +80,61 @@ def damage(text: str, error: json.JSONDecodeError) -> str:
     return f"it is not valid JSON at {where} ({error.msg})"
 
 
-def read(path: Path, works: str = "", missing: Any = _MISSING, shape: type = dict) -> Any:
-    """The JSON value in `path` (NaN and Infinity of older runs accepted), which must be a `shape`; `missing` when
-    the file does not exist and a default is given. Raises DamagedFile (a UserError) naming the file and the
-    damage, followed by `works`: what still works without it."""
+RECORD_BYTES = 64 * 2**20  # the largest record rlctl reads back (summary.json, markers, plan.json: kilobytes)
+LOG_BYTES = 4 * 2**30  # the largest log it reads whole (metrics.jsonl: about 1 kB per logged step)
+
+
+class TooLarge(ValueError):
+    """A file that is not a regular file, or larger than its kind of file can be: the message says which."""
+
+
+def bounded(path: Path, limit: int = RECORD_BYTES) -> bytes:
+    """The bytes of the regular file at `path`, at most `limit` of them. A TooLarge when it is no regular file (a
+    device such as /dev/zero, a pipe, a socket: they never end) or holds more than `limit` bytes; OSError
+    (FileNotFoundError, ...) when it cannot be opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a named pipe would block a plain open until written to
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TooLarge(f"it is not a regular file (a device, a pipe or a socket; {_target(path)})")
+        if info.st_size > limit:
+            raise TooLarge(f"it is {info.st_size:,} bytes, more than such a file can be ({limit:,} at most)")
+        data = f.read(limit + 1)
+    if len(data) > limit:  # it grew while read
+        raise TooLarge(f"it holds more than {limit:,} bytes, more than such a file can be")
+    return data
+
+
+def _target(path: Path) -> str:
+    """Where a link leads, in words (or that it is no link)."""
+    return f"a link to {os.path.realpath(path)}" if os.path.islink(path) else "not a link"
+
+
+def lines(path: Path, works: str = "", limit: int = LOG_BYTES) -> list[str]:
+    """The lines of a log rlctl appends to (metrics.jsonl), read with a size bound (`bounded`), bytes that are not
+    UTF-8 replaced; a DamagedFile naming the file when it cannot be read that way (none when it is missing)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return bounded(path, limit).decode("utf-8", errors="replace").splitlines()
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except TooLarge as e:
+        raise DamagedFile(path, str(e), works) from None
+    except OSError as e:
+        raise DamagedFile(path, f"it cannot be read ({e.strerror or e})", works) from None
+
+
+def read(path: Path, works: str = "", missing: Any = _MISSING, shape: type = dict, limit: int = RECORD_BYTES) -> Any:
+    """The JSON value in `path` (NaN and Infinity of older runs accepted), which must be a `shape`; `missing` when
+    the file does not exist and a default is given. Read with a size bound (`bounded`, `limit` bytes). Raises
+    DamagedFile (a UserError) naming the file and the damage, followed by `works`: what still works without it."""
+    try:
+        text = bounded(path, limit).decode("utf-8")
     except (FileNotFoundError, NotADirectoryError):  # a path under a file does not exist either
         if missing is not _MISSING:
             return missing
         raise DamagedFile(path, "it is missing", works) from None
+    except TooLarge as e:
+        raise DamagedFile(path, str(e), works) from None
     except UnicodeDecodeError as e:
         raise DamagedFile(path, f"it is not text (byte {e.start} is not UTF-8)", works) from None
     except OSError as e:

@@ -71,8 +71,7 @@ def test_a_marker_without_a_manifest_reads_and_one_with_a_broken_entry_is_damage
     assert mark.to_json() == {"step": 3, "metric": "eval_accuracy", "value": 0.5}
     (ckpt / checkpoint.COMPLETE).write_text('{"step": 3, "files": {"model.safetensors": {"size": 10}}}\n')
     assert verify.checkpoint_problems(ckpt) == [
-        f"its completion marker {checkpoint.COMPLETE} is damaged (a file entry is not one rlctl wrote "
-        "(KeyError: 'xxh3'))"
+        f"its completion marker {checkpoint.COMPLETE} is damaged (it lacks its `files.model.safetensors.xxh3`)"
     ]
 
 

@@ -50,7 +50,7 @@ def read_records(path: Path, damaged: list[int] | None = None) -> list[dict[str,
     """metrics.jsonl records (a half-written last line, from a run still going or killed, is left out); the line
     numbers of other lines that are not JSON records are appended to `damaged`."""
     records = []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = strictjson.lines(path, "`rlctl report` draws its charts from it: restore it from a copy.")
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue

@@ -17,9 +17,8 @@ import re
 import shutil
 from pathlib import Path
 
-from rlctl import strictjson
 from rlctl.checkpoint import integrity
-from rlctl.rundir import COMPLETE, CheckpointMark, write_record
+from rlctl.rundir import COMPLETE, CheckpointMark, read_record, write_record
 
 INCOMING = ".incoming"
 METRIC = "eval_accuracy"  # the held-out metric a checkpoint is marked with, for keep-best
@@ -63,11 +62,7 @@ def mark(ckpt: Path) -> CheckpointMark:
     Raises DamagedFile when it cannot be read."""
     path = ckpt / COMPLETE
     works = "The other checkpoints still work; `rlctl verify` checks them all."
-    try:
-        return CheckpointMark.from_json(strictjson.read(path, works))
-    except (KeyError, TypeError, ValueError) as e:
-        damage = f"a file entry is not one rlctl wrote ({type(e).__name__}: {e})"
-        raise strictjson.DamagedFile(path, damage, works) from None
+    return read_record(path, CheckpointMark.from_json, works)
 
 
 def complete_checkpoints(folder: Path) -> list[Path]:

@@ -4,6 +4,7 @@ The runner turns these into an `error` event (shown by `rlctl train`) and exit c
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from pathlib import Path
@@ -30,6 +31,14 @@ def no_space(error: BaseException) -> bool:
     that libraries writing tensors (safetensors, torch) pass on as text."""
     texts = [os.strerror(n) for n in NO_SPACE] + [f"os error {n})" for n in NO_SPACE]
     return any(getattr(e, "errno", None) in NO_SPACE or any(t in str(e) for t in texts) for e in _chain(error))
+
+
+NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # permissions taken away, a read-only filesystem
+
+
+def not_writable(error: BaseException) -> OSError | None:
+    """The error (of `error`'s chain) that refused a write for its permissions or a read-only filesystem, or None."""
+    return next((e for e in _chain(error) if isinstance(e, OSError) and e.errno in NOT_WRITABLE), None)
 
 
 def where(error: BaseException) -> str:
@@ -62,6 +71,9 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
     if isinstance(error, RewardError):
         return f"{error} Then `rlctl resume {run_dir}{_zero_on_error(plan)}` ({_last_good(checkpoints)})."
     disk_full = no_space(error)
+    refused = not_writable(error)
+    if refused is not None:
+        return read_only(refused, stage, checkpoints, run_dir, is_main)
     written = checkpoint.being_written(checkpoints)
     if written:
         free = hardware.free_disk_gib(checkpoints)
@@ -85,13 +97,29 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
             f"`rlctl resume {run_dir}`."
         )
     if isinstance(error, DataRowError):
-        return f"{error} {_fix_row(run_dir)}"
+        return f"{error} Stage {stage} stopped; {_last_good(checkpoints)}. {_fix_row(run_dir)}"
     if disk_full:
         return (
             f"The disk is full: stage {stage} could not write ({error}). {_last_good(checkpoints)}. Free disk space "
             f"where {run_dir} lives, then `rlctl resume {run_dir}`."
         )
     return None
+
+
+def read_only(error: OSError, stage: str, checkpoints: Path, run_dir: Path, is_main: bool) -> str:
+    """The paragraph of a write the run directory refused (its folder made read-only, its permissions changed, a
+    filesystem remounted read-only): what could not be written, the last complete checkpoint, and the resume. What
+    was partly written is removed where it can be (the folder may refuse that too)."""
+    if is_main:
+        with contextlib.suppress(OSError):
+            checkpoint.drop_partial(checkpoints)
+    what = f" {error.filename}" if error.filename else ""
+    cause = os.strerror(error.errno) if error.errno else str(error)
+    return (
+        f"Stage {stage} could not write{what} ({cause}): the run directory, or a folder in it, is no longer "
+        f"writable (read-only, or its permissions changed). {_capital(_last_good(checkpoints))}. Make "
+        f"{run_dir} writable again, then `rlctl resume {run_dir}`."
+    )
 
 
 def unexpected(error: BaseException, run_dir: Path, stage: str, log: Path) -> str:
@@ -147,3 +175,7 @@ def out_of_memory(error: BaseException, plan, stage: str, measured: str = "") ->
         f"{'on' if plan.gradient_checkpointing else 'off'}; {numbers}. {hint} A resume continues from the last "
         "complete checkpoint."
     )
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]

@@ -18,11 +18,13 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from rlctl import strictjson
 from rlctl.rundir import FileEntry
 
 FULL_HASH_BYTES = 64 << 20  # files up to this size are hashed whole
 SAMPLED_BLOCKS = 16  # larger files: this many 1 MiB blocks spread evenly, plus the first and the last one
 BLOCK = 1 << 20
+JSON_BYTES = 1 << 30  # the largest JSON file of a model folder read to check it parses (tokenizer.json: tens of MB)
 SCHEME = "xxh3-128; whole up to 64 MiB, else size + safetensors header + 18 sampled 1 MiB blocks"
 
 
@@ -91,7 +93,7 @@ def format_problem(path: Path) -> str | None:
         elif path.suffix in (".pt", ".pth", ".bin") and size > 0 and not zipfile.is_zipfile(path):
             return f"{path.name} is not a complete torch.save archive (no zip central directory)"
         elif path.suffix == ".json":
-            json.loads(path.read_text(encoding="utf-8"))
+            json.loads(strictjson.bounded(path, JSON_BYTES).decode("utf-8"))
     except (ValueError, KeyError, TypeError, IndexError, struct.error, UnicodeDecodeError) as e:
         return f"{path.name}: {e}"
     return None
@@ -118,6 +120,6 @@ def folder_problems(folder: Path, recorded: dict[str, FileEntry] | None) -> list
     found = list(problems.values())
     index = folder / "model.safetensors.index.json"
     if index.is_file() and not format_problem(index):
-        shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
+        shards = sorted(set(json.loads(strictjson.bounded(index, JSON_BYTES)).get("weight_map", {}).values()))
         found += [f"{s} is missing (named in {index.name})" for s in shards if not (folder / s).is_file()]
     return found

@@ -22,7 +22,7 @@ from pathlib import Path
 from rlctl import atomic, strictjson
 from rlctl.checkpoint import integrity
 from rlctl.errors import UserError
-from rlctl.rundir import FileEntry, FilesManifest, write_record
+from rlctl.rundir import FileEntry, FilesManifest, read_record, write_record
 
 MANIFEST = "rlctl_files.json"  # {"kind": ..., "files": {relative path: {size, xxh3}}} of what rlctl wrote
 
@@ -139,9 +139,9 @@ def _manifest(folder: Path) -> tuple[str | None, dict[str, FileEntry]]:
     if not path.is_file():
         return None, {}
     try:
-        found = FilesManifest.from_json(strictjson.loads(path.read_text(encoding="utf-8")))
+        found = read_record(path, FilesManifest.from_json)
         return found.kind, found.files
-    except (OSError, ValueError, KeyError, TypeError):
+    except strictjson.DamagedFile:
         return None, {}
 
 

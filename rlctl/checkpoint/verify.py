@@ -21,7 +21,7 @@ from rlctl.checkpoint.safewrite import MANIFEST, listed, recorded
 from rlctl.config import RunConfig, aliases, dump, read_run_config, validate
 from rlctl.errors import UserError
 from rlctl.plan.resolved import PLAN_FILE
-from rlctl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, FilesManifest, RunDir, read_summary
+from rlctl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, FilesManifest, RunDir, read_record, read_summary
 
 DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
 # the files a model load from a folder may read (transformers, peft, tokenizers, remote code, llama.cpp), by name
@@ -146,12 +146,15 @@ def run_file_problems(run_dir: Path) -> list[tuple[str, list[str]]]:
         if (run_dir / name).exists():
             works = "`rlctl resume` rebuilds it from metrics.jsonl" if name == SUMMARY_FILE else ""
             try:
-                strictjson.read(run_dir / name)
+                read_summary(run_dir) if name == SUMMARY_FILE else strictjson.read(run_dir / name)
                 out.append((name, []))
             except strictjson.DamagedFile as e:
                 out.append((name, [f"{e.damage}{'; ' + works if works else ''}"]))
-    if RunDir(run_dir).metrics.is_file():
-        lines = RunDir(run_dir).metrics.read_text(encoding="utf-8", errors="replace").splitlines()
+    if RunDir(run_dir).metrics.exists():
+        try:
+            lines = strictjson.lines(RunDir(run_dir).metrics)
+        except strictjson.DamagedFile as e:
+            return [*out, (METRICS_FILE, [e.damage])]
         bad = [n for n, line in enumerate(lines[:-1], 1) if line.strip() and not _is_record(line)]
         shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
         said = f"line(s) {shown} are not JSON records; `rlctl report` leaves them out"
@@ -214,9 +217,9 @@ def verify_export(folder: Path) -> list[str]:
             *folder_problems(folder, None),
         ]
     try:
-        files = FilesManifest.from_json(strictjson.loads(path.read_text(encoding="utf-8"))).files
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return [f"{MANIFEST} is damaged ({type(e).__name__}: {e})", *folder_problems(folder, None)]
+        files = read_record(path, FilesManifest.from_json).files
+    except strictjson.DamagedFile as e:
+        return [f"{MANIFEST} is damaged ({e.damage})", *folder_problems(folder, None)]
     loaded, _ = unrecorded(folder)
     planted = [
         f"files not written by rlctl (not in {MANIFEST}) that transformers or peft would load: {listed(loaded)}; "

@@ -236,15 +236,36 @@ def _run_eval_data(target: Path, cfg: RunConfig | None) -> str:
     return str(found)
 
 
+def _vision_of(target: Path, cfg: RunConfig | None) -> Any:
+    """The vision tower (`VisionArch`) of the model `rlctl eval` evaluates, as far as its config says before it is
+    loaded: the run's model.arch, else the config.json of the folder (or cached Hub id) of the run's model or of the
+    target itself; None when unknown or a text model."""
+    from rlctl.plan import arch as model_arch
+
+    if cfg is not None and cfg.model.arch is not None:
+        return cfg.model.arch.vision
+    name = cfg.model.name_or_path if cfg is not None else str(target)
+    folder = Path(name).expanduser()
+    path = folder / "config.json" if folder.is_dir() else model_arch.cached_config(name)
+    try:
+        found = model_arch.arch_from_config(strictjson.read(path), str(path)) if path and path.is_file() else None
+    except (UserError, KeyError, ValueError, TypeError):  # not a model config: loading the model says so
+        return None
+    return found.vision if found is not None else None
+
+
 def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptions) -> dict[str, Any]:
     """Generate, score, print the table, write the JSON and the samples; returns the metrics."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from rlctl import data, rewards
     from rlctl.checkpoint import safewrite, verify
+    from rlctl.data import images
     from rlctl.launch.progress import RowProgress
     from rlctl.rewards import scoring
 
+    if opt.top_p <= 0:
+        raise UserError("--top-p 0 keeps no token to sample; give a nucleus mass above 0 (at most 1, the default).")
     if opt.greedy and (opt.samples > 1 or opt.temperature is not None):
         raise UserError("--greedy gives one completion per prompt; drop --samples/--temperature, or drop --greedy.")
     is_run = RunDir(target).is_run()
@@ -263,6 +284,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptio
     columns = {**(data.stage_columns(cfg, "eval") if cfg else {}), **(opt.columns or {})}
     rows, info = data.load(data_file, "eval", answer_field, columns, cfg.data.encoding if cfg else "utf-8")
     rows = rows[: opt.limit] if opt.limit else rows
+    images.read_sizes(rows, info.base, info.row, decode=True, cap=None, vision=_vision_of(target, cfg))
     accuracy = opt.accuracy
     if accuracy is None:  # the run's correctness reward with its arguments (or the --reward ones)
         accuracy = scoring.accuracy_name(specs if opt.reward or cfg is None else cfg.rl.rewards, info.format)

@@ -86,9 +86,30 @@ def _sections(model, prefix: str, seen: list) -> None:
                     _sections(cls, key + ("[]" if get_origin(field.annotation) is list else ""), seen)
 
 
+def _range(field) -> str:
+    """A number key's range as an interval (`[0.01, 10]`, `(0, 1)`), `≥ 1` without an upper bound; empty for
+    other keys."""
+    low = next(((f"[{m.ge:g}" if hasattr(m, "ge") else f"({m.gt:g}") for m in field.metadata if _low(m)), None)
+    high = next(((f"{m.le:g}]" if hasattr(m, "le") else f"{m.lt:g})") for m in field.metadata if _high(m)), None)
+    if low and high:
+        return f"{low}, {high}"
+    if low:
+        return ("≥ " if low[0] == "[" else "> ") + low[1:]
+    return ("≤ " if high[-1] == "]" else "< ") + high[:-1] if high else ""
+
+
+def _low(meta) -> bool:
+    return hasattr(meta, "ge") or hasattr(meta, "gt")
+
+
+def _high(meta) -> bool:
+    return hasattr(meta, "le") or hasattr(meta, "lt")
+
+
 def config_md() -> str:
-    """Every key of the run config: type, default and description, section by section."""
+    """Every key of the run config: type, default, range and description, section by section."""
     from rlctl.config import RunConfig
+    from rlctl.config.sections import MAX_WHOLE_NUMBER
 
     sections: list = []
     _sections(RunConfig, "", sections)
@@ -100,17 +121,23 @@ def config_md() -> str:
         "wins: preset < `--config FILE` < `--algorithm` / `--hardware` < `--set`. Unknown keys are rejected with a",
         "suggestion. Generated from the schema in `rlctl/config/__init__.py`.",
         "",
+        "Every key is validated before anything is written (exit 2 naming the key): a number outside its range",
+        "(`[a, b]` includes both ends, `(a, b)` neither) is refused, NaN and infinities too, and a whole number is",
+        f"at most {MAX_WHOLE_NUMBER:,} where its range gives no bound. The ranges keep out values that make",
+        "sampling or training meaningless (a temperature that divides the logits past what sampling takes, a",
+        "learning rate too small to move a float32 weight, a staleness no run reaches).",
+        "",
     ]
     for prefix, model in sections:
         out += [f"## {model.__name__}", "", f"Keys under `{prefix}`." if prefix else "Top-level keys.", ""]
         doc = (model.__doc__ or "").strip()
         if doc and not doc.startswith("Base of every config section"):
             out += [" ".join(doc.split()), ""]
-        out += ["| key | type | default | description |", "| --- | --- | --- | --- |"]
+        out += ["| key | type | default | range | description |", "| --- | --- | --- | --- | --- |"]
         for name, field in model.model_fields.items():
             key = f"{prefix}.{name}" if prefix else name
             out.append(
-                f"| `{key}` | {_type_name(field.annotation)} | {_cell(_default(field))} | "
+                f"| `{key}` | {_type_name(field.annotation)} | {_cell(_default(field))} | {_range(field)} | "
                 f"{_cell(field.description or '')} |"
             )
         out.append("")

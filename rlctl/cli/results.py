@@ -112,9 +112,12 @@ def eval_(
     stage: Annotated[str | None, typer.Option("--stage", help="For a run: evaluate this stage's model.")] = None,
     samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="Completions per prompt (pass@k).")] = 1,
     temperature: Annotated[
-        float | None, typer.Option("--temperature", "-t", min=0.0, help="Sample at this temperature.")
+        float | None,
+        typer.Option("--temperature", "-t", min=0.01, max=10.0, help="Sample at this temperature (0.01 to 10)."),
     ] = None,
-    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")] = 1.0,
+    top_p: Annotated[
+        float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (above 0, at most 1).")
+    ] = 1.0,
     greedy: Annotated[bool, typer.Option("--greedy", help="Greedy decoding (the default with one sample).")] = False,
     max_new_tokens: Annotated[
         int | None,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rlctl.errors import UserError
-from rlctl.rundir import RunDir, write_record
+from rlctl.rundir import RunDir, WrongRecord, write_record
 
 if TYPE_CHECKING:  # the config schema and planner load on demand, keeping `rlctl --help` fast
     from rich.console import Console
@@ -299,6 +299,12 @@ def resume(
     cfg = verify.run_config(run_dir, notes=notes)
     try:
         resume_check.read_summary(run_dir, cfg)
+    except WrongRecord as e:  # edited, not cut short: what it says is not rlctl's to guess
+        raise UserError(
+            f"{e.path} is damaged: {e.damage}. Nothing was resumed: from it resume learns which stages finished. "
+            'Set it right (`completed`: the finished stages in order, e.g. ["sft", "rl"]), or move it aside and '
+            f"`rlctl resume {run_dir}` rebuilds it from metrics.jsonl."
+        ) from None
     except strictjson.DamagedFile as e:
         _, how = resume_check.rebuild_summary(run_dir, cfg)
         console.print(f"[yellow]warning:[/] {escape(str(e.path))} is damaged ({escape(e.damage)}); {escape(how)}.")
@@ -318,6 +324,8 @@ def resume(
     _apply_nodes(cfg, nodes, node_rank, main_address)
     _check_rendezvous(cfg, _node_count(cfg))
     the_plan = plan_mod.build(cfg, run_dir)
+    left = [s for s in cfg.stages if s not in resume_check.read_summary(run_dir, cfg).completed]
+    preflight.check_resume_images(the_plan.config, run_dir, left)  # moved or deleted images: exit 2, nothing written
     if set_:
         cfg_path.write_text(shared)
     if cfg.hardware.node_rank == 0:  # node 0 verifies the checkpoints before any trainer reads them

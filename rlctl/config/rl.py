@@ -7,8 +7,11 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from rlctl.config.sections import Section, TrainConfig
+from rlctl.config.sections import MIN_LEARNING_RATE, Section, TrainConfig
 from rlctl.errors import did_you_mean
+
+REWARD_SCALE = 1000.0  # the largest |weight| of a reward (and overlong penalty): rewards are O(1), variances finite
+MAX_STALENESS = 16  # rl.async_rollout.max_staleness: each round ahead holds a whole rollout batch
 
 
 class RewardSpec(Section):
@@ -16,7 +19,12 @@ class RewardSpec(Section):
         description="Built-in reward (see `rlctl rewards list`), `reward_model`, a plugin `path.py:function`, or an "
         "entry point of group `rlctl.rewards`; arguments in call form: `length_penalty(max_length=512)`."
     )
-    weight: float = Field(1.0, description="Weight of this reward in the sum.")
+    weight: float = Field(
+        1.0,
+        ge=-REWARD_SCALE,
+        le=REWARD_SCALE,
+        description="Weight of this reward in the sum (-1000 to 1000; negative for a penalty).",
+    )
     correctness: bool | None = Field(
         None,
         description="This reward says whether an answer is right (its score above 0.5), so held-out eval_accuracy, "
@@ -31,8 +39,10 @@ class RewardSpec(Section):
     timeout_s: float = Field(
         120.0,
         ge=0,
-        description="Seconds one batch call of this reward may take. The reward runs in a worker process that is "
-        "stopped at the deadline (then `on_error` decides); halfway there the console warns that it is slow. 0 runs "
+        le=86400,
+        description="Seconds one batch call of this reward may take (at most a day). The reward runs in a worker "
+        "process that is stopped at the deadline (then `on_error` decides); halfway there the console warns that "
+        "it is slow. 0 runs "
         "it inside the training process without a deadline (for a reward that cannot be sent to another process).",
     )
 
@@ -71,8 +81,11 @@ class AsyncRollout(Section):
     max_staleness: int = Field(
         1,
         ge=1,
+        le=MAX_STALENESS,
         description="Most policy versions a batch may lag the trainer (K; TRL's max_staleness, NeMo-RL's N-step "
-        "off-policy): the generator works at most K rounds ahead, so no sample is ever older (none is dropped).",
+        "off-policy): the generator works at most K rounds ahead, so no sample is ever older (none is dropped). "
+        "1 to 16, and at most rl.max_steps: each round ahead holds a whole rollout batch, and samples further "
+        "off-policy than that are more than the importance weights can correct.",
     )
 
 
@@ -97,18 +110,27 @@ class Loss(Section):
         description="Loss aggregation: token-mean (DAPO), seq-mean-token-mean (GRPO), seq-mean-token-sum (RLOO), "
         "seq-mean-token-sum-norm (Dr. GRPO: / batch x max_new_tokens).",
     )
-    clip_low: float = Field(0.2, gt=0, lt=1, description="Ratio clipped below at 1 - clip_low (PPO epsilon).")
+    clip_low: float = Field(
+        0.2, ge=1e-5, lt=1, description="Ratio clipped below at 1 - clip_low (PPO epsilon; GSPO's 3e-4 and up)."
+    )
     clip_high: float = Field(
-        0.2, gt=0, lt=10, description="Ratio clipped above at 1 + clip_high (DAPO clip-higher: 0.28; ppo and gspo)."
+        0.2,
+        ge=1e-5,
+        lt=10,
+        description="Ratio clipped above at 1 + clip_high (DAPO clip-higher: 0.28; ppo and gspo; at most 1).",
     )
     cispo_cap: float = Field(
         5.0,
         gt=1,
+        le=100,
         description="policy=cispo: the absolute cap of the importance weight, min(ratio, cispo_cap) (MiniMax-M1's "
         "eps_max; TRL's epsilon_high under loss_type=cispo; 5.0 recommended).",
     )
     dual_clip: float | None = Field(
-        None, gt=1, description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (verl: 3.0)."
+        None,
+        gt=1,
+        le=100,
+        description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (verl: 3.0).",
     )
 
     @field_validator("policy", "agg", mode="before")
@@ -130,7 +152,10 @@ class KL(Section):
         description="Subtract beta x KL from the token rewards (PPO-RLHF) instead of adding it to the loss (GRPO).",
     )
     target: float | None = Field(
-        None, gt=0, description="Adapt beta towards this KL per token (Ziegler et al. 2019); null = fixed beta."
+        None,
+        ge=1e-6,
+        le=100,
+        description="Adapt beta towards this KL per token (Ziegler et al. 2019); null = fixed beta.",
     )
     horizon: int = Field(10000, ge=1, description="Horizon of the adaptive KL controller (in sequences).")
 
@@ -150,10 +175,15 @@ class Critic(Section):
         "(with a fresh value head); null = no critic.",
     )
     lr: float | None = Field(
-        None, gt=0, lt=1, description="Critic learning rate; null = the same as learning_rate (verl: 10x the actor's)."
+        None,
+        ge=MIN_LEARNING_RATE,
+        lt=1,
+        description="Critic learning rate; null = the same as learning_rate (verl: 10x the actor's).",
     )
     warmup_steps: int = Field(0, ge=0, description="Steps that train only the critic before the policy moves.")
-    value_clip: float = Field(0.2, gt=0, description="Value clipping range around the old values (PPO value loss).")
+    value_clip: float = Field(
+        0.2, ge=1e-3, description="Value clipping range around the old values (PPO value loss; at least 0.001)."
+    )
 
 
 class Returns(Section):
@@ -170,7 +200,7 @@ class Filters(Section):
         False, description="DAPO: drop groups whose rewards are all equal and sample more prompts to refill the batch."
     )
     dynamic_sampling_rounds: int = Field(
-        10, ge=1, description="Most generation rounds per step when refilling (DAPO/verl max_num_gen_batches)."
+        10, ge=1, le=1000, description="Most generation rounds per step when refilling (DAPO/verl max_num_gen_batches)."
     )
     overlong_buffer: float = Field(
         0.0,
@@ -179,7 +209,9 @@ class Filters(Section):
         description="DAPO soft overlong punishment: the last fraction of max_new_tokens where the reward ramps "
         "down to -overlong_penalty (paper: 4096 of 20480 = 0.2); 0 = off.",
     )
-    overlong_penalty: float = Field(1.0, ge=0, description="Penalty at max_new_tokens of the overlong punishment.")
+    overlong_penalty: float = Field(
+        1.0, ge=0, le=REWARD_SCALE, description="Penalty at max_new_tokens of the overlong punishment."
+    )
     mask_truncated: bool = Field(
         False, description="Leave completions that hit max_new_tokens out of the loss (DAPO overlong filtering)."
     )
@@ -187,7 +219,9 @@ class Filters(Section):
         None,
         description="PF-PPO policy filtration, resampling the batch by reward: pow, max_min, max_random; null = off.",
     )
-    pf_ppo_weight_pow: float = Field(2.0, gt=0, description="Exponent of the pf_ppo_mode=pow weights |reward|^p.")
+    pf_ppo_weight_pow: float = Field(
+        2.0, gt=0, le=10, description="Exponent of the pf_ppo_mode=pow weights |reward|^p (at most 10)."
+    )
 
     @field_validator("pf_ppo_mode", mode="before")
     @classmethod
@@ -207,7 +241,9 @@ class Mismatch(Section):
         "Async rounds with loss.policy=ppo take the PPO ratio against the generator's log-probs instead (its clip "
         "bounds the weight; sequence_mask still masks; off: the ratio against the trainer's, as if on-policy).",
     )
-    correction_cap: float = Field(2.0, gt=1, description="Cap C of correction (verl's TIS: 2; TRL's sequence_mask: 3).")
+    correction_cap: float = Field(
+        2.0, gt=1, le=100, description="Cap C of correction (verl's TIS: 2; TRL's sequence_mask: 3)."
+    )
     sync_tolerance: float = Field(
         0.1,
         ge=0,
@@ -238,14 +274,24 @@ class RLConfig(TrainConfig):
     prompts_per_step: int = Field(16, ge=1, description="Prompts sampled per step (rollout batch).")
     group_size: int = Field(8, ge=2, description="Completions sampled per prompt (the group).")
     max_new_tokens: int = Field(256, ge=1, description="Longest completion in tokens.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature during rollouts.")
+    temperature: float = Field(
+        1.0,
+        ge=0.01,
+        le=10,
+        description="Sampling temperature during rollouts (0.01 to 10: colder divides the logits past what "
+        "sampling can take, hotter samples noise).",
+    )
     advantage: Advantage = Field(
         "grpo",
         description="Advantage estimator: gae (critic), grpo (group mean/std), dr_grpo (group mean), rloo "
         "(leave-one-out), reinforce_pp (returns, batch-whitened), reinforce_pp_baseline, remax (greedy baseline).",
     )
-    beta: float = Field(0.0, ge=0, description="KL coefficient against the reference (starting) policy; 0 = no KL.")
-    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (GRPO's mu, TRL num_iterations).")
+    beta: float = Field(
+        0.0, ge=0, le=10, description="KL coefficient against the reference (starting) policy; 0 = no KL (at most 10)."
+    )
+    ppo_epochs: int = Field(
+        1, ge=1, le=100, description="Passes over each rollout batch (GRPO's mu, TRL num_iterations)."
+    )
     ppo_mini_batches: int = Field(
         1, ge=1, description="Optimizer updates per pass: the rollout batch is split into this many mini-batches."
     )
@@ -359,6 +405,13 @@ class RLConfig(TrainConfig):
             raise ValueError(
                 f"rl.kl.target={kl.target} adapts beta, which is 0 (no KL); nearest valid: rl.kl.target=null, "
                 "or set rl.beta > 0 as the starting coefficient"
+            )
+        staleness = self.async_rollout.max_staleness
+        if self.async_rollout.enabled and self.epochs is None and staleness > self.max_steps:
+            raise ValueError(
+                f"rl.async_rollout.max_staleness={staleness} is above rl.max_steps={self.max_steps}: the generator "
+                "can never be more rounds ahead than the run has steps; nearest valid: "
+                f"rl.async_rollout.max_staleness={self.max_steps}"
             )
         if len(set(self.tools)) != len(self.tools):
             raise ValueError(f"rl.tools lists a tool twice: {', '.join(self.tools)}")

@@ -9,6 +9,8 @@ from pydantic_core import PydanticCustomError
 
 StageName = Literal["sft", "dpo", "kto", "rm", "rl"]
 STAGE_ORDER: tuple[str, ...] = ("sft", "dpo", "kto", "rm", "rl")
+MAX_WHOLE_NUMBER = 2**31 - 1  # the largest count any key takes (steps, tokens, sizes): what torch and C ints hold
+MIN_LEARNING_RATE = 1e-9  # a smaller step moves no float32 weight (its relative precision is 1e-7)
 
 
 def _numbers_only(annotation: Any) -> bool:
@@ -17,18 +19,32 @@ def _numbers_only(annotation: Any) -> bool:
     return bool(set(kinds) & {int, float}) and bool not in kinds
 
 
+def _capped(field: Any) -> bool:
+    """Whether a key takes whole numbers (not floats) and has no upper bound of its own: MAX_WHOLE_NUMBER bounds it."""
+    kinds = get_args(field.annotation) or (field.annotation,)
+    own = any(hasattr(m, "le") or hasattr(m, "lt") for m in field.metadata)
+    return int in kinds and float not in kinds and not own
+
+
 class Section(BaseModel):
     """Base of every config section: unknown keys are errors, values are re-validated on assignment, float keys
-    refuse NaN and inf, and number keys refuse booleans (YAML's `true` is not the number 1)."""
+    refuse NaN and inf, number keys refuse booleans (YAML's `true` is not the number 1), and whole numbers stay at
+    most MAX_WHOLE_NUMBER (a larger count overflows the libraries' integers long after launch)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True, allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+    def _plain_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         field = cls.model_fields.get(info.field_name or "")
-        if isinstance(value, bool) and field is not None and _numbers_only(field.annotation):
+        if field is None or not _numbers_only(field.annotation):
+            return value
+        if isinstance(value, bool):
             raise PydanticCustomError("bool_not_number", "a number is needed, not a boolean")
+        if _capped(field) and isinstance(value, int | float) and value > MAX_WHOLE_NUMBER:
+            raise PydanticCustomError(
+                "too_large", f"a count this large is meaningless here (at most {MAX_WHOLE_NUMBER:,})"
+            )
         return value
 
 
@@ -240,6 +256,19 @@ class DataConfig(Section):
         "the first one. Never truncated.",
     )
 
+    @model_validator(mode="after")
+    def _pixel_bounds(self) -> "DataConfig":
+        """An image is resized into [min_pixels, max_pixels]: the range cannot be empty."""
+        low, high = self.min_pixels, self.max_pixels
+        if low is not None and high is not None and low > high:
+            raise PydanticCustomError(
+                "pixel_bounds",
+                "data.min_pixels={low} is above data.max_pixels={high}: the processor resizes every image into "
+                "[min_pixels, max_pixels], which is then empty; lower data.min_pixels or raise data.max_pixels",
+                {"low": low, "high": high},
+            )
+        return self
+
 
 class TrainConfig(Section):
     """Optimisation settings shared by every stage."""
@@ -254,25 +283,45 @@ class TrainConfig(Section):
     epochs: float | None = Field(
         None,
         gt=0,
+        le=1000,
         description="Passes over the stage's training rows instead of max_steps: a layer (a config file, the --set "
         "items together) sets one or the other, a later layer's replaces an earlier one's. The plan counts the rows "
         "and sets max_steps = ceil(epochs x rows / batch_size); rm, dpo, kto: the preference rows less the held-out "
         "tenth; rl: the prompts, prompts_per_step per step. Needs data the plan can count (a local file or "
         "data.generate). TRL's num_train_epochs.",
     )
-    learning_rate: float = Field(1e-5, gt=0, lt=1, description="Peak learning rate.")
+    learning_rate: float = Field(
+        1e-5,
+        ge=MIN_LEARNING_RATE,
+        lt=1,
+        description="Peak learning rate (at least 1e-9: a smaller step moves no float32 weight).",
+    )
     lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = Field(
         "cosine", description="Learning-rate schedule."
     )
     warmup_ratio: float = Field(0.0, ge=0, lt=1, description="Fraction of steps spent warming up.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    weight_decay: float = Field(
+        0.0, ge=0, le=1, description="AdamW weight decay (at most 1: each step shrinks weights by lr x decay)."
+    )
     batch_size: int = Field(32, ge=1, description="Global batch (sequences per optimizer step, all processes).")
     micro_batch_size: Literal["auto"] | int = Field(
-        "auto", description="Sequences per process per forward pass; auto lets the planner pick."
+        "auto", description="Sequences per process per forward pass (at least 1); auto lets the planner pick."
     )
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    max_grad_norm: float = Field(
+        1.0,
+        ge=1e-3,
+        description="Gradient clipping norm (at least 0.001: a smaller one scales the gradients to nothing).",
+    )
     save_every: int = Field(50, ge=1, description="Checkpoint every N optimizer steps (and at the end).")
     eval_samples: int = Field(200, ge=1, description="Held-out samples scored after the stage.")
+
+    @field_validator("micro_batch_size")
+    @classmethod
+    def _a_micro_batch_holds_a_sequence(cls, value: Any) -> Any:
+        """A number of sequences per forward pass is at least one."""
+        if isinstance(value, int) and value < 1:
+            raise PydanticCustomError("greater_than_equal", "Input should be at least 1 (or auto)")
+        return value
 
 
 class SFTConfig(TrainConfig):
@@ -288,7 +337,13 @@ class RMConfig(TrainConfig):
 
 class DPOConfig(TrainConfig):
     max_length: int = Field(1024, ge=8, description="Longest prompt+response sequence in tokens.")
-    beta: float = Field(0.1, gt=0, description="DPO temperature: how far the policy may move from the reference.")
+    beta: float = Field(
+        0.1,
+        ge=1e-3,
+        le=100,
+        description="DPO temperature: how far the policy may move from the reference (0.001 to 100; TRL's "
+        "default 0.1).",
+    )
     loss_type: Literal["sigmoid", "ipo", "hinge", "robust"] = Field(
         "sigmoid", description="Preference loss: sigmoid (DPO), ipo, hinge (SLiC), robust (noisy labels)."
     )
@@ -296,12 +351,22 @@ class DPOConfig(TrainConfig):
 
 class KTOConfig(TrainConfig):
     max_length: int = Field(1024, ge=8, description="Longest prompt+completion sequence in tokens.")
-    beta: float = Field(0.1, gt=0, description="KTO temperature: how far the policy may move from the reference.")
+    beta: float = Field(
+        0.1,
+        ge=1e-3,
+        le=100,
+        description="KTO temperature: how far the policy may move from the reference (0.001 to 100; TRL's "
+        "default 0.1).",
+    )
     loss_type: Literal["kto", "apo_zero_unpaired"] = Field(
         "kto", description="Unpaired preference loss: kto (Ethayarajh et al. 2024) or apo_zero_unpaired."
     )
-    desirable_weight: float = Field(1.0, gt=0, description="Weight of the losses on desirable (good) completions.")
-    undesirable_weight: float = Field(1.0, gt=0, description="Weight of the losses on undesirable completions.")
+    desirable_weight: float = Field(
+        1.0, ge=0.01, le=100, description="Weight of the losses on desirable (good) completions (0.01 to 100)."
+    )
+    undesirable_weight: float = Field(
+        1.0, ge=0.01, le=100, description="Weight of the losses on undesirable completions (0.01 to 100)."
+    )
 
 
 class HardwareConfig(Section):

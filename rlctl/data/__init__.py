@@ -302,6 +302,9 @@ def normalise(table: Table, role: str, answer_field: str | None = None) -> tuple
         notes.append(
             f"{sum(1 for r in rows if r['images'])} rows with images (message contents as text and image parts)"
         )
+    elif any(c in r for r in rows for c in images.IMAGE_COLUMNS):  # `images: []` of text rows: no images at all
+        rows = [{k: v for k, v in r.items() if k not in images.IMAGE_COLUMNS} for r in rows]
+        notes.append("empty images column left out (no row has an image)")
     wrapped = [_harmonised(r) for r in rows]
     if wrapped != rows:
         rows = wrapped

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlctl.errors import UserError
+from rlctl.errors import DataRowError, UserError
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -32,6 +32,7 @@ MESSAGE_COLUMNS = ("prompt", "messages", "completion", "chosen", "rejected")  # 
 # Qwen2-VL's image processor (Qwen2VLImageProcessor.size, also in the Qwen2-VL / Qwen2.5-VL preprocessor_config.json)
 DEFAULT_MIN_PIXELS = 56 * 56
 DEFAULT_MAX_PIXELS = 28 * 28 * 1280
+MAX_ASPECT_RATIO = 200  # the longest side over the shortest Qwen2-VL's smart_resize takes (transformers raises above)
 PLAN_READS = 1000  # images per dataset `rlctl plan` checks and reads the size of (`rlctl train`: every one)
 
 
@@ -44,38 +45,93 @@ def entries(row: dict[str, Any]) -> list[Any]:
     return []
 
 
-def open_image(entry: Any, base: Path | None = None) -> Image:
-    """One image entry as an RGB Pillow image: a path (relative paths from `base`), bytes, a `{"bytes", "path"}`
-    mapping (datasets' Image feature) or a Pillow image."""
-    from PIL import Image as PILImage
+class UnreadableImage(DataRowError):
+    """An image entry that cannot be opened (missing, not an image, truncated, a decompression bomb): the message
+    names the image and why. Raised at runtime, where the pre-flight's check (`read_sizes`) did not see it."""
 
-    if isinstance(entry, PILImage.Image):
-        return entry.convert("RGB")
+
+# Pillow's own bound (PIL.Image.MAX_IMAGE_PIXELS): an image of more pixels is refused before it is decoded, as a
+# possible decompression bomb (a 110 kB PNG of 30000 x 30000 pixels decodes into 2.7 GB)
+MAX_IMAGE_PIXELS = 89_478_485
+
+
+def _source(entry: Any, base: Path | None) -> Any:
+    """What Pillow opens for an entry: a file-like object of its bytes, or its path (relative paths from `base`)."""
     if isinstance(entry, dict):
         entry = entry.get("bytes") or entry.get("path")
     if isinstance(entry, bytes | bytearray):
-        return PILImage.open(io.BytesIO(entry)).convert("RGB")
+        return io.BytesIO(entry)
+    if not isinstance(entry, str | Path):
+        raise TypeError(f"an image entry is a path, bytes or a {{'bytes', 'path'}} mapping, not {type(entry).__name__}")
     path = Path(str(entry))
-    if base is not None and not path.is_absolute():
-        path = base / path
-    with PILImage.open(path) as image:
-        return image.convert("RGB")
+    path = base / path if base is not None and not path.is_absolute() else path
+    if path.exists() and not path.is_file():  # a folder, or a device or pipe that would never end or block
+        raise ValueError(f"{path} is not a regular file")
+    return path
+
+
+def _checked(image: Image) -> Image:
+    """`image` (opened, not decoded) when its size can be decoded: not a decompression bomb, not empty."""
+    width, height = image.size
+    if width * height > MAX_IMAGE_PIXELS:
+        raise ValueError(
+            f"{width} x {height} pixels, more than {MAX_IMAGE_PIXELS:,} (Pillow's decompression-bomb limit): "
+            "shrink it before training"
+        )
+    if not width or not height:
+        raise ValueError(f"it has no pixels ({width} x {height})")
+    return image
+
+
+def _reason(error: BaseException) -> str:
+    """Why an image failed to open, in words."""
+    if isinstance(error, FileNotFoundError):
+        return f"no such file: {error.filename}"
+    if type(error).__name__.startswith("DecompressionBomb"):  # Pillow's error, or its warning made one
+        return f"{error} Shrink it before training"
+    if type(error) is ValueError:  # rlctl's own reason (_source, _checked)
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+def _opened(entry: Any, base: Path | None, decode: bool) -> tuple[Image | None, tuple[int, int]]:
+    """(the RGB image, its size) of an entry, decoded (`decode`), else (None, its size) read from the header; any
+    failure of Pillow's (a missing file, bytes that are no image, a truncated file, a decompression bomb) is
+    raised as a ValueError saying why, chained to Pillow's own."""
+    import warnings
+
+    from PIL import Image as PILImage
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PILImage.DecompressionBombWarning)
+            if isinstance(entry, PILImage.Image):
+                return (_checked(entry).convert("RGB") if decode else None), entry.size
+            with PILImage.open(_source(entry, base)) as image:
+                size = _checked(image).size
+                return (image.convert("RGB") if decode else None), size
+    except MemoryError:
+        raise
+    except Exception as e:  # Pillow's decoders raise many kinds on damaged data (OSError, SyntaxError, struct.error)
+        raise ValueError(_reason(e)) from e
+
+
+def open_image(entry: Any, base: Path | None = None) -> Image:
+    """One image entry as an RGB Pillow image: a path (relative paths from `base`), bytes, a `{"bytes", "path"}`
+    mapping (datasets' Image feature) or a Pillow image. One that cannot be opened is an UnreadableImage naming it."""
+    try:
+        image, _ = _opened(entry, base, decode=True)
+    except ValueError as e:
+        where = f" (relative paths start from {base})" if base is not None and isinstance(entry, str) else ""
+        raise UnreadableImage(f"An image of the data, {label(entry)}{where}, cannot be opened ({e}).") from e
+    assert image is not None
+    return image
 
 
 def size_of(entry: Any, base: Path | None = None) -> tuple[int, int]:
-    """(width, height) of one image entry, read from its header (Pillow opens lazily: no pixels are decoded)."""
-    from PIL import Image as PILImage
-
-    if isinstance(entry, PILImage.Image):
-        return entry.size
-    if isinstance(entry, dict):
-        entry = entry.get("bytes") or entry.get("path")
-    if isinstance(entry, bytes | bytearray):
-        with PILImage.open(io.BytesIO(entry)) as image:
-            return image.size
-    path = Path(str(entry))
-    with PILImage.open(base / path if base is not None and not path.is_absolute() else path) as image:
-        return image.size
+    """(width, height) of one image entry, read from its header (Pillow opens lazily: no pixels are decoded); a
+    ValueError saying why when it cannot be opened."""
+    return _opened(entry, base, decode=False)[1]
 
 
 def label(entry: Any) -> str:
@@ -89,12 +145,33 @@ def label(entry: Any) -> str:
     return str(entry) if entry is not None else "an empty entry"
 
 
+def processor_problem(width: int, height: int, vision: VisionArch | None) -> str | None:
+    """Why the model's image processor would refuse a width x height image (None: it takes it). Qwen2-VL's
+    (`smart_resize`) refuses an aspect ratio above MAX_ASPECT_RATIO; a SigLIP tower's (Gemma 3) resizes any image
+    to its square."""
+    if vision is not None and vision.kind == "siglip":
+        return None
+    ratio = max(width, height) / min(width, height)
+    if ratio > MAX_ASPECT_RATIO:
+        return (
+            f"its aspect ratio {width} x {height} ({ratio:,.0f}:1) is above the {MAX_ASPECT_RATIO}:1 the model's "
+            "image processor takes (Qwen2-VL's smart_resize refuses it)"
+        )
+    return None
+
+
 def read_sizes(
-    rows: list[dict[str, Any]], base: Path | None, where: Callable[[int], str], decode: bool, cap: int | None
+    rows: list[dict[str, Any]],
+    base: Path | None,
+    where: Callable[[int], str],
+    decode: bool,
+    cap: int | None,
+    vision: VisionArch | None = None,
 ) -> list[list[tuple[int, int]]]:
     """(width, height) of each row's images, row by row (rows without images: an empty list): every image decoded
     (`decode`, as training opens them) or read from its header, until `cap` images are read. One that cannot be
-    opened (missing, not an image, truncated) is a UserError naming the file and row (`where`) and the image."""
+    opened (missing, not an image, truncated, a decompression bomb) or that the image processor of `vision`'s
+    tower would refuse (`processor_problem`) is a UserError naming the file and row (`where`) and the image."""
     out: list[list[tuple[int, int]]] = []
     read = 0
     for i, row in enumerate(rows):
@@ -102,14 +179,16 @@ def read_sizes(
             break
         sizes = []
         for k, entry in enumerate(entries(row)):
+            image = f"{where(i)}: image {k + 1} of the row, {label(entry)},"
             try:
-                sizes.append(open_image(entry, base).size if decode else size_of(entry, base))
-            except (OSError, ValueError, TypeError, SyntaxError) as e:
+                size = _opened(entry, base, decode)[1]
+            except ValueError as e:
                 start = f" (relative paths start from {base})" if base and isinstance(entry, str) else ""
-                raise UserError(
-                    f"{where(i)}: image {k + 1} of the row, {label(entry)}, cannot be opened "
-                    f"({type(e).__name__}: {e}){start}. Fix or remove the row."
-                ) from None
+                raise UserError(f"{image} cannot be opened ({e}){start}. Fix or remove the row.") from None
+            problem = processor_problem(*size, vision)
+            if problem:
+                raise UserError(f"{image} cannot be trained on: {problem}. Crop or pad it, or remove the row.")
+            sizes.append(size)
         read += len(sizes)
         out.append(sizes)
     return out

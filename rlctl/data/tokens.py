@@ -150,6 +150,11 @@ QWEN2_PATTERN = (
 )
 EOS = "<|endoftext|>"
 SPECIAL_TOKENS = [EOS, "<|im_start|>", "<|im_end|>"]
+# the built-in vision-language models' image tokens (rlctl.stages.tiny adds them to their tokenizers): Qwen2-VL's, and
+# Gemma 3's as its tokenizer names them (Gemma3Processor reads these attributes): the placeholder the chat template
+# writes, the soft token it expands into (one per image token) and the closing delimiter
+VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>", "eoi_token": "<end_of_image>"}
 CHATML_ROLES = ("system", "user", "assistant")
 
 
@@ -205,8 +210,11 @@ class FileTokenizer:
     purpose: importing any transformers tokenizer imports torch (5 s, 1,800 modules), which `rlctl plan` never does;
     tests/test_real_data.py checks that it counts every stage's rows as transformers' own tokenizer does."""
 
-    def __init__(self, backend: Any, chat_template: str | None, special: dict[str, str | None]):
+    def __init__(
+        self, backend: Any, chat_template: str | None, special: dict[str, str | None], image: str = PLACEHOLDER
+    ):
         self.backend, self.chat_template, self.special = backend, chat_template, special
+        self.image = image  # what an image part is counted as (see apply_chat_template)
 
     @classmethod
     def from_folder(cls, folder: Path, chat_template: str | None) -> FileTokenizer:
@@ -219,10 +227,19 @@ class FileTokenizer:
         return cls(Tokenizer.from_file(str(folder / "tokenizer.json")), chat_template, special)
 
     @classmethod
-    def builtin(cls, texts: list[str], vocab_size: int, chat_template: str | None) -> FileTokenizer:
-        """The builtin:tiny tokenizer the run will train on `texts` (the same BPE, the same counts)."""
-        special = {"bos_token": None, "eos_token": EOS, "pad_token": EOS, "unk_token": None}
-        return cls(train_bpe(texts, vocab_size), chat_template or CHATML, special)
+    def builtin(cls, texts: list[str], vocab_size: int, chat_template: str | None, arch: Any = None) -> FileTokenizer:
+        """The tokenizer of a built-in model (`arch`, its ModelArch) the run will train on `texts`: the same BPE,
+        the same counts; a vision-language one's image parts counted as its chat template writes them (the
+        family's placeholder, of special tokens as rlctl.stages.tiny adds them), `image_placeholder`."""
+        backend = train_bpe(texts, vocab_size)
+        image = PLACEHOLDER
+        if getattr(arch, "vision", None) is not None:
+            image = image_placeholder(arch)
+            backend.add_special_tokens(list(GEMMA3_TOKENS.values()) if image == GEMMA3_IMAGE else VISION_TOKENS)
+        eos = "<|im_end|>" if image != PLACEHOLDER else EOS  # as Qwen2.5-VL-Instruct's (rlctl.stages.tiny)
+        special = {"bos_token": None, "eos_token": eos, "pad_token": EOS, "unk_token": None}
+        default = CHATML_GEMMA3 if image == GEMMA3_IMAGE else CHATML
+        return cls(backend, chat_template or default, special, image)
 
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
         return {"input_ids": self.backend.encode(text, add_special_tokens=add_special_tokens).ids}
@@ -240,7 +257,8 @@ class FileTokenizer:
         this counts text tokens, whatever the template does with parts (a row's image tokens are counted from its
         images' sizes, `rlctl.data.images`)."""
         messages = [
-            {**m, "content": _flat(m["content"])} if isinstance(m.get("content"), list) else m for m in messages
+            {**m, "content": _flat(m["content"], self.image)} if isinstance(m.get("content"), list) else m
+            for m in messages
         ]
         text = render(self.chat_template or "", messages, add_generation_prompt, tools, **self.special)
         if not tokenize:
@@ -249,8 +267,8 @@ class FileTokenizer:
         return {"input_ids": ids} if return_dict else ids
 
 
-def _flat(parts: list[dict[str, Any]]) -> str:
-    return "".join(PLACEHOLDER if p.get("type") == "image" else p.get("text") or "" for p in parts)
+def _flat(parts: list[dict[str, Any]], image: str) -> str:
+    return "".join(image if p.get("type") == "image" else p.get("text") or "" for p in parts)
 
 
 def prompt_messages(prompt: Any) -> list[dict[str, Any]]:

@@ -31,11 +31,11 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from rlctl import checkpoint, data, processes, tables
+from rlctl import checkpoint, data, processes, strictjson, tables
 from rlctl import config as config_mod
 from rlctl.data import tasks
 from rlctl.errors import UserError
-from rlctl.launch import preflight, restarts, tbevents
+from rlctl.launch import logfile, preflight, restarts, tbevents
 from rlctl.launch import progress as progress_mod
 from rlctl.plan import data_lengths, engine, packages, resolved
 from rlctl.plan import planner as plan_mod
@@ -169,14 +169,22 @@ def _env(the_plan: plan_mod.Plan) -> dict[str, str]:
     return env
 
 
+LOG_DRAIN_S = 10.0  # the wait for the launch's last output once it ended (a process it left may hold the pipe)
+LIVE_BYTES = 64 * 2**20  # metrics.jsonl read per poll of a running launch
+LOG_TAIL_BYTES = 4 * 2**20  # the end of a failed launch's log searched for its cause
+
+
 def _read_new(path: Path, offset: int) -> tuple[list[dict], int]:
-    """Complete jsonl records appended to `path` since byte `offset`."""
-    if not path.exists():
+    """Complete jsonl records appended to `path` since byte `offset`, at most LIVE_BYTES of them per call (a line
+    longer than that is no record: it is skipped)."""
+    if not path.is_file():  # not yet, or no regular file (a link to a device): nothing to show
         return [], offset
     with path.open("rb") as f:
         f.seek(offset)
-        chunk = f.read()
+        chunk = f.read(LIVE_BYTES)
     end = chunk.rfind(b"\n") + 1
+    if not end and len(chunk) == LIVE_BYTES:
+        return [], offset + len(chunk)
     records = []
     for line in chunk[:end].splitlines():
         with contextlib.suppress(ValueError):  # a damaged line (a disk that filled up) is not a record
@@ -231,8 +239,8 @@ def acquire_lock(run_dir: Path) -> Path:
     lock = RunDir(run_dir).lock
     if lock.exists():
         try:
-            pid = int(lock.read_text().strip() or 0)
-        except ValueError:
+            pid = int(strictjson.bounded(lock, 64).strip() or 0)
+        except (OSError, ValueError):  # unreadable, not a regular file, or not a pid: no live owner named
             pid = 0
         if pid and pid != os.getpid() and _pid_alive(pid):
             raise UserError(f"{run_dir} is in use by a running rlctl (pid {pid}); wait for it or stop it first.")
@@ -311,15 +319,17 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
     try:
         with log_path.open("ab") as log:
             # Its own session: a terminal Ctrl-C reaches only this CLI, which asks the trainers to stop at a step
-            # boundary. Killed with its parent, so no trainer outlives this CLI (kill -9 included).
+            # boundary. Killed with its parent, so no trainer outlives this CLI (kill -9 included). Its output goes
+            # through a pipe into the log, progress bars as lines (logfile.LogLines).
             proc = subprocess.Popen(
                 cmd,
-                stdout=log,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 env=_env(the_plan),
                 start_new_session=True,
                 preexec_fn=processes.die_with_parent,
             )
+            copying = logfile.copy(proc.stdout, logfile.LogLines(log, the_plan.config.logging.console_every_s))
             from rich.progress import Progress
 
             tasks_by_stage: dict[str, int] = {}
@@ -362,6 +372,7 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                             progress.console.print(
                                 "[yellow]Stopping at the next step with a checkpoint[/] (Ctrl-C again to stop at once)."
                             )
+            copying.join(timeout=LOG_DRAIN_S)  # what the processes printed last, before the log closes
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
@@ -377,9 +388,9 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         show_summary(console, read_summary(run_dir))
         console.print(f"[green]Done.[/] Export with: rlctl export {run_dir} --out {run_dir}/export", soft_wrap=True)
         return 0
-    with log_path.open("rb") as f:
-        f.seek(log_start)
-        launched = f.read().decode(errors="replace")  # this launch's part of the node's log
+    with log_path.open("rb") as f:  # the end of this launch's part of the node's log
+        f.seek(max(log_start, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+        launched = f.read(LOG_TAIL_BYTES).decode(errors="replace")
     if the_plan.config.hardware.max_restarts and restarts.RENDEZVOUS_TIMEOUT in launched:
         console.print(restarts.nodes_missing(the_plan, last_stage, log_path), soft_wrap=True)
         return 1

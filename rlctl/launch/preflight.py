@@ -269,7 +269,8 @@ def tokenizer(
     if folder is not None and (folder / "tokenizer.json").is_file():
         report.checks["tokenizer"] = f"{folder / 'tokenizer.json'} (over-long rows counted)"
         return tokens.FileTokenizer.from_folder(folder, template)
-    builtin = cfg.model.name_or_path == "builtin:tiny" and cfg.model.arch is not None and not report.errors
+    name = cfg.model.name_or_path
+    builtin = name in model_arch.BUILTIN_MODELS and cfg.model.arch is not None and not report.errors
     if builtin and all(_read_whole(str(p), full) for p in paths.values()):
         from rlctl.data import tasks
 
@@ -278,8 +279,8 @@ def tokenizer(
         except UserError as e:
             report.errors.append(str(e))
             return None
-        report.checks["tokenizer"] = "builtin:tiny's, trained here on the run's texts (over-long rows counted)"
-        return tokens.FileTokenizer.builtin(texts, cfg.model.arch.vocab, template)
+        report.checks["tokenizer"] = f"{name}'s, trained here on the run's texts (over-long rows counted)"
+        return tokens.FileTokenizer.builtin(texts, cfg.model.arch.vocab, template, cfg.model.arch)
     report.checks["tokenizer"] = "not here yet: over-long rows are counted when training starts"
     return None
 
@@ -303,10 +304,17 @@ def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report
     architecture has no vision tower is refused; with one, each training stage's image budget (`report.images`)."""
     vision = cfg.model.arch.vision if cfg.model.arch is not None else None
     bounds = (cfg.data.min_pixels or images.DEFAULT_MIN_PIXELS, cfg.data.max_pixels or images.DEFAULT_MAX_PIXELS)
+    if vision is not None and vision.kind != "siglip" and bounds[0] > bounds[1] and any(rows.values()):
+        report.errors.append(
+            f"The image resize bounds are empty: min_pixels {bounds[0]:,} is above max_pixels {bounds[1]:,} (data."
+            "min_pixels / data.max_pixels, or the model's preprocessor_config.json where unset). Set data.min_pixels "
+            "at most data.max_pixels."
+        )
+        return
     for stage, stage_rows in rows.items():
         info, cap = report.infos[stage], None if full else images.PLAN_READS
         try:
-            sizes = images.read_sizes(stage_rows, info.base, info.row, decode=full, cap=cap)
+            sizes = images.read_sizes(stage_rows, info.base, info.row, decode=full, cap=cap, vision=vision)
         except UserError as e:
             report.errors.append(str(e))
             return
@@ -319,6 +327,26 @@ def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report
         if vision is not None and stage != "eval" and stage_rows:
             seen = sum(len(images.entries(r)) for r in stage_rows)
             report.images[stage] = images.budget(sizes, vision, *bounds, seen)
+
+
+def check_resume_images(cfg: RunConfig, run_dir: Path, stages: list[str]) -> None:
+    """Before a vision-language run resumes: every image of the local datasets its unfinished `stages` (and their
+    held-out scoring) read opens, decoded, as `rlctl train` checked it; a UserError (exit 2) naming the file, the
+    row and the image otherwise (moved or deleted since the run started). A text model's run: nothing to check."""
+    if cfg.model.arch is None or cfg.model.arch.vision is None or not stages:
+        return
+    paths = {}
+    for role, path in plan_mod.data_paths(cfg, run_dir).items():
+        try:
+            local = data.parse_source(str(path), role).kind != "hub"
+        except UserError:  # a file gone: read_data names it
+            local = True
+        if local:
+            paths[role] = path
+    left = cfg.model_copy(update={"stages": stages})
+    report = Report()
+    check_images(left, read_data(left, report, full=True, paths=paths), True, report)
+    require(report)
 
 
 # ------------------------------------------------------------------------------------------------ tools

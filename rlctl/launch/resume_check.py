@@ -25,7 +25,7 @@ def rebuild_summary(run_dir: Path, cfg: RunConfig) -> tuple[rundir.Summary, str]
     the damaged file kept as summary.json.damaged; returns it and a line saying so."""
     summary = rundir.Summary(run=cfg.name, model=cfg.model.name_or_path)
     path = rundir.RunDir(run_dir).metrics
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+    lines = strictjson.lines(path, "summary.json cannot be rebuilt from it: restore either from a copy.")
     for line in lines:
         try:
             rec = json.loads(line)

@@ -141,7 +141,8 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
             if not isinstance(e, UserError | context.Stopped):
                 _traceback()
             message, code = scrub(message), 2 if isinstance(e, UserError) else 1
-            log.write(stage=ctx.stage.name, event="error", message=message, exit_code=code)
+            with contextlib.suppress(OSError):  # a run directory made read-only: the log below still says it
+                log.write(stage=ctx.stage.name, event="error", message=message, exit_code=code)
             print(f"rlctl: {message}", file=sys.stderr)
             sys.exit(code)
 

@@ -19,9 +19,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from rlctl import strictjson
 from rlctl.monitors import memory_probe
-from rlctl.rundir import LayoutRecord, RunDir, every_rank, write_record
+from rlctl.rundir import LayoutRecord, RunDir, every_rank, read_record, write_record
 from rlctl.runtime.context import StageContext, Stopped
 from rlctl.runtime.models import torch_dtype
 
@@ -313,7 +312,7 @@ def finish(ctx: StageContext, switches: dict | None) -> None:
     path = RunDir(ctx.run_dir).layout(ctx.stage.name, _rank())
     if ctx.stage.name != "rl" or not path.exists():
         return
-    record = LayoutRecord.from_json(strictjson.read(path))
+    record = read_record(path, LayoutRecord.from_json)
     record.observed.pop("optimizer_switches", None)
     record.observed |= offload_record(switches, record.observed["optimizer_state"]["devices"])
     write_record(path, record)
@@ -331,6 +330,6 @@ def read(run_dir: Path, stage: str) -> LayoutRecord | None:
     files = every_rank(main)
     if not files:
         return None
-    record = LayoutRecord.from_json(strictjson.read(main)) if main.exists() else LayoutRecord()
+    record = read_record(main, LayoutRecord.from_json) if main.exists() else LayoutRecord()
     record.processes_recorded = len(files)
     return record

@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
-from rlctl import strictjson
-from rlctl.rundir import MeasuredPhase, MemoryRecord, RunDir, StageMemory, every_rank, write_record
+from rlctl.rundir import MeasuredPhase, MemoryRecord, RunDir, StageMemory, every_rank, read_record, write_record
 
 if TYPE_CHECKING:
     from rlctl.plan.parts import MemoryTable, PhaseMemory
@@ -269,7 +268,7 @@ def _error(planned: float | None, measured: float | None) -> float | None:
 def summary(run_dir: Path, stage: str, plan_memory: MemoryTable | None) -> StageMemory | None:
     """The measured peaks (the maximum over processes) beside the plan's for each phase of `stage`, and the stage's
     peak against the plan's; None when no process recorded any."""
-    records = [MemoryRecord.from_json(strictjson.read(f)) for f in every_rank(RunDir(run_dir).memory(stage))]
+    records = [read_record(f, MemoryRecord.from_json) for f in every_rank(RunDir(run_dir).memory(stage))]
     if not records:
         return None
     merged: dict[str, dict[str, float]] = {}

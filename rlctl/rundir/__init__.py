@@ -4,9 +4,11 @@
 stages' metrics, data notes, memory, best checkpoints and layouts), a stage's per-process layout and memory records
 (`LayoutRecord`, `MemoryRecord`), a checkpoint's completion marker (`CheckpointMark`, its files' `FileEntry`), the
 RL loop's state in a checkpoint (`LoopState`), and the manifest of a folder rlctl wrote whole (`FilesManifest`).
-Each of those files is read and written through its record (`write_record`), at the path `RunDir` gives. `from_json`
-reads what older rlctl wrote: keys it does not know are kept and written back (`extra`), keys it lacks and values of
-the wrong kind take their defaults; `to_json` writes the keys rlctl always wrote.
+Each of those files is read (`read_record`, with a size bound) and written (`write_record`) through its record, at
+the path `RunDir` gives. `from_json` reads what older rlctl wrote: keys it does not know are kept and written back
+(`extra`), keys it lacks (or null) take their defaults, and a value of another kind than rlctl writes is refused
+naming its key (`WrongKind`: the reader's DamagedFile names the file too); `to_json` writes the keys rlctl always
+wrote.
 
 Package `rlctl.rundir`: the paths (`paths`), the records of checkpoints and monitors (`records`), summary.json
 (`summary`).
@@ -25,6 +27,9 @@ from rlctl.rundir.records import (
     MemoryRecord,
     Record,
     StageMemory,
+    WrongKind,
+    WrongRecord,
+    read_record,
     write_record,
 )
 from rlctl.rundir.summary import DataNote, Restart, StageSummary, Summary, read_summary, write_summary
@@ -51,7 +56,10 @@ __all__ = [
     "StageMemory",
     "StageSummary",
     "Summary",
+    "WrongKind",
+    "WrongRecord",
     "every_rank",
+    "read_record",
     "read_summary",
     "write_record",
     "write_summary",

@@ -6,18 +6,59 @@ record is written (`write_record`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from rlctl import atomic, strictjson
 
 NUMBER = (int, float)
+R = TypeVar("R")
+
+
+class WrongKind(ValueError):
+    """A record's key holds a value of another kind than rlctl writes there (`completed` a string where it writes a
+    list of stage names): the record is refused, naming the key, rather than read as if the key were absent."""
+
+    def __init__(self, key: str, value: Any, kind: Any):
+        self.key, self.value, self.kind = key, value, kind
+        super().__init__(f"its `{key}` is {_kind_of(value)}, where rlctl writes {_kind_name(kind)}")
+
+    def within(self, prefix: str) -> WrongKind:
+        """The same refusal for the record nested at `prefix` (`memory.rl`)."""
+        return WrongKind(f"{prefix}.{self.key}", self.value, self.kind)
+
+
+def _kind_of(value: Any) -> str:
+    names = {dict: "a JSON object", list: "a JSON array", str: "a string", bool: "a boolean"}
+    return names.get(type(value), f"the number {value!r}" if isinstance(value, int | float) else type(value).__name__)
+
+
+def _kind_name(kind: Any) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {dict: "a JSON object", list: "a JSON array", str: "a string", int: "a whole number", float: "a number"}
+    return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
+
+
+def of_kind(value: Any, kind: Any) -> bool:
+    """Whether `value` is of `kind` (a boolean is no number, though Python's bool is an int)."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return isinstance(value, kind) and not (isinstance(value, bool) and bool not in kinds)
 
 
 def pick(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
-    """The values of `data` under the keys of `kinds` that are of their kind (the others read as absent)."""
-    return {k: data[k] for k, kind in kinds.items() if isinstance(data.get(k), kind)}
+    """The values of `data` under the keys of `kinds` (absent or null ones left out, to take their defaults); a
+    value of another kind is a WrongKind naming its key."""
+    out = {}
+    for k, kind in kinds.items():
+        value = data.get(k)
+        if value is None:
+            continue
+        if not of_kind(value, kind):
+            raise WrongKind(k, value, kind)
+        out[k] = value
+    return out
 
 
 def unknown(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
@@ -27,6 +68,25 @@ def unknown(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
 
 class Record(Protocol):
     def to_json(self) -> dict[str, Any]: ...
+
+
+class WrongRecord(strictjson.DamagedFile):
+    """A record file that reads as JSON but not as the record rlctl wrote (a key of another kind, or missing):
+    someone or something edited it, so nothing decides for the user what it should have said."""
+
+
+def read_record(path: Path, parse: Callable[[dict[str, Any]], R], works: str = "") -> R:
+    """The record in the JSON file at `path`, read with a size bound and parsed by `parse` (a `from_json`); a
+    DamagedFile naming the file and what is wrong (the key of a value of another kind, a key missing), followed
+    by `works`, when it is not a record rlctl wrote."""
+    try:
+        return parse(strictjson.read(path, works))
+    except WrongKind as e:
+        raise WrongRecord(path, str(e), works) from None
+    except KeyError as e:
+        raise WrongRecord(path, f"it lacks its `{e.args[0]}`", works) from None
+    except (TypeError, ValueError) as e:
+        raise strictjson.DamagedFile(path, f"it is not a record rlctl wrote ({e})", works) from None
 
 
 def write_record(path: Path, record: Record, indent: int | None = 2) -> None:
@@ -46,17 +106,30 @@ class FileEntry:
     def to_json(self) -> dict[str, Any]:
         return {"size": self.size, "xxh3": self.xxh3} | ({"sampled": True} if self.sampled else {})
 
+    KINDS: ClassVar[dict[str, Any]] = {"size": int, "xxh3": str, "sampled": bool}
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FileEntry:
-        """Raises KeyError, TypeError or ValueError when `data` is not an entry rlctl wrote."""
-        return cls(int(data["size"]), str(data["xxh3"]), bool(data.get("sampled", False)))
+        """KeyError naming a key it lacks, WrongKind one of another kind, when `data` is not an entry rlctl wrote."""
+        values = pick(data, cls.KINDS)
+        for key in ("size", "xxh3"):
+            if key not in values:
+                raise KeyError(key)
+        return cls(values["size"], values["xxh3"], values.get("sampled", False))
 
 
-def files_from_json(data: dict[str, Any]) -> dict[str, FileEntry]:
-    """{relative path: FileEntry} of a manifest's `files` (ValueError when it is not a JSON object)."""
+def files_from_json(data: Any) -> dict[str, FileEntry]:
+    """{relative path: FileEntry} of a manifest's `files`: a WrongKind naming `files` (or the entry of another
+    kind), a KeyError naming the key an entry lacks (`files.model.safetensors.xxh3`)."""
     if not isinstance(data, dict):
-        raise ValueError(f"its files are {type(data).__name__}, not a JSON object")
-    return {rel: FileEntry.from_json(entry) for rel, entry in data.items()}
+        raise WrongKind("files", data, dict)
+    out = {}
+    for rel, entry in data.items():
+        try:
+            out[rel] = nested(FileEntry.from_json, entry, f"files.{rel}")
+        except KeyError as e:
+            raise KeyError(f"files.{rel}.{e.args[0]}") from None
+    return out
 
 
 @dataclass
@@ -237,8 +310,19 @@ class StageMemory:
     def from_json(cls, data: dict[str, Any]) -> StageMemory:
         values = pick(data, cls.KINDS)
         phases = values.get("phases", {}).items()
-        values["phases"] = {p: MeasuredPhase.from_json(m) for p, m in phases if isinstance(m, dict)}
+        values["phases"] = {p: nested(MeasuredPhase.from_json, m, f"phases.{p}") for p, m in phases}
         return cls(**values)
+
+
+def nested(parse: Callable[[dict[str, Any]], R], data: Any, key: str) -> R:
+    """The record nested under `key` of another, parsed by `parse`; a WrongKind naming `key` when it is no JSON
+    object, or naming its own key within `key`."""
+    if not isinstance(data, dict):
+        raise WrongKind(key, data, dict)
+    try:
+        return parse(data)
+    except WrongKind as e:
+        raise e.within(key) from None
 
 
 @dataclass
@@ -256,9 +340,13 @@ class LoopState:
         out: dict[str, Any] = {"step": self.step, "cursor": self.cursor, "kl_coef": self.kl_coef}
         return out | ({"world": self.world} if self.world is not None else {})
 
+    KINDS: ClassVar[dict[str, Any]] = {"step": int, "cursor": int, "kl_coef": NUMBER, "world": int}
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LoopState:
-        world = data.get("world")
-        return cls(
-            int(data["step"]), int(data["cursor"]), float(data["kl_coef"]), world if isinstance(world, int) else None
-        )
+        """KeyError naming a key rlctl always writes that is missing; WrongKind for a value of another kind."""
+        values = pick(data, cls.KINDS)
+        missing = [k for k in ("step", "cursor", "kl_coef") if k not in values]
+        if missing:
+            raise KeyError(missing[0])
+        return cls(values["step"], values["cursor"], float(values["kl_coef"]), values.get("world"))

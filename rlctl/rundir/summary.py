@@ -7,9 +7,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlctl import strictjson
 from rlctl.rundir.paths import RunDir
-from rlctl.rundir.records import BestCheckpoint, LayoutRecord, StageMemory, pick, unknown, write_record
+from rlctl.rundir.records import (
+    BestCheckpoint,
+    LayoutRecord,
+    StageMemory,
+    WrongKind,
+    nested,
+    pick,
+    read_record,
+    unknown,
+    write_record,
+)
 
 
 @dataclass
@@ -87,7 +96,9 @@ class Restart:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Restart:
         values = pick(data, cls.KINDS)
-        values["lost_nodes"] = [n for n in values.get("lost_nodes", []) if isinstance(n, int)]
+        for i, node in enumerate(values.get("lost_nodes", [])):
+            if not isinstance(node, int) or isinstance(node, bool):
+                raise WrongKind(f"lost_nodes[{i}]", node, int)
         return cls(**values, extra=unknown(data, cls.KINDS))
 
 
@@ -137,14 +148,19 @@ class Summary:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Summary:
-        """The record of a summary.json mapping, as any rlctl wrote it; values of the wrong kind read as absent."""
+        """The record of a summary.json mapping, as any rlctl wrote it (keys it lacks, or null, take their
+        defaults); a value of another kind than rlctl writes is a WrongKind naming its key (a `completed` that is
+        a string, not a list of stage names, would make a finished run train again)."""
         kinds = cls.KINDS | dict.fromkeys(cls.RECORDS, dict)
         values = pick(data, kinds)
-        values["completed"] = [s for s in values.get("completed", []) if isinstance(s, str)]
-        values["restarts"] = [Restart.from_json(r) for r in values.get("restarts", []) if isinstance(r, dict)]
+        for i, stage in enumerate(values.get("completed", [])):
+            if not isinstance(stage, str):
+                raise WrongKind(f"completed[{i}]", stage, str)
+        restarts = enumerate(values.get("restarts", []))
+        values["restarts"] = [nested(Restart.from_json, r, f"restarts[{i}]") for i, r in restarts]
         for key, record in cls.RECORDS.items():
             found = values.get(key, {}).items()
-            values[key] = {stage: record.from_json(m) for stage, m in found if isinstance(m, dict)}
+            values[key] = {stage: nested(record.from_json, m, f"{key}.{stage}") for stage, m in found}
         return cls(**values, extra=unknown(data, kinds))
 
     def finished(self, stages: list[str]) -> bool:
@@ -155,10 +171,10 @@ class Summary:
 def read_summary(run_dir: Path, works: str = "", missing: Summary | None = None) -> Summary:
     """The run's summary.json; `missing` (an empty Summary unless given) when there is none. Raises DamagedFile
     when it cannot be read, `works` saying what still works without it."""
-    raw = strictjson.read(RunDir(run_dir).summary, works, missing=None)
-    if raw is None:
+    path = RunDir(run_dir).summary
+    if not path.exists() and not path.is_symlink():
         return missing if missing is not None else Summary()
-    return Summary.from_json(raw)
+    return read_record(path, Summary.from_json, works)
 
 
 def write_summary(run_dir: Path, summary: Summary) -> None:

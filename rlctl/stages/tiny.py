@@ -13,15 +13,11 @@ import shutil
 from pathlib import Path
 
 from rlctl.config import ModelArch
-from rlctl.data.tokens import CHATML, CHATML_GEMMA3, EOS, SPECIAL_TOKENS, train_bpe
+from rlctl.data.tokens import CHATML, CHATML_GEMMA3, EOS, GEMMA3_TOKENS, SPECIAL_TOKENS, VISION_TOKENS, train_bpe
 
 # lets conversational data (chat `messages`, verl's message-list prompts, tools) train; it renders a
 # vision-language prompt's image parts as Qwen2-VL's template does
 CHAT_TEMPLATE = CHATML
-VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]  # Qwen2-VL's
-# Gemma 3's image tokens, as its tokenizer names them (Gemma3Processor reads these attributes): the placeholder the
-# chat template writes, the soft token it expands into (one per image token) and the closing delimiter
-GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>", "eoi_token": "<end_of_image>"}
 
 
 def train_tokenizer(texts: list[str], vocab_size: int, named: dict[str, str] | None = None):
@@ -41,6 +37,18 @@ def train_tokenizer(texts: list[str], vocab_size: int, named: dict[str, str] | N
     return tokenizer
 
 
+def model_tokenizer(arch: ModelArch, texts: list[str]):
+    """The tokenizer of the built-in model of `arch`, trained on `texts`: a vision-language one's with the family's
+    image tokens, and <|im_end|> its EOS as Qwen2.5-VL-Instruct's (a reply ends there)."""
+    gemma3 = arch.vision is not None and arch.vision.kind == "siglip"
+    tokenizer = train_tokenizer(texts, arch.vocab, GEMMA3_TOKENS if gemma3 else None)
+    if arch.vision is not None:
+        vision_tokens = [] if gemma3 else VISION_TOKENS  # Gemma 3's were named above
+        tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:] + vision_tokens})
+        tokenizer.eos_token = "<|im_end|>"
+    return tokenizer
+
+
 def build(
     out_dir: Path, arch: ModelArch, texts: list[str], seed: int, pixels: tuple[int | None, int | None] = (None, None)
 ) -> Path:
@@ -51,11 +59,7 @@ def build(
     from transformers import GenerationConfig
 
     gemma3 = arch.vision is not None and arch.vision.kind == "siglip"
-    tokenizer = train_tokenizer(texts, arch.vocab, GEMMA3_TOKENS if gemma3 else None)
-    if arch.vision is not None:  # as Qwen2.5-VL-Instruct's: a reply ends at <|im_end|>, its EOS
-        vision_tokens = [] if gemma3 else VISION_TOKENS  # Gemma 3's were named above
-        tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:] + vision_tokens})
-        tokenizer.eos_token = "<|im_end|>"
+    tokenizer = model_tokenizer(arch, texts)
     torch.manual_seed(seed)
     if arch.vision is None:
         model = _lm(arch, tokenizer)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import Tensor
 
-from rlctl import checkpoint, strictjson
+from rlctl import checkpoint
 from rlctl.algorithms import AdaptiveKLController, AdvantageConfig, FixedKLController, PolicyLossConfig
 from rlctl.config.rl import RLConfig
 from rlctl.data.tokens import prompt_text
@@ -30,7 +30,7 @@ from rlctl.rollout.async_engine import GeneratorSetup
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, pad_to
 from rlctl.rollout.vision import VisionInputs, encode, row_images
-from rlctl.rundir import LOOP_STATE, LoopState, write_record
+from rlctl.rundir import LOOP_STATE, LoopState, read_record, write_record
 from rlctl.runtime.context import MetricsLog, StopFlag, Stops, resume_point
 from rlctl.runtime.rewarding import Scorer
 from rlctl.trainer.offload import Offloaded, offload_optimizer_state
@@ -231,7 +231,8 @@ def load_checkpoint(last: str | None, acc: Accelerator, shards: dict) -> LoopSta
     acc.load_state(last)
     if shards:
         load_shards(Path(last), shards)  # resharded when the process count changed
-    return LoopState.from_json(strictjson.read(Path(last) / LOOP_STATE))
+    works = "Resume from an earlier checkpoint: move this one aside (rename it), then `rlctl resume`."
+    return read_record(Path(last) / LOOP_STATE, LoopState.from_json, works)
 
 
 def save_checkpoint(loop: Loop, step: int, state: LoopState) -> None:
