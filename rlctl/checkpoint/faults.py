@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlctl import checkpoint
 from rlctl.config import RESUMABLE
-from rlctl.errors import ChildDied, DataRowError, RewardError, is_out_of_memory
+from rlctl.errors import ChildDied, DataRowError, GeneratorFailed, RewardError, is_out_of_memory
 from rlctl.plan import hardware
 
 
@@ -59,6 +59,12 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
             f"{error} Stage {stage} stopped; {_last_good(checkpoints)}. Continue from it with "
             f"`rlctl resume {run_dir}`. The full log is in {run_dir}/logs/train.log."
         )
+    if isinstance(error, GeneratorFailed):
+        return (
+            f"{error}{_generator_memory(plan, error)} Stage {stage} stopped; {_last_good(checkpoints)}. After "
+            f"fixing the cause, continue from it with `rlctl resume {run_dir}`. The engine's traceback is in "
+            f"{run_dir}/logs/train.log."
+        )
     if isinstance(error, RewardError):
         return f"{error} Then `rlctl resume {run_dir}{_zero_on_error(plan)}` ({_last_good(checkpoints)})."
     disk_full = no_space(error)
@@ -92,6 +98,20 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
             f"where {run_dir} lives, then `rlctl resume {run_dir}`."
         )
     return None
+
+
+def _generator_memory(plan, error: GeneratorFailed) -> str:
+    """For an engine out of memory: what the plan gave the generator side, and the settings that need less."""
+    if error.kind not in ("OutOfMemoryError", "MemoryError"):
+        return ""
+    split = plan.async_split
+    size = (
+        f" (the plan gave each engine {split.generator_gib_per_gpu} GiB per GPU)" if split.generator_gib_per_gpu else ""
+    )
+    return (
+        f" The engine ran out of memory{size}: lower rl.max_new_tokens or rl.prompts_per_step x rl.group_size, or "
+        "spread the rounds over more engines (rl.async_rollout.generators)."
+    )
 
 
 def unexpected(error: BaseException, run_dir: Path, stage: str, log: Path) -> str:

@@ -74,6 +74,14 @@ class AsyncRollout(Section):
         description="Most policy versions a batch may lag the trainer (K; TRL's max_staleness, NeMo-RL's N-step "
         "off-policy): the generator works at most K rounds ahead, so no sample is ever older (none is dropped).",
     )
+    generators: int | None = Field(
+        None,
+        ge=1,
+        description="Generator engines over all nodes, each a process of its own with its share of every round's "
+        "prompts and every weight push (default: on GPUs the plan's count, one per generator GPU or tensor-parallel "
+        "group; on CPU one). On CPU each takes its share of the cores; on GPUs the generator gets this many engines' "
+        "GPUs per node and the trainers the rest. A multiple of the node count.",
+    )
 
 
 def _registry_name(key: str, value: Any, known: tuple[str, ...]) -> Any:
