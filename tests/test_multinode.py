@@ -1,6 +1,7 @@
 """Multi-node: the exact accelerate config and launch command per node, the rules on node rank and rendezvous
-address, the SLURM script line by line, and a real 2-node x 1-process CPU run through the same launch path
-(two `rlctl train` processes on one machine sharing a run directory over 127.0.0.1)."""
+address, the SLURM script line by line, and real 2-node x 1-process CPU runs through the same launch path
+(two `rlctl train` processes on one machine sharing a run directory over 127.0.0.1): SFT, and async RL with a
+generator engine on each node, node 1's taking every weight push from node 0's trainer over TCP."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.helpers import RLCTL, free_port, rlctl
+import pytest
+
+from tests.helpers import RLCTL, free_port, records, rlctl
 
 MULTI = ("--hardware", "2x8xH100-80GB", "--nodes", "2", "--node-rank", "1", "--main-address", "10.0.0.1:29500")
 
@@ -125,28 +128,11 @@ def test_multinode_train_needs_a_run_dir():
     assert "needs --run-dir" in proc.stderr
 
 
-def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
-    """Two `rlctl train` processes, node ranks 0 and 1, meet over torch.distributed (gloo) at 127.0.0.1."""
-    run = tmp_path / "run"
-    args = [
-        "train",
-        "--preset",
-        "tiny-demo",
-        "--hardware",
-        "cpu",
-        "--stages",
-        "sft",
-        "--set",
-        "sft.max_steps=4",
-        "--set",
-        "rl.eval_samples=8",
-        "--nodes",
-        "2",
-        "--main-address",
-        f"127.0.0.1:{free_port()}",
-        "--run-dir",
-        str(run),
-    ]
+def _two_nodes(tmp_path: Path, run: Path, *args: str) -> None:
+    """`rlctl train ARGS` as node ranks 0 and 1 of a 2-node run on this machine (rendezvous at 127.0.0.1); both
+    must succeed."""
+    args = ("train", "--preset", "tiny-demo", "--hardware", "cpu", "--set", "rl.eval_samples=8", *args)
+    args += ("--nodes", "2", "--main-address", f"127.0.0.1:{free_port()}", "--run-dir", str(run))
     logs = [(tmp_path / f"node{r}.out").open("w") for r in (0, 1)]
     procs = [
         subprocess.Popen([RLCTL, *args, "--node-rank", str(r)], stdout=logs[r], stderr=subprocess.STDOUT)
@@ -161,12 +147,45 @@ def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
     outs = [(tmp_path / f"node{r}.out").read_text() for r in (0, 1)]
     logs = [run / "logs" / "train.log", run / "logs" / "train.node1.log"]
     assert codes == [0, 0], "\n".join(outs + [log.read_text()[-3000:] for log in logs if log.exists()])
+
+
+def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
+    """Two `rlctl train` processes, node ranks 0 and 1, meet over torch.distributed (gloo) at 127.0.0.1."""
+    run = tmp_path / "run"
+    _two_nodes(tmp_path, run, "--stages", "sft", "--set", "sft.max_steps=4")
+    logs = [run / "logs" / "train.log", run / "logs" / "train.node1.log"]
     assert all(log.stat().st_size > 0 for log in logs)  # each node's launcher writes its own file
     summary = json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["completed"] == ["sft"]
     accel = json.loads((run / "plan.json").read_text())["accelerate"]
     assert (accel["num_machines"], accel["num_processes"], accel["main_process_ip"]) == (2, 2, "127.0.0.1")
     assert (run / "sft" / "final").is_dir()
+
+
+@pytest.mark.slow
+def test_async_rl_across_two_nodes_pushes_weights_over_the_network(tmp_path: Path):
+    """Async RL on two nodes: a trainer and a generator engine on each; node 0's trainer sends node 1's engine its
+    share of every round and broadcasts it every push over TCP (gloo), and both engines' shares train each step."""
+    run = tmp_path / "run"
+    steps = 4
+    sets = ["rl.async_rollout.enabled=true", "rl.rewards=[{name: exact_match}]", f"rl.max_steps={steps}"]
+    _two_nodes(tmp_path, run, "--stages", "rl", *[a for kv in sets for a in ("--set", kv)])
+    plan = json.loads((run / "plan.json").read_text())
+    assert plan["async_split"]["engines"] == 2 and plan["accelerate"]["num_machines"] == 2
+    rollouts = plan["config"]["rl"]["prompts_per_step"] * plan["config"]["rl"]["group_size"]
+    rl = [r for r in records(run) if r.get("stage") == "rl"]
+    trained = [r for r in rl if "loss" in r]
+    assert [r["step"] for r in trained] == list(range(1, steps + 1))
+    for r in trained:
+        assert r["generator0_rollouts"] == r["generator1_rollouts"] == rollouts // 2, r
+        assert r["staleness_max"] <= 1 and r["generator1_pushes"] >= max(r["step"] - 1, 1), r
+    (ended,) = [r for r in rl if r.get("event") == "generators"]
+    assert [(g["index"], g["node"]) for g in ended["generators"]] == [(0, 0), (1, 1)]
+    for g in ended["generators"]:
+        assert g["pushes"] == steps and g["rounds"] == steps  # the start's and one after each step but the last
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["completed"] == ["rl"]
+    assert summary["layout"]["rl"]["observed"]["generators"] == 2 and not summary["layout"]["rl"]["mismatches"]
 
 
 def test_each_node_keeps_its_own_launch_log(tmp_path: Path):

@@ -23,7 +23,7 @@ import pickle
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
@@ -162,16 +162,15 @@ def open_link(engines: int, host: str, nodes: int) -> tuple[Link, Listener, Any]
     return Link(host, listener.address[1], store.port, authkey, engines), listener, store
 
 
-def start(setups: list[GeneratorSetup], link: Link) -> list[Any]:
-    """Start this node's engine processes (spawned, daemonic: none outlives the trainer process that started it)."""
+def start(setups: list[GeneratorSetup], link: Link, serve: Callable[[GeneratorSetup, Link], None]) -> list[Any]:
+    """Start this node's engine processes, each running `serve` (`rlctl.rollout.async_generator.serve`); spawned
+    and daemonic: none outlives the trainer process that started it."""
     import torch.multiprocessing as mp
-
-    from rlctl.rollout import async_generator
 
     ctx = mp.get_context("spawn")
     procs = []
     for setup in setups:
-        proc = ctx.Process(target=async_generator.serve, args=(setup, link), daemon=True, name="rlctl-generator")
+        proc = ctx.Process(target=serve, args=(setup, link), daemon=True, name="rlctl-generator")
         proc.start()
         procs.append(proc)
     return procs
@@ -307,6 +306,8 @@ def _accept(listener: Listener, engines: int, local: dict[int, Any]) -> tuple[li
             try:
                 conn = listener.accept()
                 index, node, pid = receive(conn)
+                if index in conns or not 0 <= index < engines:
+                    raise RuntimeError(f"a second engine {index} connected (node {node}, pid {pid})")
                 conns[index], peers[index] = conn, (node, pid)
             except AuthenticationError:  # a peer without the key: not an engine of this run
                 continue

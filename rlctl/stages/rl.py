@@ -109,7 +109,10 @@ def parts(ctx: StageContext) -> Parts:
     agent = multiturn.agent_for(rl, tok)
     stops = agent.stop_ids if agent else ()
     generator = generate.for_plan(plan, tok, acc.unwrap_model(policy), acc, weights, stops)
-    async_generator = async_setup(ctx, acc.unwrap_model(policy), tok) if plan.async_split is not None else None
+    async_generator = None
+    if plan.async_split is not None:  # this node: the rank's place among the nodes (node ranks share one plan)
+        node = acc.process_index // max(1, acc.num_processes // plan.hardware.nodes)
+        async_generator = async_setup(ctx, acc.unwrap_model(policy), tok, node)
     return Parts(
         acc, tok, rows, policy, opt, sched, ref, critic, c_opt, c_sched, scorer, generator, agent, shards,
         async_generator, processor,
@@ -183,10 +186,10 @@ def load_critic(ctx: StageContext, path: str) -> Module:
     return get_peft_model(critic, lora)
 
 
-def async_setup(ctx: StageContext, policy: Module, tok: PreTrainedTokenizerBase) -> AsyncGenerators:
-    """What this node's async generator engines build themselves from (rl.async_rollout): the plan's engines per
-    node, each on its own tensor-parallel group of the node's generator GPUs (or its share of the cores), with
-    its index over all nodes; with vLLM, the probe text the weight-sync check scores on every push."""
+def async_setup(ctx: StageContext, policy: Module, tok: PreTrainedTokenizerBase, node: int) -> AsyncGenerators:
+    """What the async generator engines of node `node` build themselves from (rl.async_rollout): the plan's
+    engines per node, each on its own tensor-parallel group of the node's generator GPUs (or its share of the
+    cores), with its index over all nodes; with vLLM, the probe text the weight-sync check scores on every push."""
     from rlctl.rollout import vllm
     from rlctl.trainer.async_rollout import PROBE, PROBE_TOKENS
 
@@ -201,7 +204,7 @@ def async_setup(ctx: StageContext, policy: Module, tok: PreTrainedTokenizerBase)
         visible = ",".join(map(str, gpus)) if gpus else None
         setup = GeneratorSetup(
             base.config, tok, ctx.cfg.rl, "cuda:0" if gpus else "cpu", visible, split.generator_threads,
-            ctx.cfg.seed, chunk, index=hw.node_rank * here + j, node=hw.node_rank,
+            ctx.cfg.seed, chunk, index=node * here + j, node=node,
         )  # fmt: skip
         if split.generator_engine == "vllm":
             setup.probe = tok(PROBE, add_special_tokens=False)["input_ids"][:PROBE_TOKENS]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from rlctl.rollout import async_engine
+from rlctl.rollout import async_engine, async_generator
 from rlctl.rollout.async_engine import AsyncGenerators, Done, Generators
 from rlctl.rollout.samples import Sample, collate, token_logprobs
 from rlctl.trainer import sharding
@@ -67,7 +67,7 @@ class Pipeline:
             broadcast_object_list(sent, from_process=0)
         link = sent[0]
         if loop.acc.is_local_main_process:
-            self.procs = async_engine.start(plan.setups, link)
+            self.procs = async_engine.start(plan.setups, link, async_generator.serve)
         probe = self._probe_logprobs(loop)
         weights = sharding.full_weights(loop.acc.unwrap_model(loop.policy))
         if opened is not None:
