@@ -49,7 +49,7 @@ class ChildDied(RuntimeError):
     checkpoint and the resume command."""
 
     def __init__(self, what: str, pid: int | None, exitcode: int | None):
-        super().__init__(f"The {what} (pid {pid}) {exit_text(exitcode)}.")
+        super().__init__(f"The {what}{f' (pid {pid})' if pid is not None else ''} {exit_text(exitcode)}.")
 
 
 def is_out_of_memory(error: BaseException) -> bool:

@@ -90,6 +90,9 @@ def test_kill_9_mid_async_run_resumes_with_every_prompt_trained_once(tmp_path: P
     assert [steps[k]["prompt_index"] for k in range(1, 13)] == [_per_step(run_dir) * i for i in range(12)]
     staleness = [steps[k]["staleness_max"] for k in range(1, 13)]
     assert max(staleness) == 2 and staleness[:3] == [0, 1, 2], staleness  # a resumed run starts fresh again
+    trained = [r for r in records(run_dir) if r.get("event") == "trained"][-1]
+    ended = [r for r in records(run_dir) if r.get("event") == "generators"][-1]
+    assert ended["rounds_submitted"] == trained["steps"] < 12  # K=2 rounds ahead, yet none past the last step
 
 
 # Fault injection (sitecustomize, the generator process only): every load of the pushed weights leaves one MLP

@@ -1,6 +1,6 @@
 """Multi-node: the exact accelerate config and launch command per node, the rules on node rank and rendezvous
-address, the SLURM script line by line, and real 2-node x 1-process CPU runs through the same launch path
-(two `rlctl train` processes on one machine sharing a run directory over 127.0.0.1): SFT, and async RL with a
+address, the SLURM script line by line, and a real 2-node x 1-process CPU run through the same launch path
+(two `rlctl train` processes on one machine sharing a run directory over 127.0.0.1): SFT, then async RL with a
 generator engine on each node, node 1's taking every weight push from node 0's trainer over TCP."""
 
 from __future__ import annotations
@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from tests.helpers import RLCTL, free_port, records, rlctl
 
@@ -150,28 +148,23 @@ def _two_nodes(tmp_path: Path, run: Path, *args: str) -> None:
 
 
 def test_two_nodes_one_process_each_on_cpu(tmp_path: Path):
-    """Two `rlctl train` processes, node ranks 0 and 1, meet over torch.distributed (gloo) at 127.0.0.1."""
+    """Two `rlctl train` processes, node ranks 0 and 1, meet over torch.distributed (gloo) at 127.0.0.1: SFT, then
+    async RL with a generator engine on each node; node 0's trainer sends node 1's engine its share of every round
+    and broadcasts it every push over TCP (gloo), and both engines' shares train each step."""
     run = tmp_path / "run"
-    _two_nodes(tmp_path, run, "--stages", "sft", "--set", "sft.max_steps=4")
+    steps = 4
+    sets = ["sft.max_steps=4", "rl.async_rollout.enabled=true", "rl.rewards=[{name: exact_match}]"]
+    sets += [f"rl.max_steps={steps}"]
+    _two_nodes(tmp_path, run, "--stages", "sft,rl", *[a for kv in sets for a in ("--set", kv)])
     logs = [run / "logs" / "train.log", run / "logs" / "train.node1.log"]
     assert all(log.stat().st_size > 0 for log in logs)  # each node's launcher writes its own file
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["completed"] == ["sft"]
-    accel = json.loads((run / "plan.json").read_text())["accelerate"]
-    assert (accel["num_machines"], accel["num_processes"], accel["main_process_ip"]) == (2, 2, "127.0.0.1")
-    assert (run / "sft" / "final").is_dir()
-
-
-@pytest.mark.slow
-def test_async_rl_across_two_nodes_pushes_weights_over_the_network(tmp_path: Path):
-    """Async RL on two nodes: a trainer and a generator engine on each; node 0's trainer sends node 1's engine its
-    share of every round and broadcasts it every push over TCP (gloo), and both engines' shares train each step."""
-    run = tmp_path / "run"
-    steps = 4
-    sets = ["rl.async_rollout.enabled=true", "rl.rewards=[{name: exact_match}]", f"rl.max_steps={steps}"]
-    _two_nodes(tmp_path, run, "--stages", "rl", *[a for kv in sets for a in ("--set", kv)])
+    assert summary["world_size"] == 2 and summary["completed"] == ["sft", "rl"]
     plan = json.loads((run / "plan.json").read_text())
-    assert plan["async_split"]["engines"] == 2 and plan["accelerate"]["num_machines"] == 2
+    accel = plan["accelerate"]
+    assert (accel["num_machines"], accel["num_processes"], accel["main_process_ip"]) == (2, 2, "127.0.0.1")
+    assert (run / "sft" / "final").is_dir() and (run / "rl" / "final").is_dir()
+    assert plan["async_split"]["engines"] == 2
     rollouts = plan["config"]["rl"]["prompts_per_step"] * plan["config"]["rl"]["group_size"]
     rl = [r for r in records(run) if r.get("stage") == "rl"]
     trained = [r for r in rl if "loss" in r]
@@ -183,8 +176,6 @@ def test_async_rl_across_two_nodes_pushes_weights_over_the_network(tmp_path: Pat
     assert [(g["index"], g["node"]) for g in ended["generators"]] == [(0, 0), (1, 1)]
     for g in ended["generators"]:
         assert g["pushes"] == steps and g["rounds"] == steps  # the start's and one after each step but the last
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["completed"] == ["rl"]
     assert summary["layout"]["rl"]["observed"]["generators"] == 2 and not summary["layout"]["rl"]["mismatches"]
 
 

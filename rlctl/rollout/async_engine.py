@@ -209,10 +209,33 @@ class Generators:
         layout = weight_push.Layout.of(weights, 0 if probe is None else probe.numel())
         for conn in self.conns:
             send(conn, layout)
-        self.sender = weight_push.Sender(weight_push.group(store, 0, link.engines + 1), layout)
+        self.sender = weight_push.Sender(self._join_group(store), layout)
         self.fingerprints: dict[int, list[float]] = {}
         self.tallies: list[Tally] = []
         self.push(weights, version, probe)
+
+    def _join_group(self, store: Any) -> Any:
+        """The push group, once every engine joined it; an engine that fails or dies first is named (a group
+        that cannot form would otherwise wait out its whole timeout)."""
+        made: list[Any] = []
+
+        def join() -> None:
+            try:
+                made.append(weight_push.group(store, 0, self.link.engines + 1))
+            except RuntimeError as e:
+                made.append(e)
+
+        thread = threading.Thread(target=join, daemon=True, name="rlctl-weight-push-group")
+        thread.start()
+        while thread.is_alive():
+            thread.join(POLL_S)
+            self._check_alive()
+            for index, conn in enumerate(self.conns):
+                if conn.poll(0):
+                    self._receive(index)  # an engine says something before the group formed: its failure
+        if isinstance(made[0], RuntimeError):
+            raise RuntimeError(f"the async generator's weight-push group did not form: {made[0]}") from made[0]
+        return made[0]
 
     def push(
         self, weights: Iterable[tuple[str, torch.Tensor]], version: int, probe: torch.Tensor | None = None
@@ -222,9 +245,10 @@ class Generators:
         start = time.perf_counter()
         try:
             sums = self.sender.send(weights, version, probe)
-        except RuntimeError:  # an engine left the group: say which
+        except RuntimeError as e:  # an engine left the group: say which
             self._check_alive(wait_s=POLL_S)
-            raise
+            away = [f"{i} (node {node}, pid {pid})" for i, (node, pid) in enumerate(self.peers) if i not in self.local]
+            raise ChildDied(f"async generator process of one of engines {', '.join(away)}", None, None) from e
         self.fingerprints = {v: f for v, f in self.fingerprints.items() if v > version - 64}
         self.fingerprints[version] = sums.tolist()
         return time.perf_counter() - start
