@@ -49,9 +49,22 @@ class ChildDied(RuntimeError):
     checkpoint and the resume command."""
 
     def __init__(self, what: str, pid: int | None, exitcode: int | None):
-        super().__init__(f"The {what} (pid {pid}) {exit_text(exitcode)}.")
+        super().__init__(f"The {what}{f' (pid {pid})' if pid is not None else ''} {exit_text(exitcode)}.")
 
 
 def is_out_of_memory(error: BaseException) -> bool:
     """torch's (CUDA or other accelerator) out-of-memory error or Python's MemoryError, without importing torch."""
     return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
+
+
+class GeneratorFailed(RuntimeError):
+    """An async generator engine raised (`kind`: the exception's type, `where`: its innermost frame); the runner
+    adds the last checkpoint and the resume command, the engine's traceback is in the run's log."""
+
+    def __init__(self, engine: int, kind: str, message: str, where: str):
+        text = " ".join(message.split())
+        text = text if len(text) <= 400 else text[:400] + " ..."
+        super().__init__(
+            f"The async generator (engine {engine}) failed: {kind}{': ' + text if text else ''} (raised at {where})."
+        )
+        self.engine, self.kind = engine, kind

@@ -102,7 +102,7 @@ def test_cpu_splits_the_cores_between_generator_and_trainers():
     assert p["num_processes"] == 1 and "gpu_ids" not in p["accelerate"]
     assert any(d["setting"] == "rl.async_rollout split" for d in p["decisions"])
     proc = rlctl("plan", "--preset", "tiny-demo", "--hardware", "cpu", *ASYNC, "--run-dir", "/tmp/x", timeout=120)
-    assert re.search(r"^generator +\d+ CPU thread\(s\) +1 transformers process", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^generator +\d+ CPU thread\(s\) each +1 transformers process", proc.stdout, re.M), proc.stdout
 
 
 def test_explicit_trainer_count_gets_the_rest_for_the_generator():
@@ -161,10 +161,49 @@ def test_cpu_generator_runs_vllms_cpu_build_where_installed():
     assert p["async_split"]["generator_engine"] == "vllm" and p["generation_engine"] == "vllm"
     assert p["vllm"]["sleep_level"] == 0 and "vLLM's CPU build" in p["async_split"]["why"]
     proc = rlctl("plan", *args, "--run-dir", "/tmp/rlctl-async-plan-test", env=env, timeout=120)
-    assert re.search(r"^generator +\d+ CPU thread\(s\) +1 vllm process", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^generator +\d+ CPU thread\(s\) each +1 vllm process", proc.stdout, re.M), proc.stdout
 
 
-def test_gpu_plan_says_the_generator_runs_one_of_its_planned_engines():
+def test_gpu_plan_runs_every_engine_it_sizes():
+    """No engine of the plan stays idle: the plan's engine count is what the run starts (one per generator GPU
+    or tensor-parallel group), and nothing warns otherwise."""
     p = build("qwen7b-grpo", "8xH100-80GB")
-    assert p.async_split is not None and p.async_split.engines == 4
-    assert any("runs one engine on one GPU (4), not the 4 engine(s) of 1 GPU(s) planned" in w for w in p.warnings)
+    assert p.async_split is not None and p.async_split.engines == 4 and p.async_split.rollouts_per_engine == 128
+    assert not any("stay idle" in w or "runs one engine" in w for w in p.warnings), p.warnings
+
+
+def test_generators_key_sets_the_engines_on_gpus():
+    # 48 prompts x 8 = 384 rollouts: 2 engines of one GPU each leave 6 trainers, which divide them
+    p = build("qwen7b-grpo", "8xH100-80GB", "rl.async_rollout.generators=2", "rl.prompts_per_step=48")
+    s = p.async_split
+    assert s is not None and (s.engines, s.generator_gpu_ids, s.trainer_gpu_ids) == (2, (6, 7), tuple(range(6)))
+    assert s.rollouts_per_engine == 192 and p.num_processes == 6
+    two_nodes = build("qwen7b-grpo", "2x8xH100-80GB", "rl.async_rollout.generators=4", "rl.prompts_per_step=48")
+    assert two_nodes.async_split is not None and two_nodes.async_split.generator_gpu_ids == (6, 7)
+    with pytest.raises(UserError, match=r"generators=3 engines of 1 GPU\(s\) over 2 node\(s\).*multiple of 2"):
+        build("qwen7b-grpo", "2x8xH100-80GB", "rl.async_rollout.generators=3")
+    with pytest.raises(UserError, match=r"generators=8 .* at least one trainer GPU.* up to 7"):
+        build("qwen7b-grpo", "8xH100-80GB", "rl.async_rollout.generators=8")
+
+
+def test_cpu_plans_several_generator_processes():
+    """rl.async_rollout.generators on CPU: that many generator processes beside the trainer, each with its share of
+    a round and of the cores (more threads than cores are shared, and the plan says so)."""
+    p = plan_json("--preset", "tiny-demo", "--hardware", "cpu", "--set", "rl.async_rollout.generators=2")
+    s = p["async_split"]
+    rollouts = p["config"]["rl"]["prompts_per_step"] * p["config"]["rl"]["group_size"]
+    assert (s["engines"], s["rollouts_per_engine"], s["generator_gpus"]) == (2, rollouts // 2, 0)
+    cores = max(p["hardware"]["cpu_cores"], 2)
+    assert s["generator_threads"] == max(1, cores // 3) and s["trainer_threads"] >= 1
+    assert f"each of 2 generator process(es) (transformers, {rollouts // 2} rollouts each per step)" in s["why"]
+    args = ("plan", "--preset", "tiny-demo", "--hardware", "cpu", *ASYNC, "--run-dir", "/tmp/x")
+    proc = rlctl(*args, "--set", "rl.async_rollout.generators=2", timeout=120)
+    assert re.search(r"^generator +\d+ CPU thread\(s\) each +2 transformers process\(es\)", proc.stdout, re.M)
+    two_nodes = build("tiny-demo", "cpu", "hardware.nodes=2", "hardware.main_address=127.0.0.1")
+    assert two_nodes.async_split is not None and two_nodes.async_split.engines == 2  # one per node by default
+    with pytest.raises(UserError, match=r"generators=3 does not divide over 2 nodes"):
+        build(
+            "tiny-demo", "cpu", "hardware.nodes=2", "hardware.main_address=127.0.0.1", "rl.async_rollout.generators=3"
+        )
+    with pytest.raises(UserError, match=r"more than the 4 rollouts of a round"):
+        build("tiny-demo", "cpu", "rl.prompts_per_step=2", "rl.group_size=2", "rl.async_rollout.generators=5")

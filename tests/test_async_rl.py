@@ -1,9 +1,12 @@
-"""Asynchronous RL (rl.async_rollout): the tiny demo learns with the generator in its own process, every step
-reports its staleness and the rollout correction's importance ratios, and a run killed with kill -9 resumes
-with every prompt trained exactly once (the rounds in flight are sampled again)."""
+"""Asynchronous RL (rl.async_rollout): the tiny demo learns with two generator engines, each its own process beside
+the trainer, both sampling their share of every round and taking in every push; every step reports its staleness,
+each engine's share and the rollout correction's importance ratios; no more rounds are submitted than the run
+trains; a run killed with kill -9 resumes with every prompt trained exactly once (the rounds in flight are sampled
+again); a failing or killed engine ends the run in one paragraph naming the last checkpoint and the resume."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import yaml
 from tests.helpers import RLCTL, kill_after_checkpoint, records, rlctl, summary
 
 ASYNC = ["--set", "rl.async_rollout.enabled=true"]
+TWO = ["--set", "rl.async_rollout.generators=2"]
 
 
 def _steps(run_dir: Path) -> dict[int, dict]:
@@ -27,7 +31,7 @@ def _per_step(run_dir: Path) -> int:
 @pytest.fixture(scope="module")
 def async_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("async") / "run"
-    proc = rlctl("train", "--preset", "tiny-demo", *ASYNC, "--run-dir", str(run_dir))
+    proc = rlctl("train", "--preset", "tiny-demo", *ASYNC, *TWO, "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return run_dir
 
@@ -48,6 +52,30 @@ def test_every_step_reports_staleness_and_the_correction(async_run: Path):
     assert prompts == [_per_step(async_run) * i for i in range(60)]  # in stream order, none skipped
 
 
+def test_two_engines_sample_their_share_of_every_round_and_take_every_push(async_run: Path):
+    """The plan's two generator engines are the two that run: each samples half of every round, with the weights
+    of the step before last (one-step-off), and receives every push; the run submits no round it does not train."""
+    plan = json.loads((async_run / "plan.json").read_text())
+    rollouts = plan["config"]["rl"]["prompts_per_step"] * plan["config"]["rl"]["group_size"]
+    assert plan["async_split"]["engines"] == 2 and plan["async_split"]["rollouts_per_engine"] == rollouts // 2
+    steps = _steps(async_run)
+    for n, r in steps.items():
+        for i in (0, 1):
+            assert r[f"generator{i}_rollouts"] == rollouts // 2, (n, r)
+            assert r[f"generator{i}_version"] == max(n - 2, 0), (n, r)  # staleness 1, the bound K=1
+            assert r[f"generator{i}_pushes"] >= max(n - 1, 1), (n, r)  # the start's and one per step since
+    (ended,) = [r for r in records(async_run) if r.get("event") == "generators"]
+    assert ended["rounds_submitted"] == 60  # as many as steps: none sampled for nothing
+    assert [g["index"] for g in ended["generators"]] == [0, 1]
+    for g in ended["generators"]:
+        assert g["engine"] == "transformers" and g["rounds"] == 60 and g["rollouts"] == 60 * rollouts // 2
+        assert g["pushes"] == 60  # the start's and one after each of steps 1..59 (none after the last)
+        assert g["loaded"] == list(range(59))  # every version a round was sampled with
+    assert len({g["pid"] for g in ended["generators"]}) == 2
+    layout = summary(async_run)["layout"]["rl"]
+    assert layout["planned"]["generators"] == layout["observed"]["generators"] == 2 and not layout["mismatches"]
+
+
 def test_kill_9_mid_async_run_resumes_with_every_prompt_trained_once(tmp_path: Path):
     run_dir = tmp_path / "run"
     args = ["--preset", "tiny-demo", *ASYNC, "--set", "rl.async_rollout.max_staleness=2", "--set", "stages=[sft,rl]"]
@@ -62,6 +90,9 @@ def test_kill_9_mid_async_run_resumes_with_every_prompt_trained_once(tmp_path: P
     assert [steps[k]["prompt_index"] for k in range(1, 13)] == [_per_step(run_dir) * i for i in range(12)]
     staleness = [steps[k]["staleness_max"] for k in range(1, 13)]
     assert max(staleness) == 2 and staleness[:3] == [0, 1, 2], staleness  # a resumed run starts fresh again
+    trained = [r for r in records(run_dir) if r.get("event") == "trained"][-1]
+    ended = [r for r in records(run_dir) if r.get("event") == "generators"][-1]
+    assert ended["rounds_submitted"] == trained["steps"] < 12  # K=2 rounds ahead, yet none past the last step
 
 
 # Fault injection (sitecustomize, the generator process only): every load of the pushed weights leaves one MLP
@@ -124,6 +155,43 @@ def test_a_killed_generator_is_named_with_the_last_checkpoint_and_the_resume(tmp
     text = " ".join(out.split())
     assert proc.returncode == 1, text
     assert "Traceback" not in out and "ConnectionRefusedError" not in text, text
-    assert "The async generator process (pid " in text and "SIGKILL" in text, text
+    assert "The async generator process of engine 0 (pid " in text and "SIGKILL" in text, text
     assert "checkpoint-" in text and f"rlctl resume {run_dir}" in text, text
+    assert _steps(run_dir) and max(_steps(run_dir)) < 30
+
+
+# Fault injection (the generator process only): once the rl stage has a complete checkpoint, sampling fails as a
+# model whose weights went bad does.
+FAILING_SAMPLER = """
+import sys
+if "--multiprocessing-fork" in sys.orig_argv:
+    import glob, os, torch
+    original = torch.multinomial
+    def failing(*args, **kwargs):
+        if glob.glob(os.environ["FAIL_AFTER"]):
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        return original(*args, **kwargs)
+    torch.multinomial = failing
+"""
+
+
+def test_a_failing_generator_is_one_paragraph_with_the_last_checkpoint_and_the_resume(tmp_path: Path):
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(FAILING_SAMPLER)
+    path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
+    run_dir = tmp_path / "run"
+    marker = str(run_dir / "rl" / "checkpoints" / "checkpoint-*" / "rlctl_complete")
+    args = ["--preset", "tiny-demo", *ASYNC, "--set", "stages=[rl]", "--set", "rl.rewards=[{name: exact_match}]"]
+    args += ["--set", "rl.max_steps=30", "--set", "rl.save_every=2", "--run-dir", str(run_dir)]
+    proc = rlctl("train", *args, env={"PYTHONPATH": path, "FAIL_AFTER": marker}, timeout=900)
+    out = proc.stdout + proc.stderr
+    text = " ".join(out.split())
+    assert proc.returncode == 1, text
+    assert "Traceback" not in out, out
+    assert "The async generator (engine 0) failed: RuntimeError: probability tensor contains" in text, text
+    assert "(raised at " in text and "the last complete checkpoint, checkpoint-" in text, text
+    assert f"rlctl resume {run_dir}" in text and "traceback is in" in text, text
+    log = (run_dir / "logs" / "train.log").read_text()
+    assert "async generator engine 0 failed" in log and "Traceback" in log  # the engine's, in full, in the log
     assert _steps(run_dir) and max(_steps(run_dir)) < 30

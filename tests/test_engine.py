@@ -180,6 +180,15 @@ def test_one_argument_dialect_for_the_colocated_and_the_dedicated_engine(vllm_he
         "load_format": "dummy",
         "seed": p.config.seed,
     }
+    # several engines: each holds its share of a round; on GPUs each spans its tensor-parallel group
+    two = build(
+        "tiny-demo", "cpu", "rl.use_vllm=true", "rl.async_rollout.enabled=true", "rl.async_rollout.generators=2"
+    )
+    assert vllm.llm_kwargs(two, dedicated=True)["max_num_seqs"] == two.config.rl.prompts_per_step * 4
+    gpus = build("llama8b-grpo", "8xL4-24GB", "rl.async_rollout.enabled=true", "rl.max_new_tokens=4096")
+    assert gpus.async_split is not None and gpus.async_split.tensor_parallel_size == 2
+    on_gpus = vllm.llm_kwargs(gpus, dedicated=True)
+    assert (on_gpus["tensor_parallel_size"], on_gpus["max_num_seqs"]) == (2, gpus.async_split.rollouts_per_engine)
 
 
 @pytest.mark.parametrize(

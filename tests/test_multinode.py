@@ -1,6 +1,7 @@
 """Multi-node: the exact accelerate config and launch command per node, the rules on node rank and rendezvous
 address, the SLURM script line by line, and the script itself running a real 2-node x 1-process CPU run (two
-`rlctl train` process trees on one machine sharing a run directory, meeting at localhost)."""
+`rlctl train` process trees on one machine sharing a run directory, meeting at localhost): SFT, then async RL
+with a generator engine on each node, node 1's taking every weight push from node 0's trainer over TCP."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import TWO_NODE_RUN, free_port, node_env, outputs, rlctl
+from tests.helpers import TWO_NODE_RUN, free_port, node_env, outputs, records, rlctl
 
 MULTI = ("--hardware", "2x8xH100-80GB", "--nodes", "2", "--node-rank", "1", "--main-address", "10.0.0.1:29500")
 
@@ -234,7 +235,10 @@ def test_slurm_script_trains_two_nodes_on_cpu(tmp_path: Path):
     a `scontrol` that names the allocation's hosts (this machine); the batch shell has SLURM_JOB_NODELIST and
     SLURM_JOB_ID. The node rank, the rendezvous address and train-or-resume are the script's."""
     run = tmp_path / "shared" / "run"
-    proc = rlctl("slurm", *TWO_NODE_RUN, "--run-dir", str(run), "--port", str(free_port()))
+    steps = 4  # SFT, then async RL with an engine on each node
+    sets = ["rl.async_rollout.enabled=true", "rl.rewards=[{name: exact_match}]", f"rl.max_steps={steps}"]
+    args = [a if a != "sft" else "sft,rl" for a in TWO_NODE_RUN] + [a for kv in sets for a in ("--set", kv)]
+    proc = rlctl("slurm", *args, "--run-dir", str(run), "--port", str(free_port()))
     assert proc.returncode == 0, proc.stderr
     job = tmp_path / "job.sbatch"
     job.write_text(proc.stdout)
@@ -258,7 +262,22 @@ def test_slurm_script_trains_two_nodes_on_cpu(tmp_path: Path):
     assert batch.returncode == 0, batch.stderr + outputs(tmp_path, ["node0.out", "node1.out"])
     assert all(log.stat().st_size > 0 for log in logs)  # each node's launcher writes its own file
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["completed"] == ["sft"]
-    accel = json.loads((run / "plan.json").read_text())["accelerate"]
+    assert summary["world_size"] == 2 and summary["completed"] == ["sft", "rl"]
+    plan = json.loads((run / "plan.json").read_text())
+    accel = plan["accelerate"]
     assert (accel["num_machines"], accel["num_processes"], accel["main_process_ip"]) == (2, 2, "localhost")
-    assert (run / "sft" / "final").is_dir()
+    assert (run / "sft" / "final").is_dir() and (run / "rl" / "final").is_dir()
+    # node 0's trainer sends node 1's engine its share of every round and every weight push over TCP (gloo)
+    assert plan["async_split"]["engines"] == 2
+    rollouts = plan["config"]["rl"]["prompts_per_step"] * plan["config"]["rl"]["group_size"]
+    rl = [r for r in records(run) if r.get("stage") == "rl"]
+    trained = [r for r in rl if "loss" in r]
+    assert [r["step"] for r in trained] == list(range(1, steps + 1))
+    for r in trained:
+        assert r["generator0_rollouts"] == r["generator1_rollouts"] == rollouts // 2, r
+        assert r["staleness_max"] <= 1 and r["generator1_pushes"] >= max(r["step"] - 1, 1), r
+    (ended,) = [r for r in rl if r.get("event") == "generators"]
+    assert [(g["index"], g["node"]) for g in ended["generators"]] == [(0, 0), (1, 1)]
+    for g in ended["generators"]:
+        assert g["pushes"] == steps and g["rounds"] == steps  # the start's and one after each step but the last
+    assert summary["layout"]["rl"]["observed"]["generators"] == 2 and not summary["layout"]["rl"]["mismatches"]

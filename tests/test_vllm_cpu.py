@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port, rlctl, run_once, summary
+from tests.helpers import free_port, records, rlctl, run_once, summary
 
 pytestmark = [
     pytest.mark.vllm,
@@ -385,22 +385,30 @@ if "--multiprocessing-fork" in sys.orig_argv:
 """
 
 
-def test_the_async_generator_samples_with_a_vllm_engine_of_its_own(vllm_demo: Path, tmp_path: Path):
-    """rl.async_rollout with rl.use_vllm: the generator process runs vLLM's CPU build on its own core, the
-    correction's behaviour log-probs are vLLM's, each push is checked on the probe text, and the run learns."""
+def test_the_async_generator_samples_with_two_vllm_engines_of_its_own(vllm_demo: Path, tmp_path: Path):
+    """rl.async_rollout with rl.use_vllm and two generator engines: each a process running vLLM's CPU build,
+    each sampling half of every round and taking in every push (checked on the probe text after each load); the
+    correction's behaviour log-probs are vLLM's, and the run learns."""
     run_dir = tmp_path / "run"
-    proc = _rl_from_sft(vllm_demo, run_dir, *ASYNC_VLLM)
+    proc = _rl_from_sft(vllm_demo, run_dir, *ASYNC_VLLM, "--set", "rl.async_rollout.generators=2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = summary(run_dir)
     assert result["stages"]["rl"]["eval_accuracy"] >= 0.85, result["stages"]
     assert result["layout"]["rl"]["observed"]["generation_engine"] == "vllm"
-    assert not result["layout"]["rl"]["mismatches"]
+    assert result["layout"]["rl"]["observed"]["generators"] == 2 and not result["layout"]["rl"]["mismatches"]
     plan = json.loads((run_dir / "plan.json").read_text())
-    assert plan["async_split"]["generator_engine"] == "vllm"
+    assert plan["async_split"]["generator_engine"] == "vllm" and plan["async_split"]["engines"] == 2
+    rollouts = plan["config"]["rl"]["prompts_per_step"] * plan["config"]["rl"]["group_size"]
+    assert plan["async_split"]["rollouts_per_engine"] == rollouts // 2
     steps = _rl_steps(run_dir)
     assert [s["staleness_max"] for s in steps] == [0] + [1] * 19
     assert all(s["sync_logp_diff_mean"] < 0.05 for s in steps)
     assert steps[0]["is_ratio_max"] < 1.05 < max(s["is_ratio_max"] for s in steps)  # vLLM's own, then stale
+    for n, s in enumerate(steps, 1):
+        assert s["generator0_rollouts"] == s["generator1_rollouts"] == rollouts // 2, s
+        assert s["generator0_version"] == s["generator1_version"] == max(n - 2, 0), s
+    (ended,) = [r for r in records(run_dir) if r.get("event") == "generators"]
+    assert [(g["engine"], g["pushes"], g["rounds"]) for g in ended["generators"]] == [("vllm", 20, 20)] * 2
 
 
 def test_an_async_push_the_vllm_engine_did_not_take_stops_the_run(vllm_demo: Path, tmp_path: Path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rlctl import checkpoint
 from rlctl.config import RESUMABLE
-from rlctl.errors import ChildDied, DataRowError, RewardError, is_out_of_memory
+from rlctl.errors import ChildDied, DataRowError, GeneratorFailed, RewardError, is_out_of_memory
 from rlctl.plan import hardware
 
 
@@ -68,6 +68,12 @@ def explain(error: BaseException, plan, stage: str, checkpoints: Path, is_main: 
             f"{error} Stage {stage} stopped; {_last_good(checkpoints)}. Continue from it with "
             f"`rlctl resume {run_dir}`. The full log is in {run_dir}/logs/train.log."
         )
+    if isinstance(error, GeneratorFailed):
+        return (
+            f"{error}{_generator_memory(plan, error)} Stage {stage} stopped; {_last_good(checkpoints)}. After "
+            f"fixing the cause, continue from it with `rlctl resume {run_dir}`. The engine's traceback is in "
+            f"{run_dir}/logs/train.log."
+        )
     if isinstance(error, RewardError):
         return f"{error} Then `rlctl resume {run_dir}{_zero_on_error(plan)}` ({_last_good(checkpoints)})."
     disk_full = no_space(error)
@@ -119,6 +125,20 @@ def read_only(error: OSError, stage: str, checkpoints: Path, run_dir: Path, is_m
         f"Stage {stage} could not write{what} ({cause}): the run directory, or a folder in it, is no longer "
         f"writable (read-only, or its permissions changed). {_capital(_last_good(checkpoints))}. Make "
         f"{run_dir} writable again, then `rlctl resume {run_dir}`."
+    )
+
+
+def _generator_memory(plan, error: GeneratorFailed) -> str:
+    """For an engine out of memory: what the plan gave the generator side, and the settings that need less."""
+    if error.kind not in ("OutOfMemoryError", "MemoryError"):
+        return ""
+    split = plan.async_split
+    size = (
+        f" (the plan gave each engine {split.generator_gib_per_gpu} GiB per GPU)" if split.generator_gib_per_gpu else ""
+    )
+    return (
+        f" The engine ran out of memory{size}: lower rl.max_new_tokens or rl.prompts_per_step x rl.group_size, or "
+        "spread the rounds over more engines (rl.async_rollout.generators)."
     )
 
 

@@ -133,7 +133,8 @@ def _async_table(plan: Plan) -> Table:
     procs = f"{plan.num_processes} process(es)"
     if not s.on_gpus:
         gen_threads, threads = f"{s.generator_threads} CPU thread(s)", f"{s.trainer_threads} CPU thread(s) each"
-        table.add_row("generator", gen_threads, f"1 {s.generator_engine} process", "host RAM")
+        runs = f"{s.engines // hw.nodes} {s.generator_engine} process(es)"
+        table.add_row("generator", f"{gen_threads} each", runs, "host RAM")
         table.add_row("trainer", threads, procs, trainer_mem)
         return table
     if s.generator_gib_per_gpu is None:

@@ -87,6 +87,14 @@ class AsyncRollout(Section):
         "1 to 16, and at most rl.max_steps: each round ahead holds a whole rollout batch, and samples further "
         "off-policy than that are more than the importance weights can correct.",
     )
+    generators: int | None = Field(
+        None,
+        ge=1,
+        description="Generator engines over all nodes, each a process of its own with its share of every round's "
+        "prompts and every weight push (default: on GPUs the plan's count, one per generator GPU or tensor-parallel "
+        "group; on CPU one). On CPU each takes its share of the cores; on GPUs the generator gets this many engines' "
+        "GPUs per node and the trainers the rest. A multiple of the node count.",
+    )
 
 
 def _registry_name(key: str, value: Any, known: tuple[str, ...]) -> Any:

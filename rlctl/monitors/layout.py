@@ -4,10 +4,11 @@ After the first optimizer step every process records its layout: the strategy it
 for FSDP2, several processes for DDP), the adapter (LoRA modules, 4-bit `Linear4bit` base layers and their compute
 dtype), trainable and total parameters, parameter and optimizer-state devices and dtypes, gradient checkpointing,
 autocast, the models beside the policy (reference: a frozen copy and where it lives, or the adapters switched off;
-reward model; critic) with their dtypes, the optimizer offload between phases, the generation engine and the world
-size. A value that contradicts the plan stops the stage with both named (`LayoutMismatch`), so a run never trains
-something other than what `rlctl plan` promised. The offload's switches (bytes moved, seconds) are added when the
-stage ends. The records land in the stage's `layout/` folder; the runner puts the main process's beside the plan's
+reward model; critic; the async generator engines whose shares made up a round) with their dtypes, the optimizer
+offload between phases, the generation engine and the world size. A value that contradicts the plan stops the
+stage with both named (`LayoutMismatch`), so a run never trains something other than what `rlctl plan` promised.
+The offload's switches (bytes moved, seconds) are added when the stage ends. The records land in the stage's
+`layout/` folder; the runner puts the main process's beside the plan's
 values in summary.json.
 """
 
@@ -76,12 +77,15 @@ class LayoutCheck(TrainerCallback):
 
 class Beside:
     """What a stage runs beside its policy: autocast (the accelerator's mixed precision), the frozen reference
-    copy (None: none, or the adapters switched off), reward models (other reward functions are ignored), critic."""
+    copy (None: none, or the adapters switched off), reward models (other reward functions are ignored), critic,
+    and the async generator engines whose shares made up a round (None: not async)."""
 
-    def __init__(self, autocast: str, reference: Any = None, rewards: Any = (), critic: Any = None):
+    def __init__(
+        self, autocast: str, reference: Any = None, rewards: Any = (), critic: Any = None, generators: int | None = None
+    ):
         import torch
 
-        self.autocast, self.reference, self.critic = autocast, reference, critic
+        self.autocast, self.reference, self.critic, self.generators = autocast, reference, critic, generators
         self.rewards = [f for f in rewards if isinstance(f, torch.nn.Module)]
 
 
@@ -135,6 +139,8 @@ def _planned_beside(ctx: StageContext) -> dict[str, Any]:
         if any(r.name == "reward_model" for r in ctx.cfg.rl.rewards):
             out["reward_model_dtype"] = _name(torch_dtype(ctx, trainable=False))
         out["critic"] = ctx.cfg.rl.critic.init is not None
+        if plan.async_split is not None:  # the engines that sample each round: the plan's count
+            out["generators"] = plan.async_split.engines
         out["phase_offload"] = (NO_OP if plan.hardware.is_cpu else "between phases") if plan.phase_offload else "off"
     return out
 
@@ -241,6 +247,8 @@ def observed_beside(ctx: StageContext, policy: Any, beside: Beside) -> dict[str,
         if beside.rewards:
             out["reward_model_dtype"] = "/".join(sorted({_dtypes(m) for m in beside.rewards}))
         out["critic"] = beside.critic is not None
+        if beside.generators is not None:
+            out["generators"] = beside.generators
         if beside.critic is not None:
             out["critic_dtype"] = _dtypes(beside.critic)
     return out

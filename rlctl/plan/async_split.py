@@ -111,16 +111,10 @@ def split(
     """The split for an async RL run of `cfg` on `hardware`; `procs`: the trainer processes per node on CPU,
     `batches`: every stage's global batch (the trainer count must divide them); `image_tokens`: a vision-language
     run's image tokens per prompt. A UserError where it cannot split."""
+    rl = cfg.rl
+    rollouts = rl.prompts_per_step * rl.group_size
     if hardware.is_cpu:
-        cores = max(hardware.cpu_cores, 2)
-        gen = max(1, cores // (procs + 1))
-        train = max(1, (cores - gen) // procs)
-        kind = "vLLM's CPU build" if engine == "vllm" else "transformers"
-        why = (
-            f"{cores} CPU cores: {gen} for the generator process ({kind}), {train} for each of {procs} trainer "
-            "process(es)"
-        )
-        return AsyncSplit("vllm" if engine == "vllm" else "transformers", 0, 0, gen, train, why)
+        return _cpu(cfg, hardware, procs, engine, rollouts)
     from rlctl.plan.memory.arch import Arch
     from rlctl.plan.memory.model import VLLM_DEDICATED_UTIL
 
@@ -128,20 +122,21 @@ def split(
     arch = Arch.of(cfg.model.arch) if cfg.model.arch is not None else None
     if gpus < 2:
         raise UserError(_one_gpu(hardware, arch))
-    rl = cfg.rl
-    rollouts = rl.prompts_per_step * rl.group_size
     prompt = cfg.data.max_prompt_length + image_tokens
     seq = prompt + rl.max_new_tokens
     tp = _tensor_parallel(arch, hardware, engine, rollouts, prompt, seq)
-    fixed = cfg.hardware.num_processes
-    if fixed is None:
+    fixed, wanted = cfg.hardware.num_processes, rl.async_rollout.generators
+    if wanted is not None:
+        gen = _wanted_engines(gpus, tp, nodes, wanted, fixed)
+        how = "rl.async_rollout.generators (set by you): the other GPUs" if fixed is None else _FIXED
+    elif fixed is None:
         gen, how = _generator_gpus(gpus, tp, nodes, batches), _RULE
     else:
-        gen, how = _fixed_trainers(gpus, tp, fixed), "hardware.num_processes (set by you) trainer processes per node"
+        gen, how = _fixed_trainers(gpus, tp, fixed), _FIXED
     trainers = gpus - gen if fixed is None else fixed
     idle = gpus - trainers - gen
     engines = nodes * gen // tp
-    per_engine = math.ceil(rollouts / engines)
+    per_engine = _per_engine(rollouts, engines)
     kind = f"{engines} vLLM engine(s) of {tp} GPU(s)" if engine == "vllm" else f"{engines} transformers generator(s)"
     kind += f" over {nodes} nodes" if nodes > 1 else ""
     why = (
@@ -167,6 +162,64 @@ def split(
     return out if arch is None else _sized(out, arch, hardware, prompt)
 
 
+def _cpu(cfg: RunConfig, hardware: hw.Hardware, procs: int, engine: str, rollouts: int) -> AsyncSplit:
+    """The CPU split: rl.async_rollout.generators generator processes (default one per node) beside `procs`
+    trainer processes per node, the node's cores shared out as torch threads."""
+    nodes = hardware.nodes
+    engines = cfg.rl.async_rollout.generators or nodes
+    if engines % nodes:
+        raise UserError(
+            f"Invalid config: rl.async_rollout.generators={engines} does not divide over {nodes} nodes (each node "
+            f"runs the same number of generator processes); use a multiple of {nodes}, e.g. "
+            f"--set rl.async_rollout.generators={max(nodes, engines // nodes * nodes)}."
+        )
+    here = engines // nodes
+    cores = max(hardware.cpu_cores, 2)
+    gen = max(1, cores // (procs + here))
+    train = max(1, (cores - here * gen) // procs)
+    kind = "vLLM's CPU build" if engine == "vllm" else "transformers"
+    name = "vllm" if engine == "vllm" else "transformers"
+    per_engine = _per_engine(rollouts, engines)
+    over = " (more threads than cores: they share them)" if here * gen + procs * train > cores else ""
+    why = (
+        f"{cores} CPU cores: {gen} for each of {here} generator process(es) ({kind}, {per_engine} rollouts each per "
+        f"step), {train} for each of {procs} trainer process(es){over}"
+    )
+    if nodes > 1:
+        why += f", on each of {nodes} nodes"
+    return AsyncSplit(name, 0, 0, gen, train, why, engines=engines, rollouts_per_engine=per_engine)
+
+
+def _per_engine(rollouts: int, engines: int) -> int:
+    """Rollouts each engine samples per round; a UserError when a round has fewer rollouts than engines."""
+    if rollouts < engines:
+        raise UserError(
+            f"Invalid config: rl.async_rollout runs {engines} generator engines, more than the {rollouts} rollouts of "
+            "a round (rl.prompts_per_step x rl.group_size), so some would sample nothing; use fewer engines "
+            f"(--set rl.async_rollout.generators={rollouts}) or a larger round."
+        )
+    return math.ceil(rollouts / engines)
+
+
+def _wanted_engines(gpus: int, tp: int, nodes: int, wanted: int, fixed: int | None) -> int:
+    """The generator's GPUs per node for rl.async_rollout.generators=`wanted` engines of `tp` GPUs; a UserError
+    when they do not divide over the nodes or leave no GPU for the trainers."""
+    per_node = wanted // nodes
+    gen = per_node * tp
+    trainers = fixed if fixed is not None else gpus - gen
+    if wanted % nodes or gen + max(trainers, 1) > gpus:
+        most = max((gpus - max(fixed or 1, 1)) // tp, 0) * nodes
+        raise UserError(
+            f"Invalid config: rl.async_rollout.generators={wanted} engines of {tp} GPU(s) over {nodes} node(s) of "
+            f"{gpus} GPUs"
+            + (f" beside hardware.num_processes={fixed} trainers" if fixed is not None else "")
+            + f" does not fit: each node needs the same whole number of engines and at least one trainer GPU. Use a "
+            f"multiple of {nodes} up to {most}, or unset it (the planner splits the node)."
+        )
+    return gen
+
+
+_FIXED = "hardware.num_processes (set by you) trainer processes per node"
 _RULE = "from a quarter of the node up to half, whole engines, the first count leaving trainers that divide the batch"
 
 

@@ -397,12 +397,6 @@ def _split(f: Facts, global_batches: list[int], image_tokens: int) -> Noted[Asyn
     split = async_split.split(cfg, f.hardware, f.procs, f.engine, global_batches, image_tokens)
     others = [name for name in cfg.stages if name != "rl"]
     warnings = []
-    if split.on_gpus and (split.engines > 1 or split.tensor_parallel_size > 1):
-        warnings.append(
-            f"rl.async_rollout: this version's generator process runs one engine on one GPU "
-            f"({split.generator_gpu_ids[0]}), not the {split.engines} engine(s) of "
-            f"{split.tensor_parallel_size} GPU(s) planned; the other generator GPUs stay idle"
-        )
     if split.on_gpus and others:
         warnings.append(
             f"rl.async_rollout: {', '.join(others)} train on the trainer GPUs "

@@ -1,283 +1,371 @@
-"""The generator process of asynchronous RL (rl.async_rollout): a copy of the policy that samples rollouts while
-the trainer updates.
+"""The generator engines of asynchronous RL (rl.async_rollout), as the trainer sees them: copies of the policy that
+sample rollouts while the trainer updates, one process each (`rlctl.rollout.async_generator`), on this node or
+another.
 
-The trainer (`AsyncEngine`, on the main process) submits rounds of prompts; the generator (`serve`, a spawned
-process with its own torch threads or its own GPU) samples each round with the newest weights it has, computes
-the log-probs of what it sampled (the behaviour policy of the off-policy correction), and sends the round back
-tagged with the policy version that produced it. Its engine is a transformers copy of the policy (log-probs from
-the trainer's own forward pass) or, with rl.use_vllm, a vLLM engine of its own (`rlctl.rollout.vllm.dedicated`,
-log-probs from vLLM).
-
-Weights travel through shared memory: `push` copies the trainer's weights (LoRA merged, gathered when sharded)
-into shared buffers under a lock and bumps the version; the generator loads them into its engine between rounds,
-so a push never waits longer than that copy. Each round carries a fingerprint of the weights the generator loaded
-(a sum per tensor): a push that did not arrive intact stops the run as a broken weight sync. A vLLM engine keeps
-its weights in its own layout (fused, packed), so each push also carries the trainer's log-probs of a fixed probe
-text, and the generator compares vLLM's with them after loading (issue 18's sync check, on every push). Rounds
-are sampled with a seed of their own, so a round regenerated after a resume (the same prompts, the same weights)
-is the same.
+The trainer's main process (`Generators`) opens a listener and a TCPStore (`Link`); every node's first trainer
+process starts the engines of its node (`start`), and each engine connects back: rounds of prompts and sampled
+rounds travel over an authenticated `multiprocessing.connection` (pickled, never shared memory, so a connection
+to another node works alike), the weights over the push's own torch.distributed group (`rlctl.rollout.weight_push`:
+gloo broadcasts from the trainer to every engine). Each round is cut into one share per engine, in order; each
+share comes back as a `Done` tagged with the policy version that sampled it and a fingerprint of the weights the
+engine loaded (a sum per tensor): a push that did not arrive intact stops the run as a broken weight sync. A round
+says the oldest version it may be sampled with (`Round.min_version`, the trainer's version when it was sent): an
+engine waits for that push before sampling, so the staleness bound holds whatever the network does. Shares are
+sampled with seeds of their own, so a round regenerated after a resume (the same prompts, the same weights, the
+same engines) is the same.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import queue
-import signal
-import tempfile
+import pickle
+import secrets
+import threading
 import time
-import traceback
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 import torch
 
-from rlctl import processes
-from rlctl.errors import ChildDied
-from rlctl.rollout import multiturn
-from rlctl.rollout.samples import Sample, collate, token_logprobs
+from rlctl.errors import ChildDied, GeneratorFailed
+from rlctl.rollout import weight_push
+from rlctl.rollout.samples import Sample
 
-POLL_S = 5.0  # how often a wait for the generator checks that it is still alive
+POLL_S = 5.0  # how often a wait for an engine checks that it is still alive
+CONNECT_S = 900.0  # every engine connects within this (their processes start and import torch first)
+CLOSE_S = 30.0  # at the end, how long an engine may take to finish its round and report
 
 
 @dataclass
 class GeneratorSetup:
-    """What the generator process builds itself from (picklable)."""
+    """What one engine process builds itself from (picklable)."""
 
     model_config: Any  # the policy's transformers config
     tokenizer: Any
     rl: Any  # the run's rl section: sampling settings and tools
     device: str  # cpu, or cuda:0 of `visible_gpus`
-    visible_gpus: str | None  # the generator's own GPUs (CUDA_VISIBLE_DEVICES, physical ids), None on CPU
+    visible_gpus: str | None  # the engine's own GPUs (CUDA_VISIBLE_DEVICES, physical ids), None on CPU
     threads: int  # torch CPU threads
     seed: int
     batch_size: int  # rollouts per generate call (transformers)
     llm_args: dict[str, Any] | None = None  # vLLM's engine arguments but `model`; None: transformers samples
     env: dict[str, str] | None = None  # set before the engine loads (vLLM's)
     probe: list[int] | None = None  # vLLM: the probe text's token ids the sync check scores
+    index: int = 0  # the engine's number over all nodes
+    node: int = 0  # the node it runs on
+
+
+@dataclass
+class AsyncGenerators:
+    """The engines of a run, as a node's trainer processes start them: this node's engines' setups, the count
+    over all nodes, and the address the engines reach the trainer's main process at."""
+
+    setups: list[GeneratorSetup]  # this node's engines
+    engines: int  # over all nodes
+    host: str  # the rank-0 node's address (127.0.0.1 on one node)
+    nodes: int
+
+
+@dataclass(frozen=True)
+class Link:
+    """Where the engines reach the trainer's main process: its listener for rounds, its TCPStore for the push
+    group, and the key both ends prove they hold."""
+
+    host: str
+    port: int
+    store_port: int
+    authkey: bytes
+    engines: int
 
 
 @dataclass
 class Round:
-    """A round of prompts sent to the generator; `key` seeds its sampling (the cursor of its first prompt)."""
+    """One engine's share of a round of prompts: `key` (the cursor of the round's first prompt) and `share`
+    seed its sampling; it is sampled with policy version `min_version` or newer."""
 
     key: int
+    share: int
     samples: list[Sample]
+    min_version: int
 
 
 @dataclass
 class Done:
-    """A sampled round: the samples with completions and behaviour log-probs, the version that sampled them."""
+    """A sampled share: the samples with completions and behaviour log-probs, the version that sampled them."""
 
     key: int
+    share: int
     samples: list[Sample]
     version: int
-    fingerprint: torch.Tensor
+    fingerprint: list[float]
     seconds: float
     probe_gap: tuple[float, float] | None = None  # vLLM: mean, max |log-prob difference| with the trainer's
     engine: str = "transformers"  # what sampled it: transformers or vllm
+    pushes: int = 0  # the pushes the engine had received when it sent this share back
 
 
-def fingerprint(weights: Iterable[tuple[str, torch.Tensor]]) -> torch.Tensor:
+@dataclass
+class Failure:
+    """An engine's exception, as the engine saw it: its type, message, innermost frame and full traceback."""
+
+    kind: str
+    message: str
+    where: str
+    traceback: str
+
+
+@dataclass
+class Tally:
+    """What an engine did over the stage, sent when it ends."""
+
+    index: int
+    node: int
+    host: str
+    pid: int
+    engine: str
+    rounds: int = 0  # shares sampled
+    rollouts: int = 0
+    pushes: int = 0  # pushes received (the first, at start, included)
+    loaded: list[int] = field(default_factory=list)  # the policy versions it loaded into its engine, in order
+
+
+def fingerprint(weights: Iterable[tuple[str, torch.Tensor]]) -> list[float]:
     """One float64 sum per tensor, in name order: equal weights give equal fingerprints, bit for bit."""
-    return torch.tensor([float(t.double().sum()) for _, t in sorted(weights, key=lambda nt: nt[0])])
+    return [float(t.double().sum()) for _, t in sorted(weights, key=lambda nt: nt[0])]
 
 
-class AsyncEngine:
-    """The trainer's side: starts the generator process, pushes weights, submits rounds, receives them."""
+def send(conn: Connection, obj: Any) -> None:
+    """`obj` pickled as plain bytes (tensors by value: the other end may be on another node)."""
+    conn.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def receive(conn: Connection) -> Any:
+    return pickle.loads(conn.recv_bytes())
+
+
+def shares(samples: list[Sample], engines: int) -> list[list[Sample]]:
+    """A round cut into one contiguous share per engine, as even as whole samples allow."""
+    n = len(samples)
+    return [samples[i * n // engines : (i + 1) * n // engines] for i in range(engines)]
+
+
+def open_link(engines: int, host: str, nodes: int) -> tuple[Link, Listener, Any]:
+    """The trainer's main process opens the listener and the push group's TCPStore (free ports); `host`: the
+    address other nodes reach it at. One node listens on the loopback only."""
+    authkey = secrets.token_bytes(32)
+    listener = Listener(("0.0.0.0" if nodes > 1 else "127.0.0.1", 0), authkey=authkey)
+    store = weight_push.store(host, 0, engines + 1, is_master=True)
+    return Link(host, listener.address[1], store.port, authkey, engines), listener, store
+
+
+def start(setups: list[GeneratorSetup], link: Link, serve: Callable[[GeneratorSetup, Link], None]) -> list[Any]:
+    """Start this node's engine processes, each running `serve` (`rlctl.rollout.async_generator.serve`); spawned
+    and daemonic: none outlives the trainer process that started it."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs = []
+    for setup in setups:
+        proc = ctx.Process(target=serve, args=(setup, link), daemon=True, name="rlctl-generator")
+        proc.start()
+        procs.append(proc)
+    return procs
+
+
+def stop(procs: list[Any], wait_s: float = CLOSE_S) -> None:
+    """Wait for this node's engine processes to end (they end when the trainer's main process closes), then kill
+    those that did not."""
+    deadline = time.monotonic() + wait_s
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+class Generators:
+    """The trainer's main process's side: every engine's connection, the push, the rounds in flight."""
 
     def __init__(
         self,
-        setup: GeneratorSetup,
+        link: Link,
+        listener: Listener,
+        store: Any,
+        local: dict[int, Any],
         weights: Iterable[tuple[str, torch.Tensor]],
         version: int,
         probe: torch.Tensor | None = None,
     ):
-        """Start the generator with `weights` (iterated to the end) as policy version `version`; `probe`: the
-        policy's log-probs of the probe text (vLLM)."""
-        import torch.multiprocessing as mp
+        """Accept every engine (`local`: the processes this node started, by engine index, watched while they
+        connect), then push `weights` (iterated to the end) as policy version `version`; `probe`: the policy's
+        log-probs of the probe text (vLLM)."""
+        self.link, self.local, self.store = link, local, store
+        self.conns, self.peers = _accept(listener, link.engines, local)
+        weights = list(weights)
+        layout = weight_push.Layout.of(weights, 0 if probe is None else probe.numel())
+        for conn in self.conns:
+            send(conn, layout)
+        self.sender = weight_push.Sender(self._join_group(store), layout)
+        self.fingerprints: dict[int, list[float]] = {}
+        self.tallies: list[Tally] = []
+        self.push(weights, version, probe)
 
-        self.buffers = {name: t.detach().to("cpu", copy=True).share_memory_() for name, t in weights}
-        self.probe = (probe.detach().to("cpu", torch.float64) if probe is not None else torch.zeros(0)).share_memory_()
-        ctx = mp.get_context("spawn")
-        self.lock, self.version = ctx.Lock(), ctx.Value("q", version)
-        self.requests, self.replies = ctx.Queue(), ctx.Queue()
-        self.fingerprints = {version: fingerprint(self.buffers.items())}
-        shared = Shared(self.buffers, self.probe, self.lock, self.version)
-        args = (setup, shared, self.requests, self.replies)
-        self.proc = ctx.Process(target=serve, args=args, daemon=True, name="rlctl-generator")
-        self.proc.start()
+    def _join_group(self, store: Any) -> Any:
+        """The push group, once every engine joined it; an engine that fails or dies first is named (a group
+        that cannot form would otherwise wait out its whole timeout)."""
+        made: list[Any] = []
+
+        def join() -> None:
+            try:
+                made.append(weight_push.group(store, 0, self.link.engines + 1))
+            except RuntimeError as e:
+                made.append(e)
+
+        thread = threading.Thread(target=join, daemon=True, name="rlctl-weight-push-group")
+        thread.start()
+        while thread.is_alive():
+            thread.join(POLL_S)
+            self._check_alive()
+            for index, conn in enumerate(self.conns):
+                if conn.poll(0):
+                    self._receive(index)  # an engine says something before the group formed: its failure
+        if isinstance(made[0], RuntimeError):
+            raise RuntimeError(f"the async generator's weight-push group did not form: {made[0]}") from made[0]
+        return made[0]
 
     def push(
         self, weights: Iterable[tuple[str, torch.Tensor]], version: int, probe: torch.Tensor | None = None
     ) -> float:
-        """Copy the policy's weights (and its probe log-probs) into the shared buffers as `version`; the seconds
-        the copy held the lock. `weights` is iterated to its end (a sharded policy gathers in it, on every
-        process)."""
-        start, sums = time.perf_counter(), {}
-        with self._locked():
-            for name, tensor in weights:
-                self.buffers[name].copy_(tensor.detach())
-                sums[name] = float(tensor.detach().double().sum())
-            if probe is not None:
-                self.probe.copy_(probe.detach().reshape(-1))
-            self.version.value = version
+        """Broadcast the policy's weights (and its probe log-probs) to every engine as `version`; the seconds it
+        took. `weights` is iterated to its end (a sharded policy gathers in it, on every process)."""
+        start = time.perf_counter()
+        try:
+            sums = self.sender.send(weights, version, probe)
+        except RuntimeError as e:  # an engine left the group: say which
+            self._check_alive(wait_s=POLL_S)
+            away = [f"{i} (node {node}, pid {pid})" for i, (node, pid) in enumerate(self.peers) if i not in self.local]
+            raise ChildDied(f"async generator process of one of engines {', '.join(away)}", None, None) from e
         self.fingerprints = {v: f for v, f in self.fingerprints.items() if v > version - 64}
-        self.fingerprints[version] = torch.tensor([sums[name] for name in sorted(sums)])
+        self.fingerprints[version] = sums.tolist()
         return time.perf_counter() - start
 
-    def submit(self, round_: Round) -> None:
-        self.requests.put(round_)
+    def submit(self, key: int, samples: list[Sample], version: int) -> None:
+        """Send each engine its share of the round whose first prompt is `key`, to sample with `version` or newer."""
+        for i, (conn, share) in enumerate(zip(self.conns, shares(samples, len(self.conns)), strict=True)):
+            send(conn, Round(key, i, share, version))
 
-    def receive(self) -> Done:
-        """The next sampled round (in the order submitted); ChildDied when the generator died, a RuntimeError when
-        it failed."""
-        while True:
-            try:
-                reply = self.replies.get(timeout=POLL_S)
-            except queue.Empty:
-                self._check_alive()
-                continue
-            except Exception:  # a reply whose sender died cannot be read: its shared tensors went with it
-                self._check_alive(wait_s=POLL_S)
-                raise
-            if isinstance(reply, str):
-                raise RuntimeError(f"the async generator process failed:\n{reply}")
-            return reply
+    def receive(self) -> list[Done]:
+        """Every engine's share of the oldest round in flight, in engine order; ChildDied when an engine died,
+        GeneratorFailed when one failed."""
+        return [self._receive(i) for i in range(len(self.conns))]
 
-    def _check_alive(self, wait_s: float = 0.0) -> None:
-        """ChildDied when the generator process has ended (waiting up to `wait_s` for an end under way)."""
-        self.proc.join(wait_s)
-        if not self.proc.is_alive():
-            raise ChildDied("async generator process", self.proc.pid, self.proc.exitcode) from None
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """The shared weights' lock; ChildDied when the generator died holding it (killed mid-load)."""
-        while not self.lock.acquire(timeout=POLL_S):
+    def _receive(self, index: int) -> Done:
+        conn = self.conns[index]
+        while not conn.poll(POLL_S):
             self._check_alive()
         try:
-            yield
-        finally:
-            self.lock.release()
+            reply = receive(conn)
+        except (EOFError, OSError):
+            self._check_alive(wait_s=POLL_S)
+            node, pid = self.peers[index]
+            raise ChildDied(f"async generator process of engine {index} on node {node}", pid, None) from None
+        if isinstance(reply, Failure):
+            raise GeneratorFailed(index, reply.kind, reply.message, reply.where)
+        return reply
+
+    def _check_alive(self, wait_s: float = 0.0) -> None:
+        """ChildDied when one of this node's engine processes has ended (waiting up to `wait_s` for an end under
+        way); an engine on another node is known dead when its connection closes."""
+        for index, proc in self.local.items():
+            proc.join(wait_s)
+            if not proc.is_alive():
+                raise ChildDied(f"async generator process of engine {index}", proc.pid, proc.exitcode) from None
 
     def intact(self, done: Done) -> bool:
-        """Whether the round was sampled with exactly the weights pushed as its version."""
+        """Whether the share was sampled with exactly the weights pushed as its version."""
         pushed = self.fingerprints.get(done.version)
-        same_size = pushed is not None and pushed.shape == done.fingerprint.shape
-        return same_size and torch.allclose(pushed, done.fingerprint, rtol=1e-6, atol=1e-6)
+        if pushed is None or len(pushed) != len(done.fingerprint):
+            return False
+        return torch.allclose(torch.tensor(pushed), torch.tensor(done.fingerprint), rtol=1e-6, atol=1e-6)
 
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.requests.put(None)
-            self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
+    def close(self) -> list[Tally]:
+        """End every engine (rounds still in flight are dropped); what each reported doing."""
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                send(conn, None)
+        stopper = threading.Thread(target=self._stop_push, daemon=True)
+        stopper.start()
+        deadline = time.monotonic() + CLOSE_S
+        for conn in self.conns:
+            with contextlib.suppress(EOFError, OSError, pickle.UnpicklingError):
+                while conn.poll(max(0.0, deadline - time.monotonic())):
+                    reply = receive(conn)
+                    if isinstance(reply, Tally):
+                        self.tallies.append(reply)
+                        break
+        stopper.join(max(0.0, deadline - time.monotonic()))
+        for conn in self.conns:
+            conn.close()
+        stop(list(self.local.values()), max(0.0, deadline - time.monotonic()))
+        return self.tallies
+
+    def _stop_push(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            self.sender.stop()
 
 
-@dataclass
-class Shared:
-    """What the trainer and the generator share: the pushed weights and probe log-probs, the lock the trainer
-    holds while it writes them, and the policy version they are."""
+def _accept(listener: Listener, engines: int, local: dict[int, Any]) -> tuple[list[Connection], list[tuple[int, int]]]:
+    """Every engine's connection and (node, pid), in engine order (each says who it is first); ChildDied when one
+    of this node's engines dies first, a RuntimeError when they do not all connect within CONNECT_S."""
+    conns: dict[int, Connection] = {}
+    peers: dict[int, tuple[int, int]] = {}
+    failed: list[BaseException] = []
 
-    buffers: dict[str, torch.Tensor]
-    probe: torch.Tensor
-    lock: Any
-    version: Any
+    def accept() -> None:
+        while len(conns) < engines:
+            try:
+                conn = listener.accept()
+                index, node, pid = receive(conn)
+                if index in conns or not 0 <= index < engines:
+                    raise RuntimeError(f"a second engine {index} connected (node {node}, pid {pid})")
+                conns[index], peers[index] = conn, (node, pid)
+            except AuthenticationError:  # a peer without the key: not an engine of this run
+                continue
+            except BaseException as e:  # the listener closed (below)
+                failed.append(e)
+                return
 
-
-def serve(setup: GeneratorSetup, shared: Shared, requests: Any, replies: Any) -> None:
-    """The generator process: sample every round it is sent until it gets None."""
-    processes.die_with_parent()
-    if setup.visible_gpus is not None:  # the trainer's processes see only their GPUs; this one only its own
-        os.environ["CUDA_VISIBLE_DEVICES"] = setup.visible_gpus
-    os.environ.update(setup.env or {})
-    for signum in (signal.SIGINT, signal.SIGTERM):  # a stop reaches the whole group: the trainer saves, then ends
-        signal.signal(signum, signal.SIG_IGN)  # this process (a trainer killed outright takes it along)
+    thread = threading.Thread(target=accept, daemon=True, name="rlctl-generator-accept")
+    thread.start()
+    deadline = time.monotonic() + CONNECT_S
     try:
-        with tempfile.TemporaryDirectory(prefix="rlctl-generator-") as folder:
-            _serve(setup, shared, requests, replies, folder)
-    except Exception:
-        replies.put(traceback.format_exc())
+        while thread.is_alive() and time.monotonic() < deadline:
+            thread.join(POLL_S)
+            for index, proc in local.items():
+                if index not in conns and not proc.is_alive():
+                    raise ChildDied(f"async generator process of engine {index}", proc.pid, proc.exitcode)
+    finally:
+        listener.close()
+    if len(conns) < engines:
+        missing = sorted(set(range(engines)) - set(conns))
+        why = f" ({failed[0]})" if failed else ""
+        raise RuntimeError(
+            f"async generator engine(s) {', '.join(map(str, missing))} did not connect to the trainer within "
+            f"{CONNECT_S:.0f} s{why}: on several nodes, each node must reach the rank-0 node's address on any port"
+        )
+    return [conns[i] for i in range(engines)], [peers[i] for i in range(engines)]
 
 
-def _serve(setup: GeneratorSetup, shared: Shared, requests: Any, replies: Any, folder: str) -> None:
-    torch.set_num_threads(setup.threads)
-    agent = multiturn.agent_for(setup.rl, setup.tokenizer)
-    stops = agent.stop_ids if agent else ()
-    side = _VLLM(setup, folder, stops) if setup.llm_args is not None else _Transformers(setup, shared.buffers, stops)
-    loaded, mark, gap = -1, torch.zeros(0), None
-    while (round_ := requests.get()) is not None:
-        start = time.perf_counter()
-        with shared.lock:
-            if shared.version.value != loaded:
-                mark, gap = side.load(shared)
-                loaded = shared.version.value
-        samples = round_.samples
-        side.sample(agent, samples, setup.seed + round_.key)
-        replies.put(Done(round_.key, samples, loaded, mark, time.perf_counter() - start, gap, side.name))
+def connect(link: Link, index: int, node: int) -> Connection:
+    """An engine's connection to the trainer's main process (saying its index, node and pid)."""
+    conn = Client((link.host, link.port), authkey=link.authkey)
+    send(conn, (index, node, os.getpid()))
+    return conn
 
 
-class _Transformers:
-    """A transformers copy of the policy: samples, then scores what it sampled with the trainer's forward pass."""
-
-    name = "transformers"
-
-    def __init__(self, setup: GeneratorSetup, buffers: dict[str, torch.Tensor], stops: tuple):
-        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
-        from rlctl.rollout.generate import HFGenerator
-        from rlctl.rollout.vision import is_vision_model
-
-        self.setup, rl = setup, setup.rl
-        dtype = next(iter(buffers.values())).dtype
-        auto = AutoModelForImageTextToText if is_vision_model(setup.model_config) else AutoModelForCausalLM
-        self.model = auto.from_config(setup.model_config, torch_dtype=dtype).to(setup.device).eval()
-        self.engine = HFGenerator(setup.tokenizer, rl.max_new_tokens, rl.temperature, setup.batch_size, stop_ids=stops)
-        self.engine.sync(self.model)
-
-    def load(self, shared: Shared) -> tuple[torch.Tensor, None]:
-        """Take the pushed weights; the fingerprint of what the model now holds."""
-        self.model.load_state_dict(shared.buffers, strict=False)  # a tied head comes once; tie_weights keeps it tied
-        self.model.tie_weights()
-        return fingerprint((n, p) for n, p in self.model.state_dict().items() if n in shared.buffers), None
-
-    def sample(self, agent: Any, samples: list[Sample], seed: int) -> None:
-        setup, tok = self.setup, self.setup.tokenizer
-        torch.manual_seed(seed)
-        multiturn.sample(agent, self.engine, samples, tok.eos_token_id)
-        with torch.no_grad():
-            for i in range(0, len(samples), setup.batch_size):
-                part = samples[i : i + setup.batch_size]
-                lps = token_logprobs(self.model, collate(part, tok.pad_token_id, setup.device), setup.rl.temperature)
-                for s, row in zip(part, lps.cpu().tolist(), strict=True):
-                    s.rollout_logprobs = row[: len(s.completion_ids)]
-
-
-class _VLLM:
-    """A vLLM engine of the generator's own: samples with its log-probs; each load is checked on the probe text."""
-
-    name = "vllm"
-
-    def __init__(self, setup: GeneratorSetup, folder: str, stops: tuple):
-        from rlctl.rollout import vllm
-
-        setup.model_config.save_pretrained(folder)  # what vLLM builds its engine from; the weights come by push
-        setup.tokenizer.save_pretrained(folder)
-        self.setup = setup
-        args = {**(setup.llm_args or {}), "model": folder}
-        self.engine = vllm.dedicated(args, setup.tokenizer, setup.rl, stops)
-
-    def load(self, shared: Shared) -> tuple[torch.Tensor, tuple[float, float]]:
-        """Take the pushed weights; their fingerprint and the probe's |log-prob difference| (mean, max)."""
-        self.engine.load(shared.buffers.items())
-        probe = (self.setup.probe or [])[: (self.setup.llm_args or {})["max_model_len"] - 1]  # what the engine holds
-        got = torch.tensor(self.engine.probe_logprobs(probe), dtype=torch.float64)
-        diff = (got - shared.probe[: len(got)]).abs()
-        return fingerprint(shared.buffers.items()), (float(diff.mean()), float(diff.max()))
-
-    def sample(self, agent: Any, samples: list[Sample], seed: int) -> None:
-        self.engine.seed(seed)
-        multiturn.sample(agent, self.engine, samples, self.setup.tokenizer.eos_token_id)
+def hostname() -> str:
+    return os.uname().nodename

@@ -84,8 +84,11 @@ def llm_kwargs(plan: Plan, model: str = "<policy>", dedicated: bool = False, gro
         "logprobs_mode": "processed_logprobs",
         "trust_remote_code": cfg.model.trust_remote_code,
     }
-    if dedicated:
-        sizes = {"tensor_parallel_size": 1, "max_num_seqs": rl.prompts_per_step * rl.group_size}
+    if dedicated:  # one of the async generator's engines: its share of a round, on its tensor-parallel group
+        split = plan.async_split
+        share = split.rollouts_per_engine if split is not None and split.rollouts_per_engine else None
+        tp = split.tensor_parallel_size if split is not None and split.on_gpus else 1
+        sizes = {"tensor_parallel_size": tp, "max_num_seqs": share or rl.prompts_per_step * rl.group_size}
         return common | sizes | {"load_format": "dummy", "seed": cfg.seed}
     stage = next(s for s in plan.stages if s.name == "rl")
     tp = v.tensor_parallel_size

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from rlctl.errors import UserError
 from rlctl.monitors import heldout, layout, memory_probe
 from rlctl.rollout import generate, multiturn
-from rlctl.rollout.async_engine import GeneratorSetup
+from rlctl.rollout.async_engine import AsyncGenerators, GeneratorSetup
 from rlctl.rundir import RunDir
 from rlctl.runtime import models
 from rlctl.runtime.rewarding import Scorer
@@ -109,7 +109,10 @@ def parts(ctx: StageContext) -> Parts:
     agent = multiturn.agent_for(rl, tok)
     stops = agent.stop_ids if agent else ()
     generator = generate.for_plan(plan, tok, acc.unwrap_model(policy), acc, weights, stops)
-    async_generator = async_setup(ctx, acc.unwrap_model(policy), tok) if plan.async_split is not None else None
+    async_generator = None
+    if plan.async_split is not None:  # this node: the rank's place among the nodes (node ranks share one plan)
+        node = acc.process_index // max(1, acc.num_processes // plan.hardware.nodes)
+        async_generator = async_setup(ctx, acc.unwrap_model(policy), tok, node)
     return Parts(
         acc, tok, rows, policy, opt, sched, ref, critic, c_opt, c_sched, scorer, generator, agent, shards,
         async_generator, processor,
@@ -183,19 +186,30 @@ def load_critic(ctx: StageContext, path: str) -> Module:
     return get_peft_model(critic, lora)
 
 
-def async_setup(ctx: StageContext, policy: Module, tok: PreTrainedTokenizerBase) -> GeneratorSetup:
-    """What the async generator process builds itself from (rl.async_rollout): on GPUs, its first GPU (one
-    engine); with vLLM, the probe text the weight-sync check scores on every push."""
+def async_setup(ctx: StageContext, policy: Module, tok: PreTrainedTokenizerBase, node: int) -> AsyncGenerators:
+    """What the async generator engines of node `node` build themselves from (rl.async_rollout): the plan's
+    engines per node, each on its own tensor-parallel group of the node's generator GPUs (or its share of the
+    cores), with its index over all nodes; with vLLM, the probe text the weight-sync check scores on every push."""
     from rlctl.rollout import vllm
     from rlctl.trainer.async_rollout import PROBE, PROBE_TOKENS
 
-    plan, split = ctx.plan, ctx.plan.async_split
+    plan, split, hw = ctx.plan, ctx.plan.async_split, ctx.cfg.hardware
     base = sharding.base_of(policy)
-    gpus = str(split.generator_gpu_ids[0]) if split.generator_gpu_ids else None
-    device = "cuda:0" if gpus else "cpu"
-    threads, chunk = split.generator_threads, plan.rollouts_per_generate
-    setup = GeneratorSetup(base.config, tok, ctx.cfg.rl, device, gpus, threads, ctx.cfg.seed, chunk)
-    if split.generator_engine == "vllm":
-        setup.probe = tok(PROBE, add_special_tokens=False)["input_ids"][:PROBE_TOKENS]
-        setup.llm_args, setup.env = vllm.llm_kwargs(plan, dedicated=True), vllm.dedicated_environment(plan, threads)
-    return setup
+    nodes = plan.hardware.nodes
+    here, tp = split.engines // nodes, split.tensor_parallel_size
+    chunk = plan.rollouts_per_generate
+    setups = []
+    for j in range(here):
+        gpus = split.generator_gpu_ids[j * tp : (j + 1) * tp]
+        visible = ",".join(map(str, gpus)) if gpus else None
+        setup = GeneratorSetup(
+            base.config, tok, ctx.cfg.rl, "cuda:0" if gpus else "cpu", visible, split.generator_threads,
+            ctx.cfg.seed, chunk, index=node * here + j, node=node,
+        )  # fmt: skip
+        if split.generator_engine == "vllm":
+            setup.probe = tok(PROBE, add_special_tokens=False)["input_ids"][:PROBE_TOKENS]
+            setup.llm_args = vllm.llm_kwargs(plan, dedicated=True)
+            setup.env = vllm.dedicated_environment(plan, split.generator_threads)
+        setups.append(setup)
+    host = hw.main_address if nodes > 1 and hw.main_address else "127.0.0.1"
+    return AsyncGenerators(setups, split.engines, host, nodes)

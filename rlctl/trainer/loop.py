@@ -75,7 +75,7 @@ def train(parts: Parts, settings: Settings, hooks: Hooks) -> Trained:
             train_step(loop, step, first=step == start + 1)
     finally:
         if loop.pipeline is not None:
-            loop.pipeline.close()
+            loop.pipeline.close(loop)
     hooks.finish_layout(loop.offloaded.switches)
     trained = max(0, loop.rl.max_steps - start)
     hooks.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
@@ -95,9 +95,10 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
         loop.clock.lap("push")
     if first:  # the first step of this process: does it run what the plan chose?
         engine = "vllm" if isinstance(loop.generator, vllm.VLLMGenerator) else "transformers"
-        if loop.pipeline is not None:  # async: the generator process sampled, with the engine it reports
-            engine = loop.pipeline.sampled_with
-        beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic)
+        generators = None
+        if loop.pipeline is not None:  # async: the generator engines sampled, with the engine they report
+            engine, generators = loop.pipeline.sampled_with, loop.pipeline.running
+        beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic, generators)
         loop.hooks.check_layout(loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
     log_step(loop, step, rollout_, prepared, train, stats)
     signum = stop_signal(loop.hooks.stop)

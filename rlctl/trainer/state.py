@@ -26,7 +26,7 @@ from rlctl.algorithms import AdaptiveKLController, AdvantageConfig, FixedKLContr
 from rlctl.config.rl import RLConfig
 from rlctl.data.tokens import prompt_text
 from rlctl.rollout import multiturn
-from rlctl.rollout.async_engine import GeneratorSetup
+from rlctl.rollout.async_engine import AsyncGenerators
 from rlctl.rollout.generate import Generator
 from rlctl.rollout.samples import Batch, PromptStream, Sample, pad_to
 from rlctl.rollout.vision import VisionInputs, encode, row_images
@@ -54,9 +54,9 @@ class Parts:
     (seeded), the tokenizer, the training rows, the policy with its optimizer and schedule, the frozen reference
     (None: none, or the LoRA policy's adapters switched off), the PPO critic with its own (None without one), the
     scorer, the generation engine, the multi-turn agent (None: single-turn), the (model, optimizer) pairs DCP
-    checkpoints when rlctl shards (else empty), and, with rl.async_rollout, what the generator process builds
-    itself from (else None); a vision-language policy's processor (None: a text model), which turns each prompt's
-    images into model inputs."""
+    checkpoints when rlctl shards (else empty), and, with rl.async_rollout, what this node's generator engines
+    build themselves from (else None); a vision-language policy's processor (None: a text model), which turns each
+    prompt's images into model inputs."""
 
     acc: Accelerator
     tok: PreTrainedTokenizerBase
@@ -72,7 +72,7 @@ class Parts:
     generator: Generator
     agent: multiturn.Agent | None
     shards: dict[str, tuple[Module, Optimizer]]
-    async_generator: GeneratorSetup | None
+    async_generator: AsyncGenerators | None
     processor: Any = None
 
 
