@@ -73,7 +73,7 @@ def rl_run(recipe: str, sft: Path, run: Path, algorithm: str, seed: int, steps: 
             f"data.eval={data / 'eval.jsonl'}",
             f"seed={seed}",
             f"rl.max_steps={steps}",
-            f"rl.save_every={steps}",
+            "rl.save_every=100000",  # one checkpoint, at the end (value pretraining's steps included)
         ]
         if recipe in REWARDS:
             base.append(f"rl.rewards={REWARDS[recipe]}")

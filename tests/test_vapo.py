@@ -261,3 +261,39 @@ def test_value_pretraining_moves_only_the_critic_and_resume_is_bit_exact_during_
         assert all(torch.equal(final[k], again[k]) for k in final), f"resumed after step {last}: not bit-exact"
         logged = [r["step"] for r in records(resumed) if r.get("stage") == "rl" and "step" in r and "event" not in r]
         assert logged == [1, 2, 3, 4, *range(last + 1, 5)], logged
+
+
+def rl_steps(run_dir: Path) -> list[dict]:
+    return [r for r in records(run_dir) if r.get("stage") == "rl" and "step" in r and "event" not in r]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["lora", "async"])
+def test_vapo_runs_with_lora_and_with_async_rollouts(demo_run, tmp_path, variant):
+    """LoRA: the policy and the critic each with adapters. Async: the generator process samples every round, value
+    pretraining's from the unchanged policy, one version behind the trainer at most."""
+    sets = {"lora": ["model.adapter=lora"], "async": ["rl.async_rollout.enabled=true"]}[variant]
+    sets += [*SMALL, "rl.critic.pretrain_steps=2", "rl.max_steps=2"]
+    s = vapo_run(demo_run / "sft" / "final", tmp_path / "run", *sets)
+    steps = rl_steps(tmp_path / "run")
+    assert [r.get("value_pretrain_step") for r in steps] == [1, 2, None, None]
+    assert all("lm_loss" in r and "lam_mean" in r for r in steps[2:]), steps[2:]
+    live = s["layout"]["rl"]["observed"]
+    assert live["critic"] and live["adapter"] == ("lora" if variant == "lora" else "full"), live
+    assert s["layout"]["rl"]["mismatches"] == []
+    if variant == "async":
+        assert all(r["staleness_max"] <= 1 for r in steps), steps
+
+
+@pytest.mark.slow
+def test_vapo_trains_a_vision_language_policy(tmp_path_factory, tmp_path):
+    """The tiny VLM demo's SFT model (shared with tests/test_vlm.py) under VAPO: its critic reads the images."""
+    from tests.helpers import run_once
+
+    vlm = run_once(tmp_path_factory, "vlm-demo", "--preset", "tiny-vlm-demo")
+    sets = ["rl.critic.pretrain_steps=2", "rl.max_steps=2", "rl.eval_samples=20"]
+    s = vapo_run(vlm / "sft" / "final", tmp_path / "run", *sets, preset="tiny-vlm-demo")
+    assert s["layout"]["rl"]["observed"]["critic"] and s["layout"]["rl"]["mismatches"] == []
+    steps = rl_steps(tmp_path / "run")
+    assert [r.get("value_pretrain_step") for r in steps] == [1, 2, None, None]
+    assert all("lm_loss" in r for r in steps[2:]), steps[2:]
