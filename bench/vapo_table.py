@@ -11,8 +11,9 @@ Each table trains its SFT model once (`rlctl train --preset RECIPE --stages sft`
 then every RL run starts from it with the same generated data (the SFT run's data files, so a seed changes the
 sampling and the prompt order, never the task) and the recipe's correctness reward only. Runs are kept under --work
 (default /tmp/rlctl-vapo-bench): a run with a summary.json is read, not trained again, so an interrupted table
-continues where it stopped. Set OMP_NUM_THREADS=1 on a shared machine. Wall time is the RL stage's, from
-metrics.jsonl (start to end, held-out scoring excluded); the load average before and after each run is recorded.
+continues where it stopped and both tables share their VAPO runs. Set OMP_NUM_THREADS=1 on a shared machine. Wall
+time is the RL stage's, from metrics.jsonl (start to the last step's checkpoint, the final held-out scoring
+excluded); the load average before and after each run is recorded.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -36,6 +38,7 @@ ABLATIONS: dict[str, list[str]] = {
     "- value pretraining": ["rl.critic.pretrain_steps=0"],
     "- decoupled GAE": ["rl.returns.critic_lam=null"],
     "- length-adaptive GAE": ["rl.returns.lam_alpha=null"],
+    "short answers at λ=0 (AReaL, NeMo-RL)": ["rl.returns.short_lam=0"],
     "- clip-higher": ["rl.loss.clip_high=0.2"],
     "- token-level loss": ["rl.loss.agg=seq-mean-token-mean"],
     "- positive-example LM loss": ["rl.loss.lm_coef=0"],
@@ -102,12 +105,14 @@ def table(name: str, opts: argparse.Namespace, variants: dict[str, tuple[str, li
     work = Path(opts.work)
     work.mkdir(parents=True, exist_ok=True)
     sft = sft_run(opts.recipe, work, opts.sft)
-    results: dict[str, list[dict]] = {}
-    for label, (algorithm, sets) in variants.items():
-        slug = label.strip("- ").replace(" ", "_")
+    results: dict[str, list[dict]] = {label: [] for label in variants}
+    # VAPO itself last: the comparison's runs, which another invocation may be training now, are read, not redone
+    for label in sorted(variants, key=lambda k: k == "vapo"):
+        algorithm, sets = variants[label]
+        slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")  # shared by both tables: a run is trained once
         for seed in opts.seeds:
-            run = work / f"{opts.recipe}-{name}-{slug}-s{seed}"
-            results.setdefault(label, []).append(rl_run(opts.recipe, sft, run, algorithm, seed, opts.steps, sets))
+            run = work / f"{opts.recipe}-{slug}-s{seed}"
+            results[label].append(rl_run(opts.recipe, sft, run, algorithm, seed, opts.steps, sets))
             r = results[label][-1]
             print(f"{label} seed {seed}: {r['sft']:.3f} -> {r['rl']:.3f} in {r['wall_s']:.0f} s", flush=True)
     rows = []

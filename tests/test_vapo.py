@@ -44,16 +44,19 @@ def reference_gae(rewards, values, mask, gamma, lams):
 
 
 # ------------------------------------------------------------------------------------- length-adaptive GAE
-def test_length_adaptive_lambda_and_its_clamp_for_short_responses():
+def test_length_adaptive_lambda_and_what_short_responses_get():
     lengths = T([0, 1, 10, 20, 21, 40, 100, 1000])
     # 1 - 1/(0.05 l): l=21 -> 1 - 1/1.05 = 0.047619; 40 -> 0.5; 100 -> 0.8; 1000 -> 0.98. At l <= 1/α = 20 the
-    # formula gives <= 0 (l=10: -1, l=1: -19): clamped to 0, TD(0); an empty response gets 0.
-    expected = [0.0, 0.0, 0.0, 0.0, 1 - 1 / 1.05, 0.5, 0.8, 0.98]
-    torch.testing.assert_close(length_adaptive_lam(lengths, 0.05), T(expected), atol=1e-6, rtol=0)
+    # formula gives <= 0 (l=10: -1, l=1: -19): those get `short` (an empty response too).
+    long = [1 - 1 / 1.05, 0.5, 0.8, 0.98]
+    torch.testing.assert_close(length_adaptive_lam(lengths, 0.05, 0.95), T([0.95] * 4 + long), atol=1e-6, rtol=0)
+    torch.testing.assert_close(length_adaptive_lam(lengths, 0.05, 0.0), T([0.0] * 4 + long), atol=1e-6, rtol=0)
     mask = torch.zeros(3, 50)
-    mask[0, :40], mask[1, :3], mask[2, :25] = 1, 1, 1
-    mask[2, 5:10] = 0  # tool tokens inside a response do not count: 20 tokens the model wrote
-    torch.testing.assert_close(gae_lambdas(mask, AdvantageConfig(lam_alpha=0.05)), T([0.5, 0.0, 0.0]))
+    mask[0, :40], mask[1, :3], mask[2, :26] = 1, 1, 1
+    mask[2, 5:10] = 0  # tool tokens inside a response do not count: 21 tokens the model wrote
+    on = AdvantageConfig(lam=0.95, lam_alpha=0.05)
+    torch.testing.assert_close(gae_lambdas(mask, on), T([0.5, 0.95, 1 - 1 / 1.05]))  # short: rl.returns.lam
+    torch.testing.assert_close(gae_lambdas(mask, AdvantageConfig(lam=0.95, lam_alpha=0.05, short_lam=0.0))[1], T(0.0))
     assert gae_lambdas(mask, AdvantageConfig(lam=0.95)).tolist() == pytest.approx([0.95] * 3), "off: one λ"
 
 
@@ -65,8 +68,8 @@ def test_gae_with_a_lambda_per_sample_equals_the_plain_loop():
         mask[i, :n] = 1
     mask[5, 3] = 0  # a hole (a tool result) inside the longest response: 9 tokens
     rewards = torch.where(mask.bool(), rewards, torch.full_like(rewards, 1e4))  # padding never reaches a result
-    cfg = AdvantageConfig(gamma=0.9, lam=0.3, lam_alpha=0.25, whiten=False)
-    lams = [max(0.0, 1 - 1 / (0.25 * n)) for n in [1, 4, 5, 7, 8, 9]]  # 0, 0, 0.2, 0.428571, 0.5, 0.555556
+    cfg = AdvantageConfig(gamma=0.9, lam=0.3, lam_alpha=0.25, short_lam=0.1, whiten=False)
+    lams = [0.1, 0.1, 0.2, 1 - 1 / 1.75, 0.5, 1 - 1 / 2.25]  # l <= 1/α = 4: short_lam; then 1 - 1/(0.25 l)
     adv, returns = gae(rewards, mask, values, cfg)
     expected = T(reference_gae(rewards.tolist(), values.tolist(), mask.tolist(), 0.9, lams))
     torch.testing.assert_close(adv, expected, atol=1e-5, rtol=1e-5)
@@ -77,10 +80,13 @@ def test_gae_with_a_lambda_per_sample_equals_the_plain_loop():
     assert not torch.allclose(off, adv, atol=1e-3)
 
 
-def test_short_responses_get_td0_advantages():
-    # two tokens (< 1/α): λ = 0, so A_t = r_t + γ V_{t+1} - V_t: A_1 = 1 - 0.4 = 0.6, A_0 = 0.4 - 0.5 = -0.1
+def test_short_responses_get_the_short_lambda():
+    # two tokens (< 1/α): the non-adaptive λ by default, here 1: A_0 = 1 - 0.5 = 0.5, A_1 = 1 - 0.4 = 0.6
     rewards, values, mask = T([[0.0, 1.0]]), T([[0.5, 0.4]]), T([[1.0, 1.0]])
-    adv, _ = gae(rewards, mask, values, AdvantageConfig(lam_alpha=0.05, whiten=False))
+    adv, _ = gae(rewards, mask, values, AdvantageConfig(lam=1.0, lam_alpha=0.05, whiten=False))
+    torch.testing.assert_close(adv, T([[0.5, 0.6]]))
+    # AReaL's and NeMo-RL's clamp, short_lam = 0: TD(0), A_t = r_t + γV_{t+1} - V_t: A_0 = 0.4 - 0.5 = -0.1
+    adv, _ = gae(rewards, mask, values, AdvantageConfig(lam=1.0, lam_alpha=0.05, short_lam=0.0, whiten=False))
     torch.testing.assert_close(adv, T([[-0.1, 0.6]]))
 
 
@@ -146,6 +152,7 @@ def test_the_preset_turns_every_part_on():
         (["rl.group_size=1"], "rl.group_size=1"),  # grpo compares within a group
         (["rl.critic.pretrain_steps=5"], "rl.critic.pretrain_steps=5"),  # no critic under grpo
         (["rl.returns.lam_alpha=0.05"], "rl.returns.lam_alpha"),
+        (["rl.advantage=gae", "rl.critic.init=policy", "rl.returns.short_lam=0"], "rl.returns.short_lam=0"),
     ],
 )
 def test_parts_without_what_they_need_are_refused(sets, words):
@@ -247,9 +254,9 @@ def test_value_pretraining_moves_only_the_critic_and_resume_is_bit_exact_during_
     for r in steps[:2]:  # value pretraining: the critic's loss and fit, no policy loss or gradient
         assert r["value_pretrain_step"] == r["step"] and "value_loss" in r and "value_explained_var" in r, r
         assert "loss" not in r and "grad_norm" not in r and "time_value_pretrain" in r, r
-    for r in steps[2:]:  # VAPO: the per-sample λ (4-token answers: clamped to 0) and the LM loss's share
+    for r in steps[2:]:  # VAPO: the per-sample λ (answers under 1/α = 20 tokens: returns.lam) and the LM loss's share
         assert "value_pretrain_step" not in r and "loss" in r and "grad_norm" in r, r
-        assert r["lam_mean"] == r["lam_min"] == r["lam_max"] == 0.0 and 0 <= r["correct_frac"] <= 1, r
+        assert r["lam_mean"] == r["lam_min"] == r["lam_max"] == pytest.approx(0.95) and 0 <= r["correct_frac"] <= 1, r
         assert "lm_loss" in r, r
 
     for last in (1, 3):  # killed during value pretraining, and after it

@@ -44,8 +44,9 @@ class AdvantageConfig:
     """Hyper-parameters shared by all advantage estimators (each reads only what it needs).
 
     gamma: discount factor (``gae``, ``reinforce_pp``). lam: GAE λ of the policy's advantages (``gae``).
-    lam_alpha: VAPO's length-adaptive GAE, ``λ_i = 1 − 1/(α·l_i)`` per sample of length ``l_i`` (clamped to 0
-    from below, see ``length_adaptive_lam``) instead of ``lam``; None = off.
+    lam_alpha: VAPO's length-adaptive GAE, ``λ_i = 1 − 1/(α·l_i)`` per sample of length ``l_i`` instead of
+    ``lam``; None = off. short_lam: the λ of responses too short for that formula (``l ≤ 1/α``, where it gives
+    λ ≤ 0; see ``length_adaptive_lam``); None = ``lam``.
     critic_lam: VAPO's decoupled GAE, the λ of the critic's targets ``returns`` (1.0: Monte-Carlo returns);
     None = the policy's λ (coupled, as PPO).
     norm_by_std: divide the group-centred reward by the group std (``grpo`` only).
@@ -56,6 +57,7 @@ class AdvantageConfig:
     gamma: float = 1.0
     lam: float = 1.0
     lam_alpha: float | None = None
+    short_lam: float | None = None
     critic_lam: float | None = None
     norm_by_std: bool = True
     whiten: bool = True
@@ -145,25 +147,27 @@ def _broadcast(per_sample: Tensor, mask: Tensor) -> Tensor:
     return zero_masked(per_sample.unsqueeze(-1).expand(mask.shape), mask)
 
 
-def length_adaptive_lam(lengths: Tensor, alpha: float) -> Tensor:
-    """VAPO's length-adaptive GAE λ (Yue et al. 2025, arXiv 2504.05118, §3.2, eq. 7): ``λ = 1 − 1/(α·l)`` for a
-    response of ``l`` tokens, so that the TD errors a token's advantage sums over span an effective horizon
+def length_adaptive_lam(lengths: Tensor, alpha: float, short: float) -> Tensor:
+    """VAPO's length-adaptive GAE λ (Yue et al. 2025, arXiv 2504.05118, §3.2): ``λ = 1 − 1/(α·l)`` for a response
+    of ``l`` tokens, so that the TD errors a token's advantage sums over span an effective horizon
     ``1/(1 − λ) = α·l`` tokens, a fixed share of the response whatever its length.
 
-    Clamped to 0 from below: a response shorter than ``1/α`` tokens (20 at α = 0.05) would get λ ≤ 0, i.e. a
-    horizon under one token, which does not exist; λ < 0 weighs the n-step estimates with alternating signs (no
-    longer an average). λ = 0 is the shortest horizon, one token: TD(0), ``A_t = r_t + γV_{t+1} − V_t``, the
-    formula's own limit at ``l = 1/α``. An empty response (``l = 0``) gets 0 too. AReaL clamps the same way.
+    The formula gives a λ in (0, 1) only for ``l > 1/α`` (20 tokens at α = 0.05); a response of at most ``1/α``
+    tokens (an empty one included) would get λ ≤ 0, a horizon under one token (and λ < 0 weighs the n-step
+    estimates with alternating signs). Those responses get ``short`` instead: rlctl's ``rl.returns.short_lam``,
+    by default the non-adaptive λ_policy (``rl.returns.lam``); 0 is AReaL's and NeMo-RL's clamp (TD(0)).
     """
-    lam = 1.0 - 1.0 / (alpha * lengths.to(torch.float32).clamp(min=1.0))
-    return torch.where(lengths > 0, lam.clamp(min=0.0), torch.zeros_like(lam))
+    formula = 1.0 - 1.0 / (alpha * lengths.to(torch.float32).clamp(min=1.0))
+    return torch.where(formula > 0, formula, torch.full_like(formula, float(short)))
 
 
 def gae_lambdas(mask: Tensor, cfg: AdvantageConfig) -> Tensor:
     """The policy's GAE λ of each sample, ``[B]``: length-adaptive from the tokens the model wrote (``mask``'s row
-    sums) when ``cfg.lam_alpha`` is set, else ``cfg.lam`` for every sample."""
+    sums) when ``cfg.lam_alpha`` is set (responses too short for the formula at ``cfg.short_lam``, None:
+    ``cfg.lam``), else ``cfg.lam`` for every sample."""
     if cfg.lam_alpha is not None:
-        return length_adaptive_lam(mask.sum(-1), cfg.lam_alpha)
+        short = cfg.lam if cfg.short_lam is None else cfg.short_lam
+        return length_adaptive_lam(mask.sum(-1), cfg.lam_alpha, short)
     return torch.full((mask.shape[0],), float(cfg.lam), dtype=torch.float32, device=mask.device)
 
 

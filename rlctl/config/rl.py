@@ -192,8 +192,14 @@ class Returns(Section):
         None,
         gt=0,
         description="VAPO's length-adaptive GAE: the policy's lambda per sample, 1 - 1/(alpha x its length in "
-        "tokens), clamped to 0 for responses under 1/alpha tokens (TD(0); docs/algorithms.md), instead of lam "
-        "(VAPO: 0.05); null = off.",
+        "tokens), instead of lam (VAPO: 0.05); null = off.",
+    )
+    short_lam: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="With lam_alpha: the lambda of responses of at most 1/lam_alpha tokens, where the formula gives "
+        "lambda <= 0 (docs/algorithms.md, VAPO); null = lam; 0 = TD(0), AReaL's and NeMo-RL's clamp.",
     )
 
 
@@ -406,11 +412,18 @@ class RLConfig(TrainConfig):
                 "none (rl.critic.init is null); nearest valid: rl.critic.pretrain_steps=0, or advantage=gae with "
                 "rl.critic.init=policy"
             )
-        if self.advantage != "gae" and (self.returns.critic_lam is not None or self.returns.lam_alpha is not None):
-            key = "critic_lam" if self.returns.critic_lam is not None else "lam_alpha"
+        shaping = {k: getattr(self.returns, k) for k in ("critic_lam", "lam_alpha", "short_lam")}
+        if self.advantage != "gae" and any(v is not None for v in shaping.values()):
+            key = next(k for k, v in shaping.items() if v is not None)
             raise ValueError(
                 f"rl.returns.{key} shapes GAE, but advantage is {self.advantage}; nearest valid: "
                 f"rl.returns.{key}=null, or advantage=gae with a critic"
+            )
+        if self.returns.short_lam is not None and self.returns.lam_alpha is None:
+            raise ValueError(
+                f"rl.returns.short_lam={self.returns.short_lam} is the lambda of responses too short for "
+                "length-adaptive GAE, which is off (rl.returns.lam_alpha is null); nearest valid: "
+                "rl.returns.short_lam=null, or rl.returns.lam_alpha=0.05"
             )
         if critic.init == "reward_model" and "rm" not in stages:
             raise ValueError(

@@ -201,7 +201,9 @@ def setup(parts: Parts, settings: Settings, hooks: Hooks) -> Loop:
         norm_len=rl.max_new_tokens,
     )
     ret = rl.returns
-    adv_cfg = AdvantageConfig(gamma=ret.gamma, lam=ret.lam, lam_alpha=ret.lam_alpha, critic_lam=ret.critic_lam)
+    adv_cfg = AdvantageConfig(
+        gamma=ret.gamma, lam=ret.lam, lam_alpha=ret.lam_alpha, short_lam=ret.short_lam, critic_lam=ret.critic_lam
+    )
     clock = PhaseClock(acc.device.type == "cuda", on_lap=hooks.lap)
     return Loop(
         settings, hooks, acc, parts.tok, parts.policy, parts.ref, parts.critic, parts.opt, parts.sched,
