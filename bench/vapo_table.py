@@ -10,7 +10,7 @@ Usage:
 Each table trains its SFT model once (`rlctl train --preset RECIPE --stages sft`, or --sft RUN_DIR to reuse one),
 then every RL run starts from it with the same generated data (the SFT run's data files, so a seed changes the
 sampling and the prompt order, never the task) and the recipe's correctness reward only. Runs are kept under --work
-(default /tmp/rlctl-vapo-bench): a run with a summary.json is read, not trained again, so an interrupted table
+(default /tmp/rlctl-vapo-bench): a finished run is read, not trained again, an interrupted one resumed, so a table
 continues where it stopped and both tables share their VAPO runs. Set OMP_NUM_THREADS=1 on a shared machine. Wall
 time is the RL stage's, from metrics.jsonl (start to the last step's checkpoint, the final held-out scoring
 excluded); the load average before and after each run is recorded.
@@ -48,11 +48,18 @@ ABLATIONS: dict[str, list[str]] = {
 REWARDS = {"tiny-demo": "[{name: exact_match}]"}
 
 
-def rlctl_train(args: list[str], log: Path) -> None:
-    with log.open("w") as out:
-        proc = subprocess.run([RLCTL, "-q", "train", *args], stdout=out, stderr=subprocess.STDOUT)
+def finished(run: Path, stage: str) -> bool:
+    """Whether `run` completed `stage` (summary.json lists it)."""
+    return (run / "summary.json").exists() and stage in json.loads((run / "summary.json").read_text())["completed"]
+
+
+def rlctl_train(run: Path, args: list[str], log: Path) -> None:
+    """`rlctl train ARGS --run-dir RUN`, or `rlctl resume RUN` where an interrupted run left it."""
+    command = ["resume", str(run)] if (run / "config.yaml").exists() else ["train", *args, "--run-dir", str(run)]
+    with log.open("a") as out:
+        proc = subprocess.run([RLCTL, "-q", *command], stdout=out, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
-        raise SystemExit(f"rlctl train failed ({proc.returncode}), see {log}")
+        raise SystemExit(f"rlctl {command[0]} failed ({proc.returncode}), see {log}")
 
 
 def sft_run(recipe: str, work: Path, given: str | None) -> Path:
@@ -60,14 +67,14 @@ def sft_run(recipe: str, work: Path, given: str | None) -> Path:
     if given:
         return Path(given)
     run = work / f"{recipe}-sft"
-    if not (run / "summary.json").exists():
-        rlctl_train(["--preset", recipe, "--stages", "sft", "--run-dir", str(run)], work / f"{recipe}-sft.log")
+    if not finished(run, "sft"):
+        rlctl_train(run, ["--preset", recipe, "--stages", "sft"], work / f"{recipe}-sft.log")
     return run
 
 
 def rl_run(recipe: str, sft: Path, run: Path, algorithm: str, seed: int, steps: int, sets: list[str]) -> dict:
     """One RL run from the SFT model; its held-out accuracy before and after, wall seconds and the load around it."""
-    if not (run / "summary.json").exists():
+    if not finished(run, "rl"):
         data = sft / "data"
         base = [
             f"model.name_or_path={sft / 'sft' / 'final'}",
@@ -80,9 +87,9 @@ def rl_run(recipe: str, sft: Path, run: Path, algorithm: str, seed: int, steps: 
         ]
         if recipe in REWARDS:
             base.append(f"rl.rewards={REWARDS[recipe]}")
-        args = ["--preset", recipe, "--algorithm", algorithm, "--stages", "rl", "--run-dir", str(run)]
+        args = ["--preset", recipe, "--algorithm", algorithm, "--stages", "rl"]
         load = os.getloadavg()[0]
-        rlctl_train([*args, *[x for s in [*base, *sets] for x in ("--set", s)]], run.parent / f"{run.name}.log")
+        rlctl_train(run, [*args, *[x for s in [*base, *sets] for x in ("--set", s)]], run.parent / f"{run.name}.log")
         (run / "bench_load.json").write_text(json.dumps({"before": load, "after": os.getloadavg()[0]}))
     summary = json.loads((run / "summary.json").read_text())
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]

@@ -186,6 +186,7 @@ MARGIN = 0.15
 LEARNING: dict[str, tuple[int, list[str]]] = {
     **{name: (20, []) for name in RL_ALGORITHMS},
     "gspo": (20, ["rl.learning_rate=7.5e-5"]),
+    "vapo": (20, ["rl.critic.pretrain_steps=10"]),  # 10 of the preset's 50 value-pretraining steps: CI time
     **{
         name: (40, [f"{name}.learning_rate=5e-5", f"{name}.batch_size=32", f"{name}.max_length=16",
                     f"{name}.lr_scheduler=constant"])
