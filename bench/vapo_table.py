@@ -113,8 +113,9 @@ def table(name: str, opts: argparse.Namespace, variants: dict[str, tuple[str, li
     work.mkdir(parents=True, exist_ok=True)
     sft = sft_run(opts.recipe, work, opts.sft)
     results: dict[str, list[dict]] = {label: [] for label in variants}
-    # VAPO itself last: the comparison's runs, which another invocation may be training now, are read, not redone
-    for label in sorted(variants, key=lambda k: k == "vapo"):
+    # the ablation trains VAPO itself last: the comparison's runs, which another invocation may be training now, are
+    # read, not redone
+    for label in sorted(variants, key=lambda k: name == "ablation" and k == "vapo"):
         algorithm, sets = variants[label]
         slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")  # shared by both tables: a run is trained once
         for seed in opts.seeds:
@@ -158,6 +159,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("table", choices=["compare", "ablation"])
     ap.add_argument("--recipe", default="tiny-demo")
+    ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), help="compare: these, in this order")
     ap.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
     ap.add_argument("--steps", type=int, default=20, help="RL steps of every run (VAPO's value pretraining extra)")
     ap.add_argument("--sft", help="an SFT run directory to start from (default: trained once under --work)")
@@ -166,7 +168,7 @@ def main() -> None:
     opts = ap.parse_args()
     started = time.time()
     if opts.table == "compare":
-        table("compare", opts, {a: (a, []) for a in ALGORITHMS})
+        table("compare", opts, {a: (a, []) for a in opts.algorithms})
     else:
         from rlctl import config
 
