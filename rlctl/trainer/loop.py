@@ -413,7 +413,8 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
     record["reward_errors"] = over_ranks(sum(loop.scorer.errors.values()))
     scores = torch.tensor([s.score for s in r.samples])
     groups = torch.tensor([s.group for s in r.samples])
-    record["frac_reward_zero_std"] = 1.0 - groups_with_variance(scores, groups).float().mean().item()  # alarms
+    if rl.group_size > 1:  # one sample per prompt (a critic's run) has no group to compare: no alarm about it
+        record["frac_reward_zero_std"] = 1.0 - groups_with_variance(scores, groups).float().mean().item()  # alarms
     record["truncated_ratio"] = sum(s.truncated for s in r.samples) / len(r.samples)
     record["prompt_index"] = min(s.group for s in r.generated)  # the step's first prompt in the stream (resume)
     record.update(p.mismatch)
