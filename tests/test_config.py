@@ -82,8 +82,8 @@ def test_unknown_key_suggests():
 
 
 def test_bad_values_name_the_key():
-    with pytest.raises(UserError, match=r"rl\.group_size.*greater than or equal to 2"):
-        config.resolve(preset="tiny-demo", sets=["rl.group_size=1"])
+    with pytest.raises(UserError, match=r"rl\.group_size.*greater than or equal to 1"):
+        config.resolve(preset="tiny-demo", sets=["rl.group_size=0"])
     with pytest.raises(UserError, match=r"sft\.learning_rate"):
         config.resolve(preset="tiny-demo", sets=["sft.learning_rate=abc"])
 

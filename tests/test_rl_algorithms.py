@@ -29,6 +29,7 @@ ALGORITHM_KEYS = (
     "loss.clip_high",
     "loss.cispo_cap",
     "loss.dual_clip",
+    "loss.lm_coef",
     "beta",
     "kl.estimator",
     "kl.in_reward",
@@ -36,10 +37,13 @@ ALGORITHM_KEYS = (
     "kl.horizon",
     "returns.gamma",
     "returns.lam",
+    "returns.critic_lam",
+    "returns.lam_alpha",
     "ppo_epochs",
     "ppo_mini_batches",
     "critic.init",
     "critic.warmup_steps",
+    "critic.pretrain_steps",
     "critic.value_clip",
     "filters.dynamic_sampling",
     "filters.dynamic_sampling_rounds",
@@ -100,6 +104,21 @@ def test_algorithm_presets_set_their_published_knobs():
     dapo = config.resolve(preset="tiny-demo", algorithm="dapo").rl
     assert (dapo.loss.clip_low, dapo.loss.clip_high, dapo.loss.agg) == (0.2, 0.28, "token-mean")
     assert dapo.filters.dynamic_sampling and dapo.filters.overlong_buffer == 0.2 and dapo.beta == 0
+    vapo = config.resolve(preset="tiny-demo", algorithm="vapo").rl  # its seven parts: tests/test_vapo.py
+    assert (vapo.advantage, vapo.critic.init, vapo.critic.pretrain_steps, vapo.returns.critic_lam) == (
+        "gae",
+        "policy",
+        50,
+        1.0,
+    )
+    for name in set(RL_ALGORITHMS) - {"vapo"}:  # VAPO's own keys are off in every other preset
+        rl = config.resolve(preset="tiny-demo", algorithm=name).rl
+        assert (rl.critic.pretrain_steps, rl.returns.critic_lam, rl.returns.lam_alpha, rl.loss.lm_coef) == (
+            0,
+            None,
+            None,
+            0.0,
+        ), name
 
 
 # ------------------------------------------------------------------------------------------ validation
@@ -167,6 +186,7 @@ MARGIN = 0.15
 LEARNING: dict[str, tuple[int, list[str]]] = {
     **{name: (20, []) for name in RL_ALGORITHMS},
     "gspo": (20, ["rl.learning_rate=7.5e-5"]),
+    "vapo": (20, ["rl.critic.pretrain_steps=10"]),  # 10 of the preset's 50 value-pretraining steps: CI time
     **{
         name: (40, [f"{name}.learning_rate=5e-5", f"{name}.batch_size=32", f"{name}.max_length=16",
                     f"{name}.lr_scheduler=constant"])
@@ -203,7 +223,7 @@ def test_algorithm_learns_from_the_sft_checkpoint(algorithm, demo_run, tmp_path)
     assert record["mismatches"] == [], record
     if stage == "rl":  # the critic and the frozen reference copy of the algorithms that have them
         live = record["observed"]
-        assert live["critic"] == (algorithm in ("ppo", "pf-ppo")), live
+        assert live["critic"] == (algorithm in ("ppo", "pf-ppo", "vapo")), live
         beta = json.loads((tmp_path / "run" / "plan.json").read_text())["config"]["rl"]["beta"]
         assert live["reference"] == ("cpu" if beta > 0 else "none"), live
     if stage != "rl":  # the held-out tenth of data.preference, scored at the end (rlctl report charts it)

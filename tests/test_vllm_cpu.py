@@ -93,6 +93,20 @@ def test_the_loop_learns_with_vllm_and_lora(vllm_demo: Path, tmp_path: Path):
     assert all(s["is_clipped_frac"] < 0.05 for s in steps)  # token_truncate: honest ratios stay near 1
 
 
+def test_vapo_with_vllm_checks_every_sync_through_value_pretraining(vllm_demo: Path, tmp_path: Path):
+    """VAPO (tests/test_vapo.py) with vLLM generating: value pretraining pushes the unchanged policy each step, the
+    policy steps after it push the updated one; every sync is checked."""
+    run_dir = tmp_path / "run"
+    sets = ["--set", "rl.critic.pretrain_steps=2", "--set", "rl.max_steps=3", "--set", "rl.eval_samples=20"]
+    proc = _rl_from_sft(vllm_demo, run_dir, "--algorithm", "vapo", *sets)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = _rl_steps(run_dir)
+    assert [s.get("value_pretrain_step") for s in steps] == [1, 2, None, None, None]
+    assert all(s["sync_logp_diff_mean"] < 0.05 and "is_ratio_mean" in s for s in steps)
+    assert all("lm_loss" in s and "grad_norm" in s for s in steps[2:])
+    assert summary(run_dir)["layout"]["rl"]["observed"]["generation_engine"] == "vllm"
+
+
 def test_the_loop_on_two_processes_with_an_engine_each(vllm_demo: Path, tmp_path: Path):
     run_dir = tmp_path / "run"
     args = ("--algorithm", "reinforce-pp", "--set", "hardware.num_processes=2", "--set", "rl.max_steps=20")

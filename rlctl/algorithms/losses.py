@@ -1,4 +1,5 @@
-"""Policy losses, the PPO value loss and the one loss-aggregation function they all use.
+"""Policy losses, the PPO value loss, VAPO's positive-example LM loss and the one loss-aggregation function they
+all use.
 
 Every policy loss is called as::
 
@@ -231,3 +232,13 @@ def value_loss(
     loss = 0.5 * agg_loss(torch.maximum(err, err_clipped), mask, loss_agg_mode, norm_len=norm_len)
     metrics = {"vf_clip_frac": masked_mean((err_clipped > err).to(values.dtype), mask).item()}
     return loss, metrics
+
+
+def positive_lm_loss(logp: Tensor, mask: Tensor, correct: Tensor) -> Tensor:
+    """VAPO's positive-example LM loss (Yue et al. 2025, arXiv 2504.05118, §3.4, eq. 9; Self-Imitation Learning,
+    Oh et al. 2018): the next-token loss of the completions the verifier scored correct,
+    ``L_NLL = −Σ_{i∈T} Σ_t m·logp / Σ_{i∈T} Σ_t m`` over the set ``T`` of correct samples (``correct``: ``[B]``,
+    1 or True for those), a token mean as VAPO's policy loss; 0 when no sample is correct. The policy minimises
+    ``L_PPO + μ·L_NLL`` (μ = ``rl.loss.lm_coef``, 0.1 in the paper). Incorrect samples get no gradient."""
+    positive = mask * correct.to(mask.dtype).unsqueeze(-1)
+    return agg_loss(-logp, positive, "token-mean")

@@ -46,10 +46,13 @@ def show(console: Console, plan: Plan) -> None:
     for s in plan.stages:
         sc = getattr(cfg, s.name)
         label = f"rl ({cfg.rl.algorithm})" if s.name == "rl" else s.name
+        steps = str(s.max_steps) if s.epochs is None else f"{s.max_steps} ({s.epochs:g} ep.)"
+        if s.name == "rl" and cfg.rl.critic.pretrain_steps:
+            steps = f"{s.max_steps} ({cfg.rl.critic.pretrain_steps} value pretraining + {cfg.rl.max_steps})"
         table.add_row(
             label,
             short(s.init_from),
-            str(s.max_steps) if s.epochs is None else f"{s.max_steps} ({s.epochs:g} ep.)",
+            steps,
             str(s.batch_size),
             f"{s.micro_batch_size} x {s.grad_accum}",
             f"{sc.learning_rate:g}",
@@ -71,12 +74,31 @@ def show(console: Console, plan: Plan) -> None:
             f"[bold]Per {'process' if hw.is_cpu else 'GPU'}[/] peak {mem.peak_gib:g} GiB ({mem.peak_phase}) of "
             f"{mem.budget_gib:g} GiB budget; per stage micro batch x accumulation above",
         )
+    _value_pretraining(console, plan)
     _vision(console, plan)
     if plan.async_split is not None:
         tables.show(console, _async_table(plan))
     console.print(f"[bold]Launch[/] {escape(plan.command)}", soft_wrap=True)  # one line: it must paste as is
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def _value_pretraining(console: Console, plan: Plan) -> None:
+    """VAPO's value pretraining (rl.critic.pretrain_steps): its rollouts and updates before the policy's first step,
+    and its planned memory beside the training phase's."""
+    rl = plan.config.rl
+    if "rl" not in plan.config.stages or not rl.critic.pretrain_steps:
+        return
+    line = (
+        f"[bold]Value pretraining[/] {rl.critic.pretrain_steps} steps of {rl.batch_size} rollouts from the starting "
+        f"policy fit the critic to Monte-Carlo returns before the policy's {rl.max_steps} steps (each a step's "
+        "generation and the critic's update; the policy does not move)"
+    )
+    rows = {p.phase: p for p in plan.memory.stage_phases("rl")} if plan.memory is not None else {}
+    if "value pretraining" in rows and "training" in rows:
+        unit = "process" if plan.hardware.is_cpu else "GPU"
+        line += f"; {rows['value pretraining'].peak_gib:g} GiB per {unit} (training: {rows['training'].peak_gib:g})"
+    console.print(line)
 
 
 def _vision(console: Console, plan: Plan) -> None:

@@ -63,8 +63,10 @@ PF_PPO_MODES: tuple[str, ...] = get_args(PFPPOMode)
 # one of them. dpo and kto are offline stages, not rl.
 RL_ALGORITHMS: tuple[str, ...] = (
     "grpo", "dr-grpo", "gspo", "cispo", "rloo",
-    "ppo", "dapo", "reinforce-pp", "reinforce-pp-baseline", "remax", "pf-ppo",
+    "ppo", "dapo", "reinforce-pp", "reinforce-pp-baseline", "remax", "pf-ppo", "vapo",
 )  # fmt: skip
+# Advantage estimators that centre a sample's reward on its group's: they need at least two samples per prompt.
+GROUP_ADVANTAGES: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")
 OFFLINE_ALGORITHMS: tuple[str, ...] = ("dpo", "kto")
 
 
@@ -140,6 +142,13 @@ class Loss(Section):
         le=100,
         description="Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (verl: 3.0).",
     )
+    lm_coef: float = Field(
+        0.0,
+        ge=0,
+        le=100,
+        description="VAPO's positive-example LM loss: weight mu of a next-token loss (token mean) on the completions "
+        "the correctness reward of rl.rewards scored correct, added to the policy loss (VAPO: 0.1); 0 = off.",
+    )
 
     @field_validator("policy", "agg", mode="before")
     @classmethod
@@ -188,7 +197,19 @@ class Critic(Section):
         lt=1,
         description="Critic learning rate; null = the same as learning_rate (verl: 10x the actor's).",
     )
-    warmup_steps: int = Field(0, ge=0, description="Steps that train only the critic before the policy moves.")
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="The first steps of rl.max_steps train only the critic, on the returns of rl.returns (verl's "
+        "critic_warmup); see pretrain_steps for VAPO's value pretraining.",
+    )
+    pretrain_steps: int = Field(
+        0,
+        ge=0,
+        description="VAPO's value pretraining: steps before rl.max_steps (the stage runs both) that sample from the "
+        "frozen starting policy and fit the critic to the Monte-Carlo returns; the policy, its optimizer and schedule "
+        "do not move (VAPO: 50).",
+    )
     value_clip: float = Field(
         0.2, ge=1e-3, description="Value clipping range around the old values (PPO value loss; at least 0.001)."
     )
@@ -198,7 +219,28 @@ class Returns(Section):
     """rl.returns: how per-token rewards become returns (advantage gae, reinforce_pp, reinforce_pp_baseline)."""
 
     gamma: float = Field(1.0, ge=0, le=1, description="Discount factor (gae, reinforce_pp).")
-    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (gae).")
+    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda of the policy's advantages (gae).")
+    critic_lam: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="VAPO's decoupled GAE: the lambda of the critic's targets (1.0: Monte-Carlo returns, unbiased); "
+        "null = the policy's lambda (coupled, PPO).",
+    )
+    lam_alpha: float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="VAPO's length-adaptive GAE: the policy's lambda per sample, 1 - 1/(alpha x its length in "
+        "tokens), instead of lam (VAPO: 0.05); null = off.",
+    )
+    short_lam: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="With lam_alpha: the lambda of responses of at most 1/lam_alpha tokens, where the formula gives "
+        "lambda <= 0 (docs/algorithms.md, VAPO); null = lam; 0 = TD(0), AReaL's and NeMo-RL's clamp.",
+    )
 
 
 class Filters(Section):
@@ -280,7 +322,12 @@ class RLConfig(TrainConfig):
 
     algorithm: str = Field("grpo", description="RL algorithm (an algorithm preset name; see `rlctl presets list`).")
     prompts_per_step: int = Field(16, ge=1, description="Prompts sampled per step (rollout batch).")
-    group_size: int = Field(8, ge=2, description="Completions sampled per prompt (the group).")
+    group_size: int = Field(
+        8,
+        ge=1,
+        description="Completions sampled per prompt (the group; VAPO's group sampling). 1 only with a critic "
+        "(advantage gae): group-relative advantages need at least 2.",
+    )
     max_new_tokens: int = Field(256, ge=1, description="Longest completion in tokens.")
     temperature: float = Field(
         1.0,
@@ -369,6 +416,11 @@ class RLConfig(TrainConfig):
             )
         return self
 
+    @property
+    def total_steps(self) -> int:
+        """Rollout batches the stage runs: the critic's value pretraining (critic.pretrain_steps), then max_steps."""
+        return self.critic.pretrain_steps + self.max_steps
+
     def check(self, stages: list[str]) -> None:
         """Rules of the RL stage that span several keys; a ValueError naming the rule and the nearest valid setting."""
         if self.algorithm in OFFLINE_ALGORITHMS:
@@ -403,6 +455,31 @@ class RLConfig(TrainConfig):
             raise ValueError(
                 f"rl.critic.init={critic.init}: only advantage=gae uses a critic (advantage is "
                 f"{self.advantage}); nearest valid: rl.critic.init=null"
+            )
+        if self.group_size == 1 and (self.advantage in GROUP_ADVANTAGES or self.filters.dynamic_sampling):
+            why = f"advantage={self.advantage}" if self.advantage in GROUP_ADVANTAGES else "filters.dynamic_sampling"
+            raise ValueError(
+                f"rl.group_size=1: {why} compares each completion with the others of its prompt, and a group of one "
+                "has none; nearest valid: rl.group_size=2 (one sample per prompt works with advantage=gae only)"
+            )
+        if critic.pretrain_steps and critic.init is None:
+            raise ValueError(
+                f"rl.critic.pretrain_steps={critic.pretrain_steps} fits a critic before the policy moves, but there is "
+                "none (rl.critic.init is null); nearest valid: rl.critic.pretrain_steps=0, or advantage=gae with "
+                "rl.critic.init=policy"
+            )
+        shaping = {k: getattr(self.returns, k) for k in ("critic_lam", "lam_alpha", "short_lam")}
+        if self.advantage != "gae" and any(v is not None for v in shaping.values()):
+            key = next(k for k, v in shaping.items() if v is not None)
+            raise ValueError(
+                f"rl.returns.{key} shapes GAE, but advantage is {self.advantage}; nearest valid: "
+                f"rl.returns.{key}=null, or advantage=gae with a critic"
+            )
+        if self.returns.short_lam is not None and self.returns.lam_alpha is None:
+            raise ValueError(
+                f"rl.returns.short_lam={self.returns.short_lam} is the lambda of responses too short for "
+                "length-adaptive GAE, which is off (rl.returns.lam_alpha is null); nearest valid: "
+                "rl.returns.short_lam=null, or rl.returns.lam_alpha=0.05"
             )
         if critic.init == "reward_model" and "rm" not in stages:
             raise ValueError(

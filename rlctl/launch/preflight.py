@@ -404,6 +404,20 @@ def check_row_tools(cfg: RunConfig, rows: list[dict[str, Any]], report: Report) 
             return
 
 
+def check_positive_examples(cfg: RunConfig, report: Report) -> None:
+    """VAPO's positive-example LM loss (rl.loss.lm_coef) trains on the completions a correctness reward of rl.rewards
+    scores correct: without one it would train on nothing."""
+    from rlctl.rewards import scoring
+
+    if cfg.rl.loss.lm_coef > 0 and scoring.correctness_index(cfg.rl.rewards) is None:
+        names = ", ".join(r.name for r in cfg.rl.rewards)
+        report.errors.append(
+            f"rl.loss.lm_coef={cfg.rl.loss.lm_coef:g} trains the policy on the completions a correctness reward scores "
+            f"correct, but rl.rewards ({names}) has none; add one (exact_match, gsm8k, boxed, verl, code_tests, or a "
+            "reward marked `correctness: true`), or set rl.loss.lm_coef=0."
+        )
+
+
 def runs_model_code(cfg: RunConfig) -> bool:
     """The RL stage executes code the policy writes: the code_tests reward or the python tool."""
     rewards = [r.name.split("(")[0].strip() for r in cfg.rl.rewards]
@@ -460,6 +474,8 @@ def run(
         report.errors.append(problem)
     if "rl" in cfg.stages and cfg.rl.tools:
         check_tools(cfg, report)
+    if "rl" in cfg.stages:
+        check_positive_examples(cfg, report)
     if runs_model_code(cfg):
         check_code_sandbox(cfg, report)
     missing = plan_mod.missing_data(cfg) if paths is None else []

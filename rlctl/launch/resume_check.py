@@ -121,6 +121,7 @@ def check(old: RunConfig, new: RunConfig, run_dir: Path) -> None:
         _same_rewards(old, new)
     for stage in new.stages:
         steps, done = getattr(new, stage).max_steps, _last_step(run_dir, stage)
+        done -= new.rl.critic.pretrain_steps if stage == "rl" else 0  # rl: its value pretraining ran before max_steps
         if steps != getattr(old, stage).max_steps and steps < done:
             raise UserError(
                 f"--set {stage}.max_steps={steps} is below the {done} steps stage {stage} has already checkpointed; "

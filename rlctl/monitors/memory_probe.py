@@ -10,7 +10,8 @@ Each training process measures, for every phase interval of its stage, the peak 
   /proc/self/clear_refs; where the kernel refuses that, `VmRSS` sampled by the thread). On CPU it is the measure.
 
 A phase ends where the code says which phase the interval was (`lap`): the RL loop's `PhaseClock` laps
-(sync, generate, score -> generation; prepare, update -> training) and its optimizer steps; the TRL trainers
+(sync, generate, score -> generation; prepare, update -> training; value_pretrain -> value pretraining) and its
+optimizer steps; the TRL trainers
 through `install` (their generation method, `on_pre_optimizer_step` / `on_optimizer_step`, `on_save`); every
 checkpoint (`checkpoint`: save and held-out scoring); the runner's final save and evaluation (`evaluation`).
 
@@ -46,6 +47,7 @@ LOOP_PHASES = {
     "score": "generation",
     "prepare": "training",
     "update": "training",
+    "value_pretrain": "value pretraining",  # VAPO: the critic's updates before the policy moves
 }
 UNPLANNED = ("checkpoint", "evaluation")  # measured phases the plan does not model
 _STATUS = Path("/proc/self/status")

@@ -431,9 +431,8 @@ def stage_plans(f: Facts, batches: dict[str, Batch], strategies_by_stage: dict[s
         b = batches[name]
         out = str(run.final(name))
         strategy = strategies_by_stage[name]
-        plan = StagePlan(
-            name, init, out, sc.max_steps, b.size, b.micro, b.accumulation, strategy=strategy, epochs=sc.epochs
-        )
+        steps = cfg.rl.total_steps if name == "rl" else sc.max_steps  # rl: value pretraining's steps included
+        plan = StagePlan(name, init, out, steps, b.size, b.micro, b.accumulation, strategy=strategy, epochs=sc.epochs)
         stages.append(plan)
     return stages
 

@@ -21,11 +21,20 @@ def is_correctness(name: str, marked: bool | None = None) -> bool:
 def accuracy_name(specs: Sequence[Any], data_format: str | None = None) -> str:
     """The reward (name with its arguments) that decides correctness among `specs` (RewardSpec-like, or
     (name, weight) pairs): the first correctness reward, else `verl` for verl data, else exact_match."""
-    for spec in specs:
+    at = correctness_index(specs)
+    if at is not None:
+        return specs[at][0] if isinstance(specs[at], tuple) else specs[at].name
+    return "verl" if data_format == "verl" else "exact_match"
+
+
+def correctness_index(specs: Sequence[Any]) -> int | None:
+    """The position in `specs` of the first correctness reward (the one training's positive examples and held-out
+    accuracy read), None when there is none."""
+    for i, spec in enumerate(specs):
         name, marked = (spec[0], None) if isinstance(spec, tuple) else (spec.name, spec.correctness)
         if name not in rewards.MODEL_REWARDS and is_correctness(name, marked):
-            return name
-    return "verl" if data_format == "verl" else "exact_match"
+            return i
+    return None
 
 
 def correct(

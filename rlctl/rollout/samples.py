@@ -28,6 +28,7 @@ class Sample:
     completion_ids: list[int] = field(default_factory=list)
     truncated: bool = False
     score: float = 0.0
+    correct: bool = False  # the run's correctness reward scored it above 0.5 (VAPO's positive examples)
     baseline: float = 0.0
     rollout_logprobs: list[float] | None = None  # the engine's log-prob of each sampled token (vLLM; NaN: none)
     # multi-turn rollouts (rlctl.rollout.multiturn): 1 for the model's tokens, 0 for tool results (None: all 1)

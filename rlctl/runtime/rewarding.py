@@ -11,6 +11,7 @@ import torch
 from rlctl import rewards
 from rlctl.algorithms import overlong_penalty
 from rlctl.data.tokens import prompt_text
+from rlctl.rewards import scoring
 from rlctl.rollout import evaluate, multiturn
 from rlctl.rollout.samples import Sample
 from rlctl.rundir import RunDir
@@ -43,17 +44,20 @@ def overlong_buffer_tokens(ctx: StageContext) -> int:
 
 
 class Scorer:
-    """The run's weighted reward sum (rules, plugins, reward model) plus DAPO's soft overlong punishment."""
+    """The run's weighted reward sum (rules, plugins, reward model) plus DAPO's soft overlong punishment; and whether
+    the run's correctness reward (the first of rl.rewards, `rlctl.rewards.scoring`) scored each completion above
+    0.5, which VAPO's positive-example LM loss trains on."""
 
     def __init__(self, ctx: StageContext, tokenizer, device):
         self.errors: dict[str, int] = {}  # completions scored 0 by rewards with on_error=zero, per reward
         self.funcs, self.tokenizers, self.weights = reward_sources(ctx, self.errors)
         self.funcs = [f.to(device).eval() if isinstance(f, torch.nn.Module) else f for f in self.funcs]
         self.tok, self.rl, self.buffer = tokenizer, ctx.cfg.rl, overlong_buffer_tokens(ctx)
+        self.correctness = scoring.correctness_index(ctx.cfg.rl.rewards)
 
     def __call__(self, samples: list[Sample], state: Any = None) -> None:
-        """Each sample's score; `state` (a transformers `TrainerState`: the optimizer steps so far and the stage's
-        total) reaches rewards as `trainer_state`, as TRL's trainers pass it."""
+        """Each sample's score and correctness; `state` (a transformers `TrainerState`: the optimizer steps so far
+        and the stage's total) reaches rewards as `trainer_state`, as TRL's trainers pass it."""
         prompts = [s.row["prompt"] for s in samples]
         texts = self.tok.batch_decode([s.completion_ids for s in samples], skip_special_tokens=True)
         chat = isinstance(prompts[0], list)
@@ -63,7 +67,7 @@ class Scorer:
             columns["trajectory"] = [s.messages for s in samples]
         completions = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
         total = torch.zeros(len(samples))
-        for fn, rm_tok, weight in zip(self.funcs, self.tokenizers, self.weights, strict=True):
+        for at, (fn, rm_tok, weight) in enumerate(zip(self.funcs, self.tokenizers, self.weights, strict=True)):
             if isinstance(fn, torch.nn.Module):
                 full = [prompt_text(p, self.tok) + t for p, t in zip(prompts, texts, strict=True)]
                 values = evaluate.reward_scores(fn, rm_tok, full)
@@ -71,7 +75,11 @@ class Scorer:
                 ids = [s.completion_ids for s in samples]
                 trainer = {"completion_ids": ids, "trainer_state": state}
                 values = fn(prompts=prompts, completions=completions, **trainer, **columns)
-            total += weight * torch.tensor([float(v) if v is not None else 0.0 for v in values])
+            scores = [float(v) if v is not None else 0.0 for v in values]
+            total += weight * torch.tensor(scores)
+            if at == self.correctness:
+                for s, value in zip(samples, scores, strict=True):
+                    s.correct = value > scoring.THRESHOLD
         if self.buffer:
             lengths = torch.tensor([len(s.completion_ids) for s in samples])
             total += overlong_penalty(lengths, self.rl.max_new_tokens, self.buffer, self.rl.filters.overlong_penalty)

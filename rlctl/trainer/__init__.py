@@ -1,4 +1,4 @@
-"""rlctl's own RL trainer: the loop that trains every RL algorithm (grpo and its family, rloo, ppo, dapo,
+"""rlctl's own RL trainer: the loop that trains every RL algorithm (grpo and its family, rloo, ppo, vapo, dapo,
 reinforce-pp, remax, pf-ppo), entered by the rl stage (`rlctl.stages.rl`) as `loop.train(parts, settings, hooks)`:
 ready-built models, optimizers, scorer and engine, the rl section with the plan fields the loop reads, and the
 stage's hooks (never its context).

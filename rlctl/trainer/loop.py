@@ -1,4 +1,4 @@
-"""rlctl's own RL loop: the algorithms TRL 1.16 does not run faithfully, i.e. PPO with a critic (GAE), DAPO
+"""rlctl's own RL loop: the algorithms TRL 1.16 does not run faithfully, i.e. PPO with a critic (GAE), VAPO, DAPO
 (dynamic sampling with refill), REINFORCE++ (and -baseline), ReMax and PF-PPO.
 
 `train` takes what the rl stage built (`rlctl.trainer.state`: `Parts`, ready to train; `Settings`, the rl section
@@ -14,12 +14,15 @@ build the `Loop` and bring back the last complete checkpoint, then each step (`t
    (ReMax: the greedy baseline; vLLM: the weight-sync check `sync_check` and rollout-correction weights).
 3. `advantages`: on the whole batch gathered from every process (so group statistics, whitening and PF-PPO
    resampling see what a single process would): outcome reward on the last token, KL folded into the token
-   rewards if `rl.kl.in_reward`, then `ADVANTAGE_ESTIMATORS[rl.advantage]`, then PF-PPO resampling.
+   rewards if `rl.kl.in_reward`, then `ADVANTAGE_ESTIMATORS[rl.advantage]` (gae: per-sample λ, the critic's
+   targets at their own λ), then PF-PPO resampling. In VAPO's value pretraining (the first
+   `rl.critic.pretrain_steps` steps, before rl.max_steps) the critic's targets are the Monte-Carlo returns.
 4. `update`: `ppo_epochs` passes of `ppo_mini_batches` optimizer updates of the policy (`POLICY_LOSSES[rl.loss.policy]`
-   plus a KL loss term when the KL is not in the reward) and of the critic (`value_loss`), each accumulated over
-   micro-batches with weights that make the sum equal the loss aggregated over the whole mini-batch. When the
-   plan offloads between phases, the policy's AdamW moments stay in host RAM except around its optimizer step
-   (`rlctl.trainer.offload`).
+   plus a KL loss term when the KL is not in the reward, plus VAPO's positive-example LM loss with
+   `rl.loss.lm_coef`) and of the critic (`value_loss`), each accumulated over micro-batches with weights that make
+   the sum equal the loss aggregated over the whole mini-batch. Value pretraining and `rl.critic.warmup_steps`
+   update the critic only. When the plan offloads between phases, the policy's AdamW moments stay in host RAM
+   except around its optimizer step (`rlctl.trainer.offload`).
 5. `log_step` to metrics.jsonl (with the seconds each phase took: `time_sync`, `time_generate`, `time_score`,
    `time_prepare`, `time_update`), then `save_checkpoint` (`rlctl.trainer.state`) every `save_every` steps (models,
    optimizers, schedulers, RNG, loop state; marked complete). `train` hands back the policy alone (no critic); the
@@ -43,11 +46,15 @@ from rlctl.algorithms import (
     KL_ESTIMATORS,
     POLICY_LOSSES,
     agg_loss,
+    explained_variance,
+    gae_lambdas,
     groups_with_variance,
     kl_penalty_rewards,
     loss_units,
     masked_mean,
     pf_ppo_resample,
+    positive_lm_loss,
+    returns_to_go,
     value_loss,
 )
 from rlctl.algorithms.mismatch import behaviour_ratio, correction_weights, logprob_gap
@@ -70,15 +77,16 @@ def train(parts: Parts, settings: Settings, hooks: Hooks) -> Trained:
     start = restore(loop)
     if parts.async_generator is not None:
         loop.pipeline = async_rollout.Pipeline(loop, parts.async_generator, start)
+    total = loop.rl.total_steps  # value pretraining (rl.critic.pretrain_steps), then rl.max_steps
     try:
-        for step in range(start + 1, loop.rl.max_steps + 1):
+        for step in range(start + 1, total + 1):
             train_step(loop, step, first=step == start + 1)
     finally:
         if loop.pipeline is not None:
             loop.pipeline.close(loop)
     hooks.finish_layout(loop.offloaded.switches)
-    trained = max(0, loop.rl.max_steps - start)
-    hooks.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=loop.rl.max_steps)
+    trained = max(0, total - start)
+    hooks.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=total)
     stopped = hooks.stops.alarm_stopped(start + trained) if alarm_stop(hooks.log) else signalled(hooks.stop)
     return Trained(loop.acc, loop.policy, loop.tok, stopped)
 
@@ -102,7 +110,7 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
         loop.hooks.check_layout(loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
     log_step(loop, step, rollout_, prepared, train, stats)
     signum = stop_signal(loop.hooks.stop)
-    if step % loop.rl.save_every == 0 or step == loop.rl.max_steps or signum:
+    if step % loop.rl.save_every == 0 or step == loop.rl.total_steps or signum:
         cursor = loop.pipeline.resume_cursor(loop) if loop.pipeline else loop.stream.cursor
         save_checkpoint(loop, step, LoopState(step, cursor, loop.kl_ctl.value, loop.acc.num_processes))
     if signum:
@@ -152,8 +160,8 @@ def trainer_state(loop: Loop, step: int):
     policy's optimizer steps before this step's update and the stage's total."""
     from transformers import TrainerState
 
-    updates = loop.rl.ppo_epochs * loop.rl.ppo_mini_batches
-    return TrainerState(global_step=(step - 1) * updates, max_steps=loop.rl.max_steps * updates)
+    updates, rl_step = loop.rl.ppo_epochs * loop.rl.ppo_mini_batches, step - loop.rl.critic.pretrain_steps
+    return TrainerState(global_step=max(0, rl_step - 1) * updates, max_steps=loop.rl.max_steps * updates)
 
 
 def sample_round(loop: Loop) -> list[Sample]:
@@ -245,8 +253,9 @@ class TrainBatch:
     """This process's rows for the update (after PF-PPO resampling) with their per-token targets."""
 
     batch: Batch
-    local: dict[str, Tensor | None]  # old, ref, values, adv, returns, mask: [shard, t]
+    local: dict[str, Tensor | None]  # old, ref, values, adv, returns, mask: [shard, t]; correct: [shard]
     kl: float  # mean k1 KL of the batch (0 without a reference)
+    gauges: dict[str, float]  # the batch's per-sample λ (length-adaptive GAE), critic fit, correct share
 
 
 def advantages(loop: Loop, samples: list[Sample], p: Prepared, step: int) -> TrainBatch:
@@ -266,6 +275,9 @@ def advantages(loop: Loop, samples: list[Sample], p: Prepared, step: int) -> Tra
     adv, returns = ADVANTAGE_ESTIMATORS[rl.advantage](
         token_rewards, mask, index=index, values=g_values, baseline=p.baseline, cfg=loop.adv_cfg
     )
+    if loop.pretraining(step):  # VAPO's value pretraining: the critic fits the Monte-Carlo returns
+        returns = returns_to_go(token_rewards, mask, rl.returns.gamma)
+    gauges = batch_gauges(loop, samples, mask, g_values, returns)
     if p.is_weights is not None:  # rollout correction: w >= 0 scales each token's clipped objective
         adv = adv * p.is_weights
     loss_mask = mask  # advantages use every completion; rl.filters.mask_truncated leaves the truncated out of the loss
@@ -284,18 +296,37 @@ def advantages(loop: Loop, samples: list[Sample], p: Prepared, step: int) -> Tra
     g_ratio = g_old if p.ratio_logp is p.old_logp else loop.gather_rows(p.ratio_logp)
     targets = {"old": g_ratio, "ref": g_ref, "values": g_values, "adv": adv, "returns": returns, "mask": loss_mask}
     local = {name: x[mine_rows, :t] if x is not None else None for name, x in targets.items()}
+    # which samples the verifier scored correct, [shard]: VAPO's positive-example LM loss trains on their tokens
+    correct = torch.tensor([float(s.correct) for s in samples], device=acc.device)
+    local["correct"] = correct[mine_rows] if rl.loss.lm_coef > 0 else None
     loop.clock.lap("prepare")
-    return TrainBatch(batch, local, kl_k1)
+    return TrainBatch(batch, local, kl_k1, gauges)
+
+
+def batch_gauges(loop: Loop, samples: list[Sample], mask: Tensor, values: Tensor | None, returns: Tensor) -> dict:
+    """What the step's metrics show of VAPO's parts: each sample's GAE λ (mean, min, max over the batch) with
+    length-adaptive GAE, how well the critic's values fit its targets (explained variance, before the update), and
+    the share of samples the verifier scored correct (the positive-example LM loss trains on those)."""
+    rl, out = loop.rl, {}
+    if rl.advantage == "gae" and rl.returns.lam_alpha is not None:
+        lam = gae_lambdas(mask, loop.adv_cfg)
+        out.update(lam_mean=lam.mean().item(), lam_min=lam.min().item(), lam_max=lam.max().item())
+    if values is not None:
+        out["value_explained_var"] = explained_variance(values, returns, mask)
+    if rl.loss.lm_coef > 0:
+        out["correct_frac"] = sum(s.correct for s in samples) / len(samples)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- 4. update
 def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
-    """ppo_epochs x ppo_mini_batches optimizer steps of the policy (after the critic warm-up) and the critic,
-    each accumulated over micro-batches; returns this process's per-micro-batch statistics."""
+    """ppo_epochs x ppo_mini_batches optimizer steps of the policy (after value pretraining and the critic warm-up)
+    and the critic, each accumulated over micro-batches; returns this process's per-micro-batch statistics."""
     acc, rl = loop.acc, loop.rl
     policy, critic, local, batch = loop.policy, loop.critic, train.local, train.batch
     world, temp = acc.num_processes, rl.temperature
-    train_policy = step > rl.critic.warmup_steps
+    pretraining = loop.pretraining(step)
+    train_policy = not pretraining and step - rl.critic.pretrain_steps > rl.critic.warmup_steps
     policy.train()
     if critic is not None:
         critic.train()
@@ -306,6 +337,9 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
             m_mask = local["mask"][mb]
             units = acc.reduce(loss_units(m_mask, rl.loss.agg), "sum")
             tokens = acc.reduce(m_mask.sum(), "sum")
+            positive = None  # tokens of correct samples in the mini-batch, over every process
+            if local["correct"] is not None:
+                positive = acc.reduce((m_mask * local["correct"][mb, None]).sum(), "sum")
             parts = mb.split(loop.micro)
             for j, rows_ in enumerate(parts):
                 sync = j == len(parts) - 1
@@ -322,7 +356,14 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
                                 kl_term, mk, rl.loss.agg, norm_len=rl.max_new_tokens
                             )
                         weight = loss_units(mk, rl.loss.agg) * world / units.clamp(min=1)
-                        acc.backward(loss * weight)
+                        total = loss * weight
+                        if positive is not None:  # VAPO: + mu x the next-token loss of the correct samples
+                            correct = local["correct"][rows_]
+                            lm = positive_lm_loss(logp, mk, correct)
+                            share = (mk * correct[:, None]).sum() * world / positive.clamp(min=1)
+                            total = total + rl.loss.lm_coef * lm * share
+                            metrics["lm_loss"] = lm.item()
+                        acc.backward(total)
                     _add(stats, loss=loss.item(), **metrics)
                 if critic is not None:
                     with contextlib.nullcontext() if sync else acc.no_sync(critic):
@@ -341,8 +382,9 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
                 loop.c_opt.step()
                 loop.c_sched.step()
                 loop.c_opt.zero_grad(set_to_none=True)
-    loop.kl_ctl.update(train.kl, rl.prompts_per_step * rl.group_size)
-    loop.clock.lap("update")
+    if not pretraining:  # the policy has not moved: there is no KL to adapt to
+        loop.kl_ctl.update(train.kl, rl.prompts_per_step * rl.group_size)
+    loop.clock.lap("value_pretrain" if pretraining else "update")
     return stats
 
 
@@ -372,10 +414,14 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
     record["reward_errors"] = over_ranks(sum(loop.scorer.errors.values()))
     scores = torch.tensor([s.score for s in r.samples])
     groups = torch.tensor([s.group for s in r.samples])
-    record["frac_reward_zero_std"] = 1.0 - groups_with_variance(scores, groups).float().mean().item()  # alarms
+    if rl.group_size > 1:  # one sample per prompt (a critic's run) has no group to compare: no alarm about it
+        record["frac_reward_zero_std"] = 1.0 - groups_with_variance(scores, groups).float().mean().item()  # alarms
     record["truncated_ratio"] = sum(s.truncated for s in r.samples) / len(r.samples)
     record["prompt_index"] = min(s.group for s in r.generated)  # the step's first prompt in the stream (resume)
     record.update(p.mismatch)
+    record.update(train.gauges)
+    if loop.pretraining(step):  # VAPO's value pretraining: the critic fits Monte-Carlo returns, the policy waits
+        record["value_pretrain_step"] = step
     if p.ref_logp is not None:
         record.update(kl=train.kl, beta=loop.kl_ctl.value)
     if rl.filters.dynamic_sampling:
@@ -385,7 +431,7 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
     if loop.pipeline is not None:
         record.update(loop.pipeline.metrics())
     finite = {k: v for k, v in record.items() if math.isfinite(v)}
-    hooks.log.write(stage="rl", step=step, max_steps=rl.max_steps, **finite)
+    hooks.log.write(stage="rl", step=step, max_steps=rl.total_steps, **finite)
     hooks.flush(step)
     if alarm_stop(hooks.log):
         raise hooks.stops.alarm_stopped(step)

@@ -148,6 +148,11 @@ class Loop:
     def rank(self) -> int:
         return self.acc.process_index
 
+    def pretraining(self, step: int) -> bool:
+        """Whether `step` is one of VAPO's value-pretraining steps (rl.critic.pretrain_steps, before rl.max_steps):
+        the critic fits Monte-Carlo returns of the starting policy's samples, the policy does not move."""
+        return step <= self.rl.critic.pretrain_steps
+
     def mine(self, rows: Rows) -> Rows:
         """This process's share of a batch identical on every process (samples, or row indices): `shard` rows
         from rank x shard."""
@@ -195,7 +200,10 @@ def setup(parts: Parts, settings: Settings, hooks: Hooks) -> Loop:
         loss_agg_mode=rl.loss.agg,
         norm_len=rl.max_new_tokens,
     )
-    adv_cfg = AdvantageConfig(gamma=rl.returns.gamma, lam=rl.returns.lam)
+    ret = rl.returns
+    adv_cfg = AdvantageConfig(
+        gamma=ret.gamma, lam=ret.lam, lam_alpha=ret.lam_alpha, short_lam=ret.short_lam, critic_lam=ret.critic_lam
+    )
     clock = PhaseClock(acc.device.type == "cuda", on_lap=hooks.lap)
     return Loop(
         settings, hooks, acc, parts.tok, parts.policy, parts.ref, parts.critic, parts.opt, parts.sched,

@@ -107,8 +107,8 @@ class Workload(
     namedtuple(
         "Workload",
         "stage per_proc seqs tokens logit_tokens head prompt_tokens group_size reference reward_model critic "
-        "micro_fixed loop_reference chunkable image_tokens",
-        defaults=("lm", 0, 1, False, False, False, None, False, True, 0),
+        "micro_fixed loop_reference chunkable image_tokens value_pretraining",
+        defaults=("lm", 0, 1, False, False, False, None, False, True, 0, False),
     )
 ):
     """One stage's shape. per_proc: items (sequences, pairs or rollouts) per process per optimizer step;
@@ -117,7 +117,9 @@ class Workload(
     (reward model); micro_fixed: the user's micro-batch, or None; loop_reference: rlctl's own RL loop runs the
     stage and loads its reference itself (frozen, bf16, whole on each GPU) rather than TRL; chunkable: transformers
     generation may run the rollouts in several `generate` calls (TRL: only with one update per rollout batch);
-    image_tokens: a vision-language stage's image tokens per sequence (already in `tokens` and `prompt_tokens`)."""
+    image_tokens: a vision-language stage's image tokens per sequence (already in `tokens` and `prompt_tokens`);
+    value_pretraining: the RL stage fits its critic alone before the policy moves (VAPO's rl.critic.pretrain_steps),
+    a phase of its own."""
 
     __slots__ = ()
 
@@ -451,7 +453,27 @@ def training_phases(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int
         step = dict(comps)
         step["optimizer states"] = st["optim"]
         phases.append(Phase(wl.stage, "optimizer step", nonzero(step, env), env.budget))
+    if wl.stage == "rl" and wl.critic and wl.value_pretraining:
+        phases.append(value_pretraining_phase(arch, env, setup, wl, micro))
     return phases
+
+
+def value_pretraining_phase(arch: Arch, env: Env, setup: Setup, wl: Workload, micro: int) -> Phase:
+    """VAPO's value pretraining (rl.critic.pretrain_steps): the critic trains alone (its weights, gradients,
+    optimizer, its activations of one micro-batch and its bf16 weight copies) beside the policy's weights, which do
+    not train: no policy gradients, no policy activations or logits, and no policy optimizer states yet (AdamW
+    creates them at the policy's first step, after this phase). Smaller than the training phase that follows."""
+    st = model_state(arch, env, setup, wl.head)
+    comps: dict[str, float] = {_context_name(env): env.context, "policy weights": st["weights"]}
+    if st["buckets"]:
+        comps["DDP gradient buckets"] = st["buckets"]
+    comps |= _other_models(arch, env, setup, wl, with_grads=True)
+    if env.engine == "vllm":
+        comps["vLLM sleeping residue"] = VLLM_SLEEP_RESIDUE_GIB * GiB
+    comps["bf16 weight copies (autocast)"] = autocast_copies(arch, env, setup, "score")
+    comps["critic activations"] = activations(arch, env, setup, wl, micro)
+    comps["vision tower activations"] = vision_activations(arch, env, setup, wl, micro * wl.seqs)
+    return Phase(wl.stage, "value pretraining", nonzero(comps, env), env.budget)
 
 
 def generation_resident(arch: Arch, env: Env, setup: Setup, wl: Workload) -> dict[str, float]:

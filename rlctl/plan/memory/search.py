@@ -150,6 +150,7 @@ def workloads(cfg: RunConfig, world: int, image_tokens: dict[str, int] | None = 
                     loop_reference=True,
                     chunkable=True,
                     image_tokens=image,
+                    value_pretraining=critic and rl.critic.pretrain_steps > 0,
                 )
             )
         elif name == "rm":  # a sequence classifier on chosen + rejected: no vocabulary logits
