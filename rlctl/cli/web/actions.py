@@ -188,7 +188,8 @@ class Actions:
             gr.Warning(str(e))
             return [], gr.update(), gr.update()
         paths = [r.path for r in rows]
-        return [list(asdict(r).values()) for r in rows], gr.update(choices=paths), gr.update(choices=paths)
+        table = [[r.path, r.name, r.stages, r.completed, r.latest] for r in rows]
+        return table, gr.update(choices=paths), gr.update(choices=paths)
 
     def compare(self, a, b):
         try:
@@ -204,6 +205,7 @@ class Actions:
     def evaluate(self, where, rows):
         try:
             rel = self.run_dir(where)
+            views.served_run_config(self.root, rel)
             return said(True, self.jobs.start("eval", [rel.as_posix(), "--limit", str(int(rows or 50))], rel).state())
         except UserError as e:
             return said(False, str(e))

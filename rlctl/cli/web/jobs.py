@@ -82,28 +82,18 @@ class Jobs:
 
     def stop(self, run_dir: Path) -> str:
         """Ask the run's `rlctl train`/`resume` to stop at the next step with a checkpoint (SIGTERM, as kill does):
-        the one this server started, else the rlctl holding the run's lock (a terminal's, an earlier server's)."""
+        the one this server started, else the rlctl that holds the run's lock open (a terminal's, an earlier
+        server's). A pid in run.lock alone is not trusted: a copied run directory names the original's process."""
         job = self._jobs.get(run_dir)
         if job is not None and job.running() and job.command in ("train", "resume"):
             job.proc.send_signal(signal.SIGTERM)
             return f"Stopping {run_dir} at the next step with a checkpoint..."
-        pid = self._lock_holder(run_dir)
+        lock = RunDir(self.root / run_dir).lock
+        pid = lock_holder(lock)
         if pid is None:
             return f"Nothing to stop: no rlctl is training in {run_dir}."
         os.kill(pid, signal.SIGTERM)
         return f"Stopping {run_dir} (rlctl pid {pid}, not started from this page) at the next step with a checkpoint..."
-
-    def _lock_holder(self, run_dir: Path) -> int | None:
-        """The live rlctl process named in RUN_DIR/run.lock (the launcher's lock), if any."""
-        import psutil
-
-        lock = RunDir(self.root / run_dir).lock
-        try:
-            pid = int(lock.read_text().strip())
-            alive = psutil.Process(pid)
-            return pid if "rlctl" in " ".join(alive.cmdline()) else None
-        except (OSError, ValueError, psutil.Error):
-            return None
 
     def shutdown(self) -> None:
         """The server stops: each command still running is stopped as `stop` does, and awaited."""
@@ -115,3 +105,25 @@ class Jobs:
                 job.proc.wait(STOP_WAIT_S)
             except subprocess.TimeoutExpired:
                 job.proc.kill()
+
+
+def lock_holder(lock: Path) -> int | None:
+    """The live process named in a run's lock, only if it holds that very file open (as `rlctl train` and `resume`
+    do while they run, `launch.holding_lock`): a lock copied with its run directory, or a pid reused since, names a
+    process that does not, and nothing is signalled."""
+    import psutil
+
+    try:
+        mine = lock.stat()
+        pid = int(lock.read_text(encoding="ascii").strip())
+        held = psutil.Process(pid).open_files()
+    except (OSError, ValueError, UnicodeError, psutil.Error):
+        return None
+    for f in held:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{f.fd}") if os.path.isdir("/proc") else os.stat(f.path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+            return pid if pid != os.getpid() else None
+    return None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hmac
 import os
 import secrets
 import socket
@@ -14,6 +15,7 @@ from rlctl.cli.app import make_console
 
 COOKIE = "rlctl_ui_token"
 LOCAL = ("127.0.0.1", "localhost", "::1")
+REFUSED = "rlctl ui: open the URL rlctl ui printed (it carries the token)."
 
 
 def listening(host: str, port: int) -> socket.socket:
@@ -34,20 +36,54 @@ def listening(host: str, port: int) -> socket.socket:
     return sock
 
 
-def gate(app, token: str) -> None:
-    """Refuse every request without the token: in the URL's `?token=` (then kept in a cookie) or the cookie."""
-    from fastapi import Request
-    from fastapi.responses import PlainTextResponse
+def token_ok(given: str | None, token: str) -> bool:
+    """Whether `given` is the token: compared in constant time as UTF-8 bytes, so any text a client sends (non-ASCII
+    included) is a plain mismatch, never an error."""
+    if not given:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), token.encode("utf-8"))
 
-    @app.middleware("http")
-    async def _check(request: Request, call_next):
-        given = request.query_params.get("token") or request.cookies.get(COOKIE) or ""
-        if not secrets.compare_digest(given, token):
-            return PlainTextResponse("rlctl ui: open the URL rlctl ui printed (it carries the token).", 403)
-        response = await call_next(request)
-        if request.query_params.get("token"):
-            response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
-        return response
+
+class Gate:
+    """ASGI middleware that refuses every HTTP request and websocket without the token (403; a websocket closed with
+    1008), the token taken from the URL's `?token=` (then kept in a cookie) or the cookie. Whatever the request
+    carries, a fault while reading it refuses it: the gate never fails open, and never answers 500."""
+
+    def __init__(self, app, token: str):
+        self.app, self.token = app, token
+
+    async def __call__(self, scope, receive, send) -> None:
+        from starlette.datastructures import MutableHeaders
+        from starlette.requests import HTTPConnection
+        from starlette.responses import PlainTextResponse
+        from starlette.websockets import WebSocketClose
+
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        try:
+            conn = HTTPConnection(scope)
+            in_query = conn.query_params.get("token")
+            allowed = token_ok(in_query, self.token) or token_ok(conn.cookies.get(COOKIE), self.token)
+        except Exception:  # a malformed query, cookie or header: refused, as a wrong token is
+            in_query, allowed = None, False
+        if not allowed:
+            if scope["type"] == "websocket":
+                await WebSocketClose(code=1008)(scope, receive, send)
+            else:
+                await PlainTextResponse(REFUSED, 403)(scope, receive, send)
+            return
+        if not in_query:
+            await self.app(scope, receive, send)
+            return
+
+        async def with_cookie(message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers.append("set-cookie", f"{COOKIE}={self.token}; HttpOnly; Path=/; SameSite=strict")
+            await send(message)
+
+        await self.app(scope, receive, with_cookie)
 
 
 def serve(host: str, port: int) -> None:
@@ -65,7 +101,7 @@ def serve(host: str, port: int) -> None:
     app = FastAPI()
     token = None if host in LOCAL else secrets.token_urlsafe(16)
     if token is not None:
-        gate(app, token)
+        app.add_middleware(Gate, token=token)
     blocks = page.build(root, jobs)
     app = gr.mount_gradio_app(app, blocks, path="", ssr_mode=False, css=page.CSS, footer_links=[])
     sock = listening(host, port)

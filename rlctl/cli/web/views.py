@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlctl.cli.web.paths import check_config, inside
 from rlctl.errors import UserError
 from rlctl.rundir import RunDir
 
@@ -24,17 +25,6 @@ LOSS_KEYS = ("loss",)
 RL_KEYS = ("reward", "kl")
 TRAINING_KEYS = LOSS_KEYS + RL_KEYS
 LOG_LINES = 40
-
-
-def inside(root: Path, typed: str, what: str) -> Path:
-    """A path typed into the page, relative to `root` (the folder `rlctl ui` serves); a UserError when it is empty
-    or leads outside it: the page reads and writes only what the user names there."""
-    if not typed.strip():
-        raise UserError(f"Name the {what}: a path inside {root}.")
-    path = (root / typed.strip()).resolve()
-    if not path.is_relative_to(root.resolve()):
-        raise UserError(f"The {what} {typed.strip()} is outside {root}, the folder rlctl ui serves; name one inside.")
-    return path.relative_to(root.resolve())
 
 
 @dataclass(frozen=True)
@@ -96,6 +86,7 @@ def check(root: Path, draft: Draft) -> Checked:
                 )
             except UserError as e:
                 raise UserError(str(e).replace(str(scratch), draft.config_path)) from None
+        check_config(root, cfg)
     except UserError as e:
         return Checked(None, str(e))
     return Checked(cfg, describe(cfg), tuple(notes))
@@ -191,10 +182,18 @@ class RunState:
 
 
 def records(run_dir: Path) -> list[dict]:
+    """metrics.jsonl's records as `rlctl report` reads them, less those whose stage or step is not of its kind (a
+    damaged line shows nothing, rather than breaking the page)."""
     from rlctl.after import report
 
     path = RunDir(run_dir).metrics
-    return report.read_records(path) if path.is_file() else []
+    return [r for r in report.read_records(path) if well_formed(r)] if path.is_file() else []
+
+
+def well_formed(rec: dict) -> bool:
+    """A record whose `stage` is text and whose `step` (and `max_steps`) are whole numbers where present."""
+    whole = all(isinstance(rec.get(k, 0), int) and not isinstance(rec.get(k), bool) for k in ("step", "max_steps"))
+    return isinstance(rec.get("stage", ""), str) and whole
 
 
 def points(recs: list[dict], keys: tuple[str, ...] | None, prefix: str = "") -> list[Point]:
@@ -222,6 +221,22 @@ def progress_line(recs: list[dict]) -> str:
         if "max_steps" in rec or rec.get("event") == "scoring":  # a stage's step or scoring, not the base's eval
             current = rec["stage"]
     return stages[current].line() if current else "no step logged yet"
+
+
+def served_run_config(root: Path, rel: Path) -> RunConfig:
+    """A run directory's config, refused (UserError) when it is damaged or names a file outside the served folder:
+    what the page reads of a run's data (its held-out rows) passes the same path check as a draft's."""
+    from rlctl import config as config_mod
+
+    run = RunDir(root / rel)
+    if not run.is_run():
+        raise UserError(f"{rel} is not a run directory (it has no config.yaml).")
+    try:
+        cfg = config_mod.load_run_config(run.config)
+    except (OSError, ValueError) as e:  # bytes that are not text, a file that went away
+        raise UserError(f"{rel}/config.yaml cannot be read: {e}") from None
+    check_config(root, cfg, f"{rel}/config.yaml")
+    return cfg
 
 
 def finished(run_dir: Path) -> bool:
@@ -267,38 +282,37 @@ class RunRow:
     stages: str
     completed: str
     latest: str
+    modified: float = 0.0  # config.yaml's time: the list's order, not shown
 
 
 def runs(root: Path, folder: str) -> list[RunRow]:
-    """The run directories in `folder` (those with a config.yaml), newest first."""
-    import yaml
+    """The run directories in `folder` (those with a config.yaml), newest first; a run whose records are damaged is
+    listed with what is wrong, and the others as usual."""
+    base = root / inside(root, folder, "runs folder")
+    found = [d for d in sorted(base.iterdir()) if RunDir(d).is_run()] if base.is_dir() else []
+    return sorted((run_row(root, d) for d in found), key=lambda r: r.modified, reverse=True)
 
-    from rlctl import strictjson
+
+def run_row(root: Path, run_dir: Path) -> RunRow:
+    """One run of the list; a damaged config.yaml or summary.json named in the row instead of failing the list."""
+    from rlctl import config as config_mod
     from rlctl.rundir import read_summary
 
-    base = root / inside(root, folder, "runs folder")
-    found = sorted(
-        (d for d in base.iterdir() if RunDir(d).is_run()) if base.is_dir() else [],
-        key=lambda d: RunDir(d).config.stat().st_mtime,
-        reverse=True,
-    )
-    rows = []
-    for d in found:
-        try:
-            completed = read_summary(d).completed
-        except strictjson.DamagedFile:
-            completed = []
-        cfg = yaml.safe_load(RunDir(d).config.read_text()) or {}
-        rows.append(
-            RunRow(
-                d.relative_to(root).as_posix(),
-                str(cfg.get("name", "")),
-                ",".join(cfg.get("stages", [])),
-                ",".join(completed),
-                progress_line(records(d)),
-            )
-        )
-    return rows
+    path = run_dir.relative_to(root).as_posix()
+    try:
+        modified = RunDir(run_dir).config.stat().st_mtime
+    except OSError:
+        modified = 0.0
+    try:
+        cfg = config_mod.load_run_config(RunDir(run_dir).config)
+    except (UserError, OSError, ValueError) as e:
+        reason = " ".join(str(e).split()) or type(e).__name__
+        return RunRow(path, "(damaged)", "", "", f"config.yaml cannot be read: {reason}", modified)
+    try:
+        completed = ",".join(read_summary(run_dir).completed)
+    except (UserError, OSError, ValueError) as e:
+        completed = f"summary.json cannot be read: {' '.join(str(e).split())}"
+    return RunRow(path, cfg.name, ",".join(cfg.stages), completed, progress_line(records(run_dir)), modified)
 
 
 def config_diff(a: Path, b: Path) -> list[list[str]]:
