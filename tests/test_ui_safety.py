@@ -4,6 +4,7 @@ called as the page calls them; the server and its token are tried over HTTP in t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("gradio")
+
+from rlctl.cli.web.wiring import Same
 
 SECRET = "SECRET-OUTSIDE"
 BASE_YAML = "defaults: [tiny, cpu]\nname: t\nstages: [sft]\nsft: {max_steps: 2, max_length: 16}\n"
@@ -68,15 +71,19 @@ def test_read_the_data_never_shows_a_file_outside_the_served_folder(served, monk
     monkeypatch.chdir(root)  # as `rlctl ui` serves the folder it is started in
     act = actions(root)
     for yaml_text, sets in outside_routes(outside):
-        values = [yaml_text, "configs/t.yaml", "", "", [], [], sets, "runs/t"]
-        shown = act.read_data(*values)
-        assert SECRET not in json.dumps(shown, default=str), (yaml_text, sets)
-        assert "outside" in json.dumps(shown, default=str), (yaml_text, sets, shown)
-        checked = act.check(*values[:-1])
+        values = [yaml_text, "configs/t.yaml", "", "", [], [], sets]
+        for shown in (act.read_data(*values, "runs/t", "en"), act.plan(*values, "runs/t", "en")):
+            seen = json.dumps(dataclasses.asdict(shown), default=str)
+            assert SECRET not in seen, (yaml_text, sets)
+            assert "leads outside" in seen, (yaml_text, sets, seen)
+        checked = act.check(*values, "en").check
         assert "bad" in checked and "leads outside" in checked, (yaml_text, sets, checked)
+        assert "leads outside" in act.start(*values, "runs/t", "en").start_state
         assert not (root / "runs" / "t").exists()
-    inside = act.read_data(BASE_YAML + "data: {sft: mine.jsonl}\n", "configs/t.yaml", "", "", [], [], "", "runs/t")
-    assert "0+2=" in json.dumps(inside, default=str)  # a file of the folder is read as ever
+    inside = act.read_data(
+        BASE_YAML + "data: {sft: mine.jsonl}\n", "configs/t.yaml", "", "", [], [], "", "runs/t", "en"
+    )
+    assert "0+2=" in json.dumps(dataclasses.asdict(inside), default=str)  # a file of the folder is read as ever
 
 
 def test_use_this_file_and_every_typed_path_refuse_the_outside(served, monkeypatch):
@@ -88,8 +95,9 @@ def test_use_this_file_and_every_typed_path_refuse_the_outside(served, monkeypat
     for bad in ("../outside/data.jsonl", str(outside / "data.jsonl"), "link.jsonl", "linkdir", "~", "loop", "a\0b"):
         with pytest.raises(UserError):
             inside(root, bad, "data file")
-        sets, message = actions(root).use_file("sft", bad, "")
-        assert sets == "" and "outside" in message
+        used = actions(root).use_file("sft", bad, "", "en")
+        assert isinstance(used.sets, Same) and "outside" in used.data_state
+        assert "bad" in actions(root).first_page(bad, "en").preview_state
     assert inside(root, str(root / "mine.jsonl"), "data file") == Path("mine.jsonl")
 
 
@@ -101,7 +109,7 @@ def test_a_run_whose_config_names_data_outside_is_not_evaluated(served, monkeypa
     run = root / "runs" / "copied"
     _valid_run_config(run, [f"data.eval={outside / 'data.jsonl'}"])
     act = actions(root)
-    message = act.evaluate("runs/copied", 4)
+    message = act.evaluate("runs/copied", 4, 1, "en").eval_state
     assert "data.eval=" in message and "leads outside" in message and act.jobs.get(Path("runs/copied")) is None
     assert not (run / "logs").exists()
 
@@ -131,8 +139,8 @@ def test_the_runs_list_names_a_damaged_run_and_lists_the_others(tmp_path, monkey
         '{"stage": ["x"], "step": 1}\n{"stage": "sft", "step": "2", "max_steps": 3}\n{"stage": "sft", "step": 1, '
         '"max_steps": 3, "loss": 1.5}\n'
     )
-    table, _, _ = actions(tmp_path).list_runs("runs")
-    rows = {row[0]: row for row in table}
+    table = actions(tmp_path).list_runs("runs", "en").runs_table
+    rows = {row[0]: row for row in table.values.tolist()}
     assert set(rows) == {f"runs/{n}" for n in ("good", "badsummary", "bytes", *damaged)}
     assert rows["runs/good"][1] == "tiny-demo" and "sft step 1/3" in rows["runs/good"][4]
     for name in ("bytes", *damaged):
@@ -160,7 +168,7 @@ def test_stop_signals_only_the_run_of_this_run_directory(tmp_path):
     run = tmp_path / "runs" / "t"
     run.mkdir(parents=True)
     jobs = Jobs(tmp_path)
-    assert jobs.stop(Path("runs/t")).startswith("Nothing to stop")
+    assert jobs.stop(Path("runs/t"))[0] == "nothing_to_stop"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(run), "rlctl", "train"], stdout=subprocess.PIPE, text=True, env=env
@@ -169,16 +177,16 @@ def test_stop_signals_only_the_run_of_this_run_directory(tmp_path):
         assert holder.stdout.readline().strip() == "held"
         shutil.copytree(run, tmp_path / "runs" / "copy")
         assert (tmp_path / "runs" / "copy" / "run.lock").read_text() == (run / "run.lock").read_text()
-        assert jobs.stop(Path("runs/copy")).startswith("Nothing to stop")
+        assert jobs.stop(Path("runs/copy"))[0] == "nothing_to_stop"
         (tmp_path / "runs" / "forged").mkdir()
         (tmp_path / "runs" / "forged" / "run.lock").write_text(f"{holder.pid}\n")
-        assert jobs.stop(Path("runs/forged")).startswith("Nothing to stop")
+        assert jobs.stop(Path("runs/forged"))[0] == "nothing_to_stop"
         (tmp_path / "runs" / "mine").mkdir()
         (tmp_path / "runs" / "mine" / "run.lock").write_text(f"{os.getpid()}\n")  # the server itself: never
-        assert jobs.stop(Path("runs/mine")).startswith("Nothing to stop")
+        assert jobs.stop(Path("runs/mine"))[0] == "nothing_to_stop"
         time.sleep(0.5)
         assert holder.poll() is None  # the original run goes on
-        assert "not started from this page" in jobs.stop(Path("runs/t"))
+        assert jobs.stop(Path("runs/t")) == ("stopping_other", {"run": Path("runs/t"), "pid": holder.pid})
         assert holder.wait(30) == -signal.SIGTERM
     finally:
         if holder.poll() is None:

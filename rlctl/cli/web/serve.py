@@ -18,22 +18,32 @@ LOCAL = ("127.0.0.1", "localhost", "::1")
 REFUSED = "rlctl ui: open the URL rlctl ui printed (it carries the token)."
 
 
-def listening(host: str, port: int) -> socket.socket:
-    """A socket bound to `host`:`port` (0: a free port) and listening: the URL printed is reachable at once."""
+DEFAULT_PORT = 7860  # Gradio's and LlamaBoard's: a bookmark keeps working
+PORTS_TRIED = 100  # without --port: 7860, else the next free one up to 7959
+
+
+def listening(host: str, port: int | None) -> socket.socket:
+    """A socket bound to `host`:`port` and listening, so the URL printed is reachable at once. `port` None: 7860,
+    else the next free port after it; 0: any free port; another: that one or a UserError."""
     from rlctl.errors import UserError
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise UserError(
-            f"Cannot serve on {host}:{port}: {e.strerror or e}. Pick another --port (0: a free one)."
-        ) from None
-    sock.listen(128)
-    return sock
+    tried = [port] if port is not None else list(range(DEFAULT_PORT, DEFAULT_PORT + PORTS_TRIED))
+    error: OSError | None = None
+    for candidate in tried:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, candidate))
+        except OSError as e:
+            sock.close()
+            error = e
+            continue
+        sock.listen(128)
+        return sock
+    shown = f"{host}:{port}" if port is not None else f"{host}, ports {tried[0]}-{tried[-1]}"
+    reason = (error.strerror or str(error)) if error else "no port"
+    raise UserError(f"Cannot serve on {shown}: {reason}. Pick another --port (0: a free one).")
 
 
 def token_ok(given: str | None, token: str) -> bool:
@@ -86,7 +96,7 @@ class Gate:
         await self.app(scope, receive, with_cookie)
 
 
-def serve(host: str, port: int) -> None:
+def serve(host: str, port: int | None, lang: str = "en", open_browser: bool = False) -> None:
     """Serve the page for the current folder until Ctrl-C; then stop the runs it started, at a checkpoint."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no calls home
     import gradio as gr
@@ -102,7 +112,7 @@ def serve(host: str, port: int) -> None:
     token = None if host in LOCAL else secrets.token_urlsafe(16)
     if token is not None:
         app.add_middleware(Gate, token=token)
-    blocks = page.build(root, jobs)
+    blocks = page.build(root, jobs, lang)
     app = gr.mount_gradio_app(app, blocks, path="", ssr_mode=False, css=page.CSS, footer_links=[])
     sock = listening(host, port)
     shown = f"[{host}]" if ":" in host else host
@@ -110,6 +120,11 @@ def serve(host: str, port: int) -> None:
     console = make_console()
     console.print(f"rlctl ui serving {escape(str(root))} at [bold]{escape(url)}[/] (Ctrl-C stops it)", soft_wrap=True)
     console.file.flush()
+    if open_browser:
+        import webbrowser
+
+        if not webbrowser.open(url):
+            console.print("No browser could be opened here: open the URL above in one.")
     try:
         uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     finally:
