@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,46 @@ def test_the_chat_sends_what_rlctl_eval_sends():
     assert prompt_of(TaskFormat(False, "3+4=", 4), history, "19+2=", "") == "19+2="
     chat = prompt_of(TaskFormat(True, "hi", 8), history, "19+2=", "Be brief.")
     assert chat[0] == {"role": "system", "content": "Be brief."} and chat[1:3] == history and len(chat) == 4
+
+
+def test_the_device_view_reads_each_gpu_from_nvidia_smi(tmp_path, monkeypatch):
+    """Where nvidia-smi answers (a stand-in here: no GPU in CI), one row per GPU: memory used of total in GiB,
+    utilisation, the plan's budget."""
+    from rlctl.cli.web import watch
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA H200, 40960, 143771, 87'\necho '1, NVIDIA H200, 1024, 143771, 0'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert watch.gpu_rows(120.0) == [
+        ["cuda:0 NVIDIA H200", 40.0, 140.4, "87", 120.0],
+        ["cuda:1 NVIDIA H200", 1.0, 140.4, "0", 120.0],
+    ]
+    row = watch.ProcessUse().row(os.getpid(), None)
+    assert row[0][0].startswith("cpu: ") and row[0][1] > 0
+
+
+def test_a_refused_start_leaves_the_runs_files_as_they_were(tmp_path):
+    """Start into a folder that holds a run (or other files) is refused before the page writes its log there."""
+    import hashlib
+
+    from rlctl.cli.web.jobs import Jobs
+    from rlctl.errors import UserError
+
+    run = tmp_path / "runs" / "done"
+    (run / "logs").mkdir(parents=True)
+    (run / "config.yaml").write_text("name: done\n")
+    (run / "logs" / "ui-train.log").write_text("the finished run's output\n")
+    (tmp_path / "runs" / "mine").mkdir()
+    (tmp_path / "runs" / "mine" / "notes.txt").write_text("mine\n")
+
+    def sums() -> dict[str, str]:
+        return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+
+    before = sums()
+    jobs = Jobs(tmp_path)
+    for where, said in (("runs/done", "already holds a run"), ("runs/mine", "not an rlctl run")):
+        with pytest.raises(UserError, match=said):
+            jobs.start("train", ["--preset", "tiny-demo", "--run-dir", where], Path(where))
+        assert jobs.get(Path(where)) is None
+    assert sums() == before
