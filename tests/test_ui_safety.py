@@ -99,6 +99,9 @@ def test_use_this_file_and_every_typed_path_refuse_the_outside(served, monkeypat
         assert isinstance(used.sets, Same) and "outside" in used.data_state
         assert "bad" in actions(root).first_page(bad, "en").preview_state
     assert inside(root, str(root / "mine.jsonl"), "data file") == Path("mine.jsonl")
+    from rlctl.cli.web import draft
+
+    assert draft.data_files(root) == ["mine.jsonl"]  # the picker lists no file reached through a symlink outside
 
 
 def test_a_run_whose_config_names_data_outside_is_not_evaluated(served, monkeypatch):

@@ -260,22 +260,25 @@ FOUND_AT_MOST = 200
 
 
 def files_of(root: Path, suffixes: tuple[str, ...]) -> list[str]:
-    """Files of the served folder with one of `suffixes` (run directories and hidden folders left out), sorted;
-    at most FOUND_AT_MOST; symlinks leading outside are left out."""
+    """Files of the served folder with one of `suffixes` (run directories and hidden folders not searched), sorted;
+    at most FOUND_AT_MOST; a symlink leading outside is left out (`inside`)."""
+    import os
+
     found: list[str] = []
     base = root.resolve()
-    for path in sorted(base.rglob("*")):
-        rel = path.relative_to(base)
-        if any(part in SKIPPED or part.startswith(".") for part in rel.parts[:-1]):
-            continue
-        if path.suffix.lower() in suffixes and path.is_file():
+    for folder, subfolders, names in os.walk(base):  # symlinked folders are not entered
+        subfolders[:] = sorted(d for d in subfolders if d not in SKIPPED and not d.startswith("."))
+        for name in sorted(names):
+            if Path(name).suffix.lower() not in suffixes:
+                continue
+            rel = (Path(folder) / name).relative_to(base).as_posix()
             try:
-                found.append(inside(root, rel.as_posix(), "file").as_posix())
+                found.append(inside(root, rel, "file").as_posix())
             except UserError:
                 continue
-        if len(found) >= FOUND_AT_MOST:
-            break
-    return found
+            if len(found) >= FOUND_AT_MOST:
+                return sorted(found)
+    return sorted(found)
 
 
 def saved_configs(root: Path) -> list[str]:
