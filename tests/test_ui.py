@@ -127,6 +127,7 @@ def test_another_host_needs_the_token_the_url_carries(tmp_path):
     """Without the token, or with a wrong one of any text (non-ASCII, bytes that are not UTF-8, in the query or the
     cookie), every request is refused with 403, never a 500; the printed URL's token is kept in a cookie."""
     import http.client
+    import urllib.error
     import urllib.request
     from http.cookiejar import CookieJar
 
@@ -153,6 +154,12 @@ def test_another_host_needs_the_token_the_url_carries(tmp_path):
         browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
         assert browser.open(url, timeout=30).status == 200
         assert browser.open(f"{bare}config", timeout=30).status == 200  # the page's own requests: the cookie
+        (tmp_path.parent / "outside.txt").write_text("not the page's\n")
+        (tmp_path / "inside.txt").write_text("the folder's, but no component's\n")
+        for path in ("/etc/passwd", str(tmp_path.parent / "outside.txt"), "../outside.txt", "inside.txt"):
+            with pytest.raises(urllib.error.HTTPError) as refused:  # Gradio serves no file the page did not make
+                browser.open(f"{bare}gradio_api/file={path}", timeout=30)
+            assert refused.value.code in (403, 404), path
     finally:
         stop_ui(proc)
     console = proc.stdout.read()
