@@ -40,6 +40,10 @@ def served(tmp_path_factory):
     (root / "link.jsonl").symlink_to(outside / "data.jsonl")
     (root / "linkdir").symlink_to(outside)
     (root / "loop").symlink_to(root / "loop")
+    (root / "datadir").mkdir()
+    (root / "datadir" / "a.jsonl").symlink_to(outside / "data.jsonl")  # a data folder whose file leads outside
+    (root / "saved" / "train").mkdir(parents=True)
+    (root / "saved" / "train" / "data.arrow").symlink_to(outside / "data.jsonl")
     return root, outside
 
 
@@ -60,6 +64,7 @@ def outside_routes(outside: Path) -> list[tuple[str, str]]:
     routes += [(BASE_YAML + "data: {sft: linkdir/data.jsonl}\n", "")]
     routes += [(with_data, f"data.eval={outside / 'data.jsonl'}"), (with_data, "data.sft=loop/x.jsonl")]
     routes += [(with_data, f"data.chat_template={outside / 't.jinja'}")]
+    routes += [(with_data, "data.sft=datadir"), (with_data, "data.sft=saved@train"), (with_data, "data.sft=saved")]
     routes += [(with_data, f"model.name_or_path={outside}"), (with_data, "rl.rewards=[{name: '../outside/r.py:f'}]")]
     return routes
 

@@ -58,14 +58,37 @@ def named_paths(cfg: RunConfig) -> list[tuple[str, str]]:
     return found
 
 
+FOLDER_ENTRIES = 10_000  # the most entries of a data folder checked (a folder of files, a save_to_disk folder)
+
+
+def outside_entry(root: Path, folder: Path) -> Path | None:
+    """The first entry of a data folder (its files, and subfolders as save_to_disk writes them) that leads outside
+    `root` through a symlink, if any; a folder with more than FOLDER_ENTRIES entries is refused (UserError)."""
+    for count, entry in enumerate(folder.rglob("*")):  # a symlinked folder is listed, not entered
+        if count >= FOLDER_ENTRIES:
+            raise UserError(
+                f"{folder} holds over {FOLDER_ENTRIES} entries: rlctl ui checks each one stays inside {root}; name a "
+                "file or a smaller folder."
+            )
+        try:
+            inside(root, str(entry), "data file")
+        except UserError:
+            return entry
+    return None
+
+
 def check_config(root: Path, cfg: RunConfig, source: str = "the config") -> None:
     """A UserError naming the key when `cfg` names a path outside the served folder: one check for every route a
-    path comes through (the overrides, the YAML, a run directory's config.yaml)."""
+    path comes through (the overrides, the YAML, a run directory's config.yaml), a data folder's entries included."""
     for key, value in named_paths(cfg):
         try:
-            inside(root, value, key)
+            rel = inside(root, value, key)
         except UserError:
+            rel = None
+        escaped = None if rel is None or not (root / rel).is_dir() else outside_entry(root, root / rel)
+        if rel is None or escaped is not None:
+            through = f" (its entry {escaped.name} is a symlink)" if escaped is not None else ""
             raise UserError(
-                f"{key}={value} in {source} leads outside {root}, the folder rlctl ui serves; the page reads only "
-                "files inside it. Copy the file into this folder (or start rlctl ui in a folder that holds it)."
-            ) from None
+                f"{key}={value} in {source} leads outside {root}{through}, the folder rlctl ui serves; the page reads "
+                "only files inside it. Copy the file into this folder (or start rlctl ui in a folder that holds it)."
+            )
