@@ -246,3 +246,22 @@ def test_a_refused_start_leaves_the_runs_files_as_they_were(tmp_path):
             jobs.start("train", ["--preset", "tiny-demo", "--run-dir", where], Path(where))
         assert jobs.get(Path(where)) is None
     assert sums() == before
+
+
+def test_the_chat_reads_the_runs_prompt_format_and_an_example_from_its_task(tmp_path, monkeypatch):
+    from rlctl.cli.app import resolve_config
+    from rlctl.cli.web.trying import task_format
+    from rlctl.config import dump
+
+    monkeypatch.chdir(tmp_path)
+    prompts = {"plain": "3+4=", "chat": [{"role": "user", "content": "What is 3+4?"}]}
+    for name, prompt in prompts.items():
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"prompt": prompt, "answer": "7"}) + "\n")
+        sets = ["data.generate=null", f"data.rl={name}.jsonl", f"data.eval={name}.jsonl"]
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        cfg = resolve_config("tiny-demo", None, None, None, sets, None, [])
+        (tmp_path / "runs" / name / "config.yaml").write_text(dump(cfg))
+    from rlctl.cli.web.trying import TaskFormat
+
+    assert task_format(tmp_path, Path("runs/plain")) == TaskFormat(False, "3+4=", 4)
+    assert task_format(tmp_path, Path("runs/chat")) == TaskFormat(True, "What is 3+4?", 4)

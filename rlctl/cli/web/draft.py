@@ -110,7 +110,10 @@ def refuse_missing(root: Path, cfg: RunConfig) -> None:
 
 def describe(cfg: RunConfig) -> str:
     """One line on a valid config: what it trains, how, where."""
-    algorithm = f" ({cfg.rl.algorithm})" if "rl" in cfg.stages else ""
+    from rlctl.config import RLConfig
+
+    online = any(isinstance(getattr(cfg, stage), RLConfig) for stage in cfg.stages)
+    algorithm = f" ({cfg.rl.algorithm})" if online else ""
     stages = ", ".join(cfg.stages)
     return f"Valid: {cfg.name}: {cfg.model.name_or_path}, stages {stages}{algorithm}, {cfg.hardware.spec}"
 

@@ -68,7 +68,10 @@ def task_format(root: Path, run_dir: Path | None) -> TaskFormat:
         path = paths.get(role)
         if path is None or not (path if path.is_absolute() else root / path).exists():
             continue
-        columns = data.stage_columns(cfg, role) if hasattr(cfg, role) or role == "eval" else dict(cfg.data.columns)
+        try:  # a stage's role (held-out rows read as RL's) has its columns; the preference role data.columns
+            columns = data.stage_columns(cfg, role)
+        except AttributeError:
+            columns = dict(cfg.data.columns)
         rows, _ = data.sample(str(path), role, cfg.data.answer_field, columns, cfg.data.encoding)
         prompt = rows[0].get("prompt") if rows else None
         if isinstance(prompt, list):
