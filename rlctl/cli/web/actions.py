@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 RUN_COLUMNS = ["path", "name", "stages", "completed", "latest"]
 DIFF_COLUMNS = ["key", "A", "B"]
 EVAL_COLUMNS = ["metric", "value"]
-GGUF_TYPES = ("f16", "q8_0")  # `rlctl export --gguf-type`
 
 
 def said(ok: bool, message: str, notes: tuple[str, ...] = (), lang: str = "en") -> str:

@@ -229,7 +229,7 @@ def eval_tab(lay: Layout) -> None:
 
 
 def export_tab(lay: Layout) -> None:
-    from rlctl.cli.web.actions import GGUF_TYPES
+    from rlctl.after.gguf_export import TYPES as GGUF_TYPES
 
     with lay.tab("tab_export", "export"):
         with gr.Row():
