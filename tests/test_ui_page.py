@@ -265,3 +265,25 @@ def test_the_chat_reads_the_runs_prompt_format_and_an_example_from_its_task(tmp_
 
     assert task_format(tmp_path, Path("runs/plain")) == TaskFormat(False, "3+4=", 4)
     assert task_format(tmp_path, Path("runs/chat")) == TaskFormat(True, "What is 3+4?", 4)
+
+
+def test_a_saved_config_loads_into_the_editor(tmp_path):
+    """The folder's YAML configs are listed (configs/ first, runs/ left out) and one loads into the editor; a
+    path outside the folder or a file that is not YAML is refused."""
+    from rlctl.cli.web.actions import Actions
+    from rlctl.cli.web.jobs import Jobs
+    from rlctl.cli.web.wiring import SAME
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "mine.yaml").write_text("defaults: [tiny-demo]\nname: mine\n")
+    (tmp_path / "other.yml").write_text("name: other\n")
+    (tmp_path / "runs" / "r").mkdir(parents=True)
+    (tmp_path / "runs" / "r" / "config.yaml").write_text("name: r\n")
+    (tmp_path.parent / "outside.yaml").write_text("name: outside\n")
+    act = Actions(tmp_path, Jobs(tmp_path))
+    assert act.list_saved().saved.constructor_args["choices"] == ["configs/mine.yaml", "other.yml"]
+    loaded = act.load_saved("configs/mine.yaml", "en")
+    assert loaded.yaml.startswith("defaults: [tiny-demo]") and loaded.config_path == "configs/mine.yaml"
+    for bad in ("../outside.yaml", str(tmp_path.parent / "outside.yaml"), "nothere.yaml"):
+        refused = act.load_saved(bad, "en")
+        assert "bad" in refused.check and refused.yaml is SAME
