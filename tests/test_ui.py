@@ -53,13 +53,14 @@ def test_ui_without_the_extra_says_how_to_install_it(tmp_path):
 
 
 def test_paths_typed_into_the_page_stay_in_the_served_folder_and_spare_the_users_files(tmp_path):
-    from rlctl.cli.web import views
+    from rlctl.cli.web import draft as views
+    from rlctl.cli.web.paths import inside
     from rlctl.errors import UserError
 
-    assert views.inside(tmp_path, "runs/a", "run directory") == Path("runs/a")
+    assert inside(tmp_path, "runs/a", "run directory") == Path("runs/a")
     for bad in ("../elsewhere", "/etc/passwd", ""):
         with pytest.raises(UserError):
-            views.inside(tmp_path, bad, "run directory")
+            inside(tmp_path, bad, "run directory")
     (tmp_path / "mine.yaml").write_text("name: mine\n")
     ours: set[Path] = set()
     with pytest.raises(UserError, match="the page did not write it"):
@@ -73,7 +74,7 @@ def test_paths_typed_into_the_page_stay_in_the_served_folder_and_spare_the_users
 
 
 def test_a_bad_key_gets_the_clis_message(tmp_path):
-    from rlctl.cli.web import views
+    from rlctl.cli.web import draft as views
     from rlctl.config import presets
 
     text = presets.get("tiny-demo").path.read_text()
@@ -87,20 +88,6 @@ def test_a_bad_key_gets_the_clis_message(tmp_path):
     assert draft.train_command("runs/t") == (
         "rlctl train --config configs/t.yaml --stages sft --set sft.max_steps=3 --run-dir runs/t"
     )
-
-
-def test_stop_reaches_a_run_the_page_did_not_start(tmp_path):
-    """A run started from a terminal (or by an earlier server): Stop signals the rlctl named in its run.lock."""
-    from rlctl.cli.web.jobs import Jobs
-
-    run = tmp_path / "runs" / "t"
-    run.mkdir(parents=True)
-    jobs = Jobs(tmp_path)
-    assert jobs.stop(Path("runs/t")).startswith("Nothing to stop")
-    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "rlctl", "train"])
-    (run / "run.lock").write_text(f"{stand_in.pid}\n")
-    assert "not started from this page" in jobs.stop(Path("runs/t"))
-    assert stand_in.wait(30) == -signal.SIGTERM
 
 
 # ---------------------------------------------------------------------------------------------------- the server
@@ -137,6 +124,9 @@ def server(tmp_path):
 
 
 def test_another_host_needs_the_token_the_url_carries(tmp_path):
+    """Without the token, or with a wrong one of any text (non-ASCII, bytes that are not UTF-8, in the query or the
+    cookie), every request is refused with 403, never a 500; the printed URL's token is kept in a cookie."""
+    import http.client
     import urllib.error
     import urllib.request
     from http.cookiejar import CookieJar
@@ -145,15 +135,35 @@ def test_another_host_needs_the_token_the_url_carries(tmp_path):
     try:
         token = re.search(r"\?token=(\S+)$", url).group(1)
         bare = url.split("?")[0]
-        for wrong in (bare, f"{bare}?token=x{token}"):
-            with pytest.raises(urllib.error.HTTPError) as refused:
-                urllib.request.urlopen(wrong, timeout=30)
-            assert refused.value.code == 403
+        host, port = re.search(r"//([^:/]+):(\d+)/", url).groups()
+        wrong_queries = ["", f"?token=x{token}", "?token=%C3%A9t%C3%A9", f"?token={token}%E2%82%AC", "?token=%FF%FE"]
+        wrong_queries += ["?token=", f"?token={token[:-1]}", "?token=%00"]
+        wrong_cookies = [b"rlctl_ui_token=\xe9t\xe9", b"rlctl_ui_token=\xe2\x82\xac", b"rlctl_ui_token=" + b"\xff" * 9]
+        wrong_cookies += [f"rlctl_ui_token={token}x".encode(), b'rlctl_ui_token="\\\xe9"; a=\x80']
+        asked = [(f"/{q}", None) for q in wrong_queries] + [("/config", c) for c in wrong_cookies]
+        asked += [("/gradio_api/info", None)]
+        for path, cookie in asked:
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.putrequest("GET", path, skip_accept_encoding=True)
+            if cookie is not None:
+                conn.putheader("Cookie", cookie)
+            conn.endheaders()
+            answer = conn.getresponse()
+            assert answer.status == 403, (path, cookie, answer.status)
+            conn.close()
         browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
         assert browser.open(url, timeout=30).status == 200
         assert browser.open(f"{bare}config", timeout=30).status == 200  # the page's own requests: the cookie
+        (tmp_path.parent / "outside.txt").write_text("not the page's\n")
+        (tmp_path / "inside.txt").write_text("the folder's, but no component's\n")
+        for path in ("/etc/passwd", str(tmp_path.parent / "outside.txt"), "../outside.txt", "inside.txt"):
+            with pytest.raises(urllib.error.HTTPError) as refused:  # Gradio serves no file the page did not make
+                browser.open(f"{bare}gradio_api/file={path}", timeout=30)
+            assert refused.value.code in (403, 404), path
     finally:
         stop_ui(proc)
+    console = proc.stdout.read()
+    assert "Traceback" not in console and "Exception" not in console, console
 
 
 # ---------------------------------------------------------------------------------------------------- the browser
@@ -170,6 +180,7 @@ def browser():
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, read at the end
     driver = webdriver.Chrome(options=options, service=Service(DRIVER))
     driver.implicitly_wait(0)
     yield driver
@@ -181,6 +192,7 @@ class Page:
 
     def __init__(self, driver, shots: Path):
         self.d, self.shots, self.n, self.started = driver, shots, 0, time.monotonic()
+        self.console: list[dict] = []
         shots.mkdir(parents=True, exist_ok=True)
 
     def el(self, css: str):
@@ -232,6 +244,26 @@ class Page:
         box.send_keys(text)
         box.send_keys(Keys.TAB)  # leave the box: Gradio takes the value
 
+    def choose(self, css: str, value: str) -> None:
+        """Pick `value` in a dropdown (typed, then its option clicked)."""
+        box = self.el(f"{css} input")
+        box.click()
+        box.send_keys(value)
+        self.wait("ul.options, ul.option-list", re.escape(value), whole=True)
+        from selenium.webdriver.common.by import By
+
+        options = self.d.find_elements(By.CSS_SELECTOR, "ul.options li, ul.option-list li")
+        next(o for o in options if o.text.strip().startswith(value)).click()
+
+    def scrolled_to_end(self, css: str) -> bool:
+        return self.d.execute_script(
+            f"const b = document.querySelector('{css} textarea');"
+            "return b !== null && b.scrollHeight - b.scrollTop - b.clientHeight < 4;"
+        )
+
+    def read_console(self) -> None:
+        self.console += self.d.get_log("browser")
+
     def shot(self, name: str) -> None:
         """A screenshot of the screen as it is now, numbered in order, into the test's output folder."""
         self.n += 1
@@ -244,24 +276,47 @@ def _step(headline: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def checksums(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+TABS = ["1 Recipe & config", "2 Data", "3 Plan", "4 Run", "5 Runs", "6 Chat", "7 Evaluate", "8 Export"]
+TABS_ZH = ["1 配方与配置", "2 数据", "3 规划", "4 运行", "5 运行记录", "6 对话", "7 评测", "8 导出"]
+
+
 @pytest.mark.slow
 def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
-    """Load, pick tiny-demo, a bad key shows the CLI's message, plan, start, watch the curve grow, stop at a
-    checkpoint (exit 143), resume, finish, export with the card shown; a second tab sees the same run."""
+    """The whole flow with the page left open from Start to the end: Start without a recipe is refused on the Plan
+    tab; pick tiny-demo, a bad key shows the CLI's message, the form writes --set items, a missing data file is
+    red, a data file pages; plan, start, watch the curves grow, stop at a checkpoint (exit 143), resume, finish:
+    the RL series appear without a reload, Stop is disabled, the log follows its end; a second Start into the
+    finished run is refused beside Start and leaves its files byte-identical; export with the card and its result
+    beside the button; evaluate with its table; the chat answers as `rlctl eval` did on the same row; compare with
+    the final metrics; a second tab sees the same run; each tab in English and Chinese; no console error."""
     from selenium.webdriver.common.keys import Keys
 
     url, folder = server
+    (folder / "mydata.jsonl").write_text("".join(json.dumps({"prompt": f"{i}+1=", "completion": str(i + 1)}) + "\n"
+                                                 for i in range(25)))  # fmt: skip
     page = Page(browser, Path(os.environ.get("RLCTL_UI_SHOTS", tmp_path / "screens")))
     browser.get(url)
     page.wait("button[role=tab]", "Recipe", whole=True)
     page.shot("load")
 
-    recipe = page.el("#recipe input")
-    recipe.click()
-    recipe.send_keys("tiny-demo")
-    page.wait("ul.option-list", "tiny-demo")
-    page.click("ul.option-list li")
+    page.tab("3 Plan")  # Start before any recipe: said on the Plan tab, naming what is missing
+    page.click("#start")
+    page.wait("#start-state", "pick a recipe on tab 1")
+    page.tab("1 Recipe & config")
+
+    page.choose("#recipe", "tiny-demo")
     page.wait("#check", "Valid: tiny-demo")
+    page.wait("#form--sft--max-steps", "600")  # the form shows the recipe's values
     page.shot("recipe")
 
     editor = page.el("#yaml .cm-content")
@@ -279,10 +334,22 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     for label in browser.find_elements("css selector", "#stages label"):
         if label.text.strip() == "rm":
             label.click()
-    page.type("#sets", "\n".join(OVERRIDES))
+    page.type("#sets", "\n".join(o for o in OVERRIDES if not o.startswith("sft.max_steps")))
+    page.type("#form--sft--max-steps", "12")  # the form writes the same --set item the CLI takes
+    page.wait("#sets", r"sft\.max_steps=12")
     page.wait("#check", "Valid: tiny-demo: .*stages sft, rl")
 
     page.tab("2 Data")
+    page.type("#data-path", "missing.jsonl")
+    page.click("#use-data")
+    page.wait("#data-state", "no such file")
+    assert "missing.jsonl" not in page.text("#sets")
+    page.click("#list-data")
+    page.type("#data-path", "mydata.jsonl")
+    page.wait("#preview-state", "rows 1–10 of 25")
+    page.click("#preview-next")
+    page.wait("#preview-state", "rows 11–20 of 25")
+    page.wait("#data-preview", r"11\+1=", whole=True)
     page.click("#read-data")
     data = page.wait("#data-text", r"prompt_completion", timeout=120)
     assert "Lengths sft" in data
@@ -294,16 +361,18 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     plan = page.wait("#plan-text", r"accelerate launch", timeout=120)
     assert "rl (grpo)" in plan and "rm" not in re.findall(r"^(\w+)\s", plan, re.M)
     command = page.wait("#command", "rlctl train --config configs/tiny-demo.yaml --stages sft,rl")
+    assert "--set sft.max_steps=12" in command
     run_dir = re.search(r"--run-dir (\S+)", command).group(1)
     page.shot("plan")
 
     page.click("#start")
     first = _step(page.wait("#headline", r"sft step [1-9]|rl step", timeout=180))
-    page.wait("#curves", r"step", whole=True)
+    page.wait("#loss-plot", r"sft loss", whole=True)
     page.shot("run")
     later = "|".join(str(n) for n in range(first + 1, 13))
     headline = page.wait("#headline", rf"sft step ({later})/|rl step", 120)  # the curve grew (a fast machine: RL)
     assert _step(headline) > first or headline.startswith("rl")
+    page.wait("#device", r"cpu: \d+ processes", whole=True)  # the run's processes, beside the plan's budget
     page.shot("run-later")
 
     page.wait("#headline", r"sft step ([5-9]|1[012])/|rl step", timeout=120)  # past the first checkpoint
@@ -317,9 +386,25 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     summary = json.loads((folder / run_dir / "summary.json").read_text())
     assert summary["completed"] == ["sft", "rl"]
     page.wait("#headline", r"rl step 2/2")
+    page.wait("#reward-plot", r"rl reward", whole=True)  # series the first draw did not have, without a reload
+    page.wait("#accuracy-plot", r"rl eval_accuracy", whole=True)
+    assert "rl eval_accuracy" not in page.el("#scores-plot").text  # accuracies apart from margins and losses
+    page.wait("#rl-samples", r"best 1[\s\S]*worst 1", whole=True)  # the latest RL step's best and worst
+    time.sleep(2 * 2.5)  # a refresh or two after the end
+    assert page.el("#stop button, button#stop").get_attribute("disabled") is not None  # nothing to stop
+    assert page.scrolled_to_end("#log")
     page.shot("finished")
 
-    page.tab("7 Export")
+    before = checksums(folder / run_dir)  # a second Start into the finished run: refused, nothing changed
+    page.tab("3 Plan")
+    page.click("#start")
+    page.wait("#start-state", "already holds a run")
+    time.sleep(2.5)
+    assert checksums(folder / run_dir) == before
+    page.tab("4 Run")
+    page.wait("#job-state", r"rlctl resume: done \(exit 0\)")  # the run is not marked failed
+
+    page.tab("8 Export")
     page.click("#export-btn")
     page.wait("#card", "tiny-demo")
     page.wait("#export-state", r"rlctl export: done \(exit 0\)", timeout=180)
@@ -327,17 +412,27 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     assert "tiny-demo" in (folder / run_dir / "export" / "README.md").read_text()
     page.shot("export")
 
-    page.tab("6 Try & eval")
+    page.tab("7 Evaluate")
+    page.type("#eval-limit", "8")
+    page.click("#eval-btn")
+    page.wait("#eval-state", r"rlctl eval: done \(exit 0\)", timeout=180)
+    page.wait("#eval-table", r"accuracy", whole=True)
+    samples = [
+        json.loads(x) for x in next((folder / run_dir / "eval").glob("*.samples.jsonl")).read_text().splitlines()
+    ]
+    page.wait("#eval-rows", re.escape(samples[0]["prompt"]), whole=True)
+    page.shot("eval")
+
+    page.tab("6 Chat")
     page.click("#list-models")
     page.wait("#model-pick", "rl/final")
-    page.type("#prompt", "12+34=")
+    page.wait("#chat-note", "plain-text prompts", whole=True)
+    asked = next(s for s in samples if s["completions"][0].strip())
+    page.type("#prompt", asked["prompt"])
     page.click("#send")
-    page.wait("#chat", r"12\+34=\s*\S+", timeout=120, whole=True)  # the prompt and the model's answer
-    page.type("#eval-limit", "8")
-    page.click("#eval")
-    page.wait("#eval-state", r"rlctl eval: done \(exit 0\)", timeout=180)
-    assert list((folder / run_dir / "eval").glob("*.json"))
-    page.shot("try-eval")
+    answer = page.wait("#chat", re.escape(asked["prompt"]) + r"\s*\S+", timeout=120, whole=True)
+    assert answer.strip().splitlines()[-1].strip() == asked["completions"][0].strip(), (answer, asked)
+    page.shot("chat")
 
     page.tab("5 Runs")
     page.click("#list-runs")
@@ -347,8 +442,19 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
         box.click()
         box.send_keys(run_dir, Keys.ENTER)
     page.click("#compare")
-    page.wait("#compare-plot", "step", whole=True)
+    page.wait("#compare-plot", "A: sft loss", whole=True)
+    page.wait("#final-table", "eval_accuracy", whole=True)
     page.shot("runs")
+
+    for label in TABS:  # each tab in English, then in Chinese: the pictures of docs/ui.md
+        page.tab(label)
+        page.shot(f"en-{label.split()[0]}")
+    page.click("#lang label:nth-of-type(2)")
+    page.wait("button[role=tab]", TABS_ZH[0], whole=True)
+    for label in TABS_ZH:
+        page.tab(label)
+        page.shot(f"zh-{label.split()[0]}")
+    page.read_console()
 
     browser.switch_to.new_window("tab")  # a second tab: the same run, read from its run directory
     browser.get(url)
@@ -356,3 +462,6 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     page.tab("4 Run")
     page.wait("#watched", re.escape(run_dir))
     page.wait("#headline", r"rl step 2/2")
+    page.read_console()
+    errors = [e for e in page.console if e["level"] == "SEVERE" and "favicon" not in e["message"]]
+    assert not errors, errors

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -248,14 +249,23 @@ def acquire_lock(run_dir: Path) -> Path:
     return lock
 
 
+@contextlib.contextmanager
+def holding_lock(run_dir: Path) -> Iterator[Path]:
+    """The run directory's lock, claimed (`acquire_lock`) and held open while the run runs, then removed: a pid in
+    a lock proves nothing (a copied run directory names the original's), the open file proves which run it is."""
+    lock = acquire_lock(run_dir)
+    try:
+        with lock.open("rb"):
+            yield lock
+    finally:
+        lock.unlink(missing_ok=True)
+
+
 def run(the_plan: plan_mod.Plan, console: Console, resuming: bool = False) -> int:
     """Run the launch command to completion; returns its exit code (130/143 when interrupted)."""
     run_dir = Path(the_plan.run_dir)
-    lock = acquire_lock(run_dir)
-    try:
+    with holding_lock(run_dir):
         return _run(the_plan, console, resuming)
-    finally:
-        lock.unlink(missing_ok=True)
 
 
 class _Signalled(Exception):

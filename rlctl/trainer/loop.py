@@ -432,12 +432,31 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
         record.update(loop.pipeline.metrics())
     finite = {k: v for k, v in record.items() if math.isfinite(v)}
     hooks.log.write(stage="rl", step=step, max_steps=rl.total_steps, **finite)
+    log_samples(loop, step, r)
     hooks.flush(step)
     if alarm_stop(hooks.log):
         raise hooks.stops.alarm_stopped(step)
     bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]
     if bad:
         raise hooks.stops.non_finite_stopped(bad[0], record[bad[0]], step)
+
+
+SAMPLES_LOGGED = 3  # the best and the worst completions of each step, as `rlctl ui` shows them
+
+
+def log_samples(loop: Loop, step: int, r: Rollout) -> None:
+    """A `samples` record of the step: the main process's best and worst completions with their rewards."""
+    if not loop.hooks.is_main or not r.generated:
+        return
+    ranked = sorted(r.generated, key=lambda s: s.score if math.isfinite(s.score) else -math.inf, reverse=True)
+
+    def shown(s: Sample) -> dict:
+        prompt = loop.tok.decode(s.prompt_ids, skip_special_tokens=True)[-300:]
+        completion = loop.tok.decode(s.completion_ids, skip_special_tokens=True)[:500]
+        return {"prompt": prompt, "completion": completion, "reward": s.score}
+
+    best, worst = [shown(s) for s in ranked[:SAMPLES_LOGGED]], [shown(s) for s in ranked[::-1][:SAMPLES_LOGGED]]
+    loop.hooks.log.write(stage="rl", step=step, event="samples", best=best, worst=worst)
 
 
 def _add(stats: dict[str, list[float]], **values: float) -> None:

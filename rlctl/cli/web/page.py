@@ -1,6 +1,7 @@
-"""The page of `rlctl ui` (Gradio Blocks): tabs for the recipe and config, the data, the plan, the live run, the
-runs of a folder, trying and evaluating a model, and the export, wired to what each control does (`actions`). What
-a tab shows of a run is read from its run directory, so every browser tab sees the same."""
+"""The page of `rlctl ui` (Gradio Blocks): one function per tab lays out its components, each registered by name
+(`wiring.Components`); `wire` connects each control to its handler (`actions`) by those names. Every label and help
+text comes from `text` in the page's language. What a tab shows of a run is read from its run directory, so every
+browser tab sees the same."""
 
 from __future__ import annotations
 
@@ -9,205 +10,316 @@ from typing import TYPE_CHECKING
 
 import gradio as gr
 
-from rlctl.cli.web import views
-from rlctl.cli.web.actions import STAGES, Actions
+from rlctl.cli.web import actions as views
+from rlctl.cli.web import draft, shown, text
+from rlctl.cli.web.actions import Actions
+from rlctl.cli.web.wiring import Components
 
 if TYPE_CHECKING:
     from rlctl.cli.web.jobs import Jobs
 
-DATA_ROLES = ["sft", "preference", "rl", "eval"]
 TICK_S = 2.0
-PLOT_HEIGHT = 340
+PLOT_HEIGHT = 300
 CSS = """
 .mono textarea {font-family: ui-monospace, monospace; font-size: 12px}
 .ok {color: #15803d; font-weight: 600}
 .bad {color: #b91c1c; font-weight: 600; white-space: pre-wrap}
 .note {color: #92400e}
 """
+# the log box follows its end: scrolled down after each update (Gradio's autoscroll keeps the position a user left)
+LOG_JS = """
+() => { const box = document.querySelector('#log textarea'); if (box) { box.scrollTop = box.scrollHeight; } }
+"""
 
 
-def plot(title: str, elem_id: str) -> gr.LinePlot:
-    """A line per series over steps, titled inside the chart (a label above it would crowd out the legend)."""
-    return gr.LinePlot(
-        x="step", y="value", color="series", title=title, show_label=False, elem_id=elem_id, height=PLOT_HEIGHT
-    )
+def eid(name: str) -> str:
+    """A component's element id: its name with dashes."""
+    return name.replace("_", "-")
 
 
-def build(root: Path, jobs: Jobs) -> gr.Blocks:
-    """The page for the folder `root`, its runs started through `jobs`: the layout, then what each control does."""
+class Layout:
+    """Builds components named and labelled in one language."""
+
+    def __init__(self, ui: Components, lang: str):
+        self.ui, self.lang = ui, lang
+
+    def __call__(self, name: str, kind, **options):
+        """`kind(**options)` named `name`, its label (or a button's text) and help text in the page's language."""
+        said = text.label(self.lang, name)
+        if kind in (gr.Button,) or kind in (gr.Markdown,):
+            options.setdefault("value", said)
+        elif said:
+            options.setdefault("label", said)
+        helped = text.info(self.lang, name)
+        if helped:
+            options.setdefault("info", helped)
+        return self.ui.add(name, kind(elem_id=eid(name), **options))
+
+    def tab(self, name: str, tab_id: str):
+        return self.ui.add(name, gr.Tab(text.label(self.lang, name), id=tab_id, elem_id=eid(name)))
+
+    def plot(self, name: str):
+        """A line per series over the run's one step axis, titled inside the chart, its legend below it."""
+        return self(
+            name, gr.LinePlot, x="step", y="value", color="series", show_label=False, height=PLOT_HEIGHT,
+            title=text.label(self.lang, name), x_title=text.label(self.lang, "axis_step"),
+            y_title=text.label(self.lang, "axis_value"), color_title=" ",
+        )  # fmt: skip
+
+    def table(self, name: str, columns: list[str], **options):
+        return self(name, gr.Dataframe, headers=text.columns(self.lang, columns), interactive=False, **options)
+
+
+def header(lay: Layout) -> None:
+    with gr.Row():
+        lay("title", gr.Markdown)
+        choices = [(name, code) for code, name in text.LANGUAGES.items()]
+        lay("lang", gr.Radio, choices=choices, value=lay.lang, show_label=False, container=False, scale=0)
+
+
+def config_tab(lay: Layout, act: Actions) -> None:
+    from rlctl.config import STAGE_ORDER, presets
+
+    blocks = {k: [n for n, p in presets.all_presets().items() if p.kind == k] for k in ("algorithms", "hardware")}
+    with lay.tab("tab_config", "config"):
+        with gr.Row():
+            recipes = [(f"{r.name}: {r.description}", r.name) for r in act.recipes.values()]
+            lay("recipe", gr.Dropdown, choices=recipes, value=None, scale=3)
+            lay("algorithm", gr.Dropdown, choices=["", *blocks["algorithms"]], value="")
+            lay("hardware", gr.Dropdown, choices=["", *blocks["hardware"]], value="", allow_custom_value=True)
+        lay("about", gr.Markdown, value="")
+        lay("stages", gr.CheckboxGroup, choices=list(STAGE_ORDER))
+        with gr.Row():
+            lay("saved", gr.Dropdown, choices=[], allow_custom_value=True, scale=3)
+            lay("list_saved", gr.Button, scale=0)
+            lay("load_saved", gr.Button, scale=0)
+        with lay("form", gr.Accordion, open=True):
+            form_fields(lay)
+        lay("sets", gr.Textbox, lines=3, placeholder="sft.max_steps=20")
+        lay("config_path", gr.Textbox)
+        lay("check", gr.HTML)  # above the editor: in view while the YAML is typed
+        lay("yaml", gr.Code, language="yaml", lines=18)
+        lay.ui.add("recipe_stages", gr.State([]))
+
+
+def form_fields(lay: Layout) -> None:
+    """The common settings: one row per group (the model, then each stage in pipeline order), a widget per key as
+    its type in the schema says; a stage's row shows while the stage is chosen."""
+    for group, keys in draft.form_keys().items():
+        with lay.ui.add(f"group_{group}", gr.Row(visible=group == "model", elem_id=f"group-{group}")):
+            for key in keys:
+                fld = draft.form_field(key)
+                name = shown.form_name(key)
+                label = f"{key}  ·  {text.label(lay.lang, 'form_' + key.split('.')[-1])}"
+                common = {"label": label, "elem_id": eid(name)}
+                if fld.kind == "choice":
+                    lay.ui.add(name, gr.Dropdown(choices=list(fld.choices), **common))
+                elif fld.kind == "switch":
+                    lay.ui.add(name, gr.Checkbox(**common))
+                elif fld.kind in ("integer", "number"):
+                    lay.ui.add(name, gr.Number(precision=0 if fld.kind == "integer" else None, **common))
+                else:
+                    lay.ui.add(name, gr.Textbox(**common))
+
+
+def data_tab(lay: Layout) -> None:
     from rlctl.config import presets
 
+    with lay.tab("tab_data", "data"):
+        lay("data_intro", gr.Markdown)
+        with gr.Row():
+            lay("data_role", gr.Dropdown, choices=list(presets.DATA_FILES), value=presets.DATA_FILES[0])
+            lay("data_path", gr.Dropdown, choices=[], allow_custom_value=True, scale=3)
+            lay("list_data", gr.Button, scale=0)
+            lay("use_data", gr.Button, scale=0)
+        lay("data_state", gr.HTML)
+        with gr.Row():
+            lay("preview_prev", gr.Button, scale=0)
+            lay("data_page", gr.Number, value=1, precision=0, minimum=1, scale=0)
+            lay("preview_next", gr.Button, scale=0)
+            lay("preview_state", gr.Markdown, value="")
+        lay("data_preview", gr.Dataframe, interactive=False, wrap=True)
+        lay("read_data", gr.Button)
+        lay("data_text", gr.Code, interactive=False)
+        lay("data_rows", gr.JSON)
+
+
+def plan_tab(lay: Layout) -> None:
+    with lay.tab("tab_plan", "plan"):
+        lay("run_dir", gr.Textbox)
+        with gr.Row():
+            lay("plan_btn", gr.Button)
+            lay("start", gr.Button, variant="primary")
+        lay("start_state", gr.HTML)  # beside Start: its refusals are read where it was clicked
+        lay("command", gr.Textbox, interactive=False, lines=1, max_lines=4, buttons=["copy"], elem_classes="mono")
+        lay("plan_text", gr.Code, interactive=False)
+        lay.table("memory", draft.MEMORY_COLUMNS)
+
+
+def run_tab(lay: Layout) -> None:
+    from rlctl.cli.web.watch import DEVICE_COLUMNS, SAMPLE_COLUMNS
+
+    with lay.tab("tab_run", "run"):
+        with gr.Row():
+            lay("watched", gr.Textbox, scale=3)
+            lay("stop", gr.Button, variant="stop", interactive=False)
+            lay("resume", gr.Button, interactive=False)
+        lay("job_state", gr.HTML)
+        lay("headline", gr.Textbox, interactive=False)
+        with gr.Row():
+            lay.plot("loss_plot")
+            lay.plot("reward_plot")
+        with gr.Row():
+            lay.plot("accuracy_plot")
+            lay.plot("scores_plot")
+        lay("alarms", gr.HTML)
+        lay.table("rl_samples", SAMPLE_COLUMNS, wrap=True)
+        lay.table("device", DEVICE_COLUMNS)
+        lay("log", gr.Textbox, interactive=False, lines=12, max_lines=12, elem_classes="mono")
+
+
+def runs_tab(lay: Layout) -> None:
+    from rlctl.cli.web.watch import FINAL_COLUMNS
+
+    with lay.tab("tab_runs", "runs"):
+        with gr.Row():
+            lay("runs_folder", gr.Textbox, value="runs", scale=3)
+            lay("list_runs", gr.Button)
+        lay.table("runs_table", views.RUN_COLUMNS)
+        with gr.Row():
+            lay("run_a", gr.Dropdown, choices=[], allow_custom_value=True)
+            lay("run_b", gr.Dropdown, choices=[], allow_custom_value=True)
+            lay("compare", gr.Button)
+            lay("open_a", gr.Button)
+        lay.plot("compare_plot")
+        lay.table("final_table", FINAL_COLUMNS)
+        lay.table("diff", views.DIFF_COLUMNS)
+
+
+def chat_tab(lay: Layout) -> None:
+    with lay.tab("tab_chat", "chat"):
+        with gr.Row():
+            lay("model_pick", gr.Dropdown, choices=[], scale=3, allow_custom_value=True)
+            lay("list_models", gr.Button, scale=0)
+        with gr.Row():
+            lay("system_prompt", gr.Textbox, scale=3)
+            lay("temperature", gr.Number, value=0, minimum=0, maximum=2, step=0.1)
+            lay("top_p", gr.Number, value=1.0, minimum=0.01, maximum=1.0, step=0.05)
+            lay("max_new", gr.Number, value=32, precision=0, minimum=1)
+        lay("chat_note", gr.Markdown, value="")
+        lay("chat", gr.Chatbot, height=260)
+        with gr.Row():
+            lay("prompt", gr.Textbox, scale=4)
+            lay("send", gr.Button)
+            lay("clear_chat", gr.Button, scale=0)
+
+
+def eval_tab(lay: Layout) -> None:
+    from rlctl.cli.web.trying import SAMPLE_COLUMNS
+
+    with lay.tab("tab_eval", "eval"):
+        lay("eval_intro", gr.Markdown)
+        with gr.Row():
+            lay("eval_limit", gr.Number, value=50, precision=0, minimum=1)
+            lay("eval_samples", gr.Number, value=1, precision=0, minimum=1)
+            lay("eval_btn", gr.Button, variant="primary")
+        lay("eval_state", gr.HTML)  # beside its button: the command's state, then its results
+        lay.table("eval_table", views.EVAL_COLUMNS)
+        lay.table("eval_rows", SAMPLE_COLUMNS, wrap=True)
+
+
+def export_tab(lay: Layout) -> None:
+    from rlctl.after.gguf_export import TYPES as GGUF_TYPES
+
+    with lay.tab("tab_export", "export"):
+        with gr.Row():
+            lay("export_format", gr.Radio, choices=["hf", "gguf"], value="hf")
+            lay("gguf_type", gr.Radio, choices=list(GGUF_TYPES), value=GGUF_TYPES[0])
+            lay("export_out", gr.Textbox)
+            lay("export_repo", gr.Textbox)
+        with gr.Row():
+            lay("card_btn", gr.Button)
+            lay("export_btn", gr.Button, variant="primary")
+        lay("export_state", gr.HTML)  # beside its button: the command's state and the end of its output
+        lay("card", gr.Code, language="markdown", interactive=False, wrap_lines=True)
+
+
+def build(root: Path, jobs: Jobs, lang: str = "en") -> gr.Blocks:
+    """The page for the folder `root`, its runs started through `jobs`, in `lang`: the tabs, then the wiring."""
+    return layout(root, jobs, lang)[0]
+
+
+def layout(root: Path, jobs: Jobs, lang: str = "en") -> tuple[gr.Blocks, Components]:
+    """`build`, with the page's components by name."""
     act = Actions(root, jobs)
-    recipes = act.recipes
-    blocks = {
-        kind: [n for n, p in presets.all_presets().items() if p.kind == kind] for kind in ("algorithms", "hardware")
-    }
-
+    ui = Components()
+    lay = Layout(ui, lang)
     with gr.Blocks(title="rlctl", analytics_enabled=False) as page:
-        gr.Markdown("## rlctl: post-training without code")
-        recipe_stages = gr.State([])
-        with gr.Tabs(elem_id="tabs") as tabs:
-            with gr.Tab("1 Recipe & config", id="config"):
-                with gr.Row():
-                    recipe = gr.Dropdown(
-                        [(f"{r.name}: {r.description}", r.name) for r in recipes.values()],
-                        value=None,
-                        label="Recipe",
-                        elem_id="recipe",
-                        scale=3,
-                    )
-                    algorithm = gr.Dropdown(
-                        ["", *blocks["algorithms"]], value="", label="Algorithm (--algorithm)", elem_id="algorithm"
-                    )
-                    hardware = gr.Dropdown(
-                        ["", *blocks["hardware"]],
-                        value="",
-                        allow_custom_value=True,
-                        label="Hardware (--hardware, e.g. 1xH100-80GB)",
-                        elem_id="hardware",
-                    )
-                about = gr.Markdown(elem_id="about")
-                stages = gr.CheckboxGroup(STAGES, label="Stages (--stages)", elem_id="stages")
-                sets = gr.Textbox(
-                    label="Overrides (--set KEY=VALUE, one a line)",
-                    lines=3,
-                    elem_id="sets",
-                    placeholder="sft.max_steps=20",
-                )
-                config_path = gr.Textbox(label="Config file (saved when you plan or start)", elem_id="config-path")
-                check = gr.HTML(elem_id="check")  # above the editor: in view while the YAML is typed
-                yaml_box = gr.Code(language="yaml", label="Config (YAML)", lines=18, elem_id="yaml")
-            with gr.Tab("2 Data", id="data"):
-                gr.Markdown("The recipe's generated task, or your file: it is read as `rlctl plan` reads it.")
-                with gr.Row():
-                    role = gr.Dropdown(DATA_ROLES, value="sft", label="Role (data.ROLE)", elem_id="data-role")
-                    data_path = gr.Textbox(label="File (in this folder)", elem_id="data-path", scale=3)
-                    use_data = gr.Button("Use this file", elem_id="use-data")
-                read_data = gr.Button("Read the data", elem_id="read-data")
-                data_text = gr.Code(label="Formats, rows, lengths", interactive=False, elem_id="data-text")
-                data_rows = gr.JSON(label="First rows", elem_id="data-rows")
-            with gr.Tab("3 Plan", id="plan"):
-                run_dir = gr.Textbox(label="Run directory (--run-dir)", elem_id="run-dir")
-                with gr.Row():
-                    plan_btn = gr.Button("Plan", elem_id="plan-btn")
-                    start = gr.Button("Start training", variant="primary", elem_id="start")
-                command = gr.Textbox(
-                    label="The same run from a terminal (in this folder)",
-                    interactive=False,
-                    lines=1,
-                    max_lines=4,
-                    buttons=["copy"],
-                    elem_id="command",
-                    elem_classes="mono",
-                )
-                plan_text = gr.Code(label="rlctl plan", interactive=False, elem_id="plan-text")
-                memory = gr.Dataframe(
-                    headers=views.MEMORY_COLUMNS,
-                    label="Memory per phase against the budget",
-                    interactive=False,
-                    elem_id="memory",
-                )
-            with gr.Tab("4 Run", id="run"):
-                with gr.Row():
-                    watched = gr.Textbox(label="Run directory", elem_id="watched", scale=3)
-                    stop = gr.Button("Stop (checkpoint)", variant="stop", elem_id="stop")
-                    resume = gr.Button("Resume", elem_id="resume")
-                job_state = gr.HTML(elem_id="job-state")
-                headline = gr.Textbox(label="Progress", interactive=False, elem_id="headline")
-                with gr.Row():
-                    curves = plot("Loss", "curves")
-                    rewards = plot("Reward and KL (RL)", "rewards")
-                    heldout = plot("Held-out scores", "heldout")
-                alarms = gr.HTML(elem_id="alarms")
-                log = gr.Textbox(
-                    label="Output of the latest command on this run (its end)",
-                    interactive=False,
-                    lines=12,
-                    max_lines=12,
-                    autoscroll=True,
-                    elem_id="log",
-                    elem_classes="mono",
-                )
-            with gr.Tab("5 Runs", id="runs"):
-                with gr.Row():
-                    folder = gr.Textbox("runs", label="Runs folder", elem_id="runs-folder", scale=3)
-                    list_btn = gr.Button("List", elem_id="list-runs")
-                runs_table = gr.Dataframe(
-                    headers=["path", "name", "stages", "completed", "latest"], interactive=False, elem_id="runs-table"
-                )
-                with gr.Row():
-                    run_a = gr.Dropdown([], label="Run A", elem_id="run-a", allow_custom_value=True)
-                    run_b = gr.Dropdown([], label="Run B", elem_id="run-b", allow_custom_value=True)
-                    compare_btn = gr.Button("Compare", elem_id="compare")
-                    open_btn = gr.Button("Watch A", elem_id="open-a")
-                compare_plot = plot("Loss, reward and KL of A and B", "compare-plot")
-                diff = gr.Dataframe(
-                    headers=["key", "A", "B"], label="Config differences", interactive=False, elem_id="diff"
-                )
-            with gr.Tab("6 Try & eval", id="try"):
-                with gr.Row():
-                    model_pick = gr.Dropdown(
-                        [],
-                        label="Model (final folder, checkpoint or export of the run)",
-                        elem_id="model-pick",
-                        scale=3,
-                        allow_custom_value=True,
-                    )
-                    models_btn = gr.Button("List the run's models", elem_id="list-models")
-                    max_new = gr.Number(32, precision=0, minimum=1, label="Max new tokens", elem_id="max-new")
-                chat = gr.Chatbot(label="Try it", elem_id="chat", height=260)
-                with gr.Row():
-                    prompt = gr.Textbox(label="Prompt", elem_id="prompt", scale=4, placeholder="12+34=")
-                    send = gr.Button("Send", elem_id="send")
-                gr.Markdown("Runs `rlctl eval RUN` on the run's held-out data (the Run tab's run).")
-                with gr.Row():
-                    limit = gr.Number(50, precision=0, minimum=1, label="Rows (--limit)", elem_id="eval-limit")
-                    eval_btn = gr.Button("Evaluate", elem_id="eval")
-                eval_state = gr.HTML(elem_id="eval-state")
-            with gr.Tab("7 Export", id="export"):
-                with gr.Row():
-                    fmt = gr.Radio(["hf", "gguf"], value="hf", label="Format (--format)", elem_id="export-format")
-                    out = gr.Textbox(label="Folder (--out; default RUN/export)", elem_id="export-out")
-                    repo = gr.Textbox(label="Also push to Hub repo (--push namespace/name)", elem_id="export-repo")
-                with gr.Row():
-                    card_btn = gr.Button("Show the model card", elem_id="card-btn")
-                    export_btn = gr.Button("Export", variant="primary", elem_id="export-btn")
-                export_state = gr.HTML(elem_id="export-state")
-                card = gr.Code(
-                    label="Model card (README.md)",
-                    language="markdown",
-                    interactive=False,
-                    wrap_lines=True,
-                    elem_id="card",
-                )
-        timer = gr.Timer(TICK_S)
+        header(lay)
+        with ui.add("tabs", gr.Tabs(elem_id="tabs")):
+            config_tab(lay, act)
+            data_tab(lay)
+            plan_tab(lay)
+            run_tab(lay)
+            runs_tab(lay)
+            chat_tab(lay)
+            eval_tab(lay)
+            export_tab(lay)
+        ui.add("timer", gr.Timer(TICK_S))
+        ui.add("seen", gr.State({}))  # what this browser tab's last refresh sent
+        wire(ui, act, page)
+    return page, ui
 
-        draft_inputs = [yaml_box, config_path, algorithm, hardware, stages, recipe_stages, sets]
-        picked = [yaml_box, config_path, about, stages, recipe_stages, run_dir, algorithm, hardware]
-        recipe.change(act.pick, recipe, picked)
-        edits = [yaml_box.change, algorithm.change, hardware.change, stages.change, sets.change]
-        gr.on(edits, act.check, draft_inputs, check, show_progress="hidden")
-        use_data.click(act.use_file, [role, data_path, sets], [sets, check])
-        read_data.click(act.read_data, [*draft_inputs, run_dir], [data_text, data_rows])
-        plan_btn.click(act.plan, [*draft_inputs, run_dir], [plan_text, memory, data_text, data_rows, command])
-        start.click(act.start, [*draft_inputs, run_dir], [watched, tabs, job_state])
 
-        stop.click(act.stop, watched, job_state)
-        resume.click(act.resume, watched, job_state)
-        shown = gr.State([])  # what this tab's last tick sent
-        watch_outputs = [job_state, headline, curves, rewards, heldout, alarms, log, eval_state, export_state]
-        timer.tick(act.tick, [watched, shown], [*watch_outputs, shown], show_progress="hidden")
-        page.load(act.opened, None, watched)
+def wire(ui: Components, act: Actions, page: gr.Blocks) -> None:
+    """Each control to its handler, by name (`Components.on`)."""
+    from rlctl.cli.web import shown as a
 
-        list_btn.click(act.list_runs, folder, [runs_table, run_a, run_b])
-        compare_btn.click(act.compare, [run_a, run_b], [compare_plot, diff])
-        open_btn.click(lambda a: (a, gr.Tabs(selected="run")), run_a, [watched, tabs])
+    ui.on(ui["recipe"].change, act.pick, a.Picked)
+    edits = [ui[n].change for n in ("yaml", "algorithm", "hardware", "stages", "sets")]
+    ui.on(edits, act.check, a.CheckShown, show_progress="hidden")
+    ui.on(ui["stages"].change, act.stage_rows, a.StageRows, show_progress="hidden")
+    for key in (k for keys in draft.form_keys().values() for k in keys):
+        name = a.form_name(key)
+        setter = act.form_setter(key)
+        ui.on(
+            ui[name].input,
+            setter,
+            a.SetsShown,
+            names=[name, "sets"],
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
+    ui.on([ui["list_saved"].click, page.load], act.list_saved, a.SavedList)
+    ui.on(ui["load_saved"].click, act.load_saved, a.Loaded)
 
-        eval_btn.click(act.evaluate, [watched, limit], eval_state)
-        models_btn.click(act.models, watched, model_pick)
-        send.click(act.answer, [model_pick, chat, prompt, max_new], [chat, prompt])
-        prompt.submit(act.answer, [model_pick, chat, prompt, max_new], [chat, prompt])
+    ui.on([ui["list_data"].click, page.load], act.list_data, a.DataList)
+    ui.on(ui["use_data"].click, act.use_file, a.UsedFile)
+    ui.on(ui["data_path"].change, act.first_page, a.PreviewShown, show_progress="hidden")
+    ui.on(ui["preview_prev"].click, act.page_before, a.PreviewShown)
+    ui.on(ui["preview_next"].click, act.page_after, a.PreviewShown)
+    ui.on(ui["read_data"].click, act.read_data, a.DataShown)
+    ui.on(ui["plan_btn"].click, act.plan, a.PlanShown)
+    ui.on(ui["start"].click, act.start, a.Started)
 
-        card_btn.click(act.card, [watched, fmt, out, repo], card)
-        export_btn.click(act.export, [watched, fmt, out, repo], [card, export_state])
-    return page
+    ui.on(ui["stop"].click, act.stop, a.JobSaid)
+    ui.on(ui["resume"].click, act.resume, a.JobSaid)
+    ui.on(ui["timer"].tick, act.tick, a.RunShown, show_progress="hidden")
+    ui["log"].change(None, None, None, js=LOG_JS)
+    ui.on(page.load, act.opened, a.Opened)
+
+    ui.on(ui["list_runs"].click, act.list_runs, a.RunsList)
+    compared = ui.on(ui["compare"].click, act.compare, a.Compared)
+    ui.then(compared, act.compare_legend, a.CompareLegend)
+    ui.on(ui["open_a"].click, act.watch_a, a.Opened)
+
+    ui.on(ui["list_models"].click, act.models, a.ModelList)
+    ui.on([ui["send"].click, ui["prompt"].submit], act.answer, a.ChatShown)
+    ui.on(ui["clear_chat"].click, act.clear_chat, a.ChatShown)
+    ui.on(ui["eval_btn"].click, act.evaluate, a.EvalStarted)
+
+    ui.on(ui["card_btn"].click, act.card, a.CardShown)
+    ui.on(ui["export_btn"].click, act.export, a.ExportStarted)
+
+    labelled = text.labelled(ui.named)
+    gr.on([ui["lang"].change], lambda lang: text.relabel(ui.named, labelled, lang), ui["lang"], labelled)
