@@ -60,6 +60,15 @@ def _root(node: ast.expr) -> ast.expr:
     return node
 
 
+def _chain(node: ast.expr) -> ast.expr:
+    """`a.b[c].d` without its subscripts' keys (`a.b[...].d`): a constant used as a key is read, not changed."""
+    if isinstance(node, ast.Subscript):
+        return ast.Subscript(value=_chain(node.value), slice=ast.Constant(value=...), ctx=node.ctx)
+    if isinstance(node, ast.Attribute):
+        return ast.Attribute(value=_chain(node.value), attr=node.attr, ctx=node.ctx)
+    return node
+
+
 def _changed(node: ast.AST) -> list[ast.expr]:
     """The expressions `node` changes in place: assignment and deletion targets, receivers of mutating calls."""
     if isinstance(node, ast.Assign | ast.Delete):
@@ -87,7 +96,7 @@ def offences(path: Path, package: Path = RLCTL) -> list[str]:
             if isinstance(root, ast.Name) and root.id in objects and (rel, root.id) not in REGISTRIES:
                 out.append((line, f"{where}: module-level {root.id} changed ({ast.unparse(target)})"))
             elif isinstance(target, ast.Subscript | ast.Attribute) and any(
-                isinstance(part, ast.Attribute) and part.attr.isupper() for part in ast.walk(target)
+                isinstance(part, ast.Attribute) and part.attr.isupper() for part in ast.walk(_chain(target))
             ):
                 out.append((line, f"{where}: another module's constant changed ({ast.unparse(target)})"))
             if (
@@ -129,6 +138,7 @@ def test_the_check_recognises_each_kind_of_offence(tmp_path: Path):
         "    VERBOSE['on'] = True\n"
         "    _WORKERS.setdefault(name, w)\n"
         "    data.RECOGNISED[name] = w\n"
+        "    w[data.RECOGNISED] = name\n"
         "    setattr(opt, '_rlctl_switches', {})\n"
         "    opt._homes = {}\n"
     )
