@@ -108,7 +108,10 @@ def rl_run(recipe: str, sft: Path, run: Path, algorithm: str, seed: int, steps: 
 
 
 def table(name: str, opts: argparse.Namespace, variants: dict[str, tuple[str, list[str]]]) -> None:
-    variants = {k: (a, [*opts.vapo_sets, *sets] if a == "vapo" else sets) for k, (a, sets) in variants.items()}
+    variants = {
+        k: (a, [*opts.sets, *opts.vapo_sets, *sets] if a == "vapo" else [*opts.sets, *sets])
+        for k, (a, sets) in variants.items()
+    }
     work = Path(opts.work)
     work.mkdir(parents=True, exist_ok=True)
     sft = sft_run(opts.recipe, work, opts.sft)
@@ -140,7 +143,8 @@ def table(name: str, opts: argparse.Namespace, variants: dict[str, tuple[str, li
     loads = [r["load"][k] for runs in results.values() for r in runs if r["load"] for k in ("before", "after")]
     report(
         f"vapo_{name}_{opts.recipe}",
-        f"VAPO {name} on {opts.recipe}: {opts.steps} RL steps from one SFT model, seeds {opts.seeds} "
+        f"VAPO {name} on {opts.recipe}: {opts.steps} RL steps from one SFT model, seeds {opts.seeds}"
+        f"{', ' + ' '.join(opts.sets) if opts.sets else ''} "
         f"(load average {min(loads, default=0):.1f}-{max(loads, default=0):.1f})",
         ["run", "held-out accuracy (mean ± sd)", "per seed", "SFT start", "RL wall s", "of it value pretraining s"],
         rows,
@@ -148,6 +152,7 @@ def table(name: str, opts: argparse.Namespace, variants: dict[str, tuple[str, li
             "recipe": opts.recipe,
             "steps": opts.steps,
             "seeds": opts.seeds,
+            "sets": opts.sets,
             "vapo_sets": opts.vapo_sets,
             "sft_run": str(sft),
             "results": results,
@@ -164,7 +169,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="RL steps of every run (VAPO's value pretraining extra)")
     ap.add_argument("--sft", help="an SFT run directory to start from (default: trained once under --work)")
     ap.add_argument("--work", default="/tmp/rlctl-vapo-bench")
+    ap.add_argument("--set", action="append", default=[], dest="sets", help="KEY=VALUE for every run")
     ap.add_argument("--vapo-set", action="append", default=[], dest="vapo_sets", help="KEY=VALUE for VAPO's runs")
+    ap.add_argument("--rows", nargs="+", help="ablation: only the rows whose label contains one of these words")
     opts = ap.parse_args()
     started = time.time()
     if opts.table == "compare":
@@ -173,7 +180,8 @@ def main() -> None:
         from rlctl import config
 
         batch = config.resolve(preset=opts.recipe, algorithm="vapo").rl.batch_size
-        variants = {k: ("vapo", [s.replace("GROUPS", str(batch)) for s in v]) for k, v in ABLATIONS.items()}
+        rows = {k: v for k, v in ABLATIONS.items() if not opts.rows or k == "vapo" or any(w in k for w in opts.rows)}
+        variants = {k: ("vapo", [s.replace("GROUPS", str(batch)) for s in v]) for k, v in rows.items()}
         table("ablation", opts, variants)
     print(f"{time.time() - started:.0f} s in all")
 
