@@ -43,9 +43,18 @@ ABLATIONS: dict[str, list[str]] = {
     "- token-level loss": ["rl.loss.agg=seq-mean-token-mean"],
     "- positive-example LM loss": ["rl.loss.lm_coef=0"],
     "- group sampling": ["rl.group_size=1", "rl.batch_size=GROUPS"],  # same rollouts per step, one per prompt
+    # not one of the seven parts: the paper's 16 updates per rollout batch against one at the recipe's own rate
+    "1 update per batch (recipe's rate)": ["rl.ppo_mini_batches=1", "rl.learning_rate=RECIPE_LR"],
 }
 # the recipe's correctness reward alone (the tiny demo's 0.1 x reward model is left out, so no rm stage is needed)
 REWARDS = {"tiny-demo": "[{name: exact_match}]"}
+
+
+def _filled(setting: str, values: dict[str, str]) -> str:
+    """`setting` with each placeholder of `values` (GROUPS, RECIPE_LR) replaced."""
+    for name, value in values.items():
+        setting = setting.replace(name, value)
+    return setting
 
 
 def finished(run: Path, stage: str) -> bool:
@@ -179,9 +188,10 @@ def main() -> None:
     else:
         from rlctl import config
 
-        batch = config.resolve(preset=opts.recipe, algorithm="vapo").rl.batch_size
+        recipe = config.resolve(preset=opts.recipe, algorithm="vapo").rl
+        fill = {"GROUPS": str(recipe.batch_size), "RECIPE_LR": str(recipe.learning_rate)}
         rows = {k: v for k, v in ABLATIONS.items() if not opts.rows or k == "vapo" or any(w in k for w in opts.rows)}
-        variants = {k: ("vapo", [s.replace("GROUPS", str(batch)) for s in v]) for k, v in rows.items()}
+        variants = {k: ("vapo", [_filled(s, fill) for s in v]) for k, v in rows.items()}
         table("ablation", opts, variants)
     print(f"{time.time() - started:.0f} s in all")
 
