@@ -43,9 +43,18 @@ ABLATIONS: dict[str, list[str]] = {
     "- token-level loss": ["rl.loss.agg=seq-mean-token-mean"],
     "- positive-example LM loss": ["rl.loss.lm_coef=0"],
     "- group sampling": ["rl.group_size=1", "rl.batch_size=GROUPS"],  # same rollouts per step, one per prompt
+    # not one of the seven parts: the paper's 16 updates per rollout batch against one at the recipe's own rate
+    "1 update per batch (recipe's rate)": ["rl.ppo_mini_batches=1", "rl.learning_rate=RECIPE_LR"],
 }
 # the recipe's correctness reward alone (the tiny demo's 0.1 x reward model is left out, so no rm stage is needed)
 REWARDS = {"tiny-demo": "[{name: exact_match}]"}
+
+
+def _filled(setting: str, values: dict[str, str]) -> str:
+    """`setting` with each placeholder of `values` (GROUPS, RECIPE_LR) replaced."""
+    for name, value in values.items():
+        setting = setting.replace(name, value)
+    return setting
 
 
 def finished(run: Path, stage: str) -> bool:
@@ -108,7 +117,10 @@ def rl_run(recipe: str, sft: Path, run: Path, algorithm: str, seed: int, steps: 
 
 
 def table(name: str, opts: argparse.Namespace, variants: dict[str, tuple[str, list[str]]]) -> None:
-    variants = {k: (a, [*opts.vapo_sets, *sets] if a == "vapo" else sets) for k, (a, sets) in variants.items()}
+    variants = {
+        k: (a, [*opts.sets, *opts.vapo_sets, *sets] if a == "vapo" else [*opts.sets, *sets])
+        for k, (a, sets) in variants.items()
+    }
     work = Path(opts.work)
     work.mkdir(parents=True, exist_ok=True)
     sft = sft_run(opts.recipe, work, opts.sft)
@@ -140,7 +152,8 @@ def table(name: str, opts: argparse.Namespace, variants: dict[str, tuple[str, li
     loads = [r["load"][k] for runs in results.values() for r in runs if r["load"] for k in ("before", "after")]
     report(
         f"vapo_{name}_{opts.recipe}",
-        f"VAPO {name} on {opts.recipe}: {opts.steps} RL steps from one SFT model, seeds {opts.seeds} "
+        f"VAPO {name} on {opts.recipe}: {opts.steps} RL steps from one SFT model, seeds {opts.seeds}"
+        f"{', ' + ' '.join(opts.sets) if opts.sets else ''} "
         f"(load average {min(loads, default=0):.1f}-{max(loads, default=0):.1f})",
         ["run", "held-out accuracy (mean ± sd)", "per seed", "SFT start", "RL wall s", "of it value pretraining s"],
         rows,
@@ -148,6 +161,7 @@ def table(name: str, opts: argparse.Namespace, variants: dict[str, tuple[str, li
             "recipe": opts.recipe,
             "steps": opts.steps,
             "seeds": opts.seeds,
+            "sets": opts.sets,
             "vapo_sets": opts.vapo_sets,
             "sft_run": str(sft),
             "results": results,
@@ -164,7 +178,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="RL steps of every run (VAPO's value pretraining extra)")
     ap.add_argument("--sft", help="an SFT run directory to start from (default: trained once under --work)")
     ap.add_argument("--work", default="/tmp/rlctl-vapo-bench")
+    ap.add_argument("--set", action="append", default=[], dest="sets", help="KEY=VALUE for every run")
     ap.add_argument("--vapo-set", action="append", default=[], dest="vapo_sets", help="KEY=VALUE for VAPO's runs")
+    ap.add_argument("--rows", nargs="+", help="ablation: only the rows whose label contains one of these words")
     opts = ap.parse_args()
     started = time.time()
     if opts.table == "compare":
@@ -172,8 +188,10 @@ def main() -> None:
     else:
         from rlctl import config
 
-        batch = config.resolve(preset=opts.recipe, algorithm="vapo").rl.batch_size
-        variants = {k: ("vapo", [s.replace("GROUPS", str(batch)) for s in v]) for k, v in ABLATIONS.items()}
+        recipe = config.resolve(preset=opts.recipe, algorithm="vapo").rl
+        fill = {"GROUPS": str(recipe.batch_size), "RECIPE_LR": str(recipe.learning_rate)}
+        rows = {k: v for k, v in ABLATIONS.items() if not opts.rows or k == "vapo" or any(w in k for w in opts.rows)}
+        variants = {k: ("vapo", [_filled(s, fill) for s in v]) for k, v in rows.items()}
         table("ablation", opts, variants)
     print(f"{time.time() - started:.0f} s in all")
 

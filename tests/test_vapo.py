@@ -144,6 +144,20 @@ def test_the_preset_turns_every_part_on():
     assert rl.loss.lm_coef == 0.1  # positive-example LM loss
     assert rl.group_size == 8 and rl.advantage == "gae" and rl.critic.init == "policy"  # group sampling, critic
     assert rl.total_steps == 50 + rl.max_steps
+    assert rl.critic_learning_rate == 2 * rl.learning_rate  # the paper's critic lr: 2e-6 for the actor's 1e-6
+
+
+def test_the_critic_learning_rate_is_a_multiple_of_the_policys_unless_set():
+    from rlctl.errors import UserError
+
+    ppo = config.resolve(preset="tiny-demo", algorithm="ppo").rl
+    assert ppo.critic_learning_rate == ppo.learning_rate == 3e-4  # lr_ratio 1: PPO's critic as before
+    vapo = config.resolve(preset="tiny-demo", algorithm="vapo", sets=["rl.learning_rate=1e-4"]).rl
+    assert vapo.critic_learning_rate == pytest.approx(2e-4)
+    fixed = config.resolve(preset="tiny-demo", algorithm="vapo", sets=["rl.critic.lr=5e-5"]).rl
+    assert fixed.critic_learning_rate == 5e-5, "a critic.lr that is set wins over lr_ratio"
+    with pytest.raises(UserError, match=r"rl\.critic\.lr_ratio=10"):
+        config.resolve(preset="tiny-demo", algorithm="vapo", sets=["rl.learning_rate=0.2", "rl.critic.lr_ratio=10"])
 
 
 @pytest.mark.parametrize(
@@ -254,6 +268,11 @@ def test_value_pretraining_moves_only_the_critic_and_resume_is_bit_exact_during_
     for r in steps[:2]:  # value pretraining: the critic's loss and fit, no policy loss or gradient
         assert r["value_pretrain_step"] == r["step"] and "value_loss" in r and "value_explained_var" in r, r
         assert "loss" not in r and "grad_norm" not in r and "time_value_pretrain" in r, r
+    # value pretraining draws its prompts from a stream of its own: the policy's steps start the policy's stream, as
+    # a run without value pretraining (or any other algorithm) does at its first steps
+    assert [r["prompt_index"] for r in steps] == [0, 16, 0, 16]
+    c_opt = torch.load(ckpts / "checkpoint-1" / "optimizer_1.bin", weights_only=False)
+    assert [g["lr"] for g in c_opt["param_groups"]] == [2 * 3e-4], "the critic learns at 2x the policy's rate"
     for r in steps[2:]:  # VAPO: the per-sample λ (answers under 1/α = 20 tokens: returns.lam) and the LM loss's share
         assert "value_pretrain_step" not in r and "loss" in r and "grad_norm" in r, r
         assert [r["lam_mean"], r["lam_min"], r["lam_max"]] == pytest.approx([0.95] * 3), r

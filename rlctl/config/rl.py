@@ -195,7 +195,14 @@ class Critic(Section):
         None,
         ge=MIN_LEARNING_RATE,
         lt=1,
-        description="Critic learning rate; null = the same as learning_rate (verl: 10x the actor's).",
+        description="Critic learning rate; null = lr_ratio x learning_rate (verl: 10x the actor's).",
+    )
+    lr_ratio: float = Field(
+        1.0,
+        gt=0,
+        le=100,
+        description="With lr null: the critic's learning rate as this multiple of learning_rate (VAPO: 2, its 2e-6 "
+        "for an actor's 1e-6; verl's PPO examples: 10); a critic.lr that is set wins.",
     )
     warmup_steps: int = Field(
         0,
@@ -417,6 +424,11 @@ class RLConfig(TrainConfig):
         return self
 
     @property
+    def critic_learning_rate(self) -> float:
+        """The critic's peak learning rate: critic.lr, or critic.lr_ratio x learning_rate."""
+        return self.critic.lr or self.learning_rate * self.critic.lr_ratio
+
+    @property
     def total_steps(self) -> int:
         """Rollout batches the stage runs: the critic's value pretraining (critic.pretrain_steps), then max_steps."""
         return self.critic.pretrain_steps + self.max_steps
@@ -480,6 +492,12 @@ class RLConfig(TrainConfig):
                 f"rl.returns.short_lam={self.returns.short_lam} is the lambda of responses too short for "
                 "length-adaptive GAE, which is off (rl.returns.lam_alpha is null); nearest valid: "
                 "rl.returns.short_lam=null, or rl.returns.lam_alpha=0.05"
+            )
+        if critic.init is not None and self.critic_learning_rate >= 1:
+            raise ValueError(
+                f"rl.critic.lr_ratio={critic.lr_ratio} x rl.learning_rate={self.learning_rate} gives the critic a "
+                "learning rate of 1 or more; nearest valid: rl.critic.lr_ratio="
+                f"{0.99 / self.learning_rate:.3g}, or set rl.critic.lr"
             )
         if critic.init == "reward_model" and "rm" not in stages:
             raise ValueError(

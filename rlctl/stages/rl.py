@@ -96,8 +96,8 @@ def parts(ctx: StageContext) -> Parts:
     shards = {"policy": (policy, opt)} if sharded else {}  # what DCP checkpoints (accelerate: schedulers, RNG)
     c_opt = c_sched = None
     if critic is not None:
-        c_lr, c_updates = rl.critic.lr or rl.learning_rate, rl.total_steps * updates  # value pretraining included
-        c_opt, c_sched = optimizer_and_schedule(rl, critic, c_lr, c_updates)
+        c_updates = rl.total_steps * updates  # value pretraining included
+        c_opt, c_sched = optimizer_and_schedule(rl, critic, rl.critic_learning_rate, c_updates)
         if not sharded:
             critic, c_opt = acc.prepare(critic, c_opt)
         acc.register_for_checkpointing(c_sched)

@@ -88,16 +88,18 @@ class Pipeline:
         with torch.no_grad():
             return token_logprobs(model, batch, 1.0)[0].double().cpu()
 
-    def resume_cursor(self, loop: Loop) -> int:
-        """The first prompt not yet trained (that of the oldest round in flight): a checkpoint's resume point."""
-        return self.inflight[0] if self.inflight else loop.stream.cursor
+    def resume_cursor(self, loop: Loop, step: int) -> int:
+        """The first prompt not yet trained after step `step` (that of the oldest round in flight, in the stream of
+        step `step` + 1): a checkpoint's resume point."""
+        return self.inflight[0] if self.inflight else loop.stream_at(step + 1).cursor
 
     def fill(self, loop: Loop, step: int) -> None:
-        """Submit rounds until `depth` are in flight, but never more than the steps from `step` on can train
-        (every process takes the same prompts from its stream)."""
-        while len(self.inflight) < min(self.depth, loop.rl.max_steps - step + 1):
-            key = loop.stream.cursor
-            samples = loop.take_round()
+        """Submit rounds until `depth` are in flight, but never more than the steps from `step` on can train, value
+        pretraining's included (every process takes the same prompts from the stream of the round's step)."""
+        while len(self.inflight) < min(self.depth, loop.rl.total_steps - step + 1):
+            for_step = step + len(self.inflight)  # the rounds in flight are those of steps step, step + 1, ...
+            key = loop.stream_at(for_step).cursor
+            samples = loop.take_round(for_step)
             self.inflight.append(key)
             self.submitted += 1
             if self.generators is not None:
@@ -138,7 +140,7 @@ class Pipeline:
         """The weights after step `step` (policy version `step`) to every engine; none after the last step (no
         round is left to sample with them)."""
         self.version = step
-        if step >= loop.rl.max_steps:
+        if step >= loop.rl.total_steps:
             return
         probe = self._probe_logprobs(loop)
         weights = sharding.full_weights(loop.acc.unwrap_model(loop.policy))

@@ -5,7 +5,8 @@
 and the plan fields the loop reads; `Hooks`, the stage around it) and reads top to bottom: `setup` and `restore`
 build the `Loop` and bring back the last complete checkpoint, then each step (`train_step`) calls, in order:
 
-1. `rollout`: take prompts, sample a group of completions per prompt through the plan's generation engine
+1. `rollout`: take prompts (value pretraining's from a stream of its own, so the policy's steps see the prompts
+   they would without it), sample a group of completions per prompt through the plan's generation engine
    (`rlctl.rollout.generate.for_plan`: colocated vLLM in sleep mode when the plan has it, else transformers; with
    rl.async_rollout the rounds the generator process sampled, `rlctl.trainer.async_rollout`) and score them
    (`rlctl.runtime.rewarding.Scorer`). With dynamic sampling, groups whose rewards are all equal are dropped and
@@ -111,7 +112,7 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
     log_step(loop, step, rollout_, prepared, train, stats)
     signum = stop_signal(loop.hooks.stop)
     if step % loop.rl.save_every == 0 or step == loop.rl.total_steps or signum:
-        cursor = loop.pipeline.resume_cursor(loop) if loop.pipeline else loop.stream.cursor
+        cursor = loop.pipeline.resume_cursor(loop, step) if loop.pipeline else loop.stream_at(step + 1).cursor
         save_checkpoint(loop, step, LoopState(step, cursor, loop.kl_ctl.value, loop.acc.num_processes))
     if signum:
         raise Interrupted(signum)
@@ -140,7 +141,7 @@ def rollout(loop: Loop, step: int) -> Rollout:
     max_rounds = rl.filters.dynamic_sampling_rounds if rl.filters.dynamic_sampling else 1
     while len(kept) < rl.prompts_per_step and rounds < max_rounds:
         rounds += 1
-        mine = loop.pipeline.next_round(loop, step) if loop.pipeline else sample_round(loop)
+        mine = loop.pipeline.next_round(loop, step) if loop.pipeline else sample_round(loop, step)
         clock.lap("generate")
         loop.scorer(mine, trainer_state(loop, step))
         round_samples = gather_object(mine)
@@ -164,9 +165,10 @@ def trainer_state(loop: Loop, step: int):
     return TrainerState(global_step=max(0, rl_step - 1) * updates, max_steps=loop.rl.max_steps * updates)
 
 
-def sample_round(loop: Loop) -> list[Sample]:
-    """This process's share of a round of prompts_per_step prompts x group_size completions, sampled here."""
-    mine = loop.mine(loop.take_round())
+def sample_round(loop: Loop, step: int) -> list[Sample]:
+    """This process's share of a round of step `step`'s prompts_per_step prompts x group_size completions, sampled
+    here."""
+    mine = loop.mine(loop.take_round(step))
     multiturn.sample(loop.agent, loop.generator, mine, loop.tok.eos_token_id)
     return mine
 

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 Rows = TypeVar("Rows", list[Sample], Tensor)
 SHARDS = "sharded"  # a checkpoint's DCP folder: one __R_0.distcp per process and .metadata
+PRETRAIN_STREAM_SEED = 1_000_003  # added to the run's seed: value pretraining's prompt order, apart from the policy's
 
 
 @dataclass
@@ -109,8 +110,9 @@ class Hooks:
 @dataclass
 class Loop:
     """What every step works with, built once by `setup` from the stage's parts: the accelerator, models,
-    optimizers, prompt stream, scorer and generation engine, and how each process splits the batch (`shard`
-    rollouts per process, `mini` per optimizer update, `micro` per forward/backward)."""
+    optimizers, prompt streams (the policy's, and VAPO's value pretraining's own), scorer and generation engine, and
+    how each process splits the batch (`shard` rollouts per process, `mini` per optimizer update, `micro` per
+    forward/backward)."""
 
     settings: Settings
     hooks: Hooks
@@ -124,7 +126,8 @@ class Loop:
     c_opt: Optimizer | None
     c_sched: LRScheduler | None
     kl_ctl: FixedKLController | AdaptiveKLController
-    stream: PromptStream
+    stream: PromptStream  # the policy's steps' prompts
+    pretrain_stream: PromptStream  # value pretraining's (rl.critic.pretrain_steps): the same rows in another order
     scorer: Scorer
     generator: Generator
     loss_cfg: PolicyLossConfig
@@ -153,6 +156,12 @@ class Loop:
         the critic fits Monte-Carlo returns of the starting policy's samples, the policy does not move."""
         return step <= self.rl.critic.pretrain_steps
 
+    def stream_at(self, step: int) -> PromptStream:
+        """The prompts of step `step`: value pretraining draws from a stream of its own, so the policy's first step
+        starts the policy's stream, and its steps see the prompts, in the order, they would without value
+        pretraining (and that another algorithm sees at the same step)."""
+        return self.pretrain_stream if self.pretraining(step) else self.stream
+
     def mine(self, rows: Rows) -> Rows:
         """This process's share of a batch identical on every process (samples, or row indices): `shard` rows
         from rank x shard."""
@@ -168,10 +177,11 @@ class Loop:
             return encode(self.processor, text, row_images(row, None))  # image paths absolute: training_rows
         return self.tok(text, add_special_tokens=False)["input_ids"], None  # fits: training_rows
 
-    def take_round(self) -> list[Sample]:
-        """The next prompts_per_step prompts of the stream, group_size unsampled samples each (every process takes
-        the same ones)."""
-        prompts = [(g, row, *self.prompt_inputs(row)) for g, row in self.stream.take(self.rl.prompts_per_step)]
+    def take_round(self, step: int) -> list[Sample]:
+        """The next prompts_per_step prompts of step `step`'s stream, group_size unsampled samples each (every
+        process takes the same ones)."""
+        taken = self.stream_at(step).take(self.rl.prompts_per_step)
+        prompts = [(g, row, *self.prompt_inputs(row)) for g, row in taken]
         return [Sample(g, row, list(ids), vision=v) for g, row, ids, v in prompts for _ in range(self.rl.group_size)]
 
     def forward_all(self, fn, model, batch: Batch) -> Tensor:
@@ -185,7 +195,7 @@ class Loop:
 
 
 def setup(parts: Parts, settings: Settings, hooks: Hooks) -> Loop:
-    """The loop over the stage's parts: the KL controller, the prompt stream, the loss and advantage settings,
+    """The loop over the stage's parts: the KL controller, the prompt streams, the loss and advantage settings,
     how each process splits the batch and the phase clock."""
     rl, acc = settings.rl, parts.acc
     shard = rl.prompts_per_step * rl.group_size // acc.num_processes
@@ -207,7 +217,8 @@ def setup(parts: Parts, settings: Settings, hooks: Hooks) -> Loop:
     clock = PhaseClock(acc.device.type == "cuda", on_lap=hooks.lap)
     return Loop(
         settings, hooks, acc, parts.tok, parts.policy, parts.ref, parts.critic, parts.opt, parts.sched,
-        parts.c_opt, parts.c_sched, kl_ctl, PromptStream(parts.rows, settings.seed), parts.scorer, parts.generator,
+        parts.c_opt, parts.c_sched, kl_ctl, PromptStream(parts.rows, settings.seed),
+        PromptStream(parts.rows, settings.seed + PRETRAIN_STREAM_SEED), parts.scorer, parts.generator,
         loss_cfg, adv_cfg, shard, mini, micro, clock, parts.agent, parts.shards, processor=parts.processor,
     )  # fmt: skip
 
@@ -220,7 +231,7 @@ def restore(loop: Loop) -> int:
     hooks, seed = loop.hooks, loop.settings.seed
     state = load_checkpoint(resume_point(hooks.stops.checkpoints, hooks.is_main), loop.acc, loop.shards)
     if state:
-        start, loop.stream.cursor, loop.kl_ctl.value = state.step, state.cursor, state.kl_coef
+        start, loop.stream_at(state.step + 1).cursor, loop.kl_ctl.value = state.step, state.cursor, state.kl_coef
         if state.world not in (None, loop.acc.num_processes):  # each process samples anew
             set_seed(seed + loop.rank + start)
     else:
