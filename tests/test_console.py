@@ -204,7 +204,7 @@ def test_progress_bars_keep_stage_names_and_metrics_whole():
     from rich.console import Console
     from rich.progress import Progress
 
-    from rlctl.launch import bar_columns
+    from rlctl.launch.live import bar_columns
 
     out = io.StringIO()
     console = Console(file=out, width=80, force_terminal=True, color_system=None)
@@ -225,7 +225,7 @@ def test_train_summary_fits_80_columns_as_a_table():
     from rich.console import Console
 
     from rlctl import tables
-    from rlctl.launch import summary_table
+    from rlctl.launch.live import summary_table
     from rlctl.rundir import Summary
 
     keys = ("accuracy", "reward", "rows", "tool_call_rate", "tool_calls", "tool_errors", "turns", "margin")
@@ -295,7 +295,7 @@ def test_a_run_without_held_out_metrics_ends_with_one_line_not_an_empty_table():
 
     from rich.console import Console
 
-    from rlctl.launch import show_summary
+    from rlctl.launch.live import show_summary
     from rlctl.rundir import Summary
 
     out = io.StringIO()

@@ -340,7 +340,7 @@ def test_the_install_command_reaches_the_console_intact(monkeypatch):
 
 
 def test_expandable_segments_on_gpus_unless_an_old_vllm_pool_shares_the_process():
-    from rlctl.launch import _env
+    from rlctl.launch.start import _env
 
     gpu, cpu = hardware.parse_spec("1xH100-80GB"), hardware.parse_spec("cpu")
     assert not choice.expandable_segments(cpu, False, None)

@@ -29,7 +29,7 @@ def tiny_folder(tmp_path_factory) -> Path:
 def test_completions_end_at_the_end_of_turn_token(tiny_folder: Path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlctl.rollout import evaluate
+    from rlctl.evaluation import evaluate
 
     tok = AutoTokenizer.from_pretrained(tiny_folder)
     model = AutoModelForCausalLM.from_pretrained(tiny_folder)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlctl.rollout.evaluate import ks_for, pass_at_k
+from rlctl.evaluation.evaluate import ks_for, pass_at_k
 from tests.helpers import rlctl, summary
 
 

@@ -227,7 +227,7 @@ def test_a_crash_after_launch_is_one_paragraph(run_copy: Path):
 
 
 def test_the_cause_of_a_launch_failure_is_read_from_its_log():
-    from rlctl.launch import failure
+    from rlctl.launch.start import failure
 
     log = (
         'Traceback (most recent call last):\n  File "x.py", line 3, in f\n    g()\n'
@@ -243,7 +243,7 @@ def test_the_cause_of_a_launch_failure_is_read_from_its_log():
 
 
 def test_a_stopped_run_names_its_stage_and_log(tmp_path: Path):
-    from rlctl.launch import _stopped_where
+    from rlctl.launch.start import _stopped_where
 
     log = tmp_path / "logs" / "train.log"
     said = _stopped_where({"stage": "rl", "message": "Reward 'r.py:f' raised KeyError: 'x' [red]."}, log)
@@ -253,7 +253,7 @@ def test_a_stopped_run_names_its_stage_and_log(tmp_path: Path):
 
 
 def test_a_launch_killed_without_a_word_names_its_stage(tmp_path: Path):
-    from rlctl.launch import _failed
+    from rlctl.launch.start import _failed
 
     log = tmp_path / "logs" / "train.log"
     said = _failed("sft", -9, "The training process ended without saying why.", log, tmp_path)
@@ -270,7 +270,7 @@ def test_a_launch_killed_without_a_word_names_its_stage(tmp_path: Path):
 
 
 def test_a_training_process_killed_by_a_signal_is_named():
-    from rlctl.launch import failure
+    from rlctl.launch.start import failure
 
     one = "subprocess.CalledProcessError: Command '['python', 'r']' died with <Signals.SIGKILL: 9>."
     several = "[0]:\n  time      : 2026-01-01\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 4242)"

@@ -160,7 +160,7 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from rlctl.launch import holding_lock
+    from rlctl.launch.start import holding_lock
     with holding_lock(Path(sys.argv[1])):
         print("held", flush=True)
         time.sleep(120)
@@ -169,8 +169,8 @@ HOLDER = textwrap.dedent(
 
 
 def test_stop_signals_only_the_run_of_this_run_directory(tmp_path):
-    """A run started from a terminal holds its run.lock open (`launch.holding_lock`); Stop signals it. A copy of its
-    run directory (run.lock copied too) names the same pid, but Stop on the copy signals nothing."""
+    """A run started from a terminal holds its run.lock open (`launch.start.holding_lock`); Stop signals it. A copy
+    of its run directory (run.lock copied too) names the same pid, but Stop on the copy signals nothing."""
     from rlctl.cli.web.jobs import Jobs
 
     run = tmp_path / "runs" / "t"

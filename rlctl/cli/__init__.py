@@ -3,8 +3,8 @@
 Package `rlctl.cli`: the entry point (this module), the Typer app and its shared options (`app`), the commands
 before training (`prepare`: init, presets, rewards), the run commands (`run`: plan, train, resume), the job files
 for schedulers (`jobs`: slurm, k8s, sky), the commands after training (`results`: export, eval, report, verify,
-doctor) and their bodies (`cockpit`), the web page (`web`: rlctl ui), the generated docs (`docs_gen`) and the code
-map (`codemap`).
+doctor), the bodies of rewards, eval, report, doctor and verify, one module per command (`cockpit`), the web page
+(`web`: rlctl ui), the generated docs (`docs_gen`) and the code map (`codemap`).
 May import: every other package.
 """
 

@@ -258,9 +258,9 @@ def presets_show(
 @rewards_app.command("list")
 def rewards_list(ctx: typer.Context) -> None:
     """The built-in rewards with their arguments, and rewards installed as `rlctl.rewards` entry points."""
-    from rlctl.cli import cockpit
+    from rlctl.cli.cockpit import rewards as rewards_body
 
-    cockpit.rewards_list(_ui(ctx))
+    rewards_body.rewards_list(_ui(ctx))
 
 
 @rewards_app.command("test")
@@ -282,6 +282,7 @@ def rewards_test(
     ground truth itself is scored: a sanity check that a right answer gets full marks)."""
     from rlctl import config as config_mod
     from rlctl.cli import cockpit
+    from rlctl.cli.cockpit import rewards as rewards_body
 
     cfg = None
     if run is not None:
@@ -290,7 +291,7 @@ def rewards_test(
         cfg = config_mod.load_run_config(RunDir(run).config)
     elif preset or config or set_ or Path("rlctl.yaml").is_file():
         cfg = _resolve(preset, config, None, None, set_, None)
-    specs, answer_field, columns, rm_dir = cockpit.reward_setup(run, cfg, reward)
+    specs, answer_field, columns, rm_dir = rewards_body.reward_setup(run, cfg, reward)
     columns.update(cockpit.columns_opt(column))
     encoding = cfg.data.encoding if cfg else "utf-8"
-    cockpit.rewards_test(_ui(ctx), data_file, specs, answer_field, columns, rm_dir, limit, as_json, encoding)
+    rewards_body.rewards_test(_ui(ctx), data_file, specs, answer_field, columns, rm_dir, limit, as_json, encoding)

@@ -146,8 +146,9 @@ def eval_(
     rl.temperature, else 1.0) and adds pass@1..pass@K. A sample is correct when the --accuracy reward gives it
     more than 0.5 (default: the run's first correctness reward, else exact_match)."""
     from rlctl.cli import cockpit
+    from rlctl.cli.cockpit import evaluation
 
-    options = cockpit.EvalOptions(
+    options = evaluation.EvalOptions(
         stage=stage,
         samples=samples,
         temperature=temperature,
@@ -162,7 +163,7 @@ def eval_(
         batch_size=batch_size,
         out=out,
     )
-    metrics = cockpit.evaluate_command(_ui(ctx, stderr=as_json), target, data_file, options)
+    metrics = evaluation.evaluate_command(_ui(ctx, stderr=as_json), target, data_file, options)
     if as_json:
         from rlctl import strictjson
 
@@ -185,9 +186,9 @@ def report(
 ) -> None:
     """PNG plots of every stage's curves against steps, a report.md with the config and final metrics, and
     TensorBoard event files (RUN_DIR/tensorboard)."""
-    from rlctl.cli import cockpit
+    from rlctl.cli.cockpit import report as report_body
 
-    cockpit.report_command(_ui(ctx), run_dir, out, force)
+    report_body.report_command(_ui(ctx), run_dir, out, force)
 
 
 @app.command()
@@ -199,9 +200,9 @@ def doctor(
     """Check this machine: Python, torch/CUDA, GPUs, library versions against the supported matrix (with the
     exact fix command for each mismatch), free disk, and the Hub login (the token is never printed).
     Exits 1 when something needs fixing."""
-    from rlctl.cli import cockpit
+    from rlctl.cli.cockpit import doctor as doctor_body
 
-    raise typer.Exit(cockpit.doctor_command(_ui(ctx), online=not offline, as_json=as_json))
+    raise typer.Exit(doctor_body.doctor_command(_ui(ctx), online=not offline, as_json=as_json))
 
 
 @app.command()
@@ -214,6 +215,6 @@ def verify(
     and exports (safetensors headers against file sizes, archives, JSON) without loading a model; or an export
     folder anywhere (every file against the manifest rlctl_files.json written with it).
     Exits 1 when something is damaged."""
-    from rlctl.cli import cockpit
+    from rlctl.cli.cockpit import verify as verify_body
 
-    raise typer.Exit(cockpit.verify_command(_ui(ctx), run_dir, as_json))
+    raise typer.Exit(verify_body.verify_command(_ui(ctx), run_dir, as_json))

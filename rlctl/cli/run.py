@@ -99,14 +99,14 @@ def _wait_for_rank0(console: Console, run_dir: Path, timeout: float) -> None:
 
 def _launch(console: Console, the_plan: Plan, resuming: bool) -> int:
     """Run the plan; nodes other than 0 do not take the run directory's lock (node 0 holds it)."""
-    from rlctl import launch
+    from rlctl.launch import start
     from rlctl.plan import packages
 
     packages.require(the_plan)
 
     if the_plan.config.hardware.node_rank == 0:
-        return launch.run(the_plan, console, resuming=resuming)
-    return launch._run(the_plan, console, resuming)
+        return start.run(the_plan, console, resuming=resuming)
+    return start._run(the_plan, console, resuming)
 
 
 def default_run_dir(cfg: RunConfig | None, preset: str | None) -> Path:
@@ -230,6 +230,7 @@ def train(
     --main-address, and a --run-dir on a shared filesystem; node 0 prepares the run directory, the others join it
     (torch.distributed static rendezvous through accelerate)."""
     from rlctl import launch
+    from rlctl.launch import start
 
     ui = _ui(ctx)
     console = ui.console
@@ -261,7 +262,7 @@ def train(
 
         plan_view.show(console, prepared.plan)
     _print_recognised(console, prepared.report)
-    raise typer.Exit(_finish(ui, launch.run(prepared.plan, console), prepared.plan))
+    raise typer.Exit(_finish(ui, start.run(prepared.plan, console), prepared.plan))
 
 
 @app.command()

@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 from rlctl import checkpoint, data, rewards
 from rlctl.errors import DataRowError, RewardError, RowFailure
+from rlctl.evaluation import evaluate
 from rlctl.monitors import memory_probe
 from rlctl.rewards import scoring
-from rlctl.rollout import evaluate, multiturn
+from rlctl.rollout import multiturn
 from rlctl.runtime import models
 from rlctl.runtime.context import StageContext
 from rlctl.runtime.rows import HOLDOUT, anchored, preference, preference_split

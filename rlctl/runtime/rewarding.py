@@ -11,8 +11,9 @@ import torch
 from rlctl import rewards
 from rlctl.algorithms import overlong_penalty
 from rlctl.data.tokens import prompt_text
+from rlctl.evaluation import evaluate
 from rlctl.rewards import scoring
-from rlctl.rollout import evaluate, multiturn
+from rlctl.rollout import multiturn
 from rlctl.rollout.samples import Sample
 from rlctl.rundir import RunDir
 from rlctl.runtime import models

@@ -53,8 +53,8 @@ def boundary(model_dir: str) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlctl import config
+    from rlctl.evaluation import evaluate
     from rlctl.plan import planner as plan
-    from rlctl.rollout import evaluate
     from rlctl.rollout import vllm as engine
     from rlctl.rollout.generate import HFGenerator
 

@@ -132,8 +132,8 @@ class Jobs:
 
 def lock_holder(lock: Path) -> int | None:
     """The live process named in a run's lock, only if it holds that very file open (as `rlctl train` and `resume`
-    do while they run, `launch.holding_lock`): a lock copied with its run directory, or a pid reused since, names a
-    process that does not, and nothing is signalled."""
+    do while they run, `launch.start.holding_lock`): a lock copied with its run directory, or a pid reused since,
+    names a process that does not, and nothing is signalled."""
     import psutil
 
     try:

@@ -104,7 +104,7 @@ class Sampling:
 
 def load(root: Path, loaded: Loaded, folder: str) -> Loaded:
     """The model of `folder` (a folder of the served folder), loaded once, with its run's prompt format."""
-    from rlctl.rollout import evaluate
+    from rlctl.evaluation import evaluate
 
     rel = inside(root, folder, "model folder")
     if loaded.folder != rel.as_posix():
@@ -127,7 +127,7 @@ def prompt_of(task: TaskFormat, history: list[dict], text: str, system: str) -> 
 
 def reply(root: Path, loaded: Loaded, folder: str, history: list[dict], text: str, how: Sampling) -> str:
     """The model's answer to `text` after `history`, generated as `rlctl eval` generates (greedy at temperature 0)."""
-    from rlctl.rollout import evaluate
+    from rlctl.evaluation import evaluate
 
     load(root, loaded, folder)
     prompt = prompt_of(loaded.task, history, text, how.system)
