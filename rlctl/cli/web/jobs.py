@@ -62,7 +62,7 @@ class Jobs:
             busy = self._jobs.get(run_dir)
             if busy is not None and busy.running():
                 raise UserError(f"{run_dir} is busy: {busy.state()}. Wait for it, or stop it first.")
-            log = RunDir(self.root / run_dir).logs / f"ui-{command}.log"
+            log = RunDir(self.root / run_dir).ui_log(command)
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("wb") as out:
                 proc = subprocess.Popen(
