@@ -150,7 +150,7 @@ class RunDir:
         return self.root / ("export-gguf" if fmt == "gguf" else "export")
 
     def eval(self, stem: str) -> Path:
-        """An `rlctl eval` result of the run."""
+        """An `rlctl eval` result of the run (its samples beside it: `eval_samples`)."""
         return self.root / EVAL / f"{stem}.json"
 
     def stage(self, name: str) -> Path:
@@ -206,6 +206,12 @@ def checkpoint_step(path: Path) -> int | None:
 def set_aside(path: Path) -> Path:
     """Where a resume keeps the damaged file or checkpoint `path`: beside it, as `NAME.damaged`."""
     return path.with_name(path.name + DAMAGED)
+
+
+def eval_samples(result: Path) -> Path:
+    """The samples of the `rlctl eval` result `result` (`RunDir.eval`, or a file `--out` names), beside it as
+    `STEM.samples.jsonl`."""
+    return result.with_suffix(".samples.jsonl")
 
 
 def final_staging(final: Path) -> Path:
