@@ -702,9 +702,9 @@ def test_plan_json_reads_back_as_the_plan_it_was(tmp_path: Path, monkeypatch, pr
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # the preset's architecture, or none
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     built = plan.build(config.resolve(preset, None, None, spec, list(sets)), tmp_path)
-    rundir.write_record(tmp_path / resolved.PLAN_FILE, built)
+    rundir.write_record(rundir.RunDir(tmp_path).plan, built)
     assert resolved.read(tmp_path) == built
-    assert json.loads((tmp_path / resolved.PLAN_FILE).read_text()) == built.to_json()
+    assert json.loads(rundir.RunDir(tmp_path).plan.read_text()) == built.to_json()
 
 
 def test_build_changes_nothing_it_is_given(tmp_path: Path):
