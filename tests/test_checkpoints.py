@@ -139,3 +139,15 @@ def test_resume_may_change_only_what_the_checkpoints_do_not_hold(tmp_path: Path)
     text = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "--set model.adapter cannot change on resume" in text, text
     assert "rl.micro_batch_size" in text and (run / "config.yaml").read_text() == dump(cfg)
+
+
+def test_rlctl_names_checkpoint_folders_as_transformers_trainer_does():
+    """TRL's stages write their checkpoints through transformers' Trainer, rlctl's RL loop through
+    `rlctl.rundir.checkpoint`: one name for both, so resume, retention and keep-best find either."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    from rlctl import rundir
+
+    assert rundir.checkpoint(Path("c"), 7).name == f"{PREFIX_CHECKPOINT_DIR}-7"
+    assert rundir.checkpoint_step(Path(f"{PREFIX_CHECKPOINT_DIR}-12")) == 12
+    assert rundir.checkpoint_step(Path("checkpoint-12.damaged")) is None

@@ -18,6 +18,7 @@ import pytest
 from rlctl import config, plan
 from rlctl.plan import data_lengths
 from rlctl.plan.parts import PhaseMemory
+from rlctl.rundir import RunDir
 
 GiB = 2**30
 TOLERANCE = 0.10
@@ -100,7 +101,7 @@ def test_rl_prompts_are_planned_as_long_as_the_data_and_every_rank_plans_the_sam
     assert {"setting": "RL prompt tokens (memory)", "value": "17"} in [
         {k: d[k] for k in ("setting", "value")} for d in short.decisions
     ]
-    record = tmp_path / data_lengths.PROMPT_LENGTHS
+    record = RunDir(tmp_path).data_lengths
     record.write_text(json.dumps({"rl_longest_prompt": 17}))  # what `rlctl train` records
     assert plan.build(cfg, tmp_path).memory == short.memory  # a rank or a resume rebuilding the plan
     assert plan.build(cfg, tmp_path, prompt_tokens=600).memory == bound.memory  # never past data.max_prompt_length
@@ -147,7 +148,7 @@ def test_smollm2_sft_on_cpu_is_planned_from_the_longest_row_within_25_percent(tm
     said = {d["setting"]: d for d in counted.decisions}["sft tokens per sequence (memory)"]
     assert said["value"] == "52" and "longest sft row" in said["why"] and "sft.max_length=96" in said["why"]
     # `rlctl train` records the counts in the run directory: every rank and every resume plans the same
-    (tmp_path / data_lengths.DATA_LENGTHS).write_text(json.dumps({"sft_longest_row": 52}))
+    RunDir(tmp_path).data_lengths.write_text(json.dumps({"sft_longest_row": 52}))
     assert plan.build(cfg, tmp_path).memory == counted.memory
     assert plan.build(cfg, tmp_path, lengths={"sft": 500}).memory.phases[0] == bound  # never past sft.max_length
 

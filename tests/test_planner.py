@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -701,9 +702,9 @@ def test_plan_json_reads_back_as_the_plan_it_was(tmp_path: Path, monkeypatch, pr
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # the preset's architecture, or none
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     built = plan.build(config.resolve(preset, None, None, spec, list(sets)), tmp_path)
-    rundir.write_record(tmp_path / resolved.PLAN_FILE, built)
+    rundir.write_record(rundir.RunDir(tmp_path).plan, built)
     assert resolved.read(tmp_path) == built
-    assert json.loads((tmp_path / resolved.PLAN_FILE).read_text()) == built.to_json()
+    assert json.loads(rundir.RunDir(tmp_path).plan.read_text()) == built.to_json()
 
 
 def test_build_changes_nothing_it_is_given(tmp_path: Path):
@@ -721,12 +722,31 @@ def test_build_changes_nothing_it_is_given(tmp_path: Path):
 
 
 def test_a_damaged_plan_json_is_named(tmp_path: Path):
-    from rlctl import strictjson
+    """plan.json is read as its record: a key it lacks, or one of another kind (its parts' keys by their path, a
+    boolean is no count), is named with the file and what still works."""
+    from rlctl import rundir, strictjson
     from rlctl.plan import resolved
 
-    (tmp_path / "plan.json").write_text('{"run_dir": "x"}')
-    with pytest.raises(strictjson.DamagedFile, match=r"plan\.json.*does not hold a plan.*rlctl resume"):
+    path = rundir.RunDir(tmp_path).plan
+    path.write_text('{"run_dir": "x"}')
+    with pytest.raises(strictjson.DamagedFile, match=r"plan\.json is damaged: it lacks its `config`.*rlctl resume"):
         resolved.read(tmp_path)
+    built = plan.build(config.resolve("tiny-demo", None, None, "cpu", []), tmp_path).to_json()
+    damages = {
+        "`stages[0].max_steps` is a string": lambda p: p["stages"][0].update(max_steps="4"),
+        "`hardware.nodes` is a boolean": lambda p: p["hardware"].update(nodes=True),
+        "`memory.phases[1].peak_gib` is a string": lambda p: p["memory"]["phases"][1].update(peak_gib="1"),
+        "`layout.main` is the number 3": lambda p: p["layout"].update(main=3),
+        "`model.params` is a string": lambda p: p["model"].update(params="7B"),
+        "`decisions[0].why` is a JSON array": lambda p: p["decisions"][0].update(why=[]),
+        "it lacks its `hardware.spec`": lambda p: p["hardware"].pop("spec"),
+    }
+    for said, damage in damages.items():
+        damaged = json.loads(json.dumps(built))
+        damage(damaged)
+        path.write_text(json.dumps(damaged))
+        with pytest.raises(rundir.WrongRecord, match=re.escape(said)):
+            resolved.read(tmp_path)
 
 
 # --- Planning runs once, in short steps ------------------------------------------------------------------------------

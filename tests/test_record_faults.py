@@ -17,6 +17,8 @@ import pytest
 
 from rlctl import checkpoint, rundir, strictjson
 from rlctl.launch import logfile
+from rlctl.plan.data_lengths import DataLengths
+from rlctl.plan.gguf import ImportRecord
 from rlctl.rundir import RunDir
 from tests.helpers import rlctl, strict_records
 
@@ -72,6 +74,12 @@ def test_records_of_another_kind_are_refused_naming_file_and_key(tmp_path):
         (rundir.Summary.from_json, {"memory": {"rl": {"phases": {"train": 3}}}}, "`memory.rl.phases.train`"),
         (rundir.CheckpointMark.from_json, {"step": "2"}, "`step` is a string"),
         (rundir.LoopState.from_json, {"step": 2, "cursor": 1.5, "kl_coef": 0.1}, "`cursor` is the number 1.5"),
+        (DataLengths.from_json, {"rl_longest_prompt": "5"}, "`rl_longest_prompt` is a string"),
+        (DataLengths.from_json, {"images": {"rl": {"tokens_per_row": 5.5}}}, "`images.rl.tokens_per_row` is the"),
+        (DataLengths.from_json, {"images": {"rl": {"tokens_per_row": 5}}}, "it lacks its `images.rl.tokens_per_image`"),
+        (ImportRecord.from_json, {"source": "m.gguf", "sha256": "0", "files": {}, "fixes": [1]}, "`fixes[0]` is the"),
+        (ImportRecord.from_json, {"source": "m.gguf", "sha256": "0", "files": {"a": {"size": "1"}}}, "`files.a.size`"),
+        (ImportRecord.from_json, {"source": "m.gguf", "files": {}}, "it lacks its `sha256`"),
     ]
     for parse, data, said in cases:
         path = tmp_path / "record.json"

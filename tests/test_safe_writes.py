@@ -14,6 +14,7 @@ import pytest
 from rlctl import atomic
 from rlctl.checkpoint import safewrite
 from rlctl.errors import UserError
+from rlctl.rundir import RunDir
 from tests.helpers import rlctl
 
 
@@ -363,7 +364,7 @@ def test_a_damaged_data_lengths_record_is_named(tmp_path: Path):
     from rlctl.plan import data_lengths
 
     assert data_lengths.prompt_tokens_of(tmp_path, None) is None
-    record = tmp_path / data_lengths.PROMPT_LENGTHS
+    record = RunDir(tmp_path).data_lengths
     record.write_text('{"rl_longest_prompt": 5}')
     assert data_lengths.prompt_tokens_of(tmp_path, None) == 5 and data_lengths.prompt_tokens_of(tmp_path, 9) == 9
     for damaged in ('{"rl_long', '{"rl_longest_prompt": "x"}', "[5]"):

@@ -16,6 +16,7 @@ from rlctl.plan import data_lengths, planner
 from rlctl.plan.memory import model as mm
 from rlctl.plan.memory.arch import Arch
 from rlctl.plan.memory.search import environment, workloads
+from rlctl.rundir import RunDir
 from tests.helpers import plan_in_fresh_interpreter, rlctl
 
 # config.json of Qwen/Qwen2.5-VL-3B-Instruct (the numbers the planner reads)
@@ -186,7 +187,7 @@ def test_local_images_are_planned_from_their_sizes(tmp_path):
     assert budget == images.ImageBudget(200, 100, 2, 3136, 1003520, read=2, seen=2)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / data_lengths.DATA_LENGTHS).write_text(json.dumps(data_lengths.lengths_record({}, {"rl": budget})))
+    data_lengths.record(run_dir, {}, {"rl": budget})
     cfg = config.resolve("qwen2.5-vl-3b-grpo", None, None, "1xH100-80GB", [f"data.rl={tmp_path / 'rl.jsonl'}"])
     assert planner.build(cfg, run_dir).images == {"rl": budget}
 
@@ -219,7 +220,7 @@ def test_vllm_generation_is_refused_for_a_vision_language_model():
 def test_a_damaged_image_record_is_named(tmp_path):
     from rlctl import strictjson
 
-    (tmp_path / data_lengths.DATA_LENGTHS).write_text('{"images": {"rl": {"tokens_per_row": 5}}}')
+    RunDir(tmp_path).data_lengths.write_text('{"images": {"rl": {"tokens_per_row": 5}}}')
     cfg = config.resolve("qwen2.5-vl-3b-grpo", None, None, "1xH100-80GB", [])
     with pytest.raises(strictjson.DamagedFile, match=r"data_lengths\.json is damaged.*one image per row"):
         data_lengths.image_budgets(cfg, tmp_path, None)

@@ -35,13 +35,13 @@ def _restore_final(run_dir: Path, cfg: RunConfig, stage: str, end: int, summary:
     final = rundir.RunDir(run_dir).final(stage)
     ckpt = verify.choose(stage, rundir.RunDir(run_dir).checkpoints(stage)).intact
     loadable = ckpt is not None and (ckpt / "config.json").is_file()  # a TRL stage's; rlctl's RL loop keeps state
-    if loadable and int(ckpt.name.rsplit("-", 1)[1]) >= end:
+    if loadable and (rundir.checkpoint_step(ckpt) or 0) >= end:
         if stage == "rm" and not export.copyable(ckpt):  # a reward model's LoRA is not merged as a policy's is
             raise UserError(
                 f"{final} is gone and the rm stage's last checkpoint, {ckpt}, holds a LoRA "
                 "adapter that rlctl merges only into a policy: restore the folder from a copy, or start a new run."
             )
-        tmp = final.with_name("final.tmp")
+        tmp = rundir.final_staging(final)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         export._write(tmp, cfg, ckpt, None)  # as an export makes it: the weights copied, or LoRA merged

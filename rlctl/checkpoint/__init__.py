@@ -13,32 +13,25 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 from pathlib import Path
 
 from rlctl.checkpoint import integrity
-from rlctl.rundir import COMPLETE, CheckpointMark, read_record, write_record
+from rlctl.rundir import COMPLETE, CheckpointMark, checkpoint, checkpoint_step, incoming, read_record, write_record
+from rlctl.rundir.paths import CHECKPOINT_PREFIX
 
-INCOMING = ".incoming"
 METRIC = "eval_accuracy"  # the held-out metric a checkpoint is marked with, for keep-best
-_STEP = re.compile(r"^checkpoint-(\d+)$")
-
-
-def incoming(folder: Path) -> Path:
-    """Where trainers write checkpoints before they are complete."""
-    return folder / INCOMING
 
 
 def _step(p: Path) -> int:
-    return int(_STEP.match(p.name)[1])  # type: ignore[index]
+    return checkpoint_step(p)  # type: ignore[return-value]
 
 
 def publish(folder: Path, step: int, value: float | None, keep_last: int, keep_best: bool) -> Path:
     """Mark `.incoming/checkpoint-STEP` complete (recording its held-out METRIC's `value`, when measured, and its
     files' manifest), rename it into `folder`, and remove complete checkpoints that are neither among the last
     `keep_last` nor (with `keep_best`) the best."""
-    src = incoming(folder) / f"checkpoint-{step}"
+    src = checkpoint(incoming(folder), step)
     files = integrity.manifest(src, skip=(COMPLETE,))
     metric = METRIC if value is not None else None
     write_record(src / COMPLETE, CheckpointMark(step, metric, value, integrity.SCHEME, files), indent=None)
@@ -69,7 +62,7 @@ def complete_checkpoints(folder: Path) -> list[Path]:
     """Complete checkpoints in `folder`, oldest first."""
     if not folder.is_dir():
         return []
-    found = [p for p in folder.iterdir() if p.is_dir() and _STEP.match(p.name) and (p / COMPLETE).exists()]
+    found = [p for p in folder.iterdir() if p.is_dir() and _step(p) is not None and (p / COMPLETE).exists()]
     return sorted(found, key=_step)
 
 
@@ -88,7 +81,7 @@ def drop_partial(folder: Path) -> list[Path]:
     """Delete what a crash or a failed write left unfinished; returns what was removed."""
     if not folder.is_dir():
         return []
-    partial = [p for p in folder.iterdir() if p.is_dir() and _STEP.match(p.name) and not (p / COMPLETE).exists()]
+    partial = [p for p in folder.iterdir() if p.is_dir() and _step(p) is not None and not (p / COMPLETE).exists()]
     partial += being_written(folder)
     for p in partial:
         shutil.rmtree(p, ignore_errors=True)
@@ -97,4 +90,4 @@ def drop_partial(folder: Path) -> list[Path]:
 
 def being_written(folder: Path) -> list[Path]:
     """Checkpoints still in `.incoming`: non-empty only while a write is under way, or after it failed."""
-    return sorted(incoming(folder).glob("checkpoint-*")) if incoming(folder).is_dir() else []
+    return sorted(incoming(folder).glob(f"{CHECKPOINT_PREFIX}*")) if incoming(folder).is_dir() else []

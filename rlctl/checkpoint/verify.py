@@ -20,10 +20,20 @@ from rlctl.checkpoint.integrity import folder_problems
 from rlctl.checkpoint.safewrite import MANIFEST, listed, recorded
 from rlctl.config import RunConfig, aliases, dump, read_run_config, validate
 from rlctl.errors import UserError
-from rlctl.plan.resolved import PLAN_FILE
-from rlctl.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, FilesManifest, RunDir, read_record, read_summary
+from rlctl.plan import resolved
+from rlctl.rundir import (
+    CONFIG_FILE,
+    DAMAGED,
+    METRICS_FILE,
+    PLAN_FILE,
+    SUMMARY_FILE,
+    FilesManifest,
+    RunDir,
+    read_record,
+    read_summary,
+    set_aside,
+)
 
-DAMAGED = ".damaged"  # suffix of a checkpoint folder set aside by a resume
 # the files a model load from a folder may read (transformers, peft, tokenizers, remote code, llama.cpp), by name
 LOADED = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.npz", "*.gguf", "*.index.json")
 LOADED += ("config.json", "generation_config.json", "adapter_config.json", "*processor_config.json", "*.py")
@@ -122,7 +132,7 @@ def resume_check(run_dir: Path, stages: list[str]) -> list[str]:
                 f"from its start, then `rlctl resume {run_dir}`."
             )
         for ckpt, _ in choice.damaged:
-            aside = ckpt.with_name(ckpt.name + DAMAGED)
+            aside = set_aside(ckpt)
             if aside.exists():
                 shutil.rmtree(aside)
             ckpt.rename(aside)
@@ -135,8 +145,9 @@ def resume_check(run_dir: Path, stages: list[str]) -> list[str]:
 
 
 def run_file_problems(run_dir: Path) -> list[tuple[str, list[str]]]:
-    """(file, its problems) for the run's own records: config.yaml complete, plan.json and summary.json JSON
-    objects, every metrics.jsonl line a JSON record (a half-written last line of a running run aside)."""
+    """(file, its problems) for the run's own records: config.yaml complete, plan.json and summary.json their
+    records (`Plan`, `Summary`), every metrics.jsonl line a JSON record (a half-written last line of a running run
+    aside)."""
     try:
         run_config(run_dir)
         out = [(CONFIG_FILE, [])]
@@ -146,10 +157,12 @@ def run_file_problems(run_dir: Path) -> list[tuple[str, list[str]]]:
         if (run_dir / name).exists():
             works = "`rlctl resume` rebuilds it from metrics.jsonl" if name == SUMMARY_FILE else ""
             try:
-                read_summary(run_dir) if name == SUMMARY_FILE else strictjson.read(run_dir / name)
+                read_summary(run_dir) if name == SUMMARY_FILE else resolved.read(run_dir)
                 out.append((name, []))
             except strictjson.DamagedFile as e:
                 out.append((name, [f"{e.damage}{'; ' + works if works else ''}"]))
+            except UserError as e:  # plan.json's config that today's schema refuses
+                out.append((name, [str(e)]))
     if RunDir(run_dir).metrics.exists():
         try:
             lines = strictjson.lines(RunDir(run_dir).metrics)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from rlctl import atomic
 from rlctl.errors import UserError
 from rlctl.rundir import RunDir, WrongRecord, write_record
 
@@ -185,7 +186,7 @@ def _preflight_for_plan(cfg: RunConfig, run_dir: Path, bf16: bool) -> preflight.
     from rlctl.plan import planner as plan_mod
 
     with tempfile.TemporaryDirectory(prefix="rlctl-plan-data-") as scratch:
-        tasks.GENERATORS[cfg.data.generate](Path(scratch) / "data", cfg.seed)
+        tasks.GENERATORS[cfg.data.generate](RunDir(Path(scratch)).data, cfg.seed)
         report = preflight.run(cfg, run_dir, paths=plan_mod.data_paths(cfg, scratch), bf16=bf16)
     source = f"generated ({cfg.data.generate}, data.generate)"  # not the scratch file, gone now
     for entry in report.data.values():
@@ -198,7 +199,7 @@ def _refuse_foreign(run_dir: Path) -> None:
     logs/, base/ and a folder per stage, which must never land among the user's files."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"--run-dir {run_dir} is a file; pick a new folder for the run.")
-    found = sorted(p.name for p in run_dir.iterdir() if p.name != "logs") if run_dir.is_dir() else []
+    found = sorted(p.name for p in run_dir.iterdir() if p != RunDir(run_dir).logs) if run_dir.is_dir() else []
     if found:
         shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
         raise UserError(
@@ -285,7 +286,6 @@ def resume(
     from rlctl import config as config_mod
     from rlctl import strictjson
     from rlctl.plan import planner as plan_mod
-    from rlctl.plan import resolved
 
     ui = _ui(ctx)
     console = ui.console
@@ -328,9 +328,9 @@ def resume(
     left = [s for s in cfg.stages if s not in resume_check.read_summary(run_dir, cfg).completed]
     preflight.check_resume_images(the_plan.config, run_dir, left)  # moved or deleted images: exit 2, nothing written
     if set_:
-        cfg_path.write_text(shared)
+        atomic.write_text(cfg_path, shared)
     if cfg.hardware.node_rank == 0:  # node 0 verifies the checkpoints before any trainer reads them
-        write_record(run_dir / resolved.PLAN_FILE, the_plan)  # what every rank reads
+        write_record(RunDir(run_dir).plan, the_plan)  # what every rank reads
         for note in verify.resume_check(run_dir, cfg.stages):
             console.print(f"[yellow]Damaged checkpoint:[/] {note}", markup=True)
     raise typer.Exit(_finish(ui, _launch(console, the_plan, resuming=True), the_plan))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlctl.errors import DataRowError, UserError
+from rlctl.rundir.records import typed
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -352,7 +353,8 @@ class ImageBudget:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ImageBudget:
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        """KeyError naming a key it lacks, WrongKind one of another kind (`rlctl.rundir.typed`)."""
+        return typed(cls, data)
 
 
 def worst_case(vision: VisionArch, min_pixels: int, max_pixels: int) -> ImageBudget:

@@ -12,6 +12,8 @@ import json
 import random
 from pathlib import Path
 
+from rlctl.rundir import data_file
+
 CARRY_DROP_RATE = 0.6
 ANNOTATORS = 4
 EVAL_FRACTION = 0.2
@@ -39,7 +41,7 @@ def _write(out_dir: Path, rows: dict[str, list[dict]]) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for role, items in rows.items():
-        paths[role] = out_dir / f"{role}.jsonl"
+        paths[role] = data_file(out_dir, role)
         paths[role].write_text("".join(json.dumps(r) + "\n" for r in items))
     return paths
 

@@ -16,7 +16,6 @@ runtime, monitors, trainer, stages.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -27,17 +26,17 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from rlctl import atomic, data
 from rlctl import config as config_mod
-from rlctl import data
 from rlctl.data import tasks
 from rlctl.errors import UserError
 from rlctl.launch import preflight
-from rlctl.plan import data_lengths, packages, resolved
+from rlctl.plan import data_lengths, packages
 from rlctl.plan import planner as plan_mod
 from rlctl.rundir import RunDir, write_record
 
 if TYPE_CHECKING:
-    from rlctl.plan.gguf import GgufImport
+    from rlctl.plan.gguf import GgufImport, ImportRecord
 
 
 def _absolute(cfg: config_mod.RunConfig) -> config_mod.RunConfig:
@@ -96,7 +95,7 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
     with tempfile.TemporaryDirectory(prefix="rlctl-data-") as scratch:  # a refused run leaves nothing behind
         paths = None
         if cfg.data.generate:
-            tasks.GENERATORS[cfg.data.generate](Path(scratch) / "data", cfg.seed)
+            tasks.GENERATORS[cfg.data.generate](RunDir(Path(scratch)).data, cfg.seed)
             paths = plan_mod.data_paths(cfg, scratch)
         report = check_inputs(facts.cfg, run_dir, paths, facts.precision == "bf16")
         lengths = preflight.longest(report)
@@ -107,14 +106,14 @@ def prepare(cfg: config_mod.RunConfig, run_dir: Path) -> Prepared:
             shutil.move(RunDir(Path(scratch)).data, RunDir(run_dir).data)
     data_lengths.record(run_dir, lengths, report.images)  # what the plan used, for every rank and resume
     if imported is not None:  # what the import fixed, kept with the run
-        RunDir(run_dir).model_import.write_text(json.dumps(imported, indent=2))
-    RunDir(run_dir).accelerate.write_text(yaml.safe_dump(the_plan.accelerate, sort_keys=False))
-    write_record(run_dir / resolved.PLAN_FILE, the_plan)
-    RunDir(run_dir).config.write_text(config_mod.dump(the_plan.config))  # as the plan resolved it
+        write_record(RunDir(run_dir).model_import, imported)
+    atomic.write_text(RunDir(run_dir).accelerate, yaml.safe_dump(the_plan.accelerate, sort_keys=False))
+    write_record(RunDir(run_dir).plan, the_plan)
+    atomic.write_text(RunDir(run_dir).config, config_mod.dump(the_plan.config))  # as the plan resolved it
     return Prepared(the_plan, report)
 
 
-def import_model(spec: GgufImport | None, console: Console, quiet: bool) -> dict | None:
+def import_model(spec: GgufImport | None, console: Console, quiet: bool) -> ImportRecord | None:
     """The plan's GGUF model (`spec`) converted into its cached folder (rlctl.stages.gguf_import), once per machine
     before the ranks start; the import's record (what it fixed), or None for other models. `quiet`: say nothing when
     it is cached already (a resume). A file transformers cannot convert is a UserError (exit 2)."""

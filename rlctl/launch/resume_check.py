@@ -41,7 +41,7 @@ def rebuild_summary(run_dir: Path, cfg: RunConfig) -> tuple[rundir.Summary, str]
         elif rec.get("event") == "end" and stage not in summary.completed:
             summary.completed.append(stage)
     damaged = rundir.RunDir(run_dir).summary
-    aside = damaged.with_name(damaged.name + ".damaged")
+    aside = rundir.set_aside(damaged)
     os.replace(damaged, aside)
     rundir.write_summary(run_dir, summary)
     done = ", ".join(summary.completed) or "none"
@@ -101,10 +101,10 @@ def _same_weights(old: RunConfig, new: RunConfig, run_dir: Path) -> None:
             "cache, nor a readable GGUF file), so rlctl cannot check that it is the run's model."
         )
     before = _arch_of(old.model)
-    plan_json = run_dir / resolved.PLAN_FILE
-    if before is None and plan_json.is_file():
+    if before is None and rundir.RunDir(run_dir).plan.is_file():
         works = "Resume without --set model.name_or_path, or restore plan.json from a copy."
-        before = strictjson.read(plan_json, works).get("model", {}).get("arch")
+        planned = resolved.read(run_dir, works).model.arch
+        before = planned.model_dump() if planned is not None else None
     if before is not None and before != after:
         differ = ", ".join(f"{k} {before.get(k)} -> {v}" for k, v in after.items() if before.get(k) != v)
         raise UserError(

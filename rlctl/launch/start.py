@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from rlctl import checkpoint, processes, strictjson
+from rlctl import atomic, checkpoint, processes, strictjson
 from rlctl.errors import UserError
 from rlctl.launch import import_model, live, logfile, restarts, tbevents
 from rlctl.launch import progress as progress_mod
@@ -75,7 +75,7 @@ def acquire_lock(run_dir: Path) -> Path:
             pid = 0
         if pid and pid != os.getpid() and _pid_alive(pid):
             raise UserError(f"{run_dir} is in use by a running rlctl (pid {pid}); wait for it or stop it first.")
-    lock.write_text(f"{os.getpid()}\n")
+    atomic.write_text(lock, f"{os.getpid()}\n")
     return lock
 
 

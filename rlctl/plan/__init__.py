@@ -7,7 +7,6 @@ with the run directory's layout (`planner`).
 May import: base, config, sandbox, rundir, data.
 """
 
-from rlctl.plan.data_lengths import DATA_LENGTHS, PROMPT_LENGTHS
 from rlctl.plan.planner import (
     base_model,
     build,
@@ -19,8 +18,6 @@ from rlctl.plan.planner import (
 from rlctl.plan.resolved import Plan, StagePlan
 
 __all__ = [
-    "DATA_LENGTHS",
-    "PROMPT_LENGTHS",
     "Plan",
     "StagePlan",
     "base_model",

@@ -1,19 +1,19 @@
 """The data's counted lengths the memory model plans by: what the pre-flight counted (or the run directory's
-data_lengths.json recorded), and the config the memory model sizes with them (sequences as long as the data's,
-not as long as the limits allow)."""
+data_lengths.json recorded, `DataLengths`), and the config the memory model sizes with them (sequences as long as
+the data's, not as long as the limits allow)."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rlctl.config import RunConfig
 from rlctl.data.images import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, ImageBudget, worst_case
 from rlctl.plan.parts import Noted
+from rlctl.rundir import RunDir, read_record, write_record
+from rlctl.rundir.records import nested, pick, unknown
 
-DATA_LENGTHS = "data_lengths.json"  # in the run directory: the data's counted lengths, as the plan used them
-PROMPT_LENGTHS = DATA_LENGTHS  # its first name, from when it held the longest RL prompt alone
 # data_lengths.json's key for each stage's count: RL its longest prompt; the offline stages their longest row as the
 # trainer sees it (SFT: the whole sequence after the chat template, with EOS; rm, dpo: the prompt and the longer
 # reply; kto: the prompt and its completion), of the rows kept (at most the stage's length limit)
@@ -28,18 +28,50 @@ OFFLINE_STAGES = ("sft", "rm", "dpo", "kto")
 IMAGES_KEY = "images"  # data_lengths.json's {stage: ImageBudget} of a vision-language run's data
 
 
-def lengths_record(lengths: dict[str, int], images: dict[str, ImageBudget] | None = None) -> dict[str, Any]:
-    """What data_lengths.json holds for the pre-flight's counts ({stage: longest}) and image budgets."""
-    out: dict[str, Any] = {LENGTH_KEYS[stage]: n for stage, n in lengths.items() if stage in LENGTH_KEYS and n}
-    if images:
-        out[IMAGES_KEY] = {stage: b.to_json() for stage, b in images.items()}
-    return out
+@dataclass
+class DataLengths:
+    """data_lengths.json (`RunDir.data_lengths`): the pre-flight's counts ({stage: longest}, each under its key of
+    LENGTH_KEYS) and a vision-language run's image budgets ({stage: ImageBudget}), as the plan used them."""
+
+    longest: dict[str, int] = field(default_factory=dict)
+    images: dict[str, ImageBudget] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this rlctl does not know, written back as they were
+
+    KINDS: ClassVar[dict[str, Any]] = {**dict.fromkeys(LENGTH_KEYS.values(), int), IMAGES_KEY: dict}
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {LENGTH_KEYS[stage]: n for stage, n in self.longest.items() if stage in LENGTH_KEYS and n}
+        if self.images:
+            out[IMAGES_KEY] = {stage: b.to_json() for stage, b in self.images.items()}
+        return out | self.extra
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DataLengths:
+        """A WrongKind naming a count or image budget of another kind; a ValueError for a count under 1."""
+        values = pick(data, cls.KINDS)
+        longest = {stage: values[key] for stage, key in LENGTH_KEYS.items() if key in values}
+        for stage, n in longest.items():
+            if n < 1:
+                raise ValueError(f"its `{LENGTH_KEYS[stage]}` is {n!r}, not a count of tokens")
+        found = values.get(IMAGES_KEY, {}).items()
+        images = {stage: nested(ImageBudget.from_json, b, f"{IMAGES_KEY}.{stage}") for stage, b in found}
+        return cls(longest, images, unknown(data, cls.KINDS))
 
 
 def record(run_dir: Path, lengths: dict[str, int], images: dict[str, ImageBudget]) -> None:
-    """Write data_lengths.json into a new run directory when the pre-flight counted anything."""
+    """Write data_lengths.json into a new run directory (whole or not at all) when the pre-flight counted
+    anything."""
     if lengths or images:
-        (run_dir / DATA_LENGTHS).write_text(json.dumps(lengths_record(lengths, images)))
+        write_record(RunDir(run_dir).data_lengths, DataLengths(dict(lengths), dict(images)), indent=None)
+
+
+def recorded(run_dir: str | Path, works: str) -> DataLengths:
+    """The run directory's data_lengths.json (empty when there is none); a DamagedFile naming it, followed by
+    `works`, when it is not the record rlctl wrote."""
+    path = RunDir(Path(run_dir)).data_lengths
+    if not path.exists() and not path.is_symlink():
+        return DataLengths()
+    return read_record(path, DataLengths.from_json, works)
 
 
 def image_budgets(cfg: RunConfig, run_dir: str | Path, given: dict[str, ImageBudget] | None) -> dict[str, ImageBudget]:
@@ -50,15 +82,8 @@ def image_budgets(cfg: RunConfig, run_dir: str | Path, given: dict[str, ImageBud
     if vision is None:
         return {}
     if given is None:
-        from rlctl import strictjson
-
-        path = Path(run_dir) / DATA_LENGTHS
         works = "Remove it, and the plan takes the worst case: one image per row at data.max_pixels."
-        recorded = strictjson.read(path, works, missing={}).get(IMAGES_KEY) or {}
-        try:
-            given = {stage: ImageBudget.from_json(b) for stage, b in recorded.items()}
-        except (TypeError, ValueError, AttributeError) as e:
-            raise strictjson.DamagedFile(path, f"its {IMAGES_KEY} are not image budgets ({e})", works) from None
+        given = recorded(run_dir, works).images
     bounds = (cfg.data.min_pixels or DEFAULT_MIN_PIXELS, cfg.data.max_pixels or DEFAULT_MAX_PIXELS)
     out = {}
     for stage in cfg.stages:
@@ -72,19 +97,8 @@ def data_lengths_of(run_dir: str | Path, given: dict[str, int] | None) -> dict[s
     the same), else none."""
     if given is not None:
         return given
-    from rlctl import strictjson
-
-    path = Path(run_dir) / DATA_LENGTHS
     works = "Remove it, and the plan uses data.max_prompt_length and each stage's max_length instead."
-    record = strictjson.read(path, works, missing={})
-    out = {}
-    for stage, key in LENGTH_KEYS.items():
-        n = record.get(key)
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise strictjson.DamagedFile(path, f"{key} is {n!r}, not a count of tokens", works)
-        if n is not None:
-            out[stage] = n
-    return out
+    return recorded(run_dir, works).longest
 
 
 def prompt_tokens_of(run_dir: str | Path, given: int | None) -> int | None:

@@ -9,7 +9,8 @@ export read that folder.
 
 Everything in the cache is written whole or not at all (`rlctl.atomic`) and trusted only when it checks out: a
 remembered hash or header that does not read back is computed again, a converted folder counts as converted only
-when its record (`rlctl_import.json`) is of this file and lists every file at its size (the import also checks their
+when its record (`rlctl_import.json`, an `ImportRecord`, read with a size bound and its keys' kinds checked as every
+run record is) is of this file and lists every file at its size (the import also checks their
 checksums before a run uses them, and converts again otherwise). A cache that cannot be written is named (exit 2)
 when a conversion needs it.
 """
@@ -22,14 +23,15 @@ import importlib.util
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rlctl import atomic
 from rlctl.config import ModelArch, ModelConfig
 from rlctl.errors import UserError
-from rlctl.rundir.records import files_from_json
+from rlctl.rundir.records import NUMBER, FileEntry, WrongKind, files_from_json, pick, read_record, unknown
+from rlctl.strictjson import DamagedFile
 
 PKG_PREFIX = "pkg:"
 # packages that ship a model file, and how to install them (named when the package is missing)
@@ -94,6 +96,48 @@ class GgufImport:
             f"{head}: converted once before launch to a {self.dtype} Hugging Face folder ({self.folder_mib:g} MiB "
             f"on disk, ~{self.seconds} s) in {self.folder}"
         )
+
+
+@dataclass
+class ImportRecord:
+    """What a GGUF file's import made (RECORD in the converted folder, written last; copied into the run directory
+    as `RunDir.model_import`): the file it came from and its SHA-256, its quantization, the dtype it was saved in,
+    the fixes to its special tokens, how long it took, and every file's size and checksum."""
+
+    source: str
+    sha256: str
+    quantization: str = ""
+    dtype: str = ""
+    fixes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    files: dict[str, FileEntry] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this rlctl does not know, written back as they were
+
+    KINDS: ClassVar[dict[str, Any]] = {"source": str, "sha256": str, "quantization": str, "dtype": str}
+    KINDS |= {"fixes": list, "seconds": NUMBER, "files": dict}
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source, "sha256": self.sha256, "quantization": self.quantization}
+        out |= {"dtype": self.dtype, "fixes": self.fixes, "seconds": self.seconds}
+        return out | {"files": {rel: entry.to_json() for rel, entry in self.files.items()}} | self.extra
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ImportRecord:
+        """KeyError naming a key it lacks, WrongKind one of another kind (a fix that is no string: `fixes[0]`)."""
+        values = pick(data, cls.KINDS)
+        for key in ("source", "sha256", "files"):
+            if key not in values:
+                raise KeyError(key)
+        for i, fix in enumerate(values.get("fixes", [])):
+            if not isinstance(fix, str):
+                raise WrongKind(f"fixes[{i}]", fix, str)
+        values["files"] = files_from_json(values["files"])
+        return cls(**values, extra=unknown(data, cls.KINDS))
+
+
+def read_import(folder: Path) -> ImportRecord:
+    """The import record of the converted `folder`; a DamagedFile naming it when it is not one rlctl wrote."""
+    return read_record(folder / RECORD, ImportRecord.from_json, "The import converts the file again.")
 
 
 def is_gguf(model: ModelConfig) -> bool:
@@ -286,14 +330,13 @@ def check_architecture(found: GgufHeader, path: Path) -> None:
 def import_problem(folder: Path) -> str | None:
     """Why the converted `folder` is not a finished import of its file (None when it is): no folder or no record,
     a record that does not read back or is of another file, a file it lists missing or of another size."""
-    try:
-        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-        sha256 = record["sha256"]
-        sizes = {rel: entry.size for rel, entry in files_from_json(record["files"]).items()}
-    except FileNotFoundError:
+    if not (folder / RECORD).exists():
         return "it was not converted yet"
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
-        return f"its record {RECORD} is damaged or from an older rlctl ({type(e).__name__}: {e})"
+    try:
+        record = read_import(folder)
+    except DamagedFile as e:
+        return f"its record {RECORD} is damaged or from an older rlctl ({e.damage})"
+    sha256, sizes = record.sha256, {rel: entry.size for rel, entry in record.files.items()}
     if sha256 != folder.name.split("-", 1)[0]:
         return f"its record {RECORD} is of another file (SHA-256 {str(sha256)[:12]}...)"
     for rel, size in sizes.items():

@@ -1,14 +1,16 @@
 """The typed parts of a plan (`rlctl.plan.resolved.Plan`): the process layout, the model's facts, the RL rollouts'
 engine settings (vLLM or transformers `generate`) and the memory table, each with its plan.json form (`to_json`,
-`from_json`). Their defaults live here and nowhere else: a consumer reads attributes, it never supplies a value
-of its own for a missing key."""
+`from_json`, strict: a value of another kind than the field's is a WrongKind naming its key, see
+`rlctl.rundir.typed`). Their defaults live here and nowhere else: a consumer reads attributes, it never supplies a
+value of its own for a missing key."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from rlctl.config.sections import ModelArch
+from rlctl.rundir.records import NUMBER, pick, typed
 
 T = TypeVar("T")
 Decision = dict[str, str]  # one line of plan.json's decisions: {"setting", "value", "why"}
@@ -42,7 +44,7 @@ class Layout:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Layout:
-        return cls(**data)
+        return typed(cls, data)
 
 
 @dataclass(frozen=True)
@@ -65,17 +67,20 @@ class ModelFacts:
             out["vision_params"] = self.vision_params
         return out
 
+    KINDS: ClassVar[dict[str, Any]] = {"name_or_path": str, "arch_source": str, "arch": dict, "params": int}
+    KINDS |= {"params_billions": NUMBER, "vision_params": int}
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ModelFacts:
-        arch = data.get("arch")
-        return cls(
-            data["name_or_path"],
-            data["arch_source"],
-            ModelArch.model_validate(arch) if arch is not None else None,
-            data.get("params"),
-            data.get("params_billions"),
-            data.get("vision_params"),
-        )
+        """KeyError naming a key it lacks, WrongKind one of another kind; pydantic's ValidationError (a ValueError)
+        for an `arch` that is not one."""
+        values = pick(data, cls.KINDS)
+        for key in ("name_or_path", "arch_source"):
+            if key not in values:
+                raise KeyError(key)
+        if "arch" in values:
+            values["arch"] = ModelArch.model_validate(values["arch"])
+        return cls(**values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +116,7 @@ class VllmSettings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VllmSettings:
-        return cls(**{k: v for k, v in data.items() if k != "engine"})
+        return typed(cls, data)
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,7 @@ class GenerationSettings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GenerationSettings:
-        return cls(data["rollouts_per_process"], data["rollouts_per_generate"])
+        return typed(cls, data)
 
 
 @dataclass(frozen=True)
@@ -193,8 +198,6 @@ class MemoryTable:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MemoryTable | None:
         """The table plan.json holds; None where it says the memory was not estimated."""
-        if not data.get("estimated"):
+        if not pick(data, {"estimated": bool}).get("estimated"):
             return None
-        fields = {k: v for k, v in data.items() if k not in ("estimated", "phases", "host", "disk")}
-        phases = tuple(PhaseMemory(**p) for p in data["phases"])
-        return cls(**fields, phases=phases, host=HostMemory(**data["host"]), disk=DiskSpace(**data["disk"]))
+        return typed(cls, data)

@@ -71,7 +71,7 @@ def final_policy(run_dir: Path, cfg: RunConfig, completed: list[str]) -> tuple[s
 def base_model(cfg: RunConfig, run_dir: str | Path) -> str:
     """The starting weights: a Hub id or folder, or the tiny model built into the run directory."""
     if cfg.model.name_or_path in model_arch.BUILTIN_MODELS:
-        return str(Path(run_dir) / "base")
+        return str(RunDir(Path(run_dir)).base)
     return cfg.model.name_or_path
 
 
@@ -82,7 +82,7 @@ DATA_ROLE = epochs.DATA_ROLE  # what each stage trains on
 def data_paths(cfg: RunConfig, run_dir: str | Path) -> dict[str, Path]:
     """The dataset file of each role the run uses (generated ones live in run_dir/data)."""
     if cfg.data.generate:
-        return {role: Path(run_dir) / "data" / f"{role}.jsonl" for role in DATA_ROLES}
+        return {role: RunDir(Path(run_dir)).data_file(role) for role in DATA_ROLES}
     return {role: Path(getattr(cfg.data, role)) for role in DATA_ROLES if getattr(cfg.data, role)}
 
 
@@ -195,7 +195,7 @@ def _nodes(cfg: RunConfig, hardware: hw.Hardware) -> hw.Hardware:
 def launch_command(run_dir: str | Path, hardware: hw.Hardware, cfg: RunConfig) -> list[str]:
     """`accelerate launch ... -m rlctl.launch.runner RUN`; on several nodes this node's rank and the rank-0 address are
     on the command line too (they win over the shared accelerate.yaml, so a requeued job can move)."""
-    launch = ["accelerate", "launch", "--config_file", str(Path(run_dir) / "accelerate.yaml")]
+    launch = ["accelerate", "launch", "--config_file", str(RunDir(Path(run_dir)).accelerate)]
     if hardware.nodes > 1:
         launch += ["--num_machines", str(hardware.nodes), "--machine_rank", str(cfg.hardware.node_rank)]
         if cfg.hardware.main_address:

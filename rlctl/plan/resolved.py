@@ -1,23 +1,24 @@
 """The resolved plan (`Plan`, one `StagePlan` per stage): what `rlctl.plan.planner.build` decides, written to the
-run directory's plan.json (`to_json`) and read back by every rank (`from_json`)."""
+run directory's plan.json (`to_json`) and read back by every rank (`from_json`, strict as every run record is: a
+key of another kind, or one missing, is named)."""
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlctl.config import RunConfig
 from rlctl.data.images import ImageBudget
 from rlctl.plan import engine, gguf, memory
 from rlctl.plan import hardware as hw
 from rlctl.plan.parts import NOT_ESTIMATED, GenerationSettings, Layout, MemoryTable, ModelFacts, VllmSettings
+from rlctl.rundir import PLAN_FILE, RunDir, read_record
+from rlctl.rundir.records import nested, pick, typed, typed_value
 
 if TYPE_CHECKING:
     from rlctl.plan.async_split import AsyncSplit
-
-PLAN_FILE = "plan.json"  # in the run directory: the plan the run was launched with, read by every rank
 
 
 @dataclass
@@ -124,58 +125,73 @@ class Plan:
             "config": self.config.model_dump(mode="json"),
         }
 
+    KINDS: ClassVar[dict[str, Any]] = {
+        "run_dir": str,
+        "num_processes": int,
+        "strategy": str,
+        "mixed_precision": str,
+        "adapter": str,
+        "gradient_checkpointing": bool,
+        "generation_engine": str,
+        "launch": str,
+        "cpu_offload": bool,
+        "phase_offload": bool,
+        "reference": str,
+    }
+    KINDS |= dict.fromkeys(("config", "hardware", "layout", "model", "accelerate", "vllm", "generation"), dict)
+    KINDS |= dict.fromkeys(("memory", "model_import", "async_split", "images"), dict)
+    KINDS |= dict.fromkeys(("stages", "decisions", "warnings"), list)
+    REQUIRED: ClassVar[tuple[str, ...]] = ("config", "run_dir", "hardware", "num_processes", "strategy")
+    REQUIRED += ("mixed_precision", "adapter", "gradient_checkpointing", "generation_engine", "stages", "accelerate")
+    REQUIRED += ("launch", "layout", "model")
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
-        """The plan `to_json` wrote (plan.json): what every rank of a run reads instead of planning again."""
+        """The plan `to_json` wrote (plan.json): what every rank of a run reads instead of planning again. A KeyError
+        names a key it lacks, a WrongKind one of another kind (`stages[0].max_steps`)."""
         from rlctl import config as config_mod
+        from rlctl.plan.async_split import AsyncSplit
 
-        split = data.get("async_split")
-        if split is not None:
-            from rlctl.plan.async_split import AsyncSplit
+        v = pick(data, cls.KINDS)
+        for key in cls.REQUIRED:
+            if key not in v:
+                raise KeyError(key)
 
-            ids = ("generator_gpu_ids", "trainer_gpu_ids")
-            split = AsyncSplit(
-                **{k: tuple(v) if k in ids else v for k, v in split.items() if k in AsyncSplit.__dataclass_fields__}
-            )
-        imported = data.get("model_import")
+        def part(kind: Any, key: str) -> Any:
+            return typed(kind, v[key], key) if key in v else None
+
         return cls(
-            config=config_mod.validate(config_mod.saved(data["config"], "plan.json"), source="plan.json"),
-            run_dir=data["run_dir"],
-            hardware=hw.Hardware(**data["hardware"]),
-            num_processes=data["num_processes"],
-            strategy=data["strategy"],
-            mixed_precision=data["mixed_precision"],
-            adapter=data["adapter"],
-            gradient_checkpointing=data["gradient_checkpointing"],
-            generation_engine=data["generation_engine"],
-            stages=[StagePlan(**s) for s in data["stages"]],
-            accelerate=data["accelerate"],
-            launch=shlex.split(data["launch"]),
-            layout=Layout.from_json(data["layout"]),
-            model=ModelFacts.from_json(data["model"]),
-            warnings=data.get("warnings", []),
-            cpu_offload=data.get("cpu_offload", False),
-            phase_offload=data.get("phase_offload", False),
-            reference=data.get("reference", "none"),
-            vllm=VllmSettings.from_json(data["vllm"]) if data.get("vllm") else None,
-            decisions=data.get("decisions", []),
-            memory=MemoryTable.from_json(data.get("memory", {})),
-            generation=GenerationSettings.from_json(data["generation"]) if data.get("generation") else None,
-            model_import=gguf.GgufImport(**imported) if imported else None,
-            async_split=split,
-            images={stage: ImageBudget.from_json(b) for stage, b in (data.get("images") or {}).items()},
+            config=config_mod.validate(config_mod.saved(v["config"], PLAN_FILE), source=PLAN_FILE),
+            run_dir=v["run_dir"],
+            hardware=part(hw.Hardware, "hardware"),
+            num_processes=v["num_processes"],
+            strategy=v["strategy"],
+            mixed_precision=v["mixed_precision"],
+            adapter=v["adapter"],
+            gradient_checkpointing=v["gradient_checkpointing"],
+            generation_engine=v["generation_engine"],
+            stages=typed_value(list[StagePlan], v["stages"], "stages"),
+            accelerate=v["accelerate"],
+            launch=shlex.split(v["launch"]),
+            layout=part(Layout, "layout"),
+            model=nested(ModelFacts.from_json, v["model"], "model"),
+            warnings=typed_value(list[str], v.get("warnings", []), "warnings"),
+            cpu_offload=v.get("cpu_offload", False),
+            phase_offload=v.get("phase_offload", False),
+            reference=v.get("reference", "none"),
+            vllm=part(VllmSettings, "vllm"),
+            decisions=typed_value(list[dict[str, str]], v.get("decisions", []), "decisions"),
+            memory=nested(MemoryTable.from_json, v.get("memory", {}), "memory"),
+            generation=part(GenerationSettings, "generation"),
+            model_import=part(gguf.GgufImport, "model_import"),
+            async_split=part(AsyncSplit, "async_split"),
+            images={s: nested(ImageBudget.from_json, b, f"images.{s}") for s, b in v.get("images", {}).items()},
         )
 
 
-def read(run_dir: Path) -> Plan:
+def read(run_dir: Path, works: str = "") -> Plan:
     """The plan a run was launched with (plan.json): every rank reads it rather than planning again (no hardware
-    or disk probes per rank, no second opinion); a DamagedFile naming the file when it cannot be read."""
-    from rlctl import strictjson
-
-    path = Path(run_dir) / PLAN_FILE
-    works = f"`rlctl resume {run_dir}` plans the run again from config.yaml and writes a new {PLAN_FILE}."
-    data = strictjson.read(path, works)
-    try:
-        return Plan.from_json(data)
-    except (KeyError, TypeError, ValueError) as e:
-        raise strictjson.DamagedFile(path, f"it does not hold a plan ({type(e).__name__}: {e})", works) from None
+    or disk probes per rank, no second opinion); a DamagedFile naming the file when it cannot be read, followed by
+    `works` (by default: that a resume writes a new one)."""
+    works = works or f"`rlctl resume {run_dir}` plans the run again from config.yaml and writes a new {PLAN_FILE}."
+    return read_record(RunDir(Path(run_dir)).plan, Plan.from_json, works)

@@ -1,13 +1,16 @@
 """The records of a run's checkpoints and monitors, each with `to_json`/`from_json`: a checkpoint's completion marker
 (`CheckpointMark`, its files' `FileEntry`), the manifest of a folder rlctl wrote whole (`FilesManifest`), the RL
 loop's state in a checkpoint (`LoopState`), a stage's per-process layout and memory records (`LayoutRecord`,
-`MemoryRecord`) and what summary.json makes of them (`StageMemory`, `MeasuredPhase`, `BestCheckpoint`); and how a
-record is written (`write_record`)."""
+`MemoryRecord`) and what summary.json makes of them (`StageMemory`, `MeasuredPhase`, `BestCheckpoint`); how a
+record is read (`read_record`) and written (`write_record`); and `typed`, which reads a record of plain fields by
+the types its fields are declared with (the plan's parts, the data's lengths, the GGUF import record)."""
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -31,7 +34,7 @@ class WrongKind(ValueError):
 
 
 def _kind_of(value: Any) -> str:
-    names = {dict: "a JSON object", list: "a JSON array", str: "a string", bool: "a boolean"}
+    names = {dict: "a JSON object", list: "a JSON array", str: "a string", bool: "a boolean", type(None): "null"}
     return names.get(type(value), f"the number {value!r}" if isinstance(value, int | float) else type(value).__name__)
 
 
@@ -59,6 +62,62 @@ def pick(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
             raise WrongKind(k, value, kind)
         out[k] = value
     return out
+
+
+def typed(cls: type[R], data: Any, key: str = "") -> R:
+    """The dataclass `cls` read from the JSON object `data` by the types its fields are declared with: str, int,
+    float (a whole number too), bool, their `| None`, lists, tuples and dicts of them, and dataclasses of such fields
+    (read the same way). A field absent or null takes its default; one without a default is a KeyError naming it;
+    a value of another kind is a WrongKind naming its key (`hardware.nodes`, `stages[1].max_steps`), and keys the
+    dataclass has no field for are left out (`key`: where `data` lies in its record, for the names)."""
+    if not isinstance(data, dict):
+        raise WrongKind(key or "record", data, dict)
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        where = f"{key}.{f.name}" if key else f.name
+        if data.get(f.name) is not None or (f.name in data and _optional(hints[f.name])):
+            values[f.name] = typed_value(hints[f.name], data[f.name], where)
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise KeyError(where)
+    return cls(**values)
+
+
+_UNIONS = (typing.Union, types.UnionType)
+
+
+def _optional(hint: Any) -> bool:
+    """Whether a field of type `hint` may hold None (null is then its value, not its default)."""
+    return typing.get_origin(hint) in _UNIONS and type(None) in typing.get_args(hint)
+
+
+def typed_value(hint: Any, value: Any, key: str) -> Any:
+    """`value` read as the type `hint` (see `typed`); a WrongKind naming `key` when it is of another kind."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in _UNIONS:
+        kinds = [a for a in args if a is not type(None)]
+        if len(kinds) != 1:
+            raise TypeError(f"{key}: a field of one of {kinds} cannot be read by its type")
+        return None if value is None else typed_value(kinds[0], value, key)
+    if is_dataclass(hint):
+        return typed(hint, value, key)  # type: ignore[arg-type]
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise WrongKind(key, value, list)
+        items = [typed_value(args[0], v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise WrongKind(key, value, dict)
+        return {k: typed_value(args[1], v, f"{key}.{k}") for k, v in value.items()}
+    if hint is Any:
+        return value
+    if hint not in (str, int, float, bool, dict, list):
+        raise TypeError(f"{key}: a field of type {hint} cannot be read by its type")
+    kind = NUMBER if hint is float else hint
+    if not of_kind(value, kind):
+        raise WrongKind(key, value, kind)
+    return value
 
 
 def unknown(data: dict[str, Any], kinds: dict[str, Any]) -> dict[str, Any]:
@@ -123,13 +182,7 @@ def files_from_json(data: Any) -> dict[str, FileEntry]:
     kind), a KeyError naming the key an entry lacks (`files.model.safetensors.xxh3`)."""
     if not isinstance(data, dict):
         raise WrongKind("files", data, dict)
-    out = {}
-    for rel, entry in data.items():
-        try:
-            out[rel] = nested(FileEntry.from_json, entry, f"files.{rel}")
-        except KeyError as e:
-            raise KeyError(f"files.{rel}.{e.args[0]}") from None
-    return out
+    return {rel: nested(FileEntry.from_json, entry, f"files.{rel}") for rel, entry in data.items()}
 
 
 @dataclass
@@ -316,13 +369,15 @@ class StageMemory:
 
 def nested(parse: Callable[[dict[str, Any]], R], data: Any, key: str) -> R:
     """The record nested under `key` of another, parsed by `parse`; a WrongKind naming `key` when it is no JSON
-    object, or naming its own key within `key`."""
+    object, or naming its own key within `key` (as the KeyError of a key it lacks does: `files.NAME.xxh3`)."""
     if not isinstance(data, dict):
         raise WrongKind(key, data, dict)
     try:
         return parse(data)
     except WrongKind as e:
         raise e.within(key) from None
+    except KeyError as e:
+        raise KeyError(f"{key}.{e.args[0]}") from None
 
 
 @dataclass

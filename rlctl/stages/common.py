@@ -8,7 +8,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from rlctl import checkpoint
+from rlctl import checkpoint, rundir
 from rlctl.monitors import heldout, layout
 from rlctl.runtime import models
 from rlctl.runtime.context import StageContext, Trained, alarm_stop, resume_point, signalled, stop_signal
@@ -151,7 +151,7 @@ def save_final(ctx: StageContext, trained: Trained) -> None:
         if hasattr(model, "merge_and_unload"):
             model, state_dict = _merged(ctx, model), None
     if ctx.is_main:
-        tmp = ctx.final.with_name("final.tmp")
+        tmp = rundir.final_staging(ctx.final)
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp, state_dict=state_dict)
         trained.tokenizer.save_pretrained(tmp)

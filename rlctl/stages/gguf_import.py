@@ -24,7 +24,7 @@ from typing import Any
 from rlctl import atomic
 from rlctl.checkpoint import integrity
 from rlctl.plan import gguf
-from rlctl.rundir.records import files_from_json
+from rlctl.rundir import write_record
 
 PROBE = "rlctl-end-of-turn-probe"
 
@@ -34,9 +34,12 @@ class Imported:
     """The folder a GGUF file became, what the import fixed, and whether it ran now (or was cached)."""
 
     folder: Path
-    fixes: list[str]
-    record: dict[str, Any]
+    record: gguf.ImportRecord
     converted_now: bool
+
+    @property
+    def fixes(self) -> list[str]:
+        return self.record.fixes
 
 
 def end_of_turn(tok: Any) -> str | None:
@@ -130,8 +133,7 @@ def problem(folder: Path) -> str | None:
     found = gguf.import_problem(folder)
     if found is not None:
         return found
-    record = json.loads((folder / gguf.RECORD).read_text(encoding="utf-8"))
-    return "; ".join(integrity.folder_problems(folder, files_from_json(record["files"]))) or None
+    return "; ".join(integrity.folder_problems(folder, gguf.read_import(folder).files)) or None
 
 
 def ensure(spec: gguf.GgufImport, say: Callable[[str], None]) -> Imported:
@@ -143,12 +145,12 @@ def ensure(spec: gguf.GgufImport, say: Callable[[str], None]) -> Imported:
         if folder.exists():
             say(f"The cached import {folder} cannot be used ({why}): converting again")
         _import(spec, folder, say)
-    record = json.loads((folder / gguf.RECORD).read_text(encoding="utf-8"))
+    record = gguf.read_import(folder)
     if why is None:
         say(f"{Path(spec.file).name}: converted already ({folder})")
-    for fix in record["fixes"]:
+    for fix in record.fixes:
         say(f"GGUF import fixed: {fix}")
-    return Imported(folder, record["fixes"], record, why is not None)
+    return Imported(folder, record, why is not None)
 
 
 def _import(spec: gguf.GgufImport, folder: Path, say: Callable[[str], None]) -> None:
@@ -162,16 +164,16 @@ def _import(spec: gguf.GgufImport, folder: Path, say: Callable[[str], None]) -> 
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         fixes = _convert(path, header, spec.dtype, tmp)
-        record = {
-            "source": str(path),
-            "sha256": folder.name.split("-", 1)[0],
-            "quantization": spec.quantization,
-            "dtype": spec.dtype,
-            "fixes": fixes,
-            "seconds": round(time.monotonic() - start, 1),
-            "files": {rel: entry.to_json() for rel, entry in integrity.manifest(tmp).items()},
-        }
-        atomic.write_text(tmp / gguf.RECORD, json.dumps(record, indent=2))
+        record = gguf.ImportRecord(
+            source=str(path),
+            sha256=folder.name.split("-", 1)[0],
+            quantization=spec.quantization,
+            dtype=spec.dtype,
+            fixes=fixes,
+            seconds=round(time.monotonic() - start, 1),
+            files=integrity.manifest(tmp),
+        )
+        write_record(tmp / gguf.RECORD, record)
         atomic.sync_tree(tmp)
         if folder.exists():  # a damaged one: moved out of the way in one step, then removed
             aside = folder.with_name(f".{folder.name}.{os.getpid()}.damaged")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import Tensor
 
-from rlctl import checkpoint
+from rlctl import checkpoint, rundir
 from rlctl.algorithms import AdaptiveKLController, AdvantageConfig, FixedKLController, PolicyLossConfig
 from rlctl.config.rl import RLConfig
 from rlctl.data.tokens import prompt_text
@@ -259,7 +259,7 @@ def save_checkpoint(loop: Loop, step: int, state: LoopState) -> None:
     through DCP, one file per process), plus the loop state, written under `.incoming` and published (scored for
     keep-best, marked complete, renamed into place) once all is written."""
     acc = loop.acc
-    folder = checkpoint.incoming(loop.hooks.stops.checkpoints) / f"checkpoint-{step}"
+    folder = rundir.checkpoint(checkpoint.incoming(loop.hooks.stops.checkpoints), step)
     acc.wait_for_everyone()
     acc.save_state(str(folder))
     if loop.shards:

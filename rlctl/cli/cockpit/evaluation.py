@@ -15,7 +15,7 @@ from rich.table import Table
 from rlctl import atomic, strictjson, tables
 from rlctl.cli.cockpit import UI, fmt
 from rlctl.errors import UserError
-from rlctl.rundir import RunDir
+from rlctl.rundir import RunDir, eval_samples
 
 if TYPE_CHECKING:
     from rlctl.config import RunConfig
@@ -56,7 +56,7 @@ def _check_eval_out(out: Path) -> None:
     from rlctl.checkpoint import safewrite
 
     safewrite.check_file(out, _is_eval_result, "eval result")
-    samples = out.with_suffix(".samples.jsonl")
+    samples = eval_samples(out)
     safewrite.check_file(samples, lambda _: out.is_file() and _is_eval_result(out), "eval samples file")
 
 
@@ -212,7 +212,7 @@ def evaluate_command(ui: UI, target: Path, data_file: str | None, opt: EvalOptio
         "max_new_tokens": max_new,
         **result.metrics,
     }
-    samples_path = out.with_suffix(".samples.jsonl")
+    samples_path = eval_samples(out)
     with safewrite.lock(out, "eval"):
         _check_eval_out(out)  # again: another eval may have written it meanwhile
         for note in filter(None, (safewrite.drop_stale(out), safewrite.drop_stale(samples_path))):

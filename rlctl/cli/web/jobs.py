@@ -75,7 +75,7 @@ class Jobs:
                 raise UserError(f"{run_dir} is busy: {busy.state()}. Wait for it, or stop it first.")
             if command == "train":
                 refuse_occupied(self.root, run_dir)
-            log = RunDir(self.root / run_dir).logs / f"ui-{command}.log"
+            log = RunDir(self.root / run_dir).ui_log(command)
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("ab") as out:  # appended: an earlier command's output stays
                 out.write(f"\n$ rlctl {command} {' '.join(args)}\n".encode())
@@ -161,7 +161,7 @@ def refuse_occupied(root: Path, run_dir: Path) -> None:
             f"{run_dir} already holds a run; continue it with Resume (`rlctl resume {run_dir}`) or pick another run "
             "directory. Nothing was written."
         )
-    if base.exists() and (not base.is_dir() or any(p.name != "logs" for p in base.iterdir())):
+    if base.exists() and (not base.is_dir() or any(p != RunDir(base).logs for p in base.iterdir())):
         raise UserError(
             f"{run_dir} already holds files that are not an rlctl run; a run needs a new or empty folder. Nothing "
             "was written; pick another run directory."

@@ -12,7 +12,7 @@ from typing import Any
 from rlctl.cli.web.paths import inside
 from rlctl.cli.web.watch import served_run_config
 from rlctl.errors import UserError
-from rlctl.rundir import RunDir
+from rlctl.rundir import RunDir, eval_samples
 
 
 def model_folders(root: Path, run_dir: Path) -> list[str]:
@@ -169,7 +169,7 @@ def latest_eval(root: Path, run_dir: Path) -> EvalShown:
     keys = [k for k in found if k in EVAL_METRICS or k.startswith(("pass@", "reward/"))]
     metrics = [[k, found[k]] for k in sorted(keys, key=lambda k: (k not in EVAL_METRICS[:2], k))]
     samples = []
-    lines = newest.with_suffix(".samples.jsonl")
+    lines = eval_samples(newest)
     if lines.is_file():
         import json
 
