@@ -7,8 +7,8 @@ sharing the run directory do not write one file), and prints the summary table a
 Package `rlctl.launch`: the launch on this side (this module), the process every rank runs (`runner`), what an
 elastic restart was (`restarts`), the job files of schedulers (`jobs`: SLURM scripts in `slurm`, Kubernetes
 manifests in `k8s`, SkyPilot tasks in `sky`) and TensorBoard event files (`tbevents`).
-May import: base, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, runtime, monitors,
-trainer, stages.
+May import: base, vision, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, runtime,
+monitors, trainer, stages.
 """
 
 from __future__ import annotations

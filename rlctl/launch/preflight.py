@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlctl import data, tables
+from rlctl import vision as families
 from rlctl.config import ModelConfig, RunConfig
 from rlctl.data import images, tokens
 from rlctl.data.images import ImageBudget
@@ -164,7 +165,7 @@ def chat_template(cfg: RunConfig, folder: Path | None, rows: dict[str, list[dict
     needs = [stage for stage, r in rows.items() if data.conversational(r) or (stage == "rl" and cfg.rl.tools)]
     if cfg.data.chat_template:
         try:
-            template = tokens.template_text(cfg.data.chat_template, tokens.image_placeholder(cfg.model.arch))
+            template = tokens.template_text(cfg.data.chat_template, families.placeholder(cfg.model.arch))
         except UserError as e:
             report.errors.append(str(e))
             return None
@@ -303,8 +304,10 @@ def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report
     read from their headers), else an error naming the file, the row and the image; image data for a model whose
     architecture has no vision tower is refused; with one, each training stage's image budget (`report.images`)."""
     vision = cfg.model.arch.vision if cfg.model.arch is not None else None
-    bounds = (cfg.data.min_pixels or images.DEFAULT_MIN_PIXELS, cfg.data.max_pixels or images.DEFAULT_MAX_PIXELS)
-    if vision is not None and vision.kind != "siglip" and bounds[0] > bounds[1] and any(rows.values()):
+    family = families.of_arch(cfg.model.arch)
+    bounds = images.pixel_bounds(vision, cfg.data.min_pixels, cfg.data.max_pixels)
+    resized = family is not None and family.pixel_bounds is not None  # within the bounds, not to a fixed size
+    if resized and bounds[0] > bounds[1] and any(rows.values()):
         report.errors.append(
             f"The image resize bounds are empty: min_pixels {bounds[0]:,} is above max_pixels {bounds[1]:,} (data."
             "min_pixels / data.max_pixels, or the model's preprocessor_config.json where unset). Set data.min_pixels "
@@ -321,7 +324,8 @@ def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report
         if any(sizes) and cfg.model.arch is not None and vision is None:
             report.errors.append(
                 f"The {stage} data ({info.source}) holds images, but {cfg.model.name_or_path} has no vision tower "
-                "(model.arch.vision) rlctl trains (Qwen2-VL, Gemma 3): train such a model, or drop the images."
+                f"(model.arch.vision) rlctl trains ({families.names()}): train such a "
+                "model, or drop the images."
             )
             return
         if vision is not None and stage != "eval" and stage_rows:

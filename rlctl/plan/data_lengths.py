@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlctl.config import RunConfig
-from rlctl.data.images import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, ImageBudget, worst_case
+from rlctl.data.images import ImageBudget, pixel_bounds, worst_case
 from rlctl.plan.parts import Noted
 
 DATA_LENGTHS = "data_lengths.json"  # in the run directory: the data's counted lengths, as the plan used them
@@ -59,7 +59,7 @@ def image_budgets(cfg: RunConfig, run_dir: str | Path, given: dict[str, ImageBud
             given = {stage: ImageBudget.from_json(b) for stage, b in recorded.items()}
         except (TypeError, ValueError, AttributeError) as e:
             raise strictjson.DamagedFile(path, f"its {IMAGES_KEY} are not image budgets ({e})", works) from None
-    bounds = (cfg.data.min_pixels or DEFAULT_MIN_PIXELS, cfg.data.max_pixels or DEFAULT_MAX_PIXELS)
+    bounds = pixel_bounds(vision, cfg.data.min_pixels, cfg.data.max_pixels)
     out = {}
     for stage in cfg.stages:
         out[stage] = given.get(stage) or worst_case(vision, *bounds)

@@ -12,7 +12,7 @@ wrote.
 
 Package `rlctl.rundir`: the paths (`paths`), the records of checkpoints and monitors (`records`), summary.json
 (`summary`).
-May import: base.
+May import: base, vision.
 """
 
 from rlctl.rundir.paths import COMPLETE, CONFIG_FILE, LOOP_STATE, METRICS_FILE, REPAIR, SUMMARY_FILE, RunDir, every_rank

@@ -9,5 +9,6 @@ checkpoints with the DCP shards and its restore on resume, the phase clock), the
 optimizers and forward passes (`models`), FSDP2 applied by rlctl and the full weights gathered one at a time
 (`sharding`), the optimizer-state offload between phases (`offload`) and the asynchronous rollouts (`async_rollout`:
 rounds sampled by the generator process, weights pushed after each step).
-May import: base, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, runtime, monitors.
+May import: base, vision, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, runtime,
+monitors.
 """
