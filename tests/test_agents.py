@@ -202,7 +202,7 @@ class Scripted:
     def awake(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
-    def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
+    def generate(self, prompts: list[list[int]], greedy: bool = False, vision=None) -> list[list[int]]:
         self.seen.append([self.tok.decode(p) for p in prompts])
         step = len(self.seen) - 1
         end = self.tok.convert_tokens_to_ids("<|im_end|>")

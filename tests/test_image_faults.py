@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from rlctl import config, data
+from rlctl import config, data, vision
 from rlctl.data import images
 from rlctl.errors import UserError
 from rlctl.launch import preflight
@@ -128,9 +128,9 @@ def test_the_processors_aspect_ratio_rule_matches_transformers(tmp_path):
             refused = False
         except ValueError:
             refused = True
-        assert (images.processor_problem(width, height, None) is not None) == refused, (width, height)
+        assert (vision.image_problem(width, height, None) is not None) == refused, (width, height)
     cfg = config.resolve("tiny-gemma3-demo", None, None, "cpu", [])
-    assert images.processor_problem(4000, 3, cfg.model.arch.vision) is None
+    assert vision.image_problem(4000, 3, cfg.model.arch.vision) is None
 
 
 def test_an_image_the_processor_refuses_is_refused_by_plan_and_train_before_launch(tmp_path):

@@ -15,7 +15,7 @@ from rlctl.config import ModelArch
 from rlctl.data import tasks
 from rlctl.rollout.generate import HFGenerator
 from rlctl.rollout.samples import Sample, collate, token_logprobs
-from rlctl.rollout.vision import encode, load_processor, row_images
+from rlctl.rollout.vision import encode, encode_batch, load_processor, row_images
 from rlctl.stages import tiny
 from rlctl.trainer.models import VisionValueModel, token_values
 from tests.helpers import rlctl, run_once, summary
@@ -60,6 +60,36 @@ def test_processor_round_trip(built):
     assert text.startswith("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>What colour is the shape?")
     assert text.endswith("<|im_start|>assistant\n")
     assert processor.tokenizer.eos_token == "<|im_end|>"  # a reply ends at the end of its turn
+
+
+def test_one_encoder_serves_training_and_evaluation(built):
+    """Training's prompt encoding (`encode`, one prompt) is evaluation's batch encoding (`encode_batch`) of the same
+    prompt: the same ids (left-padded in the batch) and pixel values; a batch without images goes through the
+    tokenizer alone."""
+    base, rows = built
+    processor = load_processor(str(base))
+    tok = processor.tokenizer
+    tok.padding_side = "left"
+    data = base.parent / "data"
+    texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows[:2]]
+    texts[1] += " Answer in one word."  # a longer prompt: the first is padded
+    pictures = [row_images(r, data) for r in rows[:2]]
+    batch = encode_batch(processor, tok, texts, pictures)
+    at = 0
+    for i, (text, picture) in enumerate(zip(texts, pictures, strict=True)):
+        ids, vision = encode(processor, text, picture)
+        assert batch["input_ids"][i][batch["attention_mask"][i].bool()].tolist() == ids
+        n = vision.pixel_values.shape[0]
+        torch.testing.assert_close(batch["pixel_values"][at : at + n], vision.pixel_values)
+        at += n
+    plain = encode_batch(processor, tok, ["hello", "hello there"], [[], []])
+    assert (
+        "pixel_values" not in plain
+        and plain["input_ids"].tolist()
+        == tok(["hello", "hello there"], return_tensors="pt", padding=True, add_special_tokens=False)[
+            "input_ids"
+        ].tolist()
+    )
 
 
 def test_pixel_values_reach_the_forward_pass_and_generation(built):
@@ -434,7 +464,7 @@ def test_vlm_ppo_trains_its_critic_and_resumes_exactly(tmp_path: Path):
 def test_rl_refuses_what_a_vision_language_policy_cannot_train_with(sets, engine, generator, named):
     from types import SimpleNamespace
 
-    from rlctl import config
+    from rlctl import config, vision
     from rlctl.errors import UserError
     from rlctl.stages.rl import refuse_for_images
 
@@ -442,8 +472,9 @@ def test_rl_refuses_what_a_vision_language_policy_cannot_train_with(sets, engine
     split = SimpleNamespace(generator_engine=generator) if generator else None
     plan = SimpleNamespace(generation_engine=engine, async_split=split)  # the plan fields it reads
     ctx = SimpleNamespace(cfg=cfg, plan=plan, stage=SimpleNamespace(init_from="run/sft/final"))
-    with pytest.raises(UserError, match=named):
-        refuse_for_images(ctx)
-    refuse_for_images(SimpleNamespace(cfg=config.resolve(preset="tiny-vlm-demo", hardware="cpu"),
-                                      plan=SimpleNamespace(generation_engine="transformers", async_split=None),
-                                      stage=ctx.stage))  # fmt: skip
+    for family in vision.FAMILIES:  # none of them has either yet
+        with pytest.raises(UserError, match=named):
+            refuse_for_images(ctx, family)
+        refuse_for_images(SimpleNamespace(cfg=config.resolve(preset="tiny-vlm-demo", hardware="cpu"),
+                                          plan=SimpleNamespace(generation_engine="transformers", async_split=None),
+                                          stage=ctx.stage), family)  # fmt: skip

@@ -155,17 +155,17 @@ def test_freeze_vision_keeps_the_tower_and_projector_bit_identical(built):
 
 
 def test_builtin_chat_templates_render_gemma3_image_parts_for_a_siglip_tower():
-    from rlctl import config
+    from rlctl import config, vision
     from rlctl.data import tokens
 
     gemma3 = config.resolve(preset="tiny-gemma3-demo", hardware="cpu").model.arch
     qwen = config.resolve(preset="tiny-vlm-demo", hardware="cpu").model.arch
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What colour?"}]}]
     for name in ("chatml", "chatml-compact"):
-        text = tokens.render(tokens.template_text(name, tokens.image_placeholder(gemma3)), messages)
+        text = tokens.render(tokens.template_text(name, vision.placeholder(gemma3)), messages)
         assert text == "<|im_start|>user\n<start_of_image>What colour?<|im_end|>\n"
-        assert tokens.template_text(name, tokens.image_placeholder(qwen)) == tokens.BUILTIN_TEMPLATES[name]
-    assert tokens.image_placeholder(None) == tokens.QWEN2_VL_IMAGE
+        assert tokens.template_text(name, vision.placeholder(qwen)) == tokens.BUILTIN_TEMPLATES[name]
+    assert vision.placeholder(None) == vision.qwen2_vl.FAMILY.placeholder  # a text model: no image part to render
 
 
 # ------------------------------------------------------------------------------------------- the demo, end to end

@@ -17,6 +17,7 @@ from rlctl.plan.memory import model as mm
 from rlctl.plan.memory.arch import Arch
 from rlctl.plan.memory.search import environment, workloads
 from rlctl.rundir import RunDir
+from rlctl.vision import qwen2_vl
 from tests.helpers import plan_in_fresh_interpreter, rlctl
 
 # config.json of Qwen/Qwen2.5-VL-3B-Instruct (the numbers the planner reads)
@@ -125,7 +126,7 @@ def test_image_tokens_match_the_qwen2_vl_processor(size, bounds):
     processor = Qwen2VLImageProcessorPil(min_pixels=bounds[0], max_pixels=bounds[1])
     t, h, w = processor(images=[Image.new("RGB", size)])["image_grid_thw"][0]
     assert t == 1
-    assert images.tokens_per_image(*size, 14, 2, *bounds) == h * w // 4
+    assert qwen2_vl.tokens_per_image(*size, 14, 2, *bounds) == h * w // 4
 
 
 def test_lora_leaves_the_tower_frozen_unless_lora_vision():
@@ -253,7 +254,7 @@ def test_a_local_model_is_planned_within_its_own_processors_pixel_bounds(tmp_pat
     plan = planner.build(cfg, tmp_path / "run")
     assert (plan.config.data.min_pixels, plan.config.data.max_pixels) == bounds
     budget = plan.images["rl"]
-    expected = bounds[1] or images.DEFAULT_MAX_PIXELS
+    expected = bounds[1] or qwen2_vl.MAX_PIXELS
     assert budget.max_pixels == expected and budget.tokens_per_image == expected // 28**2
     mine = planner.build(cfg.model_copy(update={"data": cfg.data.model_copy(update={"max_pixels": 401408})}), tmp_path)
     assert mine.images["rl"].max_pixels == 401408 and mine.config.data.max_pixels == 401408

@@ -131,7 +131,7 @@ class Replay:
     def awake(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
-    def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
+    def generate(self, prompts: list[list[int]], greedy: bool = False, vision=None) -> list[list[int]]:
         queues = {text: [ids for ids, _ in group] for text, group in self.steps[self.step]["samples"].items()}
         return [queues[self.tok.decode(p, skip_special_tokens=True)].pop(0) for p in prompts]
 

@@ -2,6 +2,6 @@
 
 Owns: `export` (a Hugging Face folder with a model card, optional Hub push), `report` (plots and report.md),
 `doctor` (is this machine ready), `finals` (a finished stage's final folder re-created on resume).
-May import: base, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, evaluation,
+May import: base, vision, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, evaluation,
 runtime, monitors, trainer, stages, launch.
 """

@@ -2,7 +2,7 @@
 
 Small pure torch functions behind one registry per kind, each kind with one shared signature (see the module
 docstrings and ``docs/algorithms.md``). Imports torch: only stage code may import this package, never the CLI.
-May import: base, config, sandbox, rundir, data.
+May import: base, vision, config, sandbox, rundir, data.
 """
 
 from rlctl.algorithms.advantages import (

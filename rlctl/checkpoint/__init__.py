@@ -6,7 +6,7 @@ damaged later is recognised. Retention keeps the last `checkpoint.keep_last` plu
 Package `rlctl.checkpoint`: the checkpoint protocol (this module), the checks that a checkpoint or model folder
 is intact (`integrity`, applied to a run's checkpoints by `verify`), and the runtime faults explained to the
 user (`faults`).
-May import: base, config, sandbox, rundir, data, rewards, plan, algorithms.
+May import: base, vision, config, sandbox, rundir, data, rewards, plan, algorithms.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ PKG = Path(__file__).resolve().parents[1]
 # Lowest first. "base" is the top-level modules (rlctl/__init__.py, errors.py, resources.py).
 LAYERS: list[tuple[str, ...]] = [
     ("base",),
+    ("vision",),
     ("config", "sandbox", "rundir"),
     ("data",),
     ("rewards", "plan", "algorithms"),

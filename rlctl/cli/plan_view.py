@@ -107,6 +107,8 @@ def _vision(console: Console, plan: Plan) -> None:
     arch = plan.model.arch
     if arch is None or arch.vision is None:
         return
+    from rlctl.vision import of_tower
+
     v = arch.vision
     trains = "trains (full fine-tuning)" if plan.adapter == "full" else "frozen (LoRA on the language model)"
     if plan.adapter == "full" and plan.config.model.freeze_vision:
@@ -114,10 +116,7 @@ def _vision(console: Console, plan: Plan) -> None:
     elif plan.adapter != "full" and plan.config.model.lora_vision:
         trains = "LoRA adapters on it (model.lora_vision)"
     line = f"[bold]Vision tower[/] {(plan.model.vision_params or 0) / 1e6:.1f}M parameters ({v.layers} blocks of "
-    if v.kind == "siglip":
-        line += f"{v.hidden}, SigLIP: {v.image_size} px images, {v.patch} px patches, {v.tokens_per_image} tokens each)"
-    else:
-        line += f"{v.hidden}, {v.patch} px patches merged {v.merge}x{v.merge})"
+    line += of_tower(v).tower_brief(v)
     line += f", {trains}"
     mem = plan.memory
     acts = [(p.label, p.components_gib.get("vision tower activations")) for p in mem.phases] if mem else []

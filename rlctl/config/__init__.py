@@ -6,7 +6,7 @@ Every key is documented by its `Field(description=...)`; unknown keys are reject
 Package `rlctl.config`: the whole run's schema and the layering (this module), the sections it is made of
 (`sections`: model, data, sft, rm, dpo, kto, hardware, checkpoint, logging; `rl`: the rl section) and the preset
 YAML layers (`presets`).
-May import: base.
+May import: base, vision.
 """
 
 from pathlib import Path

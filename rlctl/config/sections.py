@@ -7,6 +7,8 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from rlctl import vision
+
 StageName = Literal["sft", "dpo", "kto", "rm", "rl"]
 STAGE_ORDER: tuple[str, ...] = ("sft", "dpo", "kto", "rm", "rl")
 MAX_WHOLE_NUMBER = 2**31 - 1  # the largest count any key takes (steps, tokens, sizes): what torch and C ints hold
@@ -53,16 +55,15 @@ BUILTIN_MODELS = ("builtin:tiny", "builtin:tiny-vlm", "builtin:tiny-gemma3")
 
 
 class VisionArch(Section):
-    """The vision tower of a vision-language model, of one of two kinds. `qwen2_vl` (Qwen2-VL / Qwen2.5-VL): images
-    at their own resolution are cut into `patch` x `patch` pixel patches (`temporal_patch` frames deep), encoded by
-    `layers` transformer blocks, and each `merge` x `merge` square of patches becomes one image token of the
-    language model. `siglip` (Gemma 3): every image is resized to `image_size` x `image_size` pixels, its patches
-    encoded by a SigLIP tower (two-matrix GELU MLP), then average-pooled into `tokens_per_image` image tokens."""
+    """The vision tower of a vision-language model, of the kind its family has (`rlctl.vision`). Each kind reads the
+    numbers it needs: a tower of merged patches (`merge`, `temporal_patch`) cuts images at their own resolution into
+    `patch` x `patch` pixel patches encoded by `layers` transformer blocks, each `merge` x `merge` square of patches
+    one image token of the language model; a fixed-size tower (`image_size`, `tokens_per_image`) resizes every image
+    to `image_size` x `image_size` pixels, encodes its patches and pools them into `tokens_per_image` image tokens."""
 
-    kind: Literal["qwen2_vl", "siglip"] = Field(
-        "qwen2_vl",
-        description="The tower's design: qwen2_vl (dynamic resolution, merged patches) or siglip (Gemma 3: fixed "
-        "image size, pooled into a fixed number of tokens per image).",
+    kind: Literal[vision.KINDS] = Field(  # type: ignore[valid-type]  (the families' kinds)
+        vision.KINDS[0],
+        description="The tower's design: " + vision.kinds_described() + ".",
     )
     layers: int = Field(ge=1, description="Vision transformer blocks (vision_config.depth / num_hidden_layers).")
     hidden: int = Field(ge=1, description="Vision hidden size (vision_config.embed_dim / hidden_size).")
@@ -70,33 +71,29 @@ class VisionArch(Section):
     intermediate: int = Field(ge=1, description="Vision MLP intermediate size.")
     patch: int = Field(14, ge=1, description="Patch side in pixels (vision_config.patch_size).")
     merge: int = Field(
-        2, ge=1, description="qwen2_vl: patches merged per image token along each side (spatial_merge_size)."
+        2,
+        ge=1,
+        description="A tower of merged patches: patches merged per image token along each side (spatial_merge_size).",
     )
     temporal_patch: int = Field(
-        2, ge=1, description="qwen2_vl: frames per patch (temporal_patch_size; an image is repeated)."
+        2, ge=1, description="A tower of merged patches: frames per patch (temporal_patch_size; an image is repeated)."
     )
     image_size: int | None = Field(
-        None, ge=1, description="siglip: the side in pixels every image is resized to (vision_config.image_size)."
+        None,
+        ge=1,
+        description="A fixed-size tower: the side in pixels every image is resized to (vision_config.image_size).",
     )
     tokens_per_image: int | None = Field(
-        None, ge=1, description="siglip: image tokens per image after pooling (Gemma 3's mm_tokens_per_image)."
+        None, ge=1, description="A fixed-size tower: image tokens per image after pooling (mm_tokens_per_image)."
     )
 
     @model_validator(mode="after")
-    def _siglip_sized(self) -> "VisionArch":
-        """A SigLIP tower needs its image size and tokens per image, the patches pooling evenly into the tokens."""
-        if self.kind != "siglip":
-            return self
-        if self.image_size is None or self.tokens_per_image is None:
-            raise PydanticCustomError("siglip", "a siglip vision tower needs image_size and tokens_per_image")
-        side, per_side = self.image_size // self.patch, round(self.tokens_per_image**0.5)
-        if self.image_size % self.patch or per_side * per_side != self.tokens_per_image or side % per_side:
-            raise PydanticCustomError(
-                "siglip",
-                "a siglip tower's image_size ({size}) must be a multiple of patch ({patch}) and tokens_per_image "
-                "({tokens}) a square whose side divides image_size / patch",
-                {"size": self.image_size, "patch": self.patch, "tokens": self.tokens_per_image},
-            )
+    def _family_tower(self) -> "VisionArch":
+        """The tower as its family needs it (a fixed-size tower: its image size and tokens per image, the patches
+        pooling evenly into the tokens)."""
+        problem = vision.of_tower(self).tower_problem(self)
+        if problem is not None:
+            raise PydanticCustomError(self.kind, problem)
         return self
 
 
@@ -232,8 +229,8 @@ class DataConfig(Section):
         description="Chat template for conversational data (message lists): `chatml` (Qwen2.5's tool format), "
         "`chatml-compact` (tools listed by name) or a Jinja file; replaces the tokenizer's own (and a vision-language "
         "processor's). Needed when the tokenizer has none (GPT-2 and other base models), or for rl.tools when its "
-        "template lists no tools (Qwen2.5-VL's); the built-ins render image parts as the model's family does "
-        "(Qwen2-VL's placeholder, or Gemma 3's for a siglip vision tower).",
+        "template lists no tools (some vision-language models' own); the built-ins render image parts as the "
+        "model's family does (its image placeholder, rlctl.vision).",
     )
     min_pixels: int | None = Field(
         None,

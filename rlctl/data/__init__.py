@@ -9,7 +9,7 @@ answer column. `data.columns` maps differently named columns (dotted paths reach
 
 Package `rlctl.data`: reading and recognising datasets (this module) and the built-in synthetic tasks
 (`tasks`).
-May import: base, config, sandbox, rundir.
+May import: base, vision, config, sandbox, rundir.
 """
 
 from __future__ import annotations

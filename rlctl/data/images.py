@@ -7,18 +7,18 @@ every message's content a list of parts, `{"type": "image"}` or `{"type": "text"
 many image parts as images (verl's `<image>` placeholders become image parts; a row without any gets its image parts
 at the start of its first user message, as TRL's `prepare_multimodal_messages` does).
 
-`tokens_per_image` is Qwen2-VL's processor arithmetic (its `smart_resize`): the image tokens an image becomes, which
-the planner adds to the prompt (`ImageBudget`)."""
+The image tokens an image becomes, which the planner adds to the prompt (`ImageBudget`), are its family's
+arithmetic (`rlctl.vision`)."""
 
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlctl import vision as vision_families
 from rlctl.errors import DataRowError, UserError
 from rlctl.rundir.records import typed
 
@@ -30,10 +30,6 @@ if TYPE_CHECKING:
 IMAGE_COLUMNS = ("images", "image")  # TRL's `images` (a list) and `image` (one)
 PLACEHOLDER = "<image>"  # verl's (and LLaVA's) image placeholder in text content
 MESSAGE_COLUMNS = ("prompt", "messages", "completion", "chosen", "rejected")  # where image parts may be
-# Qwen2-VL's image processor (Qwen2VLImageProcessor.size, also in the Qwen2-VL / Qwen2.5-VL preprocessor_config.json)
-DEFAULT_MIN_PIXELS = 56 * 56
-DEFAULT_MAX_PIXELS = 28 * 28 * 1280
-MAX_ASPECT_RATIO = 200  # the longest side over the shortest Qwen2-VL's smart_resize takes (transformers raises above)
 PLAN_READS = 1000  # images per dataset `rlctl plan` checks and reads the size of (`rlctl train`: every one)
 
 
@@ -146,21 +142,6 @@ def label(entry: Any) -> str:
     return str(entry) if entry is not None else "an empty entry"
 
 
-def processor_problem(width: int, height: int, vision: VisionArch | None) -> str | None:
-    """Why the model's image processor would refuse a width x height image (None: it takes it). Qwen2-VL's
-    (`smart_resize`) refuses an aspect ratio above MAX_ASPECT_RATIO; a SigLIP tower's (Gemma 3) resizes any image
-    to its square."""
-    if vision is not None and vision.kind == "siglip":
-        return None
-    ratio = max(width, height) / min(width, height)
-    if ratio > MAX_ASPECT_RATIO:
-        return (
-            f"its aspect ratio {width} x {height} ({ratio:,.0f}:1) is above the {MAX_ASPECT_RATIO}:1 the model's "
-            "image processor takes (Qwen2-VL's smart_resize refuses it)"
-        )
-    return None
-
-
 def read_sizes(
     rows: list[dict[str, Any]],
     base: Path | None,
@@ -171,8 +152,8 @@ def read_sizes(
 ) -> list[list[tuple[int, int]]]:
     """(width, height) of each row's images, row by row (rows without images: an empty list): every image decoded
     (`decode`, as training opens them) or read from its header, until `cap` images are read. One that cannot be
-    opened (missing, not an image, truncated, a decompression bomb) or that the image processor of `vision`'s
-    tower would refuse (`processor_problem`) is a UserError naming the file and row (`where`) and the image."""
+    opened (missing, not an image, truncated, a decompression bomb) or that the image processor of `vision`'s family
+    would refuse (`rlctl.vision.image_problem`) is a UserError naming the file and row (`where`) and the image."""
     out: list[list[tuple[int, int]]] = []
     read = 0
     for i, row in enumerate(rows):
@@ -186,7 +167,7 @@ def read_sizes(
             except ValueError as e:
                 start = f" (relative paths start from {base})" if base and isinstance(entry, str) else ""
                 raise UserError(f"{image} cannot be opened ({e}){start}. Fix or remove the row.") from None
-            problem = processor_problem(*size, vision)
+            problem = vision_families.image_problem(*size, vision)
             if problem:
                 raise UserError(f"{image} cannot be trained on: {problem}. Crop or pad it, or remove the row.")
             sizes.append(size)
@@ -281,33 +262,13 @@ def canonical(rows: list[dict[str, Any]], where: Callable[[int], str]) -> list[d
 
 
 # ------------------------------------------------------------------------------------------ image tokens
-def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """(height, width) Qwen2-VL's processor resizes an image to: both sides rounded to multiples of `factor` (patch
-    x merge), the area clamped into [min_pixels, max_pixels] keeping the aspect ratio (transformers' smart_resize)."""
-    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
-
-
-def tokens_per_image(width: int, height: int, patch: int, merge: int, min_pixels: int, max_pixels: int) -> int:
-    """Image tokens of one width x height image: (h / patch) x (w / patch) patches after `smart_resize`, each
-    merge x merge square of them one token."""
-    h, w = smart_resize(height, width, patch * merge, min_pixels, max_pixels)
-    return (h // patch) * (w // patch) // (merge * merge)
-
-
-def tower_tokens(vision: VisionArch, width: int, height: int, min_pixels: int, max_pixels: int) -> int:
-    """Image tokens of one width x height image for `vision`'s tower: a SigLIP tower (Gemma 3) resizes every image to
-    its image_size and pools it into its tokens_per_image (pan-and-scan off); a Qwen2-VL tower's `tokens_per_image`."""
-    if vision.kind == "siglip":
-        return vision.tokens_per_image or 0
-    return tokens_per_image(width, height, vision.patch, vision.merge, min_pixels, max_pixels)
+def pixel_bounds(vision: VisionArch | None, min_pixels: int | None, max_pixels: int | None) -> tuple[int, int]:
+    """The resize bounds the images of `vision`'s family are counted with: data.min_pixels / data.max_pixels (the
+    model's own where the plan read them), else the family's defaults (rlctl.vision's for a fixed-size family, where
+    they do not apply)."""
+    family = vision_families.of_tower(vision) if vision is not None else None
+    low, high = (family and family.pixel_bounds) or vision_families.DEFAULT_PIXEL_BOUNDS
+    return min_pixels or low, max_pixels or high
 
 
 @dataclass(frozen=True)
@@ -315,7 +276,7 @@ class ImageBudget:
     """The image tokens one dataset's rows add to their prompts, as the planner counts them: the most per row, the
     most per image, the most images in a row, the processor's pixel bounds, and how many image sizes were read
     (`read` of `seen`); not `measured`: the data's images were not read (a Hub dataset), the worst case is planned,
-    one image per row at max_pixels. `fixed_size`: the side every image is resized to (a SigLIP tower; 0: the
+    one image per row at max_pixels. `fixed_size`: the side every image is resized to (a fixed-size tower; 0: the
     pixel bounds apply)."""
 
     tokens_per_row: int
@@ -348,7 +309,7 @@ class ImageBudget:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """Its fields (`fixed_size` only for a SigLIP tower's)."""
+        """Its fields (`fixed_size` only for a fixed-size tower's)."""
         return {k: v for k, v in asdict(self).items() if k != "fixed_size" or v}
 
     @classmethod
@@ -358,21 +319,19 @@ class ImageBudget:
 
 
 def worst_case(vision: VisionArch, min_pixels: int, max_pixels: int) -> ImageBudget:
-    """The budget when the data's image sizes are not known: one image per row, as large as max_pixels allows (a
-    grid of merged patches of at most max_pixels: max_pixels // (patch x merge)^2 tokens, e.g. 1,280 at 28 x 28 x
-    1280 pixels; at least the min_pixels image's); a SigLIP tower's fixed tokens per image."""
-    fixed = (vision.image_size or 0) if vision.kind == "siglip" else 0
-    most = tower_tokens(vision, 1, 1, min_pixels, max_pixels)
-    if not fixed:
-        most = max(max_pixels // (vision.patch * vision.merge) ** 2, most)
-    return ImageBudget(most, most, 1, min_pixels, max_pixels, measured=False, fixed_size=fixed)
+    """The budget when the data's image sizes are not known: one image per row, as many tokens as its family makes
+    of one image at most (within max_pixels, or at its fixed size)."""
+    family = vision_families.of_tower(vision)
+    most = family.most_image_tokens(vision, min_pixels, max_pixels)
+    return ImageBudget(most, most, 1, min_pixels, max_pixels, measured=False, fixed_size=family.fixed_size(vision))
 
 
 def budget(
     sizes: list[list[tuple[int, int]]], vision: VisionArch, min_pixels: int, max_pixels: int, seen: int
 ) -> ImageBudget:
     """The budget of rows whose images have these (width, height) sizes (one list per row read), of `seen` images."""
-    per_row = [[tower_tokens(vision, w, h, min_pixels, max_pixels) for w, h in row] for row in sizes]
+    family = vision_families.of_tower(vision)
+    per_row = [[family.image_tokens(vision, w, h, min_pixels, max_pixels) for w, h in row] for row in sizes]
     return ImageBudget(
         max((sum(r) for r in per_row), default=0),
         max((t for r in per_row for t in r), default=0),
@@ -381,5 +340,5 @@ def budget(
         max_pixels,
         sum(len(r) for r in sizes),
         seen,
-        fixed_size=(vision.image_size or 0) if vision.kind == "siglip" else 0,
+        fixed_size=family.fixed_size(vision),
     )

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rlctl import vision
 from rlctl.data.images import PLACEHOLDER
 from rlctl.errors import UserError
 
@@ -29,9 +30,7 @@ def content(image: str) -> str:
     )
 
 
-QWEN2_VL_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
-GEMMA3_IMAGE = "<start_of_image>"
-CONTENT = content(QWEN2_VL_IMAGE)
+CONTENT = content(vision.placeholder(None))  # a text model's (no image part to render)
 
 
 def chatml(body: str = CONTENT) -> str:
@@ -64,7 +63,6 @@ def chatml(body: str = CONTENT) -> str:
 
 
 CHATML = chatml()
-CHATML_GEMMA3 = chatml(content(GEMMA3_IMAGE))  # builtin:tiny-gemma3's: image parts as Gemma 3's placeholder
 # ChatML for tiny models: tools listed by name only (the Qwen2.5 description would fill a tiny context), tool
 # results as <tool_response> blocks in a user turn; calls are written by the model as <tool_call>{json}</tool_call>.
 CHATML_COMPACT = (
@@ -77,18 +75,12 @@ CHATML_COMPACT = (
 BUILTIN_TEMPLATES = {"chatml": CHATML, "chatml-compact": CHATML_COMPACT}
 
 
-def image_placeholder(arch: Any) -> str:
-    """What a built-in chat template renders an image part as for the model of `arch` (its ModelArch, or None):
-    Gemma 3's placeholder for its SigLIP tower, else Qwen2-VL's."""
-    vision = getattr(arch, "vision", None)
-    return GEMMA3_IMAGE if vision is not None and vision.kind == "siglip" else QWEN2_VL_IMAGE
-
-
-def template_text(setting: str, image: str = QWEN2_VL_IMAGE) -> str:
+def template_text(setting: str, image: str | None = None) -> str:
     """The Jinja text `data.chat_template` names: a built-in (`chatml`), its image parts rendered as `image` (the
-    model family's placeholder, `image_placeholder`), or a file."""
+    model family's placeholder, `rlctl.vision.placeholder`), or a file."""
     if setting in BUILTIN_TEMPLATES:
-        return BUILTIN_TEMPLATES[setting].replace(CONTENT, content(image))
+        text = BUILTIN_TEMPLATES[setting]
+        return text if image is None else text.replace(CONTENT, content(image))
     path = Path(setting).expanduser()
     if not path.is_file():
         raise UserError(
@@ -150,11 +142,6 @@ QWEN2_PATTERN = (
 )
 EOS = "<|endoftext|>"
 SPECIAL_TOKENS = [EOS, "<|im_start|>", "<|im_end|>"]
-# the built-in vision-language models' image tokens (rlctl.stages.tiny adds them to their tokenizers): Qwen2-VL's, and
-# Gemma 3's as its tokenizer names them (Gemma3Processor reads these attributes): the placeholder the chat template
-# writes, the soft token it expands into (one per image token) and the closing delimiter
-VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
-GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>", "eoi_token": "<end_of_image>"}
 CHATML_ROLES = ("system", "user", "assistant")
 
 
@@ -229,16 +216,16 @@ class FileTokenizer:
     @classmethod
     def builtin(cls, texts: list[str], vocab_size: int, chat_template: str | None, arch: Any = None) -> FileTokenizer:
         """The tokenizer of a built-in model (`arch`, its ModelArch) the run will train on `texts`: the same BPE,
-        the same counts; a vision-language one's image parts counted as its chat template writes them (the
-        family's placeholder, of special tokens as rlctl.stages.tiny adds them), `image_placeholder`."""
+        the same counts; a vision-language one's image parts counted as its chat template writes them (its
+        family's placeholder, of the family's special tokens as rlctl.stages.tiny adds them)."""
         backend = train_bpe(texts, vocab_size)
-        image = PLACEHOLDER
-        if getattr(arch, "vision", None) is not None:
-            image = image_placeholder(arch)
-            backend.add_special_tokens(list(GEMMA3_TOKENS.values()) if image == GEMMA3_IMAGE else VISION_TOKENS)
-        eos = "<|im_end|>" if image != PLACEHOLDER else EOS  # as Qwen2.5-VL-Instruct's (rlctl.stages.tiny)
+        family = vision.of_arch(arch)
+        image, default = PLACEHOLDER, CHATML
+        if family is not None:
+            image, default = family.placeholder, template_text("chatml", family.placeholder)
+            backend.add_special_tokens(list(family.tokenizer_tokens))
+        eos = "<|im_end|>" if family is not None else EOS  # a chat model's (rlctl.stages.tiny)
         special = {"bos_token": None, "eos_token": eos, "pad_token": EOS, "unk_token": None}
-        default = CHATML_GEMMA3 if image == GEMMA3_IMAGE else CHATML
         return cls(backend, chat_template or default, special, image)
 
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:

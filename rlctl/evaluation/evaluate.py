@@ -72,13 +72,8 @@ def generate(
     try:
         for i in range(0, len(prompts), batch_size):
             texts = each_row(lambda p: prompt_text(p, tokenizer), prompts[i : i + batch_size], start=i)
-            pictures = (images or [])[i : i + batch_size]  # one list per prompt, as Gemma 3's processor needs
-            if any(pictures):
-                enc = processor(
-                    text=texts, images=pictures, return_tensors="pt", padding=True, add_special_tokens=False
-                ).to(model.device)
-            else:
-                enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            pictures = (images or [])[i : i + batch_size]  # one list per prompt
+            enc = vision.encode_batch(processor, tokenizer, texts, pictures).to(model.device)
             ids = model.generate(
                 **enc,
                 max_new_tokens=max_new_tokens,
@@ -349,13 +344,8 @@ def sample(
     try:
         for i in range(0, len(prompts), batch_size):
             batch = [prompt_text(p, tokenizer) for p in prompts[i : i + batch_size]]
-            pictures = (images or [])[i : i + batch_size]  # one list per prompt, as Gemma 3's processor needs
-            if any(pictures):
-                enc = processor(
-                    text=batch, images=pictures, return_tensors="pt", padding=True, add_special_tokens=False
-                ).to(model.device)
-            else:
-                enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            pictures = (images or [])[i : i + batch_size]  # one list per prompt
+            enc = vision.encode_batch(processor, tokenizer, batch, pictures).to(model.device)
             ids = model.generate(
                 **enc,
                 max_new_tokens=max_new_tokens,

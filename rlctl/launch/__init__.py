@@ -10,7 +10,7 @@ Package `rlctl.launch`: a new run directory prepared (this module: the inputs ch
 meanwhile (`live`, each stage's progress in `progress`), the process every rank runs (`runner`), what an elastic
 restart was (`restarts`), the job files of schedulers (`jobs`: SLURM scripts in `slurm`, Kubernetes manifests in
 `k8s`, SkyPilot tasks in `sky`) and TensorBoard event files (`tbevents`).
-May import: base, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, evaluation,
+May import: base, vision, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, evaluation,
 runtime, monitors, trainer, stages.
 """
 

@@ -4,7 +4,7 @@ Owns: hardware specs and detection (`hardware`), the architecture the plan is fo
 and the search over layouts it drives (the subpackage `memory`), the generation-engine choice (`engine`),
 optional packages a layout needs (`packages`), and the assembled `Plan` (`resolved`, its typed parts in `parts`)
 with the run directory's layout (`planner`).
-May import: base, config, sandbox, rundir, data.
+May import: base, vision, config, sandbox, rundir, data.
 """
 
 from rlctl.plan.planner import (

@@ -15,39 +15,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlctl import vision
 from rlctl.config import ModelArch, RunConfig
 from rlctl.config.sections import BUILTIN_MODELS, VisionArch
 from rlctl.errors import UserError
 from rlctl.plan import gguf
 from rlctl.plan.parts import Noted
 
-DENSE = {"qwen2", "qwen3", "llama", "mistral", "gemma", "gemma2", "gemma3_text", "phi3", "phi", "olmo2", "granite"}
+# dense decoders the planner models; with the language models of the vision-language families (rlctl.vision)
+DENSE = {"qwen2", "qwen3", "llama", "mistral", "gemma", "gemma2", "phi3", "phi", "olmo2", "granite"}
+DENSE |= vision.text_model_types()
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
-# vision-language models whose vision tower the planner models (Qwen2-VL's design, Gemma 3's SigLIP), and their text
-# model_type
-VISION_LANGUAGE = {"qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text", "gemma3": "gemma3_text"}
-# what transformers 5.17 reads where a Gemma 3 config.json leaves a number out (Gemma3TextConfig's, and
-# SiglipVisionConfig's and Gemma3Config's defaults): google/gemma-3-*-it's files omit several
-GEMMA3_TEXT_DEFAULTS = {
-    "vocab_size": 262_208,
-    "hidden_size": 2304,
-    "intermediate_size": 9216,
-    "num_hidden_layers": 26,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "head_dim": 256,
-    "max_position_embeddings": 131_072,
-    "tie_word_embeddings": True,
-}
-SIGLIP_DEFAULTS = {
-    "hidden_size": 768,
-    "intermediate_size": 3072,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "image_size": 224,
-    "patch_size": 16,
-}
-GEMMA3_TOKENS_PER_IMAGE = 256
 FETCH_TIMEOUT_S = 3.0
 CONFIG, PREPROCESSOR = "config.json", "preprocessor_config.json"
 
@@ -124,47 +102,15 @@ def locate(name_or_path: str) -> tuple[Path | None, str]:
     return None, "not in the local Hugging Face cache" + (" (HF_HUB_OFFLINE is set)" if offline() else "")
 
 
-def vision_from_config(vision: dict[str, Any], top: dict[str, Any] | None = None) -> VisionArch:
-    """The vision tower's numbers from a Qwen2-VL / Qwen2.5-VL config.json's vision_config. Qwen2-VL's width is
-    `embed_dim` (its `hidden_size` is the language model's) and its MLP two matrices of mlp_ratio x width, read as
-    the planner's three-matrix MLP of 2/3 that size (as Phi's). A Gemma 3 config's SigLIP tower (`top`: the whole
-    config, whose mm_tokens_per_image it pools into)."""
-    if (top or {}).get("model_type") == "gemma3":
-        v = SIGLIP_DEFAULTS | vision
-        return VisionArch(
-            kind="siglip",
-            layers=v["num_hidden_layers"],
-            hidden=v["hidden_size"],
-            heads=v["num_attention_heads"],
-            intermediate=v["intermediate_size"],
-            patch=v["patch_size"],
-            image_size=v["image_size"],
-            tokens_per_image=(top or {}).get("mm_tokens_per_image") or GEMMA3_TOKENS_PER_IMAGE,
-        )
-    hidden = vision.get("embed_dim") or vision["hidden_size"]
-    intermediate = vision.get("intermediate_size") or int(hidden * vision.get("mlp_ratio", 4)) * 2 // 3
-    return VisionArch(
-        layers=vision["depth"],
-        hidden=hidden,
-        heads=vision["num_heads"],
-        intermediate=intermediate,
-        patch=vision.get("patch_size", 14),
-        merge=vision.get("spatial_merge_size", 2),
-        temporal_patch=vision.get("temporal_patch_size", 2),
-    )
-
-
 def arch_from_config(config: dict[str, Any], source: str) -> ModelArch:
-    """The planner's numbers from a transformers config.json (text configs of multimodal models included; a
-    Qwen2-VL / Qwen2.5-VL config's text numbers at the top level or under text_config, its vision_config too)."""
+    """The planner's numbers from a transformers config.json (text configs of multimodal models included). A
+    vision-language model's (a vision_config) is read by its family (`rlctl.vision`): its language model's numbers
+    and its tower's; a vision-language model of a family rlctl does not train is refused by name."""
     top = config
-    vision_language = top.get("model_type") in VISION_LANGUAGE and isinstance(top.get("vision_config"), dict)
-    if vision_language:  # the text numbers: text_config's over the top level's (transformers 5 nests them)
-        outer = {k: v for k, v in top.items() if k != "text_config"}
-        config = {**outer, **(top.get("text_config") or {}), "model_type": "qwen2"}
-        if top["model_type"] == "gemma3":  # the text numbers under text_config alone, transformers' defaults filled
-            tied = {k: top[k] for k in ("tie_word_embeddings",) if k in top}
-            config = GEMMA3_TEXT_DEFAULTS | tied | (top.get("text_config") or {}) | {"model_type": "gemma3_text"}
+    family = None
+    if isinstance(top.get("vision_config"), dict):
+        family = vision.of_model_type(top.get("model_type"), source)
+        config = family.text_config(top)
     else:
         config = config.get("text_config") or config
     kind = config.get("model_type", "")
@@ -193,7 +139,7 @@ def arch_from_config(config: dict[str, Any], source: str) -> ModelArch:
         max_position=config.get("max_position_embeddings", 32768),
         tie_embeddings=bool(config.get("tie_word_embeddings", kind.startswith("gemma"))),
         head_dim=config["head_dim"] if config.get("head_dim") not in (None, hidden // heads) else None,
-        vision=vision_from_config(top["vision_config"], top) if vision_language else None,
+        vision=VisionArch(**family.tower_config(top)) if family is not None else None,
     )
 
 
@@ -219,27 +165,18 @@ def resolve(cfg: RunConfig) -> Noted[tuple[RunConfig, str]]:
     if real.vision is not None:  # beside config.json (a folder, the cache), else from the Hub as config.json came
         beside = path.with_name(PREPROCESSOR)
         found = (beside if beside.is_file() else None) if path.name == CONFIG else fetch_config(name, PREPROCESSOR)
-        cfg = with_model_pixels(cfg, found)
+        cfg = with_model_pixels(cfg, found, vision.of_tower(real.vision))
     return _with_arch(cfg, real, str(path), where)
 
 
-def pixel_bounds(preprocessor: dict[str, Any]) -> tuple[int | None, int | None]:
-    """A Qwen2-VL-family image processor's resize bounds (min_pixels, max_pixels), as its processor reads them:
-    the `min_pixels` / `max_pixels` keys (the models' own files), else transformers 5's `size` (`shortest_edge`,
-    `longest_edge`); None where neither says."""
-    size = preprocessor.get("size") if isinstance(preprocessor.get("size"), dict) else {}
-    low = preprocessor.get("min_pixels") or size.get("shortest_edge")
-    high = preprocessor.get("max_pixels") or size.get("longest_edge")
-    return (low if isinstance(low, int) else None, high if isinstance(high, int) else None)
-
-
-def with_model_pixels(cfg: RunConfig, preprocessor: Path | None) -> RunConfig:
+def with_model_pixels(cfg: RunConfig, preprocessor: Path | None, family: vision.Family) -> RunConfig:
     """`cfg` with data.min_pixels / data.max_pixels, where unset, taken from the model's preprocessor_config.json
-    (what its processor resizes within at run time, and so what the planner counts image tokens with)."""
+    as its `family` reads it (what its processor resizes within at run time, and so what the planner counts image
+    tokens with)."""
     if preprocessor is None or (cfg.data.min_pixels is not None and cfg.data.max_pixels is not None):
         return cfg
     try:
-        low, high = pixel_bounds(json.loads(preprocessor.read_text(encoding="utf-8")))
+        low, high = family.preprocessor_bounds(json.loads(preprocessor.read_text(encoding="utf-8")))
     except (OSError, ValueError, AttributeError):  # unreadable: the processor's own defaults, as before
         return cfg
     update = {"min_pixels": cfg.data.min_pixels or low, "max_pixels": cfg.data.max_pixels or high}
@@ -259,14 +196,16 @@ def _with_arch(cfg: RunConfig, real: ModelArch, source: str, where: str) -> Note
 
 
 def vision_stages_problem(cfg: RunConfig) -> str | None:
-    """Why a vision-language model cannot train the configured stages (None: it can). rlctl trains one with the sft
-    and rl stages: the rm, dpo and kto stages' TRL trainers take text (transformers 5.17 has no
-    sequence-classification class for the Qwen2-VL family)."""
-    text_only = [s for s in cfg.stages if s in ("rm", "dpo", "kto")]
-    if cfg.model.arch is None or cfg.model.arch.vision is None or not text_only:
+    """Why a vision-language model cannot train the configured stages (None: it can): its family says which stages
+    train it (`rlctl.vision`; the rm, dpo and kto stages' TRL trainers take text, and transformers 5.17 has no
+    sequence-classification class for these models)."""
+    family = vision.of_arch(cfg.model.arch)
+    untrained = [s for s in cfg.stages if family is not None and s not in family.stages]
+    if not untrained:
         return None
     return (
-        f"{cfg.model.name_or_path} is a vision-language model (model.arch.vision), which rlctl trains with the sft "
-        f"and rl stages only; the {', '.join(text_only)} stage cannot train it. Set stages=[sft, rl] (PPO's critic "
-        "starts from the policy: rl.critic.init=policy). See docs/vlm.md."
+        f"{cfg.model.name_or_path} is a vision-language model (model.arch.vision), which rlctl trains with the "
+        f"{' and '.join(family.stages)} stages only; the {', '.join(untrained)} stage cannot train it. Set "
+        f"stages=[{', '.join(family.stages)}] (PPO's critic starts from the policy: rl.critic.init=policy). See "
+        "docs/vlm.md."
     )

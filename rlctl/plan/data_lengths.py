@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rlctl.config import RunConfig
-from rlctl.data.images import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, ImageBudget, worst_case
+from rlctl.data.images import ImageBudget, pixel_bounds, worst_case
 from rlctl.plan.parts import Noted
 from rlctl.rundir import RunDir, read_record, write_record
 from rlctl.rundir.records import nested, pick, unknown
@@ -84,7 +84,7 @@ def image_budgets(cfg: RunConfig, run_dir: str | Path, given: dict[str, ImageBud
     if given is None:
         works = "Remove it, and the plan takes the worst case: one image per row at data.max_pixels."
         given = recorded(run_dir, works).images
-    bounds = (cfg.data.min_pixels or DEFAULT_MIN_PIXELS, cfg.data.max_pixels or DEFAULT_MAX_PIXELS)
+    bounds = pixel_bounds(vision, cfg.data.min_pixels, cfg.data.max_pixels)
     out = {}
     for stage in cfg.stages:
         out[stage] = given.get(stage) or worst_case(vision, *bounds)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
+from rlctl import vision
 from rlctl.errors import UserError
 from rlctl.plan.parts import Noted
 
@@ -31,13 +32,15 @@ def choose(cfg: RunConfig, hardware: Hardware, detected: bool = False) -> Noted[
     A plan for named GPU hardware is the same on every machine: with rl.use_vllm=auto it assumes the training
     machine has vllm and says so. Only a detected (`--hardware auto`) plan looks at what is installed here. On CPU,
     vLLM's CPU build generates when asked for (rl.use_vllm=true); auto keeps plain transformers. A vision-language
-    model generates with transformers (rl.use_vllm=true is refused)."""
+    model whose family rlctl's vLLM engines cannot generate for (`rlctl.vision`: none yet) generates with
+    transformers (rl.use_vllm=true is refused)."""
     if "rl" not in cfg.stages:
         return Noted("none")
     want = cfg.rl.use_vllm
     if want is False:
         return Noted("transformers")
-    if cfg.model.arch is not None and cfg.model.arch.vision is not None:  # rlctl's vLLM engines take token ids only
+    family = vision.of_arch(cfg.model.arch)
+    if family is not None and not family.vllm:  # rlctl's vLLM engines take token ids only
         if want is True:
             raise UserError(
                 f"Invalid config: rl.use_vllm=true, but {cfg.model.name_or_path} is a vision-language model, which "

@@ -18,7 +18,7 @@ Package `rlctl.rewards`: `answers` (answer extraction and math equality), `built
 `resolve` (names to functions), `guard` (checked calls, on_error, deadlines, the pre-launch dry run), `worker` (the
 worker process a reward runs in, so that its deadline can stop it) and the sandbox that runs model-written code
 (`sandbox`); this module re-exports what callers use.
-May import: base, config, sandbox, rundir, data.
+May import: base, vision, config, sandbox, rundir, data.
 """
 
 from rlctl.rewards.answers import completion_text, gsm8k_answer, last_boxed, math_equal, parse_answer

@@ -8,5 +8,5 @@ batches and their log-probs), and multi-turn rollouts with tools (`multiturn`: t
 tool results masked out of the loss; `tools`: the built-in and user tools and their schemas; `toolcalls`: the
 tool-call format and the tool turns of the chat template). The optimizer-state offload between phases is the
 trainer's (`rlctl.trainer.offload`); held-out evaluation is `rlctl.evaluation`'s.
-May import: base, config, sandbox, rundir, data, rewards, plan, algorithms.
+May import: base, vision, config, sandbox, rundir, data, rewards, plan, algorithms.
 """

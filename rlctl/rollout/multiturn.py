@@ -108,8 +108,7 @@ def _rollout(agent: Agent, generator: Any, samples: list[Sample], greedy: bool) 
         if not live and not in_step:
             break
         images = [s.vision for s in live]  # a prompt's images stay with it on every turn
-        seen = {"vision": images} if any(v is not None for v in images) else {}
-        outputs = generator.generate([s.prompt_ids + s.completion_ids for s in live], greedy=greedy, **seen)
+        outputs = generator.generate([s.prompt_ids + s.completion_ids for s in live], greedy=greedy, vision=images)
         engine_lps = generator.logprobs or [None] * len(live)
         following = []
         for s, ids, lps in zip(live, outputs, engine_lps, strict=True):
@@ -155,12 +154,8 @@ def sample(agent: Agent | None, generator: Any, samples: list[Sample], eos: int)
     if agent is not None:
         rollout(agent, generator, samples)
         return
-    images = [s.vision for s in samples]
     with generator.awake():
-        if any(v is not None for v in images):
-            outputs = generator.generate([s.prompt_ids for s in samples], vision=images)
-        else:
-            outputs = generator.generate([s.prompt_ids for s in samples])
+        outputs = generator.generate([s.prompt_ids for s in samples], vision=[s.vision for s in samples])
     for s, ids in zip(samples, outputs, strict=True):
         s.completion_ids, s.truncated = ids, eos not in ids
     for s, lps in zip(samples, generator.logprobs or [], strict=False):

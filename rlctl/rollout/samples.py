@@ -125,8 +125,9 @@ def token_logprobs(model, batch: Batch, temperature: float) -> Tensor:
     backward pass) on the final hidden states, which a hook on the head takes from the model's own forward (so DDP,
     FSDP2, LoRA and autocast see an ordinary forward); the model itself projects one position. No
     [tokens x vocabulary] tensor is ever whole, and no division at temperature 1. Models whose logits the head alone
-    does not make (soft-capped or scaled logits) get the plain forward. Rows with images pass their pixel values;
-    a Qwen2-VL-family model then computes its own (multimodal) positions."""
+    does not make (soft-capped or scaled logits) get the plain forward. Rows with images pass their pixel values
+    and token types (`rlctl.rollout.vision.model_inputs`); a family that computes its own (multimodal) positions
+    then does."""
     t = batch.completion_ids.shape[1]
     inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "use_cache": False}
     inputs |= model_inputs(model, batch.input_ids, batch.vision, batch.position_ids) or {

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlctl import processes
+from rlctl.errors import UserError
 from rlctl.plan import engine as choice
 
 if TYPE_CHECKING:
     from rlctl.plan import Plan
+    from rlctl.rollout.vision import VisionInputs
 
 SLEEP_LEVEL = 2  # between rollouts: weights and KV cache both released (the weights are pushed again)
 MAX_NUM_BATCHED_TOKENS = 4096  # vLLM v1's memory profiler misreads its 32768 default on a shared GPU
@@ -289,9 +291,19 @@ class VLLMGenerator:
             if self.depth == 0 and self.sleeps:
                 self._sleep()
 
-    def generate(self, prompts: list[list[int]], greedy: bool = False) -> list[list[int]]:
+    def generate(
+        self, prompts: list[list[int]], greedy: bool = False, vision: list[VisionInputs | None] | None = None
+    ) -> list[list[int]]:
         """Completion token ids of each prompt, up to and including its first stop token (greedy: temperature 0);
-        `logprobs` then holds each completion's sampled-token log-probs (None when greedy or not asked for)."""
+        `logprobs` then holds each completion's sampled-token log-probs (None when greedy or not asked for). The
+        engine gets token ids only: a prompt with images (`vision`) is refused (the plan generates for such a
+        model with transformers)."""
+        if vision is not None and any(v is not None for v in vision):
+            raise UserError(
+                "vLLM generation got prompts with images, but rlctl's vLLM engines get token ids only and cannot "
+                "read images yet; generate for a vision-language model with transformers (rl.use_vllm=false). See "
+                "docs/vlm.md."
+            )
         with self.awake():
             if self.tp_group is None:
                 out, logprobs = self._generate(prompts, greedy)

@@ -16,7 +16,7 @@ writes the keys rlctl always wrote.
 
 Package `rlctl.rundir`: the paths (`paths`), the records of checkpoints and monitors (`records`), summary.json
 (`summary`).
-May import: base.
+May import: base, vision.
 """
 
 from rlctl.rundir.paths import (

@@ -6,5 +6,5 @@ stops and the checkpoint it resumes from), its models and tokenizers as the plan
 of the preference data) and the RL stage's reward sources (`rewarding`: rl.rewards and the reward model, DAPO's
 overlong buffer, the `Scorer` of rlctl's loop). Imported by the monitors, the trainer and the stages; these modules
 import torch.
-May import: base, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, evaluation.
+May import: base, vision, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, evaluation.
 """

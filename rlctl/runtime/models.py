@@ -3,17 +3,15 @@ trust setting."""
 
 from __future__ import annotations
 
+from rlctl import vision
 from rlctl.data import tokens
 from rlctl.runtime.context import StageContext
-
-# a vision-language model's vision tower, by module name: Qwen2-VL's `visual` (its merger included), Gemma 3's
-# `vision_tower` (SigLIP) and `multi_modal_projector`
-VISION_MODULES = ("visual", "vision_tower", "multi_modal_projector")
+from rlctl.vision.family import Family
 
 
 def template(ctx: StageContext) -> str:
     """The user's chat template (data.chat_template; a built-in renders images as the model family does)."""
-    return tokens.template_text(ctx.cfg.data.chat_template, tokens.image_placeholder(ctx.cfg.model.arch))
+    return tokens.template_text(ctx.cfg.data.chat_template, vision.placeholder(ctx.cfg.model.arch))
 
 
 def tokenizer(ctx: StageContext, path: str):
@@ -59,18 +57,28 @@ def is_vision(ctx: StageContext, path: str) -> bool:
     """Whether the model at `path` is a vision-language model (its config has a vision tower)."""
     from transformers import AutoConfig
 
-    from rlctl.rollout import vision
+    from rlctl.rollout import vision as runtime
 
     config = AutoConfig.from_pretrained(path, trust_remote_code=ctx.cfg.model.trust_remote_code)
-    return vision.is_vision_model(config)
+    return runtime.is_vision_model(config)
+
+
+def family(ctx: StageContext, path: str) -> Family:
+    """The family of the vision-language model at `path` (`rlctl.vision`; one rlctl does not train is refused)."""
+    from transformers import AutoConfig
+
+    from rlctl.rollout import vision as runtime
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=ctx.cfg.model.trust_remote_code)
+    return runtime.family_of(config, path)
 
 
 def processor(ctx: StageContext, path: str):
     """The processor of the vision-language model at `path` (its images and text into model inputs), None for a
     text-only model; the user's chat template (data.chat_template) replaces its own."""
-    from rlctl.rollout import vision
+    from rlctl.rollout import vision as runtime
 
-    proc = vision.processor_of(path, ctx.cfg.model.trust_remote_code)
+    proc = runtime.processor_of(path, ctx.cfg.model.trust_remote_code)
     if proc is None:
         return None
     if ctx.cfg.data.chat_template:
@@ -99,18 +107,20 @@ def in_step(ctx: StageContext, model):
     (`rlctl.rollout.vision.keep_tower_in_step`); as it is otherwise."""
     if ctx.stage.strategy != "fsdp2":
         return model
-    from rlctl.rollout import vision
+    from rlctl.rollout import vision as runtime
 
-    return vision.keep_tower_in_step(model)
+    return runtime.keep_tower_in_step(model)
 
 
 def frozen_vision(ctx: StageContext, model):
-    """`model` with its vision tower (`VISION_MODULES`: Qwen2-VL's `visual`, merger included; Gemma 3's tower and
-    projector) taking no gradients under model.freeze_vision in full fine-tuning (LoRA freezes every base weight
-    anyway)."""
-    if ctx.cfg.model.freeze_vision and ctx.plan.adapter == "full":
+    """`model` with its vision tower (its family's `tower_modules`: the tower and its merger or projector) taking no
+    gradients under model.freeze_vision in full fine-tuning (LoRA freezes every base weight anyway)."""
+    from rlctl.rollout import vision as runtime
+
+    if ctx.cfg.model.freeze_vision and ctx.plan.adapter == "full" and runtime.is_vision_model(model.config):
+        tower = set(runtime.family(model).tower_modules)
         for name, param in model.named_parameters():
-            if set(VISION_MODULES) & set(name.split(".")):
+            if tower & set(name.split(".")):
                 param.requires_grad_(False)
     return model
 
@@ -153,11 +163,13 @@ def lora_config(ctx: StageContext, task_type: str | None = "CAUSAL_LM"):
 
     m = ctx.cfg.model
     # a vision-language model: adapters on the language model, and on the vision tower with model.lora_vision
-    # (the tower's modules: VISION_MODULES); the tower trains no adapters otherwise
+    # (the tower's modules: its family's tower_modules); the tower trains no adapters otherwise
     heads: dict[str | None, list[str]] = {"TOKEN_CLS": ["score", "classifier"], None: ["score"]}
     exclude: str | list[str] | None = heads.get(task_type)
-    if m.arch is not None and m.arch.vision is not None and not m.lora_vision:  # PEFT: a string is a regex
-        exclude = rf".*\b(?:{'|'.join(VISION_MODULES)})\b.*" + "".join(rf"|(.*\.)?{name}" for name in exclude or [])
+    family = vision.of_arch(m.arch)
+    if family is not None and not m.lora_vision:  # PEFT: a string is a regex
+        tower = "|".join(family.tower_modules)
+        exclude = rf".*\b(?:{tower})\b.*" + "".join(rf"|(.*\.)?{name}" for name in exclude or [])
     # model.train_embeddings: the embeddings train whole beside the adapters, and a causal LM's output head with
     # them (kept tied to them when the model ties the two)
     embeddings = (["embed_tokens"] + (["lm_head"] if task_type == "CAUSAL_LM" else [])) if m.train_embeddings else None

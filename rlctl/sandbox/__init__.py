@@ -7,7 +7,7 @@ use resolve to proxies of the solution's functions and objects; results cross as
 the tests process writing `passed` on a pipe only the parent reads, after the last statement of the tests ran:
 whatever the model's code prints, patches, raises or exits with happens in a process that has no say in it.
 
-May import: base.
+May import: base, vision.
 """
 
 from __future__ import annotations

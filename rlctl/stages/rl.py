@@ -5,10 +5,10 @@ tokenizer, rows, policy / reference / critic with their optimizers, scorer, gene
 settings (the rl section and the plan fields it reads) and its hooks into the stage (metrics, stops, checkpoints,
 memory probe, layout check); it saves the policy the loop hands back to the stage's final folder.
 
-A vision-language policy (the Qwen2-VL family) trains with every algorithm; its critic (PPO) is its own backbone,
-vision tower included, with a value head (`rlctl.trainer.models.VisionValueModel`); its prompts keep their images on
-every turn of a tool rollout and in the async generator process. vLLM generation and a critic from the rm stage
-are refused for it before anything loads (`refuse_for_images`)."""
+A vision-language policy (a family of `rlctl.vision`) trains with every algorithm; its critic (PPO) is its own
+backbone, vision tower included, with a value head (`rlctl.trainer.models.VisionValueModel`); its prompts keep their
+images on every turn of a tool rollout and in the async generator process. What its family cannot do (vLLM
+generation, a critic from the rm stage) is refused before anything loads (`refuse_for_images`)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from rlctl.stages.common import StageContext, save_final
 from rlctl.trainer import sharding
 from rlctl.trainer.models import VisionValueModel, no_dropout, optimizer_and_schedule
 from rlctl.trainer.state import Hooks, Parts, Settings
+from rlctl.vision.family import Family
 
 if TYPE_CHECKING:
     from torch.nn import Module
@@ -78,7 +79,7 @@ def parts(ctx: StageContext) -> Parts:
     tok = models.tokenizer(ctx, ctx.stage.init_from)
     processor = models.processor(ctx, ctx.stage.init_from)
     if processor is not None:
-        refuse_for_images(ctx)
+        refuse_for_images(ctx, models.family(ctx, ctx.stage.init_from))
     rows = training_rows(ctx, tok)
     sharded = sharding.owns(ctx)
     with sharding.full_loading():
@@ -120,19 +121,20 @@ def parts(ctx: StageContext) -> Parts:
     )  # fmt: skip
 
 
-def refuse_for_images(ctx: StageContext) -> None:
-    """What a vision-language policy cannot train with yet, refused before anything loads: a critic from the rm
-    stage (transformers has no sequence classifier for these models, so the rm stage trains none) and vLLM
-    generation, in the trainer or the async generator (its engines get token ids only)."""
+def refuse_for_images(ctx: StageContext, family: Family) -> None:
+    """What a vision-language policy of `family` cannot train with, refused before anything loads: a critic from the
+    rm stage when the family does not train the rm stage (transformers has no sequence classifier for these models)
+    and vLLM generation, in the trainer or the async generator, when rlctl's vLLM engines cannot generate for it
+    (they get token ids only)."""
     rl, plan = ctx.cfg.rl, ctx.plan
     async_vllm = plan.async_split is not None and plan.async_split.generator_engine == "vllm"
     found = [
         (
             "rl.critic.init=reward_model",
-            rl.critic.init == "reward_model",
+            rl.critic.init == "reward_model" and "rm" not in family.stages,
             "rl.critic.init=policy (a critic from the starting policy)",
         ),
-        ("vLLM generation", plan.generation_engine == "vllm" or async_vllm, "rl.use_vllm=false"),
+        ("vLLM generation", (plan.generation_engine == "vllm" or async_vllm) and not family.vllm, "rl.use_vllm=false"),
     ]
     for what, used, fix in found:
         if used:

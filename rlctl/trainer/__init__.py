@@ -9,6 +9,6 @@ checkpoints with the DCP shards and its restore on resume, the phase clock), the
 optimizers and forward passes (`models`), FSDP2 applied by rlctl and the full weights gathered one at a time
 (`sharding`), the optimizer-state offload between phases (`offload`) and the asynchronous rollouts (`async_rollout`:
 rounds sampled by the generator engines, each its share, weights pushed to all of them after each step).
-May import: base, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, evaluation,
+May import: base, vision, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout, evaluation,
 runtime, monitors.
 """

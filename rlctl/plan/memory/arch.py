@@ -7,8 +7,11 @@ from __future__ import annotations
 from collections import namedtuple
 from typing import TYPE_CHECKING
 
+from rlctl import vision
+
 if TYPE_CHECKING:
     from rlctl.config import ModelArch
+    from rlctl.vision.family import Family
 
 # Immutable records are plain namedtuples: `typing.NamedTuple` and dataclasses compile code per field at import,
 # which costs tens of milliseconds that `rlctl plan` does not have.
@@ -18,94 +21,57 @@ class Vision(
     namedtuple(
         "Vision",
         "layers hidden heads intermediate patch merge temporal_patch out kind image_size tokens",
-        defaults=("qwen2_vl", 0, 0),
+        defaults=(vision.KINDS[0], 0, 0),
     )
 ):
-    """The vision tower of a vision-language model, of `kind` qwen2_vl or siglip.
-
-    qwen2_vl (Qwen2-VL / Qwen2.5-VL): a patch embedding (a 3D convolution over `temporal_patch` frames of `patch` x
-    `patch` pixels), `layers` transformer blocks of width `hidden` (attention with a fused qkv, a three-matrix MLP of
-    `intermediate`; Qwen2-VL's two-matrix MLP is read as 2/3 of its size, as for Phi), and the patch merger: each
-    `merge` x `merge` square of patches through a two-layer MLP into the language model's hidden size `out` (one
-    image token). Biases are ignored (< 0.1%).
-
-    siglip (Gemma 3): every image resized to `image_size` pixels square, its patches embedded (a 2D convolution and
-    a learnt position per patch), `layers` SigLIP blocks (q, k, v, o and a two-matrix GELU MLP, two LayerNorms, with
-    biases), a final LayerNorm, and the projector: the patches average-pooled into `tokens` image tokens, an RMSNorm
-    and one matrix into `out`. Counted exactly, biases included."""
+    """The vision tower of a vision-language model, of `kind` (its family's, `rlctl.vision`): `layers` blocks of
+    width `hidden` (MLP `intermediate`) over `patch` x `patch` pixel patches (`temporal_patch` frames deep, each
+    `merge` x `merge` square one image token; or every image resized to `image_size` and pooled into `tokens` image
+    tokens), feeding the language model's hidden size `out`. Its family counts its weights and activations."""
 
     __slots__ = ()
 
     @property
-    def siglip(self) -> bool:
-        return self.kind == "siglip"
+    def family(self) -> Family:
+        return vision.of_tower(self)
+
+    @property
+    def tokens_per_image(self) -> int:
+        return self.tokens
 
     @property
     def patches_per_image(self) -> int:
-        """siglip: the patches of one (resized) image."""
+        """A fixed-size tower's patches of one (resized) image."""
         return (self.image_size // self.patch) ** 2
 
     @property
     def patches_per_token(self) -> int:
-        """Patches the tower encodes per image token: merge^2 (qwen2_vl), patches per image / tokens (siglip)."""
-        return self.patches_per_image // self.tokens if self.siglip else self.merge * self.merge
-
-    @property
-    def patch_embedding(self) -> int:
-        if self.siglip:  # the convolution (and its bias) and one position embedding per patch
-            return 3 * self.patch * self.patch * self.hidden + self.hidden + self.patches_per_image * self.hidden
-        return 3 * self.temporal_patch * self.patch * self.patch * self.hidden
-
-    @property
-    def block_linear(self) -> int:
-        """qkv (h x 3h), proj (h x h) and the MLP (qwen2_vl: gate, up, down; siglip: fc1, fc2; h x I each): one
-        block's matmul weights."""
-        return 4 * self.hidden * self.hidden + (2 if self.siglip else 3) * self.hidden * self.intermediate
-
-    @property
-    def block_params(self) -> int:
-        """One block's weights: its matmuls and two norms (siglip: LayerNorms, and every bias)."""
-        if self.siglip:  # q, k, v, o biases (4h), fc1's (I) and fc2's (h), two LayerNorms (2 x 2h)
-            return self.block_linear + 9 * self.hidden + self.intermediate
-        return self.block_linear + 2 * self.hidden
-
-    @property
-    def merged(self) -> int:
-        """Width of a merged square of patches: hidden x merge^2."""
-        return self.hidden * self.merge * self.merge
-
-    @property
-    def merger_linear(self) -> int:
-        """The merger's two layers (qwen2_vl), the projector's matrix (siglip)."""
-        if self.siglip:
-            return self.hidden * self.out
-        return self.merged * self.merged + self.merged * self.out
+        """Patches the tower encodes per image token."""
+        return self.family.patches_per_token(self)
 
     @property
     def linear_params(self) -> int:
-        return self.layers * self.block_linear + self.merger_linear
+        """The blocks' and the merger's (projector's) matmul weights."""
+        family = self.family
+        return self.layers * family.block_linear(self) + family.merger_linear(self)
 
     @property
     def params(self) -> int:
-        """Every weight: the patch embedding, the blocks and the merger (its norm and MLP; siglip: the final
-        LayerNorm, the projector's RMSNorm and matrix)."""
-        head = 3 * self.hidden if self.siglip else self.hidden
-        return self.patch_embedding + self.layers * self.block_params + self.merger_linear + head
+        """Every weight: the patch embedding, the blocks, the merger (projector) and the norms around them."""
+        f = self.family
+        return (
+            f.embedding_params(self) + self.layers * f.block_params(self) + f.merger_linear(self) + f.head_params(self)
+        )
 
     def lora_params(self, r: int) -> int:
-        """LoRA on every linear layer of the tower: qwen2_vl: qkv (h + 3h), proj (2h), gate, up, down (h + I each)
-        per block, and the merger's two layers; siglip: q, k, v, o (2h each), fc1, fc2 (h + I each) per block (its
-        projector is a plain matrix, no linear layer)."""
-        h, i = self.hidden, self.intermediate
-        if self.siglip:
-            return self.layers * r * (10 * h + 2 * i)
-        return self.layers * r * (9 * h + 3 * i) + r * (2 * self.merged + self.merged + self.out)
+        """LoRA on every linear layer of the tower."""
+        return self.family.lora_params(self, r)
 
     def act_bytes_per_patch_layer(self, ab: float) -> float:
         """Tensors one block saves for backward per patch, as a decoder layer's (`Arch.act_bytes_per_token_layer`)
-        with as many key/value heads as heads (flash or memory-efficient attention, per image): 12h + 4I (siglip's
-        two-matrix MLP: 12h + 2I)."""
-        return ab * (12 * self.hidden + (2 if self.siglip else 4) * self.intermediate)
+        with as many key/value heads as heads (flash or memory-efficient attention, per image), in elements of ab
+        bytes."""
+        return ab * self.family.saved_per_patch(self)
 
 
 class Arch(

@@ -80,12 +80,7 @@ def explain(cfg: RunConfig, plan: Any, hardware: Hardware) -> list[dict[str, str
             state = "trains with the language model (full fine-tuning)"
         elif env.lora_vision:
             state = "LoRA adapters on it too (model.lora_vision)"
-        shape = f"{v.layers} blocks of {v.hidden}, {v.patch}px patches merged {v.merge}x{v.merge} into one token"
-        if v.siglip:
-            shape = (
-                f"{v.layers} SigLIP blocks of {v.hidden}, each image at {v.image_size}px in {v.patch}px patches "
-                f"pooled into {v.tokens} token(s)"
-            )
+        shape = v.family.tower_shape(v)
         add("vision tower", _count(v.params), f"{shape}; {state}; its weights are in every phase")
     ck_user = cfg.model.gradient_checkpointing != "auto"
     if s.checkpointing:

@@ -390,7 +390,7 @@ def vision_trains(env: Env, setup: Setup) -> bool:
 
 def vision_activations(arch: Arch, env: Env, setup: Setup, wl: Workload, sequences: int, grad: bool = True) -> float:
     """The vision tower's activations for the images of `sequences` rows: image tokens x the patches each stands for
-    (`Vision.patches_per_token`: merge^2; siglip: an image's patches / its tokens). A
+    (`Vision.patches_per_token`, its family's). A
     tower that trains (`grad`, `vision_trains`) keeps every block's tensors for backward (with checkpointing, each
     block's input and one block recomputed); a frozen one, or one under no_grad (generation), one block's at a
     time."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rlctl import vision
 from rlctl.errors import UserError
 from rlctl.plan.memory.arch import Arch
 from rlctl.plan.memory.generation import generation_chunks, transformers_generation, vllm_generation
@@ -220,14 +221,14 @@ def candidates(cfg: RunConfig, env: Env) -> list[Setup]:
         picked = [s for s in order if s.strategy == strategy or (strategy != "fsdp2" and s.strategy == rep)]
         picked = [s._replace(strategy=strategy) for s in picked]
         order = picked or [Setup(strategy, adapter if adapter != "auto" else "full")]
-    vision = cfg.model.arch.vision if cfg.model.arch is not None else None
-    if vision is not None and vision.kind == "siglip" and env.world > 1:  # Gemma 3: FSDP2's collectives diverge
+    family = vision.of_arch(cfg.model.arch)
+    if family is not None and not family.fsdp2 and env.world > 1:  # no blank-tower pass: collectives would diverge
         if strategy == "fsdp2":
             raise UserError(
-                f"hardware.strategy=fsdp2: {cfg.model.name_or_path} has a SigLIP vision tower (Gemma 3), which rlctl "
-                "cannot shard with FSDP2 over several processes yet (a process whose batch holds no image leaves "
-                "the processes' collectives out of step). Use hardware.strategy=ddp (with model.adapter=lora when "
-                "full weights do not fit) or one process. See docs/vlm.md."
+                f"hardware.strategy=fsdp2: {cfg.model.name_or_path} has a {family.tower_name} vision tower "
+                f"({family.name}), which rlctl cannot shard with FSDP2 over several processes yet (a process whose "
+                "batch holds no image leaves the processes' collectives out of step). Use hardware.strategy=ddp (with "
+                "model.adapter=lora when full weights do not fit) or one process. See docs/vlm.md."
             )
         order = [s for s in order if s.strategy != "fsdp2"]
     offload = cfg.hardware.optimizer_offload
