@@ -5,5 +5,5 @@ Owns: `evaluate` (greedy or sampled generation, multi-turn rollouts with tools, 
 pass@k, and loading a policy or reward model from a run directory, a folder or a Hub id). Imported by the RL
 stage's reward sources (`rlctl.runtime.rewarding`: the reward model's scores), the held-out monitor
 (`rlctl.monitors.heldout`) and the CLI (`rlctl eval`, the web page); these modules import torch.
-May import: base, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout.
+May import: base, vision, config, sandbox, rundir, data, rewards, plan, algorithms, checkpoint, rollout.
 """
