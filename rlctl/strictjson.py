@@ -67,7 +67,8 @@ _MISSING: Any = object()
 
 
 def _kind(value: Any) -> str:
-    return {dict: "a JSON object", list: "a JSON array", str: "a string"}.get(type(value), type(value).__name__)
+    kinds: dict[type, str] = {dict: "a JSON object", list: "a JSON array", str: "a string"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def damage(text: str, error: json.JSONDecodeError) -> str:

@@ -4,6 +4,7 @@ the same card)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import attrgetter
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def base_license(base: str) -> str | None:
     return license_ if isinstance(license_, str) else None
 
 
-def _datasets(cfg: RunConfig, stages: list[str]) -> tuple[list[str], list[str]]:
+def _datasets(cfg: RunConfig, stages: Sequence[str]) -> tuple[list[str], list[str]]:
     """(Hub dataset ids, local descriptions) of the data the run's `stages` and held-out eval read."""
     from rlctl.data.sources import is_hub, parse_source
     from rlctl.plan.planner import DATA_ROLE

@@ -271,9 +271,9 @@ def export(
             convert(hf, tmp / name, gguf_type, cfg.name)
             verified = verify(hf, tmp, name, gguf_type)
             shutil.rmtree(hf)
-            card = card.model_card(cfg, summary, stage, repo_id=repo_id, where=str(out.resolve()), gguf_file=name)
+            text = card.model_card(cfg, summary, stage, repo_id=repo_id, where=str(out.resolve()), gguf_file=name)
             notes = "".join(f"\n**Note:** {w[0].upper()}{w[1:]}.\n" for w in verified.warnings)
-            (tmp / "README.md").write_text(card + notes)
+            (tmp / "README.md").write_text(text + notes)
             safewrite.publish(tmp, out, KIND, force)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

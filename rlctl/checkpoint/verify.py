@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +36,18 @@ from rlctl.rundir import (
 )
 
 # the files a model load from a folder may read (transformers, peft, tokenizers, remote code, llama.cpp), by name
-LOADED = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.npz", "*.gguf", "*.index.json")
+LOADED: tuple[str, ...] = (
+    "*.safetensors",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+    "*.h5",
+    "*.msgpack",
+    "*.npz",
+    "*.gguf",
+    "*.index.json",
+)
 LOADED += ("config.json", "generation_config.json", "adapter_config.json", "*processor_config.json", "*.py")
 LOADED += ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt", "*.model")
 LOADED += ("*.tiktoken", "chat_template.*")
@@ -113,7 +125,7 @@ def _listed(damaged: list[tuple[Path, list[str]]]) -> str:
     return "; ".join(f"{c.name}: {', '.join(p)}" for c, p in damaged)
 
 
-def resume_check(run_dir: Path, stages: list[str]) -> list[str]:
+def resume_check(run_dir: Path, stages: Sequence[str]) -> list[str]:
     """Before a resume: verify each unfinished stage's checkpoints, newest first. Damaged ones newer than the
     newest intact checkpoint are set aside (renamed CHECKPOINT.damaged, so the trainer resumes from the intact
     one and retention never counts them); returns one line per stage saying which and why. A stage whose

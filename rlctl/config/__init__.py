@@ -81,12 +81,15 @@ __all__ = [
 ]
 
 
+DEFAULT_STAGES: tuple[StageName, ...] = ("sft", "rm", "rl")  # a run without `stages`
+
+
 class RunConfig(Section):
     name: str = Field("run", description="Run name, used for the default run directory.")
     description: str = Field("", description="What this run or preset is for.")
     seed: int = Field(42, ge=0, le=2**32 - 1, description="Seed for data order, sampling and initialisation.")
     stages: list[StageName] = Field(
-        default_factory=lambda: ["sft", "rm", "rl"],
+        default_factory=lambda: list(DEFAULT_STAGES),
         description="Stages to run; they always run in the order sft, dpo, kto, rm, rl.",
     )
     model: ModelConfig = Field(
@@ -231,7 +234,7 @@ def parse_set(item: str) -> dict[str, Any]:
     if not key or any(not p for p in key.split(".")):
         raise UserError(f"--set has an empty key in '{item}'.")
     try:
-        value = yaml.load(raw, Loader=presets.YAML_LOADER) if raw else ""
+        value: Any = yaml.load(raw, Loader=presets.YAML_LOADER) if raw else ""
     except yaml.YAMLError:
         value = raw
     for part in reversed(key.split(".")):

@@ -3,6 +3,7 @@ every algorithm (rlctl/trainer/loop.py), with the rules that span several keys c
 under rl itself; those set rarely in its sections (loss, kl, critic, returns, filters, mismatch, agent,
 async_rollout; their old flat names are read through `rlctl.config.aliases.MOVED`)."""
 
+from collections.abc import Sequence
 from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
@@ -433,7 +434,7 @@ class RLConfig(TrainConfig):
         """Rollout batches the stage runs: the critic's value pretraining (critic.pretrain_steps), then max_steps."""
         return self.critic.pretrain_steps + self.max_steps
 
-    def check(self, stages: list[str]) -> None:
+    def check(self, stages: Sequence[str]) -> None:
         """Rules of the RL stage that span several keys; a ValueError naming the rule and the nearest valid setting."""
         if self.algorithm in OFFLINE_ALGORITHMS:
             raise ValueError(

@@ -61,7 +61,7 @@ class VisionArch(Section):
     one image token of the language model; a fixed-size tower (`image_size`, `tokens_per_image`) resizes every image
     to `image_size` x `image_size` pixels, encodes its patches and pools them into `tokens_per_image` image tokens."""
 
-    kind: Literal[vision.KINDS] = Field(  # type: ignore[valid-type]  (the families' kinds)
+    kind: Literal[vision.KINDS] = Field(  # type: ignore[valid-type]  # the families' kinds
         vision.KINDS[0],
         description="The tower's design: " + vision.kinds_described() + ".",
     )

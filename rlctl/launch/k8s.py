@@ -71,7 +71,10 @@ def script(job: Job) -> str:
 def _container(job: Job, pods: Pods) -> dict[str, Any]:
     limits: dict[str, Any] = {"nvidia.com/gpu": job.gpus_per_node} if job.gpus_per_node else {}
     cpus = pods.cpus or max(CPUS_PER_GPU * job.gpus_per_node, 2)
-    mounts = [{"name": "run", "mountPath": str(pods.mount)}, {"name": "shm", "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [
+        {"name": "run", "mountPath": str(pods.mount)},
+        {"name": "shm", "mountPath": "/dev/shm"},
+    ]
     if pods.config_text is not None:
         mounts.append({"name": "config", "mountPath": str(CONFIG_DIR), "readOnly": True})
     return {

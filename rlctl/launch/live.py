@@ -19,7 +19,7 @@ from rlctl.launch import restarts
 from rlctl.rundir import Summary
 
 if TYPE_CHECKING:  # rich's progress and tables load only when a run starts or a summary is shown
-    from rich.progress import Progress
+    from rich.progress import Progress, TaskID
     from rich.table import Table
 
 
@@ -101,7 +101,7 @@ def plain_lines(console: Console, stages: dict[str, progress_mod.StageProgress],
 
 
 def show_record(
-    progress: Progress, tasks_by_stage: dict[str, int], stages: dict[str, progress_mod.StageProgress], rec: dict
+    progress: Progress, tasks_by_stage: dict[str, TaskID], stages: dict[str, progress_mod.StageProgress], rec: dict
 ) -> None:
     stage = rec.get("stage", "?")
     if rec.get("event") == "alarm":

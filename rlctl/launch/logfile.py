@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 
 class LogLines:
@@ -54,7 +54,7 @@ def _last_frame(line: bytes) -> bytes:
     return frames[-1] if frames else line.replace(b"\r", b"")
 
 
-def copy(source: BinaryIO, lines: LogLines) -> threading.Thread:
+def copy(source: IO[bytes], lines: LogLines) -> threading.Thread:
     """A started thread that feeds `lines` whatever `source` (a pipe) delivers until it closes, then closes it."""
 
     def pump() -> None:

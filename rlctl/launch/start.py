@@ -170,9 +170,9 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
                 preexec_fn=processes.die_with_parent,
             )
             copying = logfile.copy(proc.stdout, logfile.LogLines(log, the_plan.config.logging.console_every_s))
-            from rich.progress import Progress
+            from rich.progress import Progress, TaskID
 
-            tasks_by_stage: dict[str, int] = {}
+            tasks_by_stage: dict[str, TaskID] = {}
             stages: dict[str, progress_mod.StageProgress] = {}
             every_s = the_plan.config.logging.console_every_s
             events = tbevents.MetricsEvents(RunDir(run_dir).tensorboard)  # TensorBoard, live, no account needed

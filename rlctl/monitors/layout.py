@@ -129,7 +129,8 @@ def _planned_precision(ctx: StageContext) -> dict[str, Any]:
 
 def _planned_beside(ctx: StageContext) -> dict[str, Any]:
     """The reference (where the plan put it), reward model and critic of this stage, and the optimizer offload."""
-    plan, name, out = ctx.plan, ctx.stage.name, {}
+    plan, name = ctx.plan, ctx.stage.name
+    out: dict[str, Any] = {}
     if name in ("rl", "dpo", "kto") and plan.reference != "unknown":
         out["reference"] = plan.reference if uses_reference(ctx) else "none"
         if out["reference"] not in ("none", "adapters-disabled"):

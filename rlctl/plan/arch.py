@@ -186,7 +186,7 @@ def with_model_pixels(cfg: RunConfig, preprocessor: Path | None, family: vision.
 def _with_arch(cfg: RunConfig, real: ModelArch, source: str, where: str) -> Noted[tuple[RunConfig, str]]:
     """`cfg` planning `real` (read from `source`, described as `where`), with a warning when the preset's
     model.arch said otherwise."""
-    preset, warnings = cfg.model.arch, ()
+    preset, warnings = cfg.model.arch, tuple[str, ...]()
     if preset is not None and preset != real:
         keys = [k for k in type(real).model_fields if getattr(preset, k) != getattr(real, k)]
         differ = ", ".join(f"{k} {getattr(preset, k)} -> {getattr(real, k)}" for k in keys)

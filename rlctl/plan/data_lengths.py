@@ -85,7 +85,7 @@ def image_budgets(cfg: RunConfig, run_dir: str | Path, given: dict[str, ImageBud
         works = "Remove it, and the plan takes the worst case: one image per row at data.max_pixels."
         given = recorded(run_dir, works).images
     bounds = pixel_bounds(vision, cfg.data.min_pixels, cfg.data.max_pixels)
-    out = {}
+    out: dict[str, ImageBudget] = {}
     for stage in cfg.stages:
         out[stage] = given.get(stage) or worst_case(vision, *bounds)
     return out

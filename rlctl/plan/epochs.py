@@ -47,7 +47,8 @@ def resolve(cfg: RunConfig) -> Noted[RunConfig]:
     stages = [s for s in cfg.stages if getattr(cfg, s).epochs is not None]
     if not stages:
         return Noted(cfg)
-    decisions, update = [], {}
+    decisions: list[dict[str, str]] = []
+    update: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:
         generated = tasks.GENERATORS[cfg.data.generate](Path(tmp), cfg.seed) if cfg.data.generate else {}
         for stage in stages:

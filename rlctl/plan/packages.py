@@ -89,7 +89,7 @@ def trl_problem() -> str | None:
     return None
 
 
-def missing(adapter: str, vllm: bool, cpu: bool, trackers: list[str]) -> list[Need]:
+def missing(adapter: str, vllm: bool, cpu: bool, trackers: Sequence[str]) -> list[Need]:
     """The packages a layout needs that cannot be used here."""
     from rlctl.plan import engine
 
@@ -115,7 +115,7 @@ def missing(adapter: str, vllm: bool, cpu: bool, trackers: list[str]) -> list[Ne
 
 
 def check_layout(
-    adapter: str, vllm: bool, cpu: bool, trackers: list[str], here: bool, said: Sequence[str]
+    adapter: str, vllm: bool, cpu: bool, trackers: Sequence[str], here: bool, said: Sequence[str]
 ) -> tuple[str, ...]:
     """At plan time: refuse (here) or warn (a plan for another machine) when the layout's packages are missing; the
     warnings to add to those the plan `said` already (a fix it names already is not repeated).

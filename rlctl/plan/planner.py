@@ -105,16 +105,15 @@ def _batching(stage: str, batch: int, micro: int | str, procs: int) -> tuple[int
             f"use a multiple of {procs}, e.g. {max(procs, batch - batch % procs)}."
         )
     per_proc = batch // procs
-    if micro == "auto":
-        micro = max(d for d in range(1, min(per_proc, 64) + 1) if per_proc % d == 0)
-    if per_proc % micro:
+    size = max(d for d in range(1, min(per_proc, 64) + 1) if per_proc % d == 0) if micro == "auto" else int(micro)
+    if per_proc % size:
         ok = [d for d in range(1, per_proc + 1) if per_proc % d == 0]
-        near = min(ok, key=lambda d: abs(d - micro))
+        near = min(ok, key=lambda d: abs(d - size))
         raise UserError(
-            f"Invalid config: {stage}.micro_batch_size={micro} does not divide the {per_proc} sequences "
+            f"Invalid config: {stage}.micro_batch_size={size} does not divide the {per_proc} sequences "
             f"each process handles per step; nearest valid: {stage}.micro_batch_size={near}."
         )
-    return micro, per_proc // micro
+    return size, per_proc // size
 
 
 def _accelerate_config(
@@ -300,7 +299,7 @@ def build_from(f: Facts, lengths: dict[str, int] | None = None, images: dict[str
     vision-language run's `images` (its image tokens per row, by stage) as the pre-flight counted them in the data,
     else as the run directory recorded them, else the limits (the worst case of max_pixels)."""
     cfg, hardware = f.cfg, f.hardware
-    sizes = {name: _global_batch(cfg, name) for name in cfg.stages}
+    sizes: dict[str, int] = {name: _global_batch(cfg, name) for name in cfg.stages}
     budgets = data_lengths.image_budgets(cfg, f.run_dir, images)
     image_tokens = {stage: b.tokens_per_row for stage, b in budgets.items()}
     split = _split(f, list(sizes.values()), image_tokens.get("rl", 0))

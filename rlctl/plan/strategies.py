@@ -34,7 +34,7 @@ def stage_strategies(cfg: RunConfig, hardware: hw.Hardware, strategy: str) -> No
     GPUs, and the plan says so (a decision and a warning). fsdp2 on CPU with no stage that can shard is refused."""
     if not (hardware.is_cpu and strategy == "fsdp2"):
         return Noted(dict.fromkeys(cfg.stages, strategy))
-    out = {name: "fsdp2" if name == "rl" else "ddp" for name in cfg.stages}
+    out: dict[str, str] = {name: "fsdp2" if name == "rl" else "ddp" for name in cfg.stages}
     ddp = [name for name, how in out.items() if how == "ddp"]
     if len(ddp) == len(out):
         raise UserError(

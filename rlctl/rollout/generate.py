@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
@@ -39,7 +39,7 @@ class Generator(Protocol):
 class HFGenerator:
     """Sampling with transformers' `generate` on the policy in training."""
 
-    logprobs = None  # the policy itself samples: its log-probs are the trainer's
+    logprobs: list[list[float]] | None = None  # the policy itself samples: its log-probs are the trainer's
 
     def __init__(
         self,
@@ -54,7 +54,7 @@ class HFGenerator:
         from transformers import GenerationConfig
 
         self.tok, self.max_new_tokens, self.temperature = tokenizer, max_new_tokens, temperature
-        self.batch_size, self.model = batch_size, None
+        self.batch_size, self.model = batch_size, cast(Any, None)  # the policy, from `sync`
         self.stops = list(stop_ids) or [tokenizer.eos_token_id]  # tokens that end a completion (a turn)
         self.synced = synced  # a sharded policy: every process steps until all are done (each step gathers)
         # built once, as TRL does: generate() then validates no per-call keyword arguments

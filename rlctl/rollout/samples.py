@@ -78,9 +78,9 @@ class Batch:
     vision: list[VisionInputs | None] = field(default_factory=list)  # each row's images (empty: no row has any)
 
     def __getitem__(self, rows) -> Batch:
-        tensors = (getattr(self, f) for f in self.__dataclass_fields__ if f != "vision")
+        tensors = {f: getattr(self, f)[rows] for f in self.__dataclass_fields__ if f != "vision"}
         picked = torch.arange(len(self.input_ids))[rows].tolist() if self.vision else []
-        return Batch(*(t[rows] for t in tensors), vision=[self.vision[i] for i in picked])
+        return Batch(**tensors, vision=[self.vision[i] for i in picked])
 
 
 def collate(samples: list[Sample], pad_id: int, device) -> Batch:

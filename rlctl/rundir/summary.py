@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -163,7 +164,7 @@ class Summary:
             values[key] = {stage: nested(record.from_json, m, f"{key}.{stage}") for stage, m in found}
         return cls(**values, extra=unknown(data, kinds))
 
-    def finished(self, stages: list[str]) -> bool:
+    def finished(self, stages: Sequence[str]) -> bool:
         """Whether every one of `stages` is recorded as completed."""
         return all(stage in self.completed for stage in stages)
 

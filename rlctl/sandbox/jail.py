@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import IO, cast
 
 UNCONFINED_ENV = "RLCTL_ALLOW_UNCONFINED_CODE"  # set to 1 by `rl.allow_unconfined_code: true`
 SCRATCH = "/tmp"  # the child's cwd, HOME and TMPDIR inside the jail
@@ -305,7 +306,7 @@ def collect(procs: list[tuple[subprocess.Popen, bytes]], limits: Limits, deadlin
                         pending[i] = memoryview(b"")
                     if not pending[i]:
                         sel.unregister(key.fileobj)
-                        key.fileobj.close()
+                        cast("IO[bytes]", key.fileobj).close()  # a process' stdin, registered below
                     continue
                 data = os.read(key.fd, 65536)
                 if not data:

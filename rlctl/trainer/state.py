@@ -103,7 +103,7 @@ class Hooks:
     lap: Callable[[str], None]
     flush: Callable[[int], None]
     publish: Callable[[int, Module, PreTrainedTokenizerBase], None]
-    check_layout: Callable[[Module, Optimizer, str, Beside, dict], None]
+    check_layout: Callable[[Module, Optimizer, str, Beside, dict], object]
     finish_layout: Callable[[dict], None]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from rlctl.errors import UserError
 from rlctl.vision import gemma3, qwen2_vl
-from rlctl.vision.family import Family, Tower
+from rlctl.vision.family import Family, Kinded, Tower
 
 FAMILIES: tuple[Family, ...] = (qwen2_vl.FAMILY, gemma3.FAMILY)
 KINDS: tuple[str, ...] = tuple(f.tower_kind for f in FAMILIES)  # model.arch.vision.kind's values
@@ -61,7 +61,7 @@ def of_model_type(model_type: str | None, where: str) -> Family:
     return found
 
 
-def of_tower(tower: Tower) -> Family:
+def of_tower(tower: Kinded) -> Family:
     """The family of a `model.arch.vision` tower, by its kind (one of KINDS: the config admits no other)."""
     return next(f for f in FAMILIES if f.tower_kind == tower.kind)
 

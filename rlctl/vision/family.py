@@ -28,6 +28,13 @@ class Tower(Protocol):
     tokens_per_image: int | None
 
 
+class Kinded(Protocol):
+    """Anything that names its tower's kind: the config's tower, or the memory model's (`of_tower` reads no more)."""
+
+    @property
+    def kind(self) -> str: ...
+
+
 class Family(abc.ABC):
     """One vision-language family. Its class attributes describe it; its methods are what differs between families.
 

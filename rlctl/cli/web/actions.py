@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +79,7 @@ def text_of(content: object) -> str:
     return str(content)
 
 
-def table(rows: list[list[object]], names: list[str], lang: str) -> pd.DataFrame:
+def table(rows: Sequence[Sequence[object]], names: list[str], lang: str) -> pd.DataFrame:
     """Rows as a table with its columns named in the page's language."""
     return pd.DataFrame(rows, columns=text.columns(lang, names))
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import io
 import shlex
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlctl.cli.web.paths import check_config, inside
 from rlctl.errors import UserError
@@ -149,7 +150,7 @@ class PlanView:
 
     text: str
     data_text: str
-    memory: list[list[object]]
+    memory: Sequence[Sequence[object]]
     errors: tuple[str, ...]
     data_rows: dict[str, list[dict]] = field(default_factory=dict)
 
@@ -183,7 +184,7 @@ def plan(cfg: RunConfig, run_dir: Path) -> PlanView:
 # and batch; RL's own sampling settings after it.
 MODEL_KEYS = ("model.name_or_path", "model.adapter", "model.lora_r")
 STAGE_KEYS = ("max_steps", "learning_rate", "batch_size")
-RL_KEYS = ("prompts_per_step", "group_size", "max_new_tokens", "temperature", "use_vllm")
+ROLLOUT_KEYS = ("prompts_per_step", "group_size", "max_new_tokens", "temperature", "use_vllm")
 
 
 def form_keys() -> dict[str, tuple[str, ...]]:
@@ -193,7 +194,7 @@ def form_keys() -> dict[str, tuple[str, ...]]:
     groups: dict[str, tuple[str, ...]] = {"model": MODEL_KEYS}
     for stage in STAGE_ORDER:
         section = RunConfig.model_fields[stage].annotation.model_fields
-        rollouts = [k for k in RL_KEYS if k in section]  # a section that samples counts its batch in prompts
+        rollouts = [k for k in ROLLOUT_KEYS if k in section]  # a section that samples counts its batch in prompts
         own = [k for k in STAGE_KEYS if k in section and not (rollouts and k == "batch_size")] + rollouts
         groups[stage] = tuple(f"{stage}.{k}" for k in own)
     return groups
@@ -214,7 +215,7 @@ def form_field(key: str) -> FormField:
 
     from rlctl.config import RunConfig
 
-    model = RunConfig
+    model: Any = RunConfig
     *sections, name = key.split(".")
     for section in sections:
         model = model.model_fields[section].annotation

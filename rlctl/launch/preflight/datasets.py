@@ -30,7 +30,7 @@ def _sources(cfg: RunConfig, paths: dict[str, Path] | None) -> dict[str, str]:
 
 def _stage_roles(cfg: RunConfig) -> list[tuple[str, str]]:
     """(stage or eval, the role it reads its data as) for the run's datasets."""
-    pairs = [(stage, ROLE_OF_STAGE[stage]) for stage in cfg.stages]
+    pairs: list[tuple[str, str]] = [(stage, ROLE_OF_STAGE[stage]) for stage in cfg.stages]
     return [*pairs, ("eval", "eval")] if cfg.data.eval or cfg.data.generate else pairs
 
 
@@ -129,7 +129,7 @@ def count_lengths(cfg: RunConfig, tok: Any, rows: dict[str, list[dict]], full: b
         if sizes is None:
             continue
         over = [i for i, n in enumerate(sizes) if n > limit]
-        entry = {"rows": len(sizes), "over_limit": len(over), "share": round(len(over) / len(sizes), 4)}
+        entry: dict[str, Any] = {"rows": len(sizes), "over_limit": len(over), "share": round(len(over) / len(sizes), 4)}
         entry.update(limit=limit, limit_key=tokens.limit_key(stage), keeps_95=tokens.keeps_95(sizes), sampled=not full)
         entry["longest"] = max((n for n in sizes if n <= limit), default=0)  # of the rows kept
         report.lengths[stage] = entry

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from rlctl import data
@@ -49,7 +50,7 @@ def check_images(cfg: RunConfig, rows: dict[str, list[dict]], full: bool, report
             report.images[stage] = images.budget(sizes, vision, *bounds, seen)
 
 
-def check_resume_images(cfg: RunConfig, run_dir: Path, stages: list[str]) -> None:
+def check_resume_images(cfg: RunConfig, run_dir: Path, stages: Sequence[str]) -> None:
     """Before a vision-language run resumes: every image of the local datasets its unfinished `stages` (and their
     held-out scoring) read opens, decoded, as `rlctl train` checked it; a UserError (exit 2) naming the file, the
     row and the image otherwise (moved or deleted since the run started). A text model's run: nothing to check."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from rlctl import data, tables
 from rlctl.config import RunConfig
-from rlctl.data import tokens
+from rlctl.data import DataInfo, tokens
 from rlctl.data.images import ImageBudget
 from rlctl.errors import UserError
 
@@ -23,14 +23,14 @@ class Report:
     lengths: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # {stage: rows}, not reported
-    infos: dict[str, data.DataInfo] = field(default_factory=dict)  # {stage: what was read}, not reported
+    infos: dict[str, DataInfo] = field(default_factory=dict)  # {stage: what was read}, not reported
     images: dict[str, ImageBudget] = field(default_factory=dict)  # {stage: its rows' image tokens}
 
     def to_json(self) -> dict[str, Any]:
         images_read = {"images": {s: b.to_json() for s, b in self.images.items()}} if self.images else {}
         return {"checks": self.checks, "lengths": self.lengths, "errors": self.errors, **images_read}
 
-    def recognised(self) -> dict[str, data.DataInfo]:
+    def recognised(self) -> dict[str, DataInfo]:
         """What was recognised in each dataset, by data role (a role read by two stages once)."""
         return {info.role: info for info in self.infos.values()}
 

@@ -88,7 +88,7 @@ def _checked(t: Trainers, mem: memory.MemoryPlan) -> Memory:
     settings = _generation_settings(mem.generation, hardware)
     need, free = memory.disk_need(cfg, setup, t.precision), hw.free_disk_gib(t.run_dir)
     here = hardware.is_cpu or hw.has_local_gpu()  # a GPU plan made on a GPU-less machine runs elsewhere
-    disk = ()
+    disk: tuple[str, ...] = ()
     if here and need > free * memory.GiB:
         disk = (
             f"checkpoints and final models need about {memory.gib(need):g} GiB but {free:.0f} GiB are free "
