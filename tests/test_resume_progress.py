@@ -14,6 +14,8 @@ from rlctl import checkpoint, config
 from rlctl.checkpoint import faults
 from rlctl.errors import RewardError, UserError
 from rlctl.launch import progress, resume_check
+from rlctl.plan import planner
+from rlctl.rundir import RunDir, write_record
 from tests.helpers import rlctl
 
 QWEN2 = {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
@@ -67,15 +69,11 @@ def test_resume_overrides_are_checked_against_the_run(tmp_path: Path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({**QWEN2, "num_hidden_layers": 8}))
-    (run / "plan.json").write_text(json.dumps({"model": {"arch": _arch(moved)}}))
+    # the run's plan.json, as `rlctl train` wrote it, records the model's shape: the moved folder's
+    planned = config.resolve("tiny-demo", sets=[sets[0], f"model.name_or_path={moved}", sets[2]])
+    write_record(RunDir(run).plan, planner.build(planned, run))
     with pytest.raises(UserError, match="another model than the run's"):
         resume(f"model.name_or_path={other}")
-
-
-def _arch(folder: Path) -> dict:
-    from rlctl.plan import arch as model_arch
-
-    return model_arch.arch_from_config(json.loads((folder / "config.json").read_text()), "x").model_dump()
 
 
 def test_every_resume_advice_names_a_change_resume_accepts(tmp_path: Path):
