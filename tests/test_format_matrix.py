@@ -110,8 +110,20 @@ ROLE = {"sft": "sft", "rm": "preference", "dpo": "preference", "kto": "preferenc
 SHOWN = {"kto": "kto"}  # the role a stage reads its data as, where it differs from its data.* key
 
 
+# CI trains the conversational cell of each pair (its template is the harder path) and every cell without one; the
+# standard cells whose conversational sibling runs there are `make test-long`'s
+SIBLING_IN_CI = {"prompt_completion", "preference", "implicit", "prompt_only"}
+
+
+def _marked(cell: str, stage: str, fmt: str):
+    marks = (
+        [pytest.mark.long] if cell in SIBLING_IN_CI and (f"{cell}_conv", stage) in {(c, t) for c, t, _ in CELLS} else []
+    )
+    return pytest.param(cell, stage, fmt, marks=marks, id=f"{stage}-{cell}")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("cell", "stage", "fmt"), CELLS, ids=[f"{s}-{c}" for c, s, _ in CELLS])
+@pytest.mark.parametrize(("cell", "stage", "fmt"), [_marked(*c) for c in CELLS])
 def test_format_trains_in_stage(tmp_path: Path, cell: str, stage: str, fmt: str):
     data = tmp_path / f"{cell}.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _rows(cell)))

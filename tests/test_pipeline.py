@@ -166,8 +166,9 @@ def _start(run_dir: Path, *extra: str) -> subprocess.Popen:
     ("signum", "code", "procs", "extra"),
     [
         (signal.SIGINT, 130, 1, ()),
-        (signal.SIGTERM, 143, 2, ()),
-        (signal.SIGTERM, 143, 1, ("--set", "rl.async_rollout.enabled=true")),  # the generator process waits too
+        pytest.param(signal.SIGTERM, 143, 2, (), marks=pytest.mark.long),
+        # the generator process waits too
+        pytest.param(signal.SIGTERM, 143, 1, ("--set", "rl.async_rollout.enabled=true"), marks=pytest.mark.long),
     ],
 )
 def test_signal_stops_with_a_checkpoint(tmp_path: Path, signum: int, code: int, procs: int, extra: tuple):

@@ -68,7 +68,7 @@ def test_qlora_tiny_pipeline_on_cpu(tmp_path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("adapter", ["lora", "qlora"])
+@pytest.mark.parametrize("adapter", [pytest.param("lora", marks=pytest.mark.long), "qlora"])
 def test_adapters_learn_rl_on_top_of_the_demo_sft_model(demo_run: Path, tmp_path: Path, adapter: str):
     """LoRA and QLoRA adapters on the demo's (fully fine-tuned) SFT model: GRPO lifts held-out accuracy. The LoRA
     run also offloads the optimizer between phases (TRL's path: a recorded no-op on CPU)."""

@@ -400,6 +400,7 @@ def test_adapter_sft_saves_its_adapter_and_export_merges_it(smollm2, tmp_path, a
     assert moved == LORA_MODULES, moved  # the adapter's step reached every targeted module, nothing else
 
 
+@pytest.mark.long  # the tiny model's kill -9 in every stage (tests/test_resume_exact.py) runs in CI
 def test_sft_killed_after_a_checkpoint_resumes_bit_exact(smollm2, tmp_path):
     """kill -9 of an SFT run after its checkpoint at step 2 of 4, then `rlctl resume`: the final weights equal an
     uninterrupted run's bit for bit (no step trained twice or skipped: weights, AdamW state, schedule, data order)."""
@@ -423,6 +424,7 @@ def test_sft_killed_after_a_checkpoint_resumes_bit_exact(smollm2, tmp_path):
     _resumed_to_the_straight_run(straight, broken, "sft", smollm2.folder)
 
 
+@pytest.mark.long
 def test_grpo_in_rlctls_loop_killed_after_a_checkpoint_resumes_bit_exact(smollm2, tmp_path):
     """kill -9 of a GRPO run in rlctl's loop after its checkpoint at step 2 of 4, then `rlctl resume`: the final
     weights equal an uninterrupted run's bit for bit (no step trained twice or skipped, sampling RNG restored). The

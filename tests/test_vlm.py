@@ -281,6 +281,7 @@ def _rl_from_the_demos_sft(vlm_run: Path, run: Path, *sets: str):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_vlm_async_rollouts_learn_as_the_synchronous_run(vlm_run: Path, tmp_path: Path):
     """GRPO with rl.async_rollout from the demo's SFT model: the generator process samples each round with its
     images, one policy version behind the trainer, and held-out accuracy rises past the SFT model's as in the
@@ -336,7 +337,7 @@ def test_freeze_vision_trains_the_language_model_around_a_fixed_tower(tmp_path: 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["fsdp2", "ddp"])
+@pytest.mark.parametrize("strategy", ["fsdp2", pytest.param("ddp", marks=pytest.mark.long)])
 def test_two_processes_with_text_rows_beside_image_rows(tmp_path: Path, strategy: str):
     """PPO (policy, reference and critic) over 2 processes on data whose rows are half text-only, where a
     process's batch may hold no image while the other's does. FSDP2: that process runs the vision tower on a blank
