@@ -117,6 +117,7 @@ def test_the_loop_on_two_processes_with_an_engine_each(vllm_demo: Path, tmp_path
     assert result["stages"]["rl"]["eval_accuracy"] >= 0.85
 
 
+@pytest.mark.long  # 300 SFT steps first; CI keeps the engine awake across turns (test_a_multi_turn_rollout_...)
 def test_the_agent_demo_rolls_out_every_turn_through_vllm(tmp_path: Path):
     """Multi-turn rollouts through the real engine: each turn of the live rollouts is one vLLM call (the tool
     result between turns is prompt, never sampled) and the sync check compares only the tokens vLLM sampled. A
@@ -367,7 +368,7 @@ def test_token_ids_in_and_out_with_flat_log_probs_only_when_sampled(engine_facts
     assert engine_facts["flat_logprobs_match"] and engine_facts["greedy_logprobs"] is None
 
 
-@pytest.mark.parametrize("adapter", ["full", "lora"])
+@pytest.mark.parametrize("adapter", ["full", pytest.param("lora", marks=pytest.mark.long)])
 def test_sharded_policy_syncs_into_each_process_engine(vllm_demo: Path, tmp_path: Path, adapter: str):
     """FSDP2 over 2 processes, an engine each: after every sync each engine's greedy completions are those of the
     gathered model in transformers (near-ties of vLLM's CPU kernels aside: at most 2 of 15 may differ)."""
@@ -399,6 +400,7 @@ if "--multiprocessing-fork" in sys.orig_argv:
 """
 
 
+@pytest.mark.long  # CI: two transformers engines (tests/test_async_rl.py), and a vLLM engine's push checked below
 def test_the_async_generator_samples_with_two_vllm_engines_of_its_own(vllm_demo: Path, tmp_path: Path):
     """rl.async_rollout with rl.use_vllm and two generator engines: each a process running vLLM's CPU build,
     each sampling half of every round and taking in every push (checked on the probe text after each load); the
