@@ -192,6 +192,7 @@ def test_export_loads_in_transformers_with_the_greedy_completions_of_rlctl_eval(
         assert [text] == sample["completions"], (text, sample["completions"])
 
 
+@pytest.mark.long  # CI: the tiny model's GGUF export loads back (tests/test_export_gguf.py)
 def test_gguf_export_loads_back_with_the_greedy_completions_of_the_hf_export(sft_run, tmp_path):
     """llama.cpp's converter writes the GGUF file (rlctl[gguf]); the export loads it back and checks it, and so
     does this test, on its own prompts: the f16 file generates what the HF export generates."""
@@ -351,7 +352,7 @@ def test_dpo_on_conversational_pairs_takes_a_step_and_scores_its_held_out_pairs(
     assert model.lm_head.weight is model.model.embed_tokens.weight  # the tied head survives the save
 
 
-@pytest.mark.parametrize("adapter", ["lora", "qlora"])
+@pytest.mark.parametrize("adapter", [pytest.param("lora", marks=pytest.mark.long), "qlora"])
 def test_adapter_sft_saves_its_adapter_and_export_merges_it(smollm2, tmp_path, adapter):
     """One SFT step with LoRA (QLoRA: on the 4-bit NF4 base, bitsandbytes' CPU kernels) on chat messages: the
     checkpoint holds the adapter on every linear layer, `rlctl export --adapter` writes it alone, `rlctl export`

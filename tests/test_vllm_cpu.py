@@ -202,6 +202,7 @@ def test_after_a_sync_vllm_greedy_equals_transformers_greedy(vllm_demo: Path, tm
     assert result["start"][0] != result["after a change"][0], "the change reached vLLM"
 
 
+@pytest.mark.long  # bench/gpu/accept.sh end to end on vLLM's CPU build: the GPU command stays ready
 def test_the_gpu_acceptance_bench_runs_on_cpu(vllm_demo: Path, tmp_path: Path):
     """bench/gpu/accept.py end to end on vLLM's CPU build (small numbers): every section is filled, the flagship
     path included (on the tiny shape)."""
