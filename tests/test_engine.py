@@ -160,6 +160,7 @@ def test_llm_kwargs_of_the_colocated_engine(vllm_here):
         "logprobs_mode": "processed_logprobs",
         "quantization": "bitsandbytes",
         "trust_remote_code": False,
+        "enforce_eager": False,  # a GPU: vLLM's compiled graphs
         "seed": p.config.seed + 1,  # the process's tensor-parallel group
     }
     assert llm["max_num_seqs"] == p.vllm.max_num_seqs == 512
@@ -170,9 +171,10 @@ def test_one_argument_dialect_for_the_colocated_and_the_dedicated_engine(vllm_he
     own (no sleep, no launcher), placeholder weights the first push replaces, a round's rollouts at once."""
     p = build("tiny-demo", "cpu", "rl.use_vllm=true", "rl.async_rollout.enabled=true")
     colocated, dedicated = vllm.llm_kwargs(p), vllm.llm_kwargs(p, model="folder", dedicated=True)
-    shared = ("gpu_memory_utilization", "max_model_len", "logprobs_mode", "trust_remote_code", "dtype")
+    shared = ("gpu_memory_utilization", "max_model_len", "logprobs_mode", "trust_remote_code", "dtype", "enforce_eager")
     assert {k: colocated[k] for k in shared} == {k: dedicated[k] for k in shared}
     assert colocated["dtype"] == "float32"  # CPU: the trainer's precision, in both
+    assert colocated["enforce_eager"] is True  # CPU: no compile warm-up per engine
     assert dedicated == {k: dedicated[k] for k in shared} | {
         "model": "folder",
         "tensor_parallel_size": 1,

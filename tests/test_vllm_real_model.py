@@ -129,7 +129,7 @@ VLLM_GREEDY = """
 import json, sys
 from vllm import LLM, SamplingParams
 folder, prompts = sys.argv[1], json.loads(sys.argv[2])
-llm = LLM(model=folder, dtype="float32", max_model_len=512, seed=0, gpu_memory_utilization=0.1)
+llm = LLM(model=folder, dtype="float32", max_model_len=512, seed=0, gpu_memory_utilization=0.1, enforce_eager=True)
 tok = llm.get_tokenizer()
 texts = [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
 outs = llm.generate(texts, SamplingParams(temperature=0.0, max_tokens=6))

@@ -85,6 +85,9 @@ def llm_kwargs(plan: Plan, model: str = "<policy>", dedicated: bool = False, gro
         "max_model_len": v.max_model_length,
         "logprobs_mode": "processed_logprobs",
         "trust_remote_code": cfg.model.trust_remote_code,
+        # CPU: no torch.compile, which costs each engine 30-40 s of warm-up (vLLM 0.31's CPU build, tiny model),
+        # more than a CPU run's rollouts gain from it; GPUs keep vLLM's compiled graphs
+        "enforce_eager": plan.hardware.is_cpu,
     }
     if dedicated:  # one of the async generator's engines: its share of a round, on its tensor-parallel group
         split = plan.async_split

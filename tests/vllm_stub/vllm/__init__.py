@@ -23,6 +23,7 @@ CALLS: list[tuple[str, dict]] = []  # (method, details), every engine of the pro
 # The keyword arguments of vllm.LLM this stand-in accepts (those rlctl's colocated engine passes).
 LLM_ARGS = {
     "dtype",
+    "enforce_eager",
     "tensor_parallel_size",
     "gpu_memory_utilization",
     "max_model_len",
