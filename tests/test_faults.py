@@ -99,14 +99,30 @@ def _plugin(tmp_path: Path, source: str) -> Path:
     return path
 
 
+# PICKY, writing down the training progress it is given as TRL's trainers give it (`trainer_state`)
+PICKY_STEPS = (
+    PICKY
+    + """
+def score_and_note(prompts, completions, answer, trainer_state=None, **_):
+    if trainer_state is not None:
+        with open(__file__ + ".steps", "a") as f:
+            f.write(f"{trainer_state.global_step} {trainer_state.max_steps}\\n")
+    return score(prompts, completions, answer)
+"""
+)
+
+
 def test_reward_errors_scored_zero_and_counted_with_on_error_zero(tmp_path: Path):
-    plugin = _plugin(tmp_path, PICKY)
+    plugin = _plugin(tmp_path, PICKY_STEPS)
     run_dir = tmp_path / "run"
-    rewards = f"rl.rewards=[{{name: '{plugin}:score', on_error: zero}}]"
+    rewards = f"rl.rewards=[{{name: '{plugin}:score_and_note', on_error: zero}}]"
     proc = rlctl("train", *RL_ONLY, "--set", rewards, "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     counts = [r["reward_errors"] for r in _records(run_dir) if r.get("stage") == "rl" and "reward_errors" in r]
     assert counts and counts[-1] > 0 and counts == sorted(counts), counts
+    # each training call got the policy's optimizer steps so far and the stage's total (2 steps of 1 update), in order
+    steps = Path(f"{plugin}.steps").read_text().splitlines()
+    assert sorted(set(steps)) == ["0 2", "1 2"] and steps == sorted(steps), steps
 
 
 def test_reward_error_stops_the_rlctl_loop_naming_the_reward_and_the_sample(tmp_path: Path):

@@ -57,8 +57,8 @@ class Scorer:
         self.correctness = scoring.correctness_index(ctx.cfg.rl.rewards)
 
     def __call__(self, samples: list[Sample], state: Any = None) -> None:
-        """Each sample's score and correctness; `state` (a transformers `TrainerState`: the optimizer steps so far
-        and the stage's total) reaches rewards as `trainer_state`, as TRL's trainers pass it."""
+        """Each sample's score and correctness; `state` (rlctl.rewards.state.TrainerState: the optimizer steps so
+        far and the stage's total) reaches rewards as `trainer_state`, under TRL's field names."""
         prompts = [s.row["prompt"] for s in samples]
         texts = self.tok.batch_decode([s.completion_ids for s in samples], skip_special_tokens=True)
         chat = isinstance(prompts[0], list)

@@ -60,6 +60,7 @@ from rlctl.algorithms import (
 )
 from rlctl.algorithms.mismatch import behaviour_ratio, correction_weights, logprob_gap
 from rlctl.monitors import layout
+from rlctl.rewards.state import TrainerState
 from rlctl.rollout import multiturn, vllm
 from rlctl.rollout.samples import Batch, Sample, collate, rollout_logprobs, token_logprobs
 from rlctl.rundir import LoopState
@@ -156,11 +157,9 @@ def rollout(loop: Loop, step: int) -> Rollout:
     return Rollout(samples, generated, rounds, max(0, rl.prompts_per_step - len(kept)))
 
 
-def trainer_state(loop: Loop, step: int):
-    """What reward functions get as `trainer_state` (a transformers `TrainerState`, as TRL's trainers pass it): the
-    policy's optimizer steps before this step's update and the stage's total."""
-    from transformers import TrainerState
-
+def trainer_state(loop: Loop, step: int) -> TrainerState:
+    """What reward functions get as `trainer_state` (TRL's `global_step` and `max_steps`): the policy's optimizer
+    steps before this step's update and the stage's total."""
     updates, rl_step = loop.rl.ppo_epochs * loop.rl.ppo_mini_batches, step - loop.rl.critic.pretrain_steps
     return TrainerState(global_step=max(0, rl_step - 1) * updates, max_steps=loop.rl.max_steps * updates)
 
