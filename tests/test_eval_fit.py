@@ -42,6 +42,31 @@ def test_completions_end_at_the_end_of_turn_token(tiny_folder: Path):
     assert evaluate.fitting_max_new_tokens(tok, [None]) == 256
 
 
+def test_generation_pads_on_the_left_and_gives_the_tokenizer_its_side_back(tiny_folder: Path):
+    """Greedy and sampled generation pad prompts on the left; the tokenizer's own side comes back afterwards, also
+    when a row fails."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlctl.evaluation import evaluate
+
+    tok = AutoTokenizer.from_pretrained(tiny_folder)
+    model = AutoModelForCausalLM.from_pretrained(tiny_folder)
+    tok.padding_side = "right"
+    prompts = ["What is 10 + 11?", "What is 12345 + 10?"]  # lengths differ: padding shows
+    greedy = evaluate.generate(model, tok, prompts, max_new_tokens=3)
+    texts, _ = evaluate.sample(model, tok, prompts, max_new_tokens=3)
+    assert [t[0] for t in texts] == greedy  # the same left-padded greedy completions
+    alone = [evaluate.generate(model, tok, [p], max_new_tokens=3)[0] for p in prompts]  # no padding at all
+    assert greedy == alone and tok.padding_side == "right"
+
+    def interrupted(rows: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        evaluate.sample(model, tok, prompts, max_new_tokens=3, on_batch=interrupted)
+    assert tok.padding_side == "right"
+
+
 def test_eval_without_a_length_fits_the_answers_and_prints_progress_off_a_terminal(tiny_folder: Path, tmp_path):
     rows = [{"prompt": [{"role": "user", "content": f"What is {a} + 3?"}], "answer": str(a + 3)} for a in range(20)]
     data = tmp_path / "eval.jsonl"

@@ -3,8 +3,9 @@ pairwise reward-model accuracy. `rlctl eval` and the runner's per-stage evaluati
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,13 +64,9 @@ def generate(
     rank's batch is done; `on_batch(rows)` after each batch. A vision-language model's `processor` turns each
     prompt and its `images` (Pillow images, one list per prompt) into the model's inputs."""
     model.eval()
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    if processor is not None:
-        processor.tokenizer.padding_side = "left"
     ends = end_ids(model, tokenizer)
     out: list[str] = []
-    try:
+    with _left_padded(tokenizer, processor):
         for i in range(0, len(prompts), batch_size):
             texts = each_row(lambda p: prompt_text(p, tokenizer), prompts[i : i + batch_size], start=i)
             pictures = (images or [])[i : i + batch_size]  # one list per prompt
@@ -85,11 +82,22 @@ def generate(
             out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
             if on_batch:
                 on_batch(len(texts))
-    finally:
-        tokenizer.padding_side = side
-        if processor is not None:
-            processor.tokenizer.padding_side = side
     return out
+
+
+@contextlib.contextmanager
+def _left_padded(tokenizer: Any, processor: Any = None) -> Iterator[None]:
+    """Generation pads on the left (the prompts end where the completions start); the tokenizer's (and a
+    vision-language processor's) own side comes back afterwards, also when generation raised."""
+    tokenizers = [tokenizer] + ([processor.tokenizer] if processor is not None else [])
+    sides = [t.padding_side for t in tokenizers]
+    for t in tokenizers:
+        t.padding_side = "left"
+    try:
+        yield
+    finally:
+        for t, side in zip(tokenizers, sides, strict=True):
+            t.padding_side = side
 
 
 def score_policy(
@@ -332,16 +340,12 @@ def sample(
     """n completions per prompt (greedy when temperature is None) and their lengths in tokens; a vision-language
     model's `processor` reads each prompt's `images` with it."""
     model.eval()
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    if processor is not None:
-        processor.tokenizer.padding_side = "left"
     texts: list[list[str]] = []
     lengths: list[list[int]] = []
     greedy = temperature is None
     sampling = {} if greedy else {"temperature": temperature, "top_p": top_p}
     ends = end_ids(model, tokenizer)
-    try:
+    with _left_padded(tokenizer, processor):
         for i in range(0, len(prompts), batch_size):
             batch = [prompt_text(p, tokenizer) for p in prompts[i : i + batch_size]]
             pictures = (images or [])[i : i + batch_size]  # one list per prompt
@@ -363,10 +367,6 @@ def sample(
                 lengths.append([_length(row, stop) for row in new[j * n : (j + 1) * n].tolist()])
             if on_batch:
                 on_batch(len(batch))
-    finally:
-        tokenizer.padding_side = side
-        if processor is not None:
-            processor.tokenizer.padding_side = side
     return texts, lengths
 
 
