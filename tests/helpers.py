@@ -118,12 +118,18 @@ def run_once(tmp_path_factory, name: str, *args: str) -> Path:
     return run_dir
 
 
+def injected(tmp_path: Path, source: str, folder: str = "inject") -> dict[str, str]:
+    """Environment for an `rlctl` subprocess whose every Python process runs `source` at start-up (a
+    sitecustomize.py in tmp_path/folder, ahead of the PYTHONPATH it had): how tests inject faults."""
+    site = tmp_path / folder
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(source)
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+
+
 def without(tmp_path: Path, names: list[str]) -> dict[str, str]:
     """Environment for an `rlctl` subprocess on which the modules `names` are not importable."""
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(HIDE.format(names=names))
-    return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+    return injected(tmp_path, HIDE.format(names=names), "site")
 
 
 def assert_cpu_precision(layout: dict) -> None:

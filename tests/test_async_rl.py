@@ -7,16 +7,22 @@ again); a failing or killed engine ends the run in one paragraph naming the last
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers import RLCTL, kill_after_checkpoint, records, rlctl, summary
+from tests.helpers import RLCTL, injected, kill_after_checkpoint, records, rlctl, summary
 
 ASYNC = ["--set", "rl.async_rollout.enabled=true"]
 TWO = ["--set", "rl.async_rollout.generators=2"]
+RL_ONLY = ["--preset", "tiny-demo", *ASYNC, "--set", "stages=[rl]", "--set", "rl.rewards=[{name: exact_match}]"]
+# a run long enough to be stopped by a fault that waits for its first complete checkpoint (the marker's glob)
+UNTIL_A_FAULT = [*RL_ONLY, "--set", "rl.max_steps=30", "--set", "rl.save_every=2"]
+
+
+def _complete_checkpoint(run_dir: Path) -> str:
+    return str(run_dir / "rl" / "checkpoints" / "checkpoint-*" / "rlctl_complete")
 
 
 def _steps(run_dir: Path) -> dict[int, dict]:
@@ -112,14 +118,10 @@ if "--multiprocessing-fork" in sys.orig_argv:
 
 
 def test_a_push_the_generator_did_not_take_in_intact_stops_the_run(tmp_path: Path):
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(BROKEN_LOAD)
-    path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
+    injection = injected(tmp_path, BROKEN_LOAD)
     run_dir = tmp_path / "run"
-    args = ["--preset", "tiny-demo", *ASYNC, "--set", "stages=[rl]", "--set", "rl.rewards=[{name: exact_match}]"]
-    args += ["--set", "rl.max_steps=4", "--run-dir", str(run_dir)]
-    proc = rlctl("train", *args, env={"PYTHONPATH": path})
+    args = [*RL_ONLY, "--set", "rl.max_steps=4", "--run-dir", str(run_dir)]
+    proc = rlctl("train", *args, env=injection)
     text = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 1, text
     assert "the async generator sampled with weights other than the policy version 0" in text, text
@@ -142,15 +144,11 @@ if "--multiprocessing-fork" in sys.orig_argv:
 
 
 def test_a_killed_generator_is_named_with_the_last_checkpoint_and_the_resume(tmp_path: Path):
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(KILL_GENERATOR)
-    path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
+    injection = injected(tmp_path, KILL_GENERATOR)
     run_dir = tmp_path / "run"
-    marker = str(run_dir / "rl" / "checkpoints" / "checkpoint-*" / "rlctl_complete")
-    args = ["--preset", "tiny-demo", *ASYNC, "--set", "stages=[rl]", "--set", "rl.rewards=[{name: exact_match}]"]
-    args += ["--set", "rl.max_steps=30", "--set", "rl.save_every=2", "--run-dir", str(run_dir)]
-    proc = rlctl("train", *args, env={"PYTHONPATH": path, "KILL_AFTER": marker})
+    marker = _complete_checkpoint(run_dir)
+    args = [*UNTIL_A_FAULT, "--run-dir", str(run_dir)]
+    proc = rlctl("train", *args, env={**injection, "KILL_AFTER": marker})
     out = proc.stdout + proc.stderr
     text = " ".join(out.split())
     assert proc.returncode == 1, text
@@ -176,15 +174,11 @@ if "--multiprocessing-fork" in sys.orig_argv:
 
 
 def test_a_failing_generator_is_one_paragraph_with_the_last_checkpoint_and_the_resume(tmp_path: Path):
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(FAILING_SAMPLER)
-    path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
+    injection = injected(tmp_path, FAILING_SAMPLER)
     run_dir = tmp_path / "run"
-    marker = str(run_dir / "rl" / "checkpoints" / "checkpoint-*" / "rlctl_complete")
-    args = ["--preset", "tiny-demo", *ASYNC, "--set", "stages=[rl]", "--set", "rl.rewards=[{name: exact_match}]"]
-    args += ["--set", "rl.max_steps=30", "--set", "rl.save_every=2", "--run-dir", str(run_dir)]
-    proc = rlctl("train", *args, env={"PYTHONPATH": path, "FAIL_AFTER": marker}, timeout=900)
+    marker = _complete_checkpoint(run_dir)
+    args = [*UNTIL_A_FAULT, "--run-dir", str(run_dir)]
+    proc = rlctl("train", *args, env={**injection, "FAIL_AFTER": marker}, timeout=900)
     out = proc.stdout + proc.stderr
     text = " ".join(out.split())
     assert proc.returncode == 1, text

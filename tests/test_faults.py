@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from rlctl import checkpoint
-from tests.helpers import rlctl, strict_records, summary
+from tests.helpers import injected, rlctl, strict_records, summary
 
 SFT_ONLY = ["--preset", "tiny-demo", "--set", "stages=[sft]", "--set", "sft.max_steps=6", "--set", "sft.save_every=2"]
 RL_ONLY = [
@@ -54,11 +54,9 @@ def _one_line(proc) -> str:
 
 
 def test_full_disk_during_a_checkpoint_keeps_the_previous_one_and_resume_finishes(tmp_path: Path):
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(FULL_DISK)
+    injection = injected(tmp_path, FULL_DISK)
     run_dir = tmp_path / "run"
-    env = {"PYTHONPATH": str(inject), "RLCTL_TEST_DISK_FULL_AT": "4"}
+    env = {**injection, "RLCTL_TEST_DISK_FULL_AT": "4"}
     proc = rlctl("train", *SFT_ONLY, "--run-dir", str(run_dir), env=env)
     text = _one_line(proc)
     assert proc.returncode == 1, text

@@ -4,13 +4,12 @@ values in summary.json, and a stage whose layout contradicts its plan stops at i
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from rlctl.monitors.layout import NO_OP, mismatches, offload_record
-from tests.helpers import assert_cpu_precision, rlctl, summary
+from tests.helpers import assert_cpu_precision, injected, rlctl, summary
 
 SFT_ONLY = ("--preset", "tiny-demo", "--stages", "sft", "--set", "sft.max_steps=3", "--set", "sft.save_every=3")
 
@@ -103,12 +102,9 @@ def test_lora_checkpointing_offload_and_critic_run_and_learn(tmp_path: Path):
 
 @pytest.mark.slow
 def test_a_stage_that_ignores_its_plan_stops_at_its_first_step(tmp_path: Path):
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(IGNORES_ADAPTER)
-    path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
+    injection = injected(tmp_path, IGNORES_ADAPTER)
     run_dir = tmp_path / "run"
-    proc = rlctl("train", *SFT_ONLY, "--set", "model.adapter=lora", "--run-dir", str(run_dir), env={"PYTHONPATH": path})
+    proc = rlctl("train", *SFT_ONLY, "--set", "model.adapter=lora", "--run-dir", str(run_dir), env=injection)
     text = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 1, text
     assert "Stage sft does not run the layout its plan chose (adapter: planned lora, observed full" in text

@@ -20,7 +20,7 @@ from rlctl.launch import logfile
 from rlctl.plan.data_lengths import DataLengths
 from rlctl.plan.gguf import ImportRecord
 from rlctl.rundir import RunDir
-from tests.helpers import rlctl, strict_records
+from tests.helpers import injected, rlctl, strict_records
 
 
 def _out(proc) -> str:
@@ -176,13 +176,11 @@ sys.addaudithook(_hook)
 
 
 def test_a_checkpoints_folder_made_read_only_mid_run_exits_1_naming_the_last_checkpoint(tmp_path):
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(READ_ONLY)
+    injection = injected(tmp_path, READ_ONLY)
     run = tmp_path / "run"
     sets = ["stages=[sft]", "sft.max_steps=6", "sft.save_every=2", "data.eval=null"]
     args = [a for s in sets for a in ("--set", s)]
-    proc = rlctl("train", "--preset", "tiny-demo", *args, "--run-dir", str(run), env={"PYTHONPATH": str(inject)})
+    proc = rlctl("train", "--preset", "tiny-demo", *args, "--run-dir", str(run), env=injection)
     out = _out(proc)
     assert proc.returncode == 1, out
     assert "Stage sft could not write" in out and "Permission denied" in out, out

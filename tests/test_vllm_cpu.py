@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port, records, rlctl, run_once, summary
+from tests.helpers import free_port, injected, records, rlctl, run_once, summary
 
 pytestmark = [
     pytest.mark.vllm,
@@ -138,18 +138,15 @@ def test_the_agent_demo_rolls_out_every_turn_through_vllm(tmp_path: Path):
 
 @pytest.mark.parametrize("breakage", list(BREAKAGES))
 def test_a_broken_weight_sync_stops_the_run(vllm_demo: Path, tmp_path: Path, breakage: str):
-    inject = tmp_path / "inject"
-    inject.mkdir()
     code = "import sys\nif 'rlctl.launch.runner' in ' '.join(sys.orig_argv):\n" + "".join(
         f"    {line}\n" for line in BREAKAGES[breakage].strip().splitlines()
     )
-    (inject / "sitecustomize.py").write_text(code)
-    path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
+    injection = injected(tmp_path, code)
     run_dir = tmp_path / "run"
     args = ["--algorithm", "reinforce-pp", "--set", "rl.max_steps=10"]
     if breakage.startswith("LoRA"):
         args += ["--set", "model.adapter=lora", "--set", "rl.learning_rate=2e-3"]
-    proc = _rl_from_sft(vllm_demo, run_dir, *args, env={"PYTHONPATH": path})
+    proc = _rl_from_sft(vllm_demo, run_dir, *args, env=injection)
     text = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 1, text
     assert "vLLM generated with weights other than the policy's" in text and "LoRA adapters pushed unmerged" in text
@@ -429,12 +426,9 @@ def test_the_async_generator_samples_with_two_vllm_engines_of_its_own(vllm_demo:
 
 
 def test_an_async_push_the_vllm_engine_did_not_take_stops_the_run(vllm_demo: Path, tmp_path: Path):
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(SKIPPED_LOAD)
-    path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
+    injection = injected(tmp_path, SKIPPED_LOAD)
     run_dir = tmp_path / "run"
-    proc = _rl_from_sft(vllm_demo, run_dir, *ASYNC_VLLM, env={"PYTHONPATH": path})
+    proc = _rl_from_sft(vllm_demo, run_dir, *ASYNC_VLLM, env=injection)
     text = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 1, text
     assert "vLLM generated with weights other than the policy's" in text and "on a probe text, policy version 0" in text

@@ -19,7 +19,7 @@ import yaml
 from rlctl.config import ModelConfig
 from rlctl.plan import gguf
 from rlctl.stages import gguf_import
-from tests.helpers import records, rlctl
+from tests.helpers import injected, records, rlctl
 
 pytestmark = [
     pytest.mark.vllm,
@@ -114,11 +114,8 @@ def test_an_honest_sync_holds_on_the_tied_head(honest_run):
 
 
 def test_a_corrupted_embedding_push_stops_the_run(smollm2, tmp_path):
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(CORRUPT_EMBEDDING)
-    path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
-    _, proc = _rl(smollm2, tmp_path, env={"PYTHONPATH": path})
+    injection = injected(tmp_path, CORRUPT_EMBEDDING)
+    _, proc = _rl(smollm2, tmp_path, env=injection)
     text = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 1, text
     assert "vLLM generated with weights other than the policy's" in text, text
