@@ -9,6 +9,7 @@ complete checkpoint.
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import traceback
 from pathlib import Path
@@ -191,4 +192,9 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    try:
+        main(Path(sys.argv[1]))
+    finally:
+        # exit hooks and module teardown run as usual, but the interpreter's last garbage collections skip the
+        # run's objects: about a second less for every training process to end
+        gc.freeze()
