@@ -147,6 +147,28 @@ def test_the_preset_turns_every_part_on():
     assert rl.critic_learning_rate == 2 * rl.learning_rate  # the paper's critic lr: 2e-6 for the actor's 1e-6
 
 
+def test_the_tiny_demo_divides_its_rate_by_the_updates_of_the_algorithm_layered_over_it(tmp_path: Path):
+    """tiny-demo's `for_algorithm`: its RL rate, tuned for one update per rollout batch, divided by VAPO's 16 and
+    GSPO's 4 when `--algorithm` layers them; the other algorithms keep it, --set wins, a project built on the
+    recipe (`defaults: [tiny-demo]`) gets the same, and a malformed block is one paragraph naming its file."""
+    from rlctl.errors import UserError
+
+    rate = config.resolve(preset="tiny-demo").rl.learning_rate
+    for algorithm, updates in (("vapo", 16), ("gspo", 4), ("grpo", 1), ("ppo", 1), ("dapo", 1)):
+        rl = config.resolve(preset="tiny-demo", algorithm=algorithm).rl
+        assert rl.ppo_epochs * rl.ppo_mini_batches == updates and rl.learning_rate == rate / updates, algorithm
+    assert config.resolve(preset="tiny-demo", algorithm="vapo", sets=["rl.learning_rate=1e-4"]).rl.learning_rate == 1e-4
+    project = tmp_path / "rlctl.yaml"
+    project.write_text("defaults: [tiny-demo]\nseed: 1\n")
+    assert config.resolve(config_file=project, algorithm="vapo").rl.learning_rate == rate / 16
+    project.write_text("defaults: [tiny-demo]\nfor_algorithm: {vapo: 0.1}\n")
+    with pytest.raises(UserError, match=f"{project}: for_algorithm must map algorithm names to config layers"):
+        config.resolve(config_file=project, algorithm="vapo")
+    project.write_text("defaults: [tiny-demo]\nfor_algorithm: {vapoo: {rl: {learning_rate: 1.0e-5}}}\n")
+    with pytest.raises(UserError, match="for_algorithm names vapoo, not an algorithm preset"):
+        config.resolve(config_file=project)
+
+
 def test_the_critic_learning_rate_is_a_multiple_of_the_policys_unless_set():
     from rlctl.errors import UserError
 

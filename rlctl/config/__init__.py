@@ -252,12 +252,16 @@ def layered(
 ) -> dict[str, Any]:
     """The raw merged mapping, in override order, before validation; a line in `notes` for each layer that names
     moved keys."""
-    data: dict[str, Any] = presets.load(preset) if preset else {}
+    data: dict[str, Any] = presets.load(preset, tuning=True) if preset else {}
     if config_file:
         own = aliases.canonical(presets.read_yaml(Path(config_file)), str(config_file), notes)
         data = _overlay(data, aliases.replaced(presets.resolve_layers(own, source=str(config_file)), own))
+    data, tuning = presets.split_tuning(data, str(config_file or preset))
     if algorithm:
-        data = presets.merge_layer(data, presets.load(algorithm, kind="algorithms"))
+        name = presets.get(algorithm, kind="algorithms").name
+        # the algorithm's preset, then what the recipe sets for it (`for_algorithm.NAME`: its rate for 16 updates)
+        data = presets.merge_layer(data, presets.load(name, kind="algorithms"))
+        data = presets.merge_layer(data, tuning.get(name, {}))
     if hardware:
         data = presets.merge_layer(data, hardware_layer(hardware))
     if sets:  # one layer: the command line contradicting itself (epochs and max_steps, a name and its alias) is refused

@@ -186,7 +186,34 @@ def resolve_layers(data: dict[str, Any], seen: tuple[str, ...] = (), source: str
     return merge_layer(merged, data)
 
 
-def load(name: str, kind: str | None = None) -> dict[str, Any]:
-    """The fully merged config mapping of preset `name`."""
+def load(name: str, kind: str | None = None, tuning: bool = False) -> dict[str, Any]:
+    """The fully merged config mapping of preset `name`; with its recipe's `for_algorithm:` block when `tuning`
+    (`config.layered` reads it), without it otherwise."""
     preset = get(name, kind)
-    return resolve_layers(read_yaml(preset.path), (preset.name,), str(preset.path))
+    data = resolve_layers(read_yaml(preset.path), (preset.name,), str(preset.path))
+    return data if tuning else split_tuning(data, str(preset.path))[0]
+
+
+TUNING = "for_algorithm"
+
+
+def split_tuning(data: dict[str, Any], source: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """`data` without its `for_algorithm:` block, and the block: {algorithm name: the config layer the recipe
+    puts over that algorithm's preset when `--algorithm NAME` layers it} (a recipe's learning rate tuned for one
+    update per rollout batch, divided for an algorithm that makes 16). A UserError naming `source` for any other
+    shape."""
+    data = dict(data)
+    tuning = data.pop(TUNING, None) or {}
+    algorithms = {n for n, p in all_presets().items() if p.kind == "algorithms"}
+    if not isinstance(tuning, dict) or not all(isinstance(v, dict) for v in tuning.values()):
+        raise UserError(
+            f"{source}: {TUNING} must map algorithm names to config layers ({TUNING}: {{vapo: {{rl: "
+            f"{{learning_rate: 1.875e-5}}}}}}), not {tuning!r}."
+        )
+    unknown = sorted(set(tuning) - algorithms)
+    if unknown:
+        raise UserError(
+            f"{source}: {TUNING} names {', '.join(map(str, unknown))}, not an algorithm preset. "
+            f"Known: {', '.join(sorted(algorithms))}."
+        )
+    return data, tuning
