@@ -40,7 +40,7 @@ def main() -> None:
         mine = [r for r in records if r.get("stage") == stage]
         t0 = next(r["time"] for r in mine if r.get("event") == "start")
         t1 = next(r["time"] for r in mine if r.get("event") == "end")
-        steps = [r for r in mine if "step" in r]
+        steps = [r for r in mine if "step" in r and "event" not in r]  # a step's metrics (not its memory record)
         step_times = [b["time"] - a["time"] for a, b in itertools.pairwise(steps)]
         per_step = sum(step_times) / len(step_times) if step_times else float("nan")
         metrics = summary["stages"].get(stage, {})
