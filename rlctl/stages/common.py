@@ -1,5 +1,5 @@
-"""What every stage shares: its context, the TRL/transformers arguments built from the plan, callbacks
-that stream metrics and mark complete checkpoints, and the final save."""
+"""What every stage shares: its context (`rlctl.stages.context`), the TRL/transformers arguments built from the
+plan, callbacks that stream metrics and mark complete checkpoints, and the final save."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rlctl import checkpoint, rundir
-from rlctl.monitors import heldout, layout
 from rlctl.runtime import models
-from rlctl.runtime.context import StageContext, Trained, alarm_stop, resume_point, signalled, stop_signal
+from rlctl.runtime.context import Trained, alarm_stop, resume_point, signalled, stop_signal
 from rlctl.runtime.models import lora_config
+from rlctl.runtime.rows import training_rows
+from rlctl.stages.context import StageContext
 from rlctl.trainer import sharding
 
 # Trainer log keys worth streaming, renamed to rlctl's metric names.
@@ -40,7 +41,7 @@ class StreamMetrics(TrainerCallback):
     signal (checkpoint at the step boundary) and on a NaN/inf loss or reward (no checkpoint of that state)."""
 
     def __init__(self, ctx: StageContext):
-        self.ctx = ctx
+        self.ctx, self.monitors = ctx, ctx.monitors()
         self.non_finite: tuple[str, float, int] | None = None  # (key, value, step) of the first NaN/inf
         self.stopped_by_alarm = False  # an alarm asked to stop (logging.alarms: stop)
         self.begin = 0  # the step this attempt started from (a resume's checkpoint)
@@ -85,7 +86,19 @@ class StreamMetrics(TrainerCallback):
 
     def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
         tokenizer = getattr(processing_class, "tokenizer", processing_class)  # a vision-language model's processor
-        heldout.publish_checkpoint(self.ctx, state.global_step, model, tokenizer)
+        self.monitors.publish(state.global_step, model, tokenizer)
+
+
+def kept_rows(ctx: StageContext, tok: Any) -> list[dict[str, Any]]:
+    """The stage's rows that fit its limit (`rlctl.runtime.rows.training_rows`); those dropped as too long are
+    logged (a metrics.jsonl `data` event) and kept in the context's `notes` for summary.json."""
+    data = ctx.stage_data()
+    rows, note = training_rows(data, tok)
+    if note is not None:
+        ctx.notes = note
+        dropped = {"dropped_too_long": note.dropped_too_long, "kept": note.kept, "limit": note.limit}
+        ctx.log.write(stage=ctx.stage.name, event="data", **dropped)
+    return rows
 
 
 def training_args(ctx: StageContext, config_cls, **extra: Any):
@@ -141,21 +154,21 @@ def save_final(ctx: StageContext, trained: Trained) -> None:
 
     if trained.stopped is not None:
         raise trained.stopped
-    acc = trained.accelerator
+    acc, source = trained.accelerator, ctx.source()
     acc.wait_for_everyone()
     model = acc.unwrap_model(trained.model)
-    if sharding.owns(ctx):  # sharded by rlctl itself (its RL loop): gathered one weight at a time, LoRA merged
+    if sharding.owns(ctx.stage):  # sharded by rlctl itself (its RL loop): gathered one weight at a time, LoRA merged
         state_dict, model = sharding.gathered_state_dict(model, keep=ctx.is_main), sharding.base_of(model)
     else:
         state_dict = acc.get_state_dict(trained.model)  # gathered from every shard under accelerate's FSDP
         if hasattr(model, "merge_and_unload"):
-            model, state_dict = _merged(ctx, model), None
+            model, state_dict = _merged(source, model), None
     if ctx.is_main:
         tmp = rundir.final_staging(ctx.final)
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp, state_dict=state_dict)
         trained.tokenizer.save_pretrained(tmp)
-        processor = models.processor(ctx, ctx.stage.init_from)  # a vision-language model's goes with it
+        processor = models.processor(source)  # a vision-language model's goes with it
         if processor is not None:
             processor.save_pretrained(tmp)
         shutil.rmtree(ctx.final, ignore_errors=True)
@@ -163,11 +176,11 @@ def save_final(ctx: StageContext, trained: Trained) -> None:
     acc.wait_for_everyone()
 
 
-def _merged(ctx: StageContext, peft_model):
-    """LoRA adapters merged into plain weights. Under QLoRA they are merged into the base reloaded unquantized
-    (the frozen weights' dtype): merging into 4-bit layers would round the sum to NF4, and transformers cannot
-    save a 4-bit model it quantized on load."""
-    if ctx.plan.adapter != "qlora":
+def _merged(source: models.ModelSource, peft_model):
+    """LoRA adapters merged into plain weights. Under QLoRA they are merged into the base (`source`, the stage's
+    starting model) reloaded unquantized (the frozen weights' dtype): merging into 4-bit layers would round the sum
+    to NF4, and transformers cannot save a 4-bit model it quantized on load."""
+    if source.adapter != "qlora":
         return peft_model.merge_and_unload()
     import copy
     import tempfile
@@ -180,10 +193,10 @@ def _merged(ctx: StageContext, peft_model):
     with tempfile.TemporaryDirectory() as adapters:
         peft_model.save_pretrained(adapters)  # LoRA weights and modules_to_save (a reward model's head)
         base = type(quantized).from_pretrained(
-            ctx.stage.init_from,
+            source.name,
             config=config,
-            dtype=models.torch_dtype(ctx, trainable=False),
-            trust_remote_code=ctx.cfg.model.trust_remote_code,
+            dtype=models.torch_dtype(source, trainable=False),
+            trust_remote_code=source.model.trust_remote_code,
         )
         return PeftModel.from_pretrained(base, adapters).merge_and_unload()
 
@@ -193,15 +206,16 @@ def train_causal_lm(ctx: StageContext, trainer_cls, args, rows: list[dict], tok)
     checked against the plan, resumed from the last complete checkpoint, and saved; returns the trainer."""
     from datasets import Dataset
 
+    source = ctx.source()
     trainer = trainer_cls(
-        model=models.causal_lm(ctx, ctx.stage.init_from),
+        model=models.causal_lm(source),
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=tok,
-        peft_config=lora_config(ctx),
+        peft_config=lora_config(source),
         callbacks=[StreamMetrics(ctx)],
     )
-    layout.follow_plan(ctx, trainer)
+    ctx.monitors().follow(trainer)
     save_final(ctx, train(ctx, trainer, tok))
     return trainer
 
