@@ -9,6 +9,7 @@ complete checkpoint.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import traceback
 from pathlib import Path
@@ -26,6 +27,16 @@ from rlctl.plan import resolved
 from rlctl.rewards.worker import Workers
 from rlctl.runtime import context
 from rlctl.scrub import scrub
+
+# Each stage's module, imported only when that stage runs: the TRL stages' modules pull in transformers' trainer
+# (peft, bitsandbytes: seconds at import), which a run of the rl stage alone never needs. Each has `run(ctx)`.
+STAGE_MODULES = {
+    "sft": "rlctl.stages.sft",
+    "rm": "rlctl.stages.rm",
+    "rl": "rlctl.stages.rl",
+    "dpo": "rlctl.stages.dpo",
+    "kto": "rlctl.stages.kto",
+}
 
 
 def build_base(cfg: RunConfig, run_dir: Path) -> None:
@@ -88,7 +99,6 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     from accelerate import PartialState
 
     from rlctl.monitors import layout, memory_probe
-    from rlctl.stages import dpo, kto, rl, rm, sft
     from rlctl.stages.context import StageContext
 
     the_plan = resolved.read(run_dir)  # the plan the CLI made and checked: ranks plan nothing again
@@ -103,7 +113,6 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     summary.world_size = state.num_processes
     if cfg.hardware.max_restarts:
         _record_restart(run_dir, the_plan, summary, log, state)
-    stage_fns = {"sft": sft.run, "dpo": dpo.run, "kto": kto.run, "rm": rm.run, "rl": rl.run}
 
     def save(name: str, metrics: dict) -> None:
         if state.is_main_process:
@@ -178,7 +187,7 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
         probe = memory_probe.start(stage.name, run_dir, state.device, log)
         ctx = stage_context(stage, probe)
         with explained(ctx):
-            stage_fns[stage.name](ctx)
+            importlib.import_module(STAGE_MODULES[stage.name]).run(ctx)
         if state.is_main_process:
             if ctx.notes is not None:
                 summary.data[stage.name] = ctx.notes

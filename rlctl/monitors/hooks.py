@@ -1,6 +1,7 @@
 """A stage's monitors as one object whose methods are its trainer's hooks: rlctl's RL loop calls them at its phase
-boundaries, after each step's record, with each checkpoint, at its first step and at its end; a TRL trainer is
-followed through callbacks (`follow`, and the stage's own callback publishes each checkpoint).
+boundaries, after each step's record, with each checkpoint, at its first step and at its end; a TRL trainer reaches
+them through callbacks (`rlctl.monitors.trl_callbacks.follow`, and the TRL stages' own callback publishes each
+checkpoint).
 
 The stage builds its `Monitors` from narrow values (the memory probe the runner started, what scores the stage on
 held-out data, what the plan promises it, where its checkpoints go and how many are kept); none of them is the
@@ -16,7 +17,7 @@ from rlctl import checkpoint
 from rlctl.config.sections import CheckpointConfig
 from rlctl.monitors import layout
 from rlctl.monitors.heldout import HeldOut
-from rlctl.monitors.memory_probe import Probe, TrainerPhases
+from rlctl.monitors.memory_probe import Probe
 
 if TYPE_CHECKING:
     from rlctl.monitors.layout import Beside
@@ -71,14 +72,6 @@ class Monitors:
     def finish_layout(self, switches: dict | None) -> None:
         """When the stage ends: its layout record gets the optimizer offload's switches over the whole stage."""
         layout.finish(self.contract, switches)
-
-    def follow(self, trainer: Any, switches: dict | None = None) -> None:
-        """Before a TRL trainer trains: its weights in the plan's precision, the layout check at its first step, and
-        the memory probe told of its phase boundaries (`switches`: the optimizer offload's, when the stage's
-        callbacks run it)."""
-        layout.follow_plan(self.contract, trainer, switches)
-        if self.probe is not None:
-            trainer.add_callback(TrainerPhases(self.probe))
 
 
 def _barrier() -> None:

@@ -10,7 +10,8 @@ stage with both named (`LayoutMismatch`), so a run never trains something other 
 The offload's switches (bytes moved, seconds) are added when the stage ends. The records land in the stage's
 `layout/` folder; the runner puts the main process's beside the plan's
 values in summary.json. A stage's side of the check is its `Contract`: the plan, the stage's plan and the run
-directory the records go to.
+directory the records go to. rlctl's RL loop calls `check` and `finish` through the stage's monitors; a TRL
+trainer through its callback (`rlctl.monitors.trl_callbacks.LayoutCheck`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from transformers import TrainerCallback
 
 from rlctl.plan import Plan, StagePlan
 from rlctl.rundir import LayoutRecord, RunDir, every_rank, read_record, write_record
@@ -50,48 +49,6 @@ class Contract:
     def record(self, rank: int) -> Path:
         """Process `rank`'s layout record of this stage."""
         return RunDir(self.run_dir).layout(self.stage.name, rank)
-
-
-def follow_plan(contract: Contract, trainer: Any, switches: dict | None = None) -> None:
-    """Before a TRL trainer trains: its weights in the plan's precision, and the layout check at its first step.
-
-    Adapters train in fp32, as the plan counts them and as autocast expects master weights: TRL 1.16's trainers
-    cast a 4-bit model's trainable weights (LoRA adapters, the reward head) to bf16, and a LoRA reward model's
-    head is a trainable copy in the bf16 base's dtype (on CPU, where 4-bit layers compute in fp32, a bf16 reward
-    head would not even multiply with its fp32 input). `switches`: those of the optimizer offload between phases
-    (`Offloaded.switches` of rlctl.trainer.offload), when the stage's callbacks run it. (The memory probe learns
-    the trainer's phase boundaries from the stage's monitors, `rlctl.monitors.hooks`.)"""
-    if contract.plan.adapter != "full":
-        import torch
-
-        for param in trainer.model.parameters():
-            if param.requires_grad and param.dtype != torch.float32:
-                param.data = param.data.float()
-    trainer.add_callback(LayoutCheck(contract, trainer, switches))
-
-
-class LayoutCheck(TrainerCallback):
-    """`check` at the end of a TRL trainer's first optimizer step (the optimizer state exists by then), and the
-    offload's switches when it ends."""
-
-    def __init__(self, contract: Contract, trainer: Any, switches: dict | None = None):
-        self.contract, self.trainer, self.done = contract, trainer, False
-        self.switches = switches
-        self.engine = None
-        if contract.name == "rl":
-            self.engine = "vllm" if getattr(trainer, "use_vllm", False) else "transformers"
-
-    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
-        if not self.done:
-            self.done = True
-            t = self.trainer
-            rewards = getattr(t, "reward_funcs", [])
-            beside = Beside(t.accelerator.mixed_precision, getattr(t, "ref_model", None), rewards)
-            check(self.contract, model, optimizer, self.engine, beside, self.switches)
-
-    def on_train_end(self, args, state, control, optimizer=None, **kwargs):
-        if self.done and optimizer is not None:
-            finish(self.contract, self.switches)
 
 
 class Beside:

@@ -12,7 +12,7 @@ Each training process measures, for every phase interval of its stage, the peak 
 A phase ends where the code says which phase the interval was (`lap`): the RL loop's `PhaseClock` laps
 (sync, generate, score -> generation; prepare, update -> training; value_pretrain -> value pretraining) and its
 optimizer steps; the TRL trainers through `TrainerPhases` (`on_pre_optimizer_step` / `on_optimizer_step`,
-installed by the stage's monitors, `rlctl.monitors.hooks`); every checkpoint (`checkpoint`: save and held-out
+installed with the stage's monitors, `rlctl.monitors.trl_callbacks`); every checkpoint (`checkpoint`: save and held-out
 scoring); the runner's final save and evaluation (`evaluation`).
 
 Where it goes: a `{"event": "memory"}` record in metrics.jsonl at each logged step (peaks since the last record),
@@ -29,8 +29,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from transformers import TrainerCallback
 
 from rlctl.rundir import MeasuredPhase, MemoryRecord, RunDir, StageMemory, every_rank, read_record, write_record
 
@@ -202,22 +200,6 @@ def start(stage: str, run_dir: Path, device: Any = "cpu", log: Any = None) -> Pr
 
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     return Probe(stage, RunDir(run_dir).memory(stage, rank), device, log)
-
-
-class TrainerPhases(TrainerCallback):
-    """TRL trainers' phase boundaries around the optimizer step, and a memory record at each log."""
-
-    def __init__(self, probe: Probe):
-        self.probe = probe
-
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.probe.lap("training")
-
-    def on_optimizer_step(self, args, state, control, **kwargs):
-        self.probe.lap("optimizer step")
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        self.probe.flush(state.global_step)
 
 
 # --- Beside the plan ----------------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from rlctl.runtime import models
 from rlctl.runtime.rows import preference_split
-from rlctl.stages.common import StageContext, kept_rows, score_held_out_pairs, train_causal_lm, training_args
+from rlctl.stages.common import kept_rows
+from rlctl.stages.context import StageContext
+from rlctl.stages.trl_common import score_held_out_pairs, train_causal_lm, training_args
 
 
 def run(ctx: StageContext) -> None:

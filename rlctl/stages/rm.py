@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from rlctl.monitors import trl_callbacks
 from rlctl.runtime import models
 from rlctl.runtime.models import lora_config
-from rlctl.stages.common import StageContext, StreamMetrics, kept_rows, save_final, train, training_args
+from rlctl.stages.common import kept_rows, save_final
+from rlctl.stages.context import StageContext
+from rlctl.stages.trl_common import StreamMetrics, train, training_args
 
 
 def run(ctx: StageContext) -> None:
@@ -23,5 +26,5 @@ def run(ctx: StageContext) -> None:
         peft_config=lora_config(source, task_type="SEQ_CLS"),
         callbacks=[StreamMetrics(ctx)],
     )
-    ctx.monitors().follow(trainer)
+    trl_callbacks.follow(ctx.monitors(), trainer)
     save_final(ctx, train(ctx, trainer, tok))

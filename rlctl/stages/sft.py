@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from rlctl.runtime import models
-from rlctl.stages.common import StageContext, kept_rows, train_causal_lm, training_args
+from rlctl.stages.common import kept_rows
+from rlctl.stages.context import StageContext
+from rlctl.stages.trl_common import train_causal_lm, training_args
 
 
 def assistant_turns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
