@@ -2,8 +2,8 @@
 workers, memory probe), built by the runner for each stage it starts, and the narrow values the stage builds from
 it for what it calls: its starting model and how models load (`source`), where its rows come from
 (`stage_data`), its rewards (`rewards`), its held-out scoring (`held_out`) and its monitors (`monitors`: the
-loop's hooks). Nothing below the
-stages takes the context itself; the TRL stages' argument builders (`rlctl.stages.common`) are stage code."""
+loop's hooks). Nothing below the stages takes the context itself; the TRL stages' argument builders
+(`rlctl.stages.trl_common`) are stage code."""
 
 from __future__ import annotations
 
