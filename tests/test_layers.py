@@ -42,7 +42,7 @@ def test_every_subpackage_is_in_a_layer_and_says_what_it_may_import():
 def test_a_run_without_a_trl_stage_never_imports_transformers_trainer():
     """transformers' callback module pulls in its trainer utilities (peft, bitsandbytes: seconds at import): only the
     TRL stages (sft, rm, dpo, kto) import it, and the runner imports a stage's module only when that stage runs."""
-    import importlib
+    import importlib.util
     import subprocess
     import sys
     import typing
@@ -58,4 +58,4 @@ def test_a_run_without_a_trl_stage_never_imports_transformers_trainer():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", "the runner or the rl stage imports transformers' trainer"
     assert set(runner.STAGE_MODULES) == set(typing.get_args(StageName)), "every stage has its module in the table"
-    assert all(callable(importlib.import_module(m).run) for m in runner.STAGE_MODULES.values())
+    assert all(importlib.util.find_spec(m) is not None for m in runner.STAGE_MODULES.values())
