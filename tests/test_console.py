@@ -260,22 +260,23 @@ def test_gguf_import_lines_keep_the_cached_folder_whole(monkeypatch):
     """`rlctl train` of a GGUF recipe says where the converted model is cached: one line, the path unfolded (piped
     at 80 columns it came out as `...ea3737` / `28110db53-float32`)."""
     import io
-    from types import SimpleNamespace
 
     from rich.console import Console
 
     from rlctl import launch
+    from rlctl.plan.gguf import GgufImport, ImportRecord
     from rlctl.stages import gguf_import
 
     folder = "/root/.cache/rlctl/gguf/" + "b179c9523d0e6a0f98a330c7562b682750a6f8c8" * 2 + "-float32"
 
     def ensure(spec, say):
         say(f"SmolLM2-135M-Instruct.Q4_1.gguf: converted already ({folder})")
-        return SimpleNamespace(converted_now=False, record={})
+        return gguf_import.Imported(Path(folder), ImportRecord(source=spec.file, sha256=""), converted_now=False)
 
     monkeypatch.setattr(gguf_import, "ensure", ensure)
     out = io.StringIO()
-    launch.import_model(object(), Console(file=out, width=80), quiet=False)  # type: ignore[arg-type]
+    spec = GgufImport("SmolLM2-135M-Instruct.Q4_1.gguf", "Q4_1", 90.0, folder, "float32", True, 540.0, 20)
+    launch.import_model(spec, Console(file=out, width=80), quiet=False)
     assert out.getvalue() == f"Model SmolLM2-135M-Instruct.Q4_1.gguf: converted already ({folder})\n"
 
 

@@ -18,7 +18,7 @@ IGNORES_ADAPTER = """
 import sys
 if "rlctl.launch.runner" in " ".join(sys.orig_argv):
     import rlctl.runtime.models as models
-    models.lora_config = lambda ctx, task_type="CAUSAL_LM": None
+    models.lora_config = lambda source, task_type="CAUSAL_LM": None
 """
 
 

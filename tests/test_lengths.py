@@ -3,6 +3,7 @@ dropped and counted or refused (data.over_length); nothing is truncated."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,9 +13,11 @@ from rlctl.config import resolve
 from rlctl.errors import UserError
 from rlctl.plan import planner as plan_mod
 from rlctl.rundir import DataNote
-from rlctl.runtime.context import MetricsLog, StageContext
+from rlctl.runtime.context import MetricsLog
 from rlctl.runtime.rows import length, stage_rows, training_rows
 from rlctl.stages import tiny
+from rlctl.stages.common import kept_rows
+from rlctl.stages.context import StageContext
 
 
 @pytest.fixture(scope="module")
@@ -74,26 +77,30 @@ def _context(tmp_path: Path, over_length: str, drop_fraction: float = 0.1) -> St
 
 def test_over_long_rows_are_dropped_counted_and_logged(tmp_path: Path, tok):
     ctx = _context(tmp_path, "drop")
-    kept = training_rows(ctx, tok)
+    kept, note = training_rows(ctx.stage_data(), tok)
     assert len(kept) == 9 and all(len(r["prompt"]) < 10 for r in kept)
-    assert ctx.notes == DataNote(dropped_too_long=1, kept=9, limit=12)
+    assert note == DataNote(dropped_too_long=1, kept=9, limit=12)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists(), "the rows come back with their note: the stage logs it"
+    assert kept_rows(ctx, tok) == kept and ctx.notes == note
     event = json.loads((tmp_path / "run" / "metrics.jsonl").read_text())
     assert event["event"] == "data" and event["dropped_too_long"] == 1
 
 
 def test_dropping_more_than_max_drop_fraction_is_refused_naming_the_length_that_keeps_95(tmp_path: Path, tok):
     ctx = _context(tmp_path, "drop", drop_fraction=0.05)
-    keeps = max(length(r, tok, "rl") for r in stage_rows(ctx))  # 9 of 10 short rows: 95% needs the long one too
+    keeps = max(
+        length(r, tok, "rl") for r in stage_rows(ctx.stage_data())
+    )  # 9 of 10 short rows: 95% needs the long one too
     expected = rf"1 of 10 rl rows \(10%\) .* data.max_drop_fraction=0.05. data.max_prompt_length={keeps} keeps 95%"
     with pytest.raises(UserError, match=expected):
-        training_rows(ctx, tok)
+        training_rows(ctx.stage_data(), tok)
 
 
 def test_over_long_rows_refused_naming_the_row(tmp_path: Path, tok):
     ctx = _context(tmp_path, "refuse")
     expected = r"1 of 10 rl rows are longer than data.max_prompt_length=12 tokens \(first: row 5 of "
     with pytest.raises(UserError, match=expected):
-        training_rows(ctx, tok)
+        training_rows(ctx.stage_data(), tok)
 
 
 def test_stages_read_the_run_data_through_its_column_mapping(tmp_path: Path):
@@ -104,11 +111,11 @@ def test_stages_read_the_run_data_through_its_column_mapping(tmp_path: Path):
     the_plan = plan_mod.build(cfg, tmp_path / "run")
     paths = plan_mod.data_paths(cfg, tmp_path / "run")
     ctx = StageContext(cfg, the_plan, the_plan.stages[0], tmp_path / "run", paths, MetricsLog(tmp_path, False), True)
-    assert stage_rows(ctx) == [{"prompt": "1+1=", "meta": {"gt": "2"}, "answer": "2"}]
+    assert stage_rows(ctx.stage_data()) == [{"prompt": "1+1=", "meta": {"gt": "2"}, "answer": "2"}]
 
 
 def test_nothing_left_after_the_length_policy_is_refused(tmp_path: Path, tok):
     ctx = _context(tmp_path, "drop")
-    ctx.cfg.data.max_prompt_length = 1
+    stage = dataclasses.replace(ctx.stage_data(), limit=1)
     with pytest.raises(UserError, match=r"Every one of the 10 rl rows is longer than data.max_prompt_length=1"):
-        training_rows(ctx, tok)
+        training_rows(stage, tok)

@@ -7,7 +7,6 @@ import json
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from rlctl.monitors import memory_probe
 from rlctl.plan.parts import DiskSpace, HostMemory, MemoryTable, PhaseMemory
@@ -108,17 +107,16 @@ def test_summary_puts_measured_beside_planned(tmp_path: Path):
 
 
 def test_out_of_memory_text_has_the_peaks_so_far(tmp_path: Path):
-    ctx = SimpleNamespace(stage=SimpleNamespace(name="rl"), run_dir=tmp_path, device="cpu", log=None, probe=None)
-    probe = memory_probe.start(ctx)
+    probe = memory_probe.start("rl", tmp_path)
     try:
-        memory_probe.lap(ctx, "generate")  # the RL loop's lap names map to memory phases
-        text = memory_probe.so_far(ctx, PLAN)
+        probe.lap("generate")  # the RL loop's lap names map to memory phases
+        text = memory_probe.so_far(probe, "rl", PLAN)
         assert "; measured peaks of this process (resident set): rl/generation " in text
         assert "GiB, planned 3.0" in text and "GiB in the phase that failed" in text
-        assert memory_probe.so_far(SimpleNamespace(stage=SimpleNamespace(name="sft"), probe=probe), PLAN) == ""
+        assert memory_probe.so_far(probe, "sft", PLAN) == "", "the probe measures another stage"
     finally:
-        memory_probe.finish(ctx)
-    assert memory_probe.so_far(ctx, PLAN) == ""  # nothing measured any more
+        probe.close()
+    assert memory_probe.so_far(None, "rl", PLAN) == ""  # nothing measured
     assert "generation" in json.loads((tmp_path / "rl" / "memory" / "rank0.json").read_text())["phases"]
 
 

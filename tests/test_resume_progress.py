@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -79,7 +78,7 @@ def test_resume_overrides_are_checked_against_the_run(tmp_path: Path):
 def test_every_resume_advice_names_a_change_resume_accepts(tmp_path: Path):
     """The reward fault's `rlctl resume ... --set` is accepted by resume (and checked) as printed."""
     cfg = config.resolve("tiny-demo", sets=["stages=[sft,rm,rl]"])
-    plan = SimpleNamespace(run_dir=str(tmp_path), config=cfg)
+    plan = planner.build(cfg, tmp_path)
     message = faults.explain(RewardError("Reward 'exact_match' raised."), plan, "rl", tmp_path / "ck", True)
     command = message.split("`rlctl resume ")[1].split("`")[0]
     item = command.split("--set ", 1)[1].strip('"')
@@ -92,7 +91,7 @@ def test_every_resume_advice_names_a_change_resume_accepts(tmp_path: Path):
 def test_a_failure_at_a_checkpoint_is_not_reported_as_a_full_disk(tmp_path: Path):
     ckpts = tmp_path / "ck"
     (checkpoint.incoming(ckpts) / "checkpoint-4").mkdir(parents=True)
-    plan = SimpleNamespace(run_dir=str(tmp_path), config=None)
+    plan = planner.build(config.resolve("tiny-demo"), tmp_path)
     try:
         _ = "prefix" + [{"role": "assistant"}]  # the concatenation a conversational pair once hit
     except TypeError as e:

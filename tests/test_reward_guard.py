@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from rlctl import rewards
+from rlctl.config.rl import RewardSpec
 from rlctl.errors import RewardError, UserError, is_out_of_memory
 from rlctl.rewards import scoring, worker
 
@@ -67,7 +67,7 @@ def stage():
     workers = worker.Workers()
 
     def make(plugin: Path, *specs: tuple[str, str, float], notify=None, errors=None) -> list:
-        entries = [SimpleNamespace(name=f"{plugin}:{fn}", on_error=on_error, timeout_s=t) for fn, on_error, t in specs]
+        entries = [RewardSpec(name=f"{plugin}:{fn}", on_error=on_error, timeout_s=t) for fn, on_error, t in specs]
         return rewards.stage_rewards(entries, "answer", {} if errors is None else errors, workers, notify)
 
     yield make

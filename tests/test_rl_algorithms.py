@@ -317,7 +317,8 @@ def test_critic_starts_from_the_policy_or_the_reward_model(init, demo_run):
     from safetensors.torch import load_file
 
     from rlctl.plan import planner as plan_mod
-    from rlctl.runtime.context import MetricsLog, StageContext
+    from rlctl.runtime.context import MetricsLog
+    from rlctl.stages.context import StageContext
     from rlctl.stages.rl import load_models
 
     cfg = config.resolve(preset="tiny-demo", algorithm="ppo", sets=[f"rl.critic.init={init}"])

@@ -121,13 +121,11 @@ def test_pixel_values_reach_the_forward_pass_and_generation(built):
 
 
 def test_vision_critic_values_read_the_image_and_train_its_head_whole_under_lora(built):
-    from types import SimpleNamespace
-
     from peft import get_peft_model
     from transformers import AutoModel, AutoModelForImageTextToText
 
     from rlctl import config
-    from rlctl.runtime.models import lora_config
+    from rlctl.runtime.models import ModelSource, lora_config
 
     base, rows = built
     processor = load_processor(str(base))
@@ -154,7 +152,7 @@ def test_vision_critic_values_read_the_image_and_train_its_head_whole_under_lora
     torch.testing.assert_close(values[0], values[2])
 
     cfg = config.resolve(preset="tiny-vlm-demo", hardware="cpu", sets=["model.adapter=lora"])
-    lora = lora_config(SimpleNamespace(cfg=cfg, plan=SimpleNamespace(adapter="lora")), task_type=None)
+    lora = lora_config(ModelSource(str(base), cfg.model, None, "no", "lora"), task_type=None)
     adapted = get_peft_model(critic, lora)
     trained = {name for name, p in adapted.named_parameters() if p.requires_grad}
     assert any(".language_model." in name and "lora_A" in name for name in trained)
@@ -234,18 +232,16 @@ def test_a_tool_rollout_keeps_its_images_on_every_turn_and_scores_as_the_whole_c
 
 @pytest.mark.parametrize("lora_vision", [False, True])
 def test_lora_targets_the_language_model_and_the_vision_tower_on_request(built, lora_vision):
-    from types import SimpleNamespace
-
     from peft import get_peft_model
     from transformers import AutoModelForImageTextToText
 
     from rlctl import config
-    from rlctl.runtime.models import lora_config
+    from rlctl.runtime.models import ModelSource, lora_config
 
     base, _ = built
     sets = ["model.adapter=lora", f"model.lora_vision={str(lora_vision).lower()}"]
     cfg = config.resolve(preset="tiny-vlm-demo", hardware="cpu", sets=sets)
-    lora = lora_config(SimpleNamespace(cfg=cfg, plan=SimpleNamespace(adapter="lora")))
+    lora = lora_config(ModelSource(str(base), cfg.model, None, "no", "lora"))
     model = get_peft_model(AutoModelForImageTextToText.from_pretrained(base), lora)
     adapted = {name for name, _ in model.named_parameters() if "lora_A" in name}
     assert any(".language_model." in name for name in adapted)
@@ -463,19 +459,13 @@ def test_vlm_ppo_trains_its_critic_and_resumes_exactly(tmp_path: Path):
     ],
 )
 def test_rl_refuses_what_a_vision_language_policy_cannot_train_with(sets, engine, generator, named):
-    from types import SimpleNamespace
-
     from rlctl import config, vision
     from rlctl.errors import UserError
     from rlctl.stages.rl import refuse_for_images
 
     cfg = config.resolve(preset="tiny-vlm-demo", hardware="cpu", sets=sets)
-    split = SimpleNamespace(generator_engine=generator) if generator else None
-    plan = SimpleNamespace(generation_engine=engine, async_split=split)  # the plan fields it reads
-    ctx = SimpleNamespace(cfg=cfg, plan=plan, stage=SimpleNamespace(init_from="run/sft/final"))
+    plain = config.resolve(preset="tiny-vlm-demo", hardware="cpu").rl
     for family in vision.FAMILIES:  # none of them has either yet
         with pytest.raises(UserError, match=named):
-            refuse_for_images(ctx, family)
-        refuse_for_images(SimpleNamespace(cfg=config.resolve(preset="tiny-vlm-demo", hardware="cpu"),
-                                          plan=SimpleNamespace(generation_engine="transformers", async_split=None),
-                                          stage=ctx.stage), family)  # fmt: skip
+            refuse_for_images(cfg.rl, family, engine, generator, "run/sft/final")
+        refuse_for_images(plain, family, "transformers", None, "run/sft/final")

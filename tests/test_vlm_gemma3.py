@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -120,12 +119,12 @@ def test_lora_leaves_the_siglip_tower_alone_unless_asked(built, lora_vision):
     from transformers import AutoModelForImageTextToText
 
     from rlctl import config
-    from rlctl.runtime.models import lora_config
+    from rlctl.runtime.models import ModelSource, lora_config
 
     base, _ = built
     sets = ["model.adapter=lora", f"model.lora_vision={str(lora_vision).lower()}"]
     cfg = config.resolve(preset="tiny-gemma3-demo", hardware="cpu", sets=sets)
-    lora = lora_config(SimpleNamespace(cfg=cfg, plan=SimpleNamespace(adapter="lora")))
+    lora = lora_config(ModelSource(str(base), cfg.model, None, "no", "lora"))
     model = get_peft_model(AutoModelForImageTextToText.from_pretrained(base), lora)
     adapted = {name for name, _ in model.named_parameters() if "lora_A" in name}
     assert any(".language_model." in name for name in adapted)
@@ -136,12 +135,12 @@ def test_freeze_vision_keeps_the_tower_and_projector_bit_identical(built):
     from transformers import AutoModelForImageTextToText
 
     from rlctl import config
-    from rlctl.runtime.models import frozen_vision
+    from rlctl.runtime.models import ModelSource, frozen_vision
 
     base, rows = built
     cfg = config.resolve(preset="tiny-gemma3-demo", hardware="cpu", sets=["model.freeze_vision=true"])
     model = AutoModelForImageTextToText.from_pretrained(base)
-    frozen_vision(SimpleNamespace(cfg=cfg, plan=SimpleNamespace(adapter="full")), model)
+    frozen_vision(ModelSource(str(base), cfg.model, None, "no", "full"), model)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     tower = {n for n in before if set(TOWER) & set(n.split("."))}
     assert any("vision_tower" in n for n in tower) and any("multi_modal_projector" in n for n in tower)

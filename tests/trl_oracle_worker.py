@@ -139,8 +139,9 @@ class Replay:
 def run_loop(cfg, run_dir: Path, trl_steps: list[dict]) -> list[dict]:
     """rlctl's loop on TRL's completions; per step each prompt's completions and advantages, loss and grad norm."""
     from rlctl.plan import planner
-    from rlctl.runtime.context import MetricsLog, StageContext
+    from rlctl.runtime.context import MetricsLog
     from rlctl.stages import rl
+    from rlctl.stages.context import StageContext
     from rlctl.trainer import loop
 
     run_dir.mkdir(parents=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import sys
 import traceback
 from pathlib import Path
@@ -27,6 +28,16 @@ from rlctl.plan import resolved
 from rlctl.rewards.worker import Workers
 from rlctl.runtime import context
 from rlctl.scrub import scrub
+
+# Each stage's module, imported only when that stage runs: the TRL stages' modules pull in transformers' trainer
+# (peft, bitsandbytes: seconds at import), which a run of the rl stage alone never needs. Each has `run(ctx)`.
+STAGE_MODULES = {
+    "sft": "rlctl.stages.sft",
+    "rm": "rlctl.stages.rm",
+    "rl": "rlctl.stages.rl",
+    "dpo": "rlctl.stages.dpo",
+    "kto": "rlctl.stages.kto",
+}
 
 
 def build_base(cfg: RunConfig, run_dir: Path) -> None:
@@ -88,8 +99,8 @@ def main(run_dir: Path) -> None:
 def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     from accelerate import PartialState
 
-    from rlctl.monitors import heldout, layout, memory_probe
-    from rlctl.stages import dpo, kto, rl, rm, sft
+    from rlctl.monitors import layout, memory_probe
+    from rlctl.stages.context import StageContext
 
     the_plan = resolved.read(run_dir)  # the plan the CLI made and checked: ranks plan nothing again
     cfg = the_plan.config
@@ -103,7 +114,6 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     summary.world_size = state.num_processes
     if cfg.hardware.max_restarts:
         _record_restart(run_dir, the_plan, summary, log, state)
-    stage_fns = {"sft": sft.run, "dpo": dpo.run, "kto": kto.run, "rm": rm.run, "rl": rl.run}
 
     def save(name: str, metrics: dict) -> None:
         if state.is_main_process:
@@ -115,13 +125,23 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
         build_base(cfg, run_dir)
     state.wait_for_everyone()
 
-    def stage_context(stage: plan_mod.StagePlan) -> context.StageContext:
-        return context.StageContext(
-            cfg, the_plan, stage, run_dir, paths, log, state.is_main_process, state.device, stop=stop, workers=workers
+    def stage_context(stage: plan_mod.StagePlan, probe: memory_probe.Probe | None = None) -> StageContext:
+        return StageContext(
+            cfg=cfg,
+            plan=the_plan,
+            stage=stage,
+            run_dir=run_dir,
+            data=paths,
+            log=log,
+            is_main=state.is_main_process,
+            device=state.device,
+            stop=stop,
+            probe=probe,
+            workers=workers,
         )
 
     @contextlib.contextmanager
-    def explained(ctx: context.StageContext):
+    def explained(ctx: StageContext):
         """Known faults end the run with an `error` event the CLI shows: bad data exit 2, runtime faults exit 1,
         a stop signal 128 + signal (its checkpoint already written)."""
         try:
@@ -133,7 +153,7 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
             if isinstance(e, UserError | context.Stopped):
                 message = str(e)
             else:
-                measured = memory_probe.so_far(ctx, the_plan.memory)
+                measured = memory_probe.so_far(ctx.probe, ctx.stage.name, the_plan.memory)
                 message = faults.explain(e, the_plan, ctx.stage.name, ctx.checkpoints, state.is_main_process, measured)
             if message is None:
                 message = faults.unexpected(
@@ -151,30 +171,32 @@ def _main(run_dir: Path, stop: context.StopFlag, workers: Workers) -> None:
     if cfg.data.over_length == "refuse" and state.is_main_process:  # every stage's data, before any training
         from rlctl.runtime import models, rows
 
-        tok = models.tokenizer(first, first.stage.init_from)
+        tok = models.tokenizer(first.source())
         for stage in the_plan.stages:
             if stage.name not in summary.completed:
-                with explained(stage_context(stage)):
-                    rows.training_rows(stage_context(stage), tok)
+                ctx = stage_context(stage)
+                with explained(ctx):
+                    rows.training_rows(ctx.stage_data(), tok)
     state.wait_for_everyone()
     if "base" not in summary.stages and "eval" in paths and first.stage.name != "rm" and state.is_main_process:
         with explained(first):
-            save("base", heldout.score_saved(first, first.stage.init_from, scope="base"))
+            save("base", first.held_out().score_saved(first.stage.init_from, scope="base"))
     for stage in the_plan.stages:
         if stage.name in summary.completed:
             continue
-        ctx = stage_context(stage)
         log.write(stage=stage.name, event="start", max_steps=stage.max_steps)
-        memory_probe.start(ctx)
+        probe = memory_probe.start(stage.name, run_dir, state.device, log)
+        ctx = stage_context(stage, probe)
         with explained(ctx):
-            stage_fns[stage.name](ctx)
+            importlib.import_module(STAGE_MODULES[stage.name]).run(ctx)
         if state.is_main_process:
             if ctx.notes is not None:
                 summary.data[stage.name] = ctx.notes
             with explained(ctx):
-                metrics = heldout.score_saved(ctx, str(ctx.final)) if heldout.can_score(ctx) else {}
-            memory_probe.lap(ctx, "evaluation")  # the final save and the held-out evaluation
-        memory_probe.finish(ctx)
+                held_out = ctx.held_out()
+                metrics = held_out.score_saved(str(ctx.final)) if held_out.can_score else {}
+            probe.lap("evaluation")  # the final save and the held-out evaluation
+        probe.close()  # the stage's memory record written
         if state.is_main_process:
             measured = memory_probe.summary(run_dir, stage.name, the_plan.memory)
             if measured is not None:

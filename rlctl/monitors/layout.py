@@ -9,21 +9,22 @@ offload between phases, the generation engine and the world size. A value that c
 stage with both named (`LayoutMismatch`), so a run never trains something other than what `rlctl plan` promised.
 The offload's switches (bytes moved, seconds) are added when the stage ends. The records land in the stage's
 `layout/` folder; the runner puts the main process's beside the plan's
-values in summary.json.
+values in summary.json. A stage's side of the check is its `Contract`: the plan, the stage's plan and the run
+directory the records go to. rlctl's RL loop calls `check` and `finish` through the stage's monitors; a TRL
+trainer through its callback (`rlctl.monitors.trl_callbacks.LayoutCheck`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
-
-from rlctl.monitors import memory_probe
+from rlctl.plan import Plan, StagePlan
 from rlctl.rundir import LayoutRecord, RunDir, every_rank, read_record, write_record
-from rlctl.runtime.context import StageContext, Stopped
-from rlctl.runtime.models import torch_dtype
+from rlctl.runtime.context import Stopped
+from rlctl.runtime.models import ModelSource, torch_dtype
 
 NO_OP = "no-op on CPU"  # the plan offloads the optimizer between phases, on a machine where it stays put
 
@@ -32,47 +33,22 @@ class LayoutMismatch(Stopped):
     """The live objects contradict the plan; raised at the stage's first step."""
 
 
-def follow_plan(ctx: StageContext, trainer: Any, switches: dict | None = None) -> None:
-    """Before a TRL trainer trains: its weights in the plan's precision, and the layout check at its first step.
+@dataclass(frozen=True)
+class Contract:
+    """What the plan promises one stage (`plan`, its config included; `stage`, the stage's own plan), and the run
+    directory its layout records go to."""
 
-    Adapters train in fp32, as the plan counts them and as autocast expects master weights: TRL 1.16's trainers
-    cast a 4-bit model's trainable weights (LoRA adapters, the reward head) to bf16, and a LoRA reward model's
-    head is a trainable copy in the bf16 base's dtype (on CPU, where 4-bit layers compute in fp32, a bf16 reward
-    head would not even multiply with its fp32 input). The memory probe learns the trainer's phase boundaries
-    here too. `switches`: those of the optimizer offload between phases (`Offloaded.switches` of
-    rlctl.trainer.offload), when the stage's callbacks run it."""
-    if ctx.plan.adapter != "full":
-        import torch
+    plan: Plan
+    stage: StagePlan
+    run_dir: Path
 
-        for param in trainer.model.parameters():
-            if param.requires_grad and param.dtype != torch.float32:
-                param.data = param.data.float()
-    trainer.add_callback(LayoutCheck(ctx, trainer, switches))
-    memory_probe.install(ctx, trainer)
+    @property
+    def name(self) -> str:
+        return self.stage.name
 
-
-class LayoutCheck(TrainerCallback):
-    """`check` at the end of a TRL trainer's first optimizer step (the optimizer state exists by then), and the
-    offload's switches when it ends."""
-
-    def __init__(self, ctx: StageContext, trainer: Any, switches: dict | None = None):
-        self.ctx, self.trainer, self.done = ctx, trainer, False
-        self.switches = switches
-        self.engine = None
-        if ctx.stage.name == "rl":
-            self.engine = "vllm" if getattr(trainer, "use_vllm", False) else "transformers"
-
-    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
-        if not self.done:
-            self.done = True
-            t = self.trainer
-            rewards = getattr(t, "reward_funcs", [])
-            beside = Beside(t.accelerator.mixed_precision, getattr(t, "ref_model", None), rewards)
-            check(self.ctx, model, optimizer, self.engine, beside, self.switches)
-
-    def on_train_end(self, args, state, control, optimizer=None, **kwargs):
-        if self.done and optimizer is not None:
-            finish(self.ctx, self.switches)
+    def record(self, rank: int) -> Path:
+        """Process `rank`'s layout record of this stage."""
+        return RunDir(self.run_dir).layout(self.stage.name, rank)
 
 
 class Beside:
@@ -89,18 +65,19 @@ class Beside:
         self.rewards = [f for f in rewards if isinstance(f, torch.nn.Module)]
 
 
-def uses_reference(ctx: StageContext) -> bool:
+def uses_reference(contract: Contract) -> bool:
     """Whether the stage computes reference log-probs (rl with a KL term, dpo, kto)."""
-    name = ctx.stage.name
-    return name in ("dpo", "kto") or (name == "rl" and ctx.cfg.rl.beta > 0)
+    name = contract.name
+    return name in ("dpo", "kto") or (name == "rl" and contract.plan.config.rl.beta > 0)
 
 
-def planned(ctx: StageContext, engine: str | None = None) -> dict[str, Any]:
+def planned(contract: Contract, engine: str | None = None) -> dict[str, Any]:
     """The layout the plan promises this stage (the keys `observed` also reports)."""
-    plan, dtype = ctx.plan, ctx.cfg.model.dtype
+    plan = contract.plan
+    dtype = plan.config.model.dtype
     frozen = dtype if dtype != "auto" else "bfloat16" if plan.mixed_precision == "bf16" else "float32"
     out: dict[str, Any] = {
-        "strategy": ctx.stage.strategy or plan.strategy,  # fsdp2 on CPU: some stages run ddp (the plan says which)
+        "strategy": contract.stage.strategy or plan.strategy,  # fsdp2 on CPU: some stages run ddp (the plan says which)
         "adapter": plan.adapter,
         "world_size": plan.layout.world_size,
         "gradient_checkpointing": plan.gradient_checkpointing,
@@ -111,35 +88,37 @@ def planned(ctx: StageContext, engine: str | None = None) -> dict[str, Any]:
         out["frozen_dtype"] = frozen
     if engine is not None:  # async: the generator process's engine
         out["generation_engine"] = plan.async_split.generator_engine if plan.async_split else plan.generation_engine
-    return out | _planned_precision(ctx) | _planned_beside(ctx)
+    return out | _planned_precision(plan) | _planned_beside(contract)
 
 
 def _name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _planned_precision(ctx: StageContext) -> dict[str, Any]:
+def _planned_precision(plan: Plan) -> dict[str, Any]:
     """Autocast and the 4-bit layers' compute dtype: one decision, the plan's mixed precision."""
-    bf16 = ctx.plan.mixed_precision == "bf16"
-    out: dict[str, Any] = {"autocast": ctx.plan.mixed_precision}
-    if ctx.plan.adapter == "qlora":
+    bf16 = plan.mixed_precision == "bf16"
+    out: dict[str, Any] = {"autocast": plan.mixed_precision}
+    if plan.adapter == "qlora":
         out["linear4bit_compute_dtype"] = "bfloat16" if bf16 else "float32"
     return out
 
 
-def _planned_beside(ctx: StageContext) -> dict[str, Any]:
+def _planned_beside(contract: Contract) -> dict[str, Any]:
     """The reference (where the plan put it), reward model and critic of this stage, and the optimizer offload."""
-    plan, name = ctx.plan, ctx.stage.name
+    plan, name = contract.plan, contract.name
     out: dict[str, Any] = {}
+    rl = plan.config.rl
+    source = ModelSource.of(plan, contract.stage)  # the dtypes its models load in
     if name in ("rl", "dpo", "kto") and plan.reference != "unknown":
-        out["reference"] = plan.reference if uses_reference(ctx) else "none"
+        out["reference"] = plan.reference if uses_reference(contract) else "none"
         if out["reference"] not in ("none", "adapters-disabled"):
             # rlctl's loop loads it frozen (bf16 under bf16); TRL's trainers build it in the policy's dtype
-            out["reference_dtype"] = _name(torch_dtype(ctx, trainable=name != "rl"))
+            out["reference_dtype"] = _name(torch_dtype(source, trainable=name != "rl"))
     if name == "rl":
-        if any(r.name == "reward_model" for r in ctx.cfg.rl.rewards):
-            out["reward_model_dtype"] = _name(torch_dtype(ctx, trainable=False))
-        out["critic"] = ctx.cfg.rl.critic.init is not None
+        if any(r.name == "reward_model" for r in rl.rewards):
+            out["reward_model_dtype"] = _name(torch_dtype(source, trainable=False))
+        out["critic"] = rl.critic.init is not None
         if plan.async_split is not None:  # the engines that sample each round: the plan's count
             out["generators"] = plan.async_split.engines
         out["phase_offload"] = (NO_OP if plan.hardware.is_cpu else "between phases") if plan.phase_offload else "off"
@@ -227,24 +206,24 @@ def offload_record(switches: dict | None, state_devices: list[str]) -> dict[str,
     return {"phase_offload": "between phases", "optimizer_switches": per}
 
 
-def observed_beside(ctx: StageContext, policy: Any, beside: Beside) -> dict[str, Any]:
+def observed_beside(contract: Contract, policy: Any, beside: Beside) -> dict[str, Any]:
     """Autocast, reference, reward models and critic, read from the live objects."""
     from torch.distributed.tensor import DTensor
 
     out: dict[str, Any] = {"autocast": beside.autocast}
-    if ctx.stage.name in ("rl", "dpo", "kto"):
+    if contract.name in ("rl", "dpo", "kto"):
         ref = getattr(beside.reference, "module", beside.reference)
         if ref is None:
             adapters = hasattr(getattr(policy, "module", policy), "disable_adapter")
-            out["reference"] = "adapters-disabled" if uses_reference(ctx) and adapters else "none"
+            out["reference"] = "adapters-disabled" if uses_reference(contract) and adapters else "none"
         else:
             params = list(ref.parameters())
             sharded = any(isinstance(p, DTensor) for p in params)
             on_gpu = any(p.device.type == "cuda" for p in params)
-            offload = "cpu-sharded" if ctx.plan.hardware.is_cpu else "cpu-offload"
+            offload = "cpu-sharded" if contract.plan.hardware.is_cpu else "cpu-offload"
             out["reference"] = ("gpu-sharded" if on_gpu else offload) if sharded else "gpu" if on_gpu else "cpu"
             out["reference_dtype"] = _dtypes(ref)
-    if ctx.stage.name == "rl":
+    if contract.name == "rl":
         if beside.rewards:
             out["reward_model_dtype"] = "/".join(sorted({_dtypes(m) for m in beside.rewards}))
         out["critic"] = beside.critic is not None
@@ -295,20 +274,20 @@ def mismatches(plan_side: dict[str, Any], live: dict[str, Any]) -> list[str]:
 
 
 def check(
-    ctx: StageContext, model: Any, optimizer: Any, engine: str | None, beside: Beside, switches: dict | None = None
+    contract: Contract, model: Any, optimizer: Any, engine: str | None, beside: Beside, switches: dict | None = None
 ) -> LayoutRecord:
     """Record this process's layout and stop the stage when it contradicts the plan."""
-    live = observed(model, optimizer, engine, switches) | observed_beside(ctx, model, beside)
-    if ctx.stage.name != "rl":
+    live = observed(model, optimizer, engine, switches) | observed_beside(contract, model, beside)
+    if contract.name != "rl":
         live.pop("phase_offload", None)  # only the RL stage offloads between phases
-    promised = planned(ctx, engine)
+    promised = planned(contract, engine)
     rank = _rank()
-    path = RunDir(ctx.run_dir).layout(ctx.stage.name, rank)
+    path = contract.record(rank)
     record = LayoutRecord(promised, live, mismatches(promised, live))
     write_record(path, record)
     if record.mismatches:
         raise LayoutMismatch(
-            f"Stage {ctx.stage.name} does not run the layout its plan chose ({'; '.join(record.mismatches)}). "
+            f"Stage {contract.name} does not run the layout its plan chose ({'; '.join(record.mismatches)}). "
             f"Training stopped at its first step on process {rank}; nothing was saved. This is a bug in rlctl or an "
             f"environment that overrides the plan (an accelerate config, environment variables): see {path} and "
             "docs/troubleshooting.md."
@@ -316,10 +295,10 @@ def check(
     return record
 
 
-def finish(ctx: StageContext, switches: dict | None) -> None:
+def finish(contract: Contract, switches: dict | None) -> None:
     """When the stage ends: this process's record gets the offload's switches over the whole stage."""
-    path = RunDir(ctx.run_dir).layout(ctx.stage.name, _rank())
-    if ctx.stage.name != "rl" or not path.exists():
+    path = contract.record(_rank())
+    if contract.name != "rl" or not path.exists():
         return
     record = read_record(path, LayoutRecord.from_json)
     record.observed.pop("optimizer_switches", None)

@@ -11,9 +11,9 @@ Each training process measures, for every phase interval of its stage, the peak 
 
 A phase ends where the code says which phase the interval was (`lap`): the RL loop's `PhaseClock` laps
 (sync, generate, score -> generation; prepare, update -> training; value_pretrain -> value pretraining) and its
-optimizer steps; the TRL trainers
-through `install` (their generation method, `on_pre_optimizer_step` / `on_optimizer_step`, `on_save`); every
-checkpoint (`checkpoint`: save and held-out scoring); the runner's final save and evaluation (`evaluation`).
+optimizer steps; the TRL trainers through `TrainerPhases` (`on_pre_optimizer_step` / `on_optimizer_step`,
+installed with the stage's monitors, `rlctl.monitors.trl_callbacks`); every checkpoint (`checkpoint`: save and held-out
+scoring); the runner's final save and evaluation (`evaluation`).
 
 Where it goes: a `{"event": "memory"}` record in metrics.jsonl at each logged step (peaks since the last record),
 `STAGE/memory/rankN.json` (the stage's peaks so far, per process), summary.json's `memory` section (`summary`:
@@ -30,13 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from transformers import TrainerCallback
-
 from rlctl.rundir import MeasuredPhase, MemoryRecord, RunDir, StageMemory, every_rank, read_record, write_record
 
 if TYPE_CHECKING:
     from rlctl.plan.parts import MemoryTable, PhaseMemory
-    from rlctl.runtime.context import StageContext
 
 GiB = float(2**30)
 SAMPLE_SECONDS = 0.05
@@ -164,7 +161,9 @@ class Probe:
         return out
 
     def lap(self, phase: str) -> None:
-        """The interval since the last lap was `phase`: keep its peaks (maximum with earlier intervals)."""
+        """The interval since the last lap was `phase` (a lap of the RL loop's `PhaseClock`: the memory phase it
+        belongs to, `LOOP_PHASES`): keep its peaks (maximum with earlier intervals)."""
+        phase = LOOP_PHASES.get(phase, phase)
         peaks = self.current(reset=True)
         for table in (self.since_flush, self.phases):
             old = table.setdefault(phase, {})
@@ -192,55 +191,15 @@ def _gib(phases: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     return {p: {f"{k}_gib": round(v / GiB, 3) for k, v in m.items()} for p, m in phases.items()}
 
 
-# --- The stage's probe, carried by its context: the stages and the runner mark phases through these --------------
+# --- The stage's probe: started by the runner, its phases marked by the stage's monitors ------------------------
 
 
-def start(ctx: StageContext) -> Probe:
-    """Start measuring `ctx`'s stage in this process (the runner, before the stage runs): `ctx.probe`."""
+def start(stage: str, run_dir: Path, device: Any = "cpu", log: Any = None) -> Probe:
+    """Start measuring `stage` in this process (the runner, before the stage runs); `log`: the run's metrics log."""
     import torch.distributed as dist
 
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    ctx.probe = Probe(ctx.stage.name, RunDir(ctx.run_dir).memory(ctx.stage.name, rank), ctx.device, ctx.log)
-    return ctx.probe
-
-
-def lap(ctx: StageContext, phase: str) -> None:
-    """End the current phase interval as `phase` (a no-op when nothing is measured)."""
-    if ctx.probe is not None:
-        ctx.probe.lap(LOOP_PHASES.get(phase, phase))
-
-
-def flush(ctx: StageContext, step: int) -> None:
-    if ctx.probe is not None:
-        ctx.probe.flush(step)
-
-
-def finish(ctx: StageContext) -> None:
-    """Stop measuring and write the stage's record."""
-    if ctx.probe is not None:
-        ctx.probe.close()
-        ctx.probe = None
-
-
-class TrainerPhases(TrainerCallback):
-    """TRL trainers' phase boundaries around the optimizer step, and a memory record at each log."""
-
-    def __init__(self, ctx: StageContext):
-        self.ctx = ctx
-
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        lap(self.ctx, "training")
-
-    def on_optimizer_step(self, args, state, control, **kwargs):
-        lap(self.ctx, "optimizer step")
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        flush(self.ctx, state.global_step)
-
-
-def install(ctx: StageContext, trainer: Any) -> None:
-    """Measure a TRL trainer's phases (SFT, reward model, DPO, KTO)."""
-    trainer.add_callback(TrainerPhases(ctx))
+    return Probe(stage, RunDir(run_dir).memory(stage, rank), device, log)
 
 
 # --- Beside the plan ----------------------------------------------------------------------------------------------
@@ -299,10 +258,10 @@ def summary(run_dir: Path, stage: str, plan_memory: MemoryTable | None) -> Stage
     return out
 
 
-def so_far(ctx: StageContext, plan_memory: MemoryTable | None) -> str:
-    """The out-of-memory message's measured part: this process's peak per finished phase interval of `ctx`'s
-    stage (beside the plan's) and of the interval that failed; empty when nothing was measured."""
-    probe, stage = ctx.probe, ctx.stage.name
+def so_far(probe: Probe | None, stage: str, plan_memory: MemoryTable | None) -> str:
+    """The out-of-memory message's measured part: this process's peak per finished phase interval of `stage`
+    (beside the plan's) and of the interval that failed; empty when nothing was measured (`probe` None, or
+    measuring another stage)."""
     if probe is None or probe.stage != stage:
         return ""
     parts = []

@@ -1,6 +1,7 @@
-"""What a stage runs with: its context (config, plan, run directory, metrics log), the ways a stage stops (a signal,
-an alarm, agreed over every process; a non-finite value, a broken weight sync) and the checkpoint it resumes from.
-Imported by every stage, the trainer and the monitors; imports none of them."""
+"""What every stage runs with beside its models and rows: the metrics log, the stop flag, the ways a stage stops (a
+signal, an alarm, agreed over every process; a non-finite value, a broken weight sync), the checkpoint it resumes
+from and what its training hands the final save. The stage's context itself (`rlctl.stages.context`) lives with the
+stages: nothing below them takes it. Imported by every stage, the trainer and the monitors; imports none of them."""
 
 from __future__ import annotations
 
@@ -9,15 +10,12 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlctl import checkpoint, strictjson
-from rlctl.config import RunConfig
-from rlctl.plan import Plan, StagePlan
-from rlctl.rewards.worker import Workers
-from rlctl.rundir import DataNote, RunDir
+from rlctl.rundir import RunDir
 
 
 class MetricsLog:
@@ -59,49 +57,6 @@ class StopFlag:
     processes at step boundaries (`stop_signal`)."""
 
     signal: int = 0
-
-
-@dataclass
-class StageContext:
-    """What a stage runs with. The runner hands every stage it starts the same `stop` flag and reward `workers`;
-    `probe` is the memory probe measuring this stage."""
-
-    cfg: RunConfig
-    plan: Plan
-    stage: StagePlan
-    run_dir: Path
-    data: dict[str, Path]
-    log: MetricsLog
-    is_main: bool
-    device: Any = "cpu"
-    notes: DataNote | None = None  # the stage's rows dropped as too long, for summary.json
-    stop: StopFlag = field(default_factory=StopFlag)
-    probe: Any = None  # rlctl.monitors.memory_probe.Probe (memory_probe.start), None when nothing is measured
-    workers: Workers = field(default_factory=Workers)
-
-    @property
-    def settings(self):
-        """This stage's section of the config (cfg.sft, cfg.rm or cfg.rl)."""
-        return getattr(self.cfg, self.stage.name)
-
-    @property
-    def checkpoints(self) -> Path:
-        return RunDir(self.run_dir).checkpoints(self.stage.name)
-
-    @property
-    def final(self) -> Path:
-        return RunDir(self.run_dir).final(self.stage.name)
-
-    def notify(self, event: str, **fields: Any) -> None:
-        """An event of this stage (a reward running slow, ...) for metrics.jsonl and the console."""
-        self.log.write(stage=self.stage.name, event=event, **fields)
-
-    @property
-    def stops(self) -> Stops:
-        """The errors that end this stage."""
-        name = self.stage.name
-        tolerance = self.cfg.rl.mismatch.sync_tolerance
-        return Stops(name, self.run_dir, self.checkpoints, self.log, tolerance)
 
 
 @dataclass

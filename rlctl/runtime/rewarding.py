@@ -1,35 +1,54 @@
 """The RL stage's reward sources for rlctl's loop (rlctl.trainer.loop): rl.rewards resolved to functions (in worker
-processes with deadlines, guarded by their on_error) or the trained reward model, DAPO's overlong buffer in tokens,
-and the loop's `Scorer` that sums them per completion."""
+processes with deadlines, guarded by their on_error: `RewardSetup`) or the trained reward model, DAPO's overlong
+buffer in tokens, and the loop's `Scorer` that sums them per completion."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from rlctl import rewards
 from rlctl.algorithms import overlong_penalty
+from rlctl.config.rl import RewardSpec, RLConfig
 from rlctl.data.tokens import prompt_text
 from rlctl.evaluation import evaluate
 from rlctl.rewards import scoring
+from rlctl.rewards.worker import Workers
 from rlctl.rollout import multiturn
 from rlctl.rollout.samples import Sample
-from rlctl.rundir import RunDir
 from rlctl.runtime import models
-from rlctl.runtime.context import StageContext
+from rlctl.runtime.models import ModelSource
 
 
-def reward_sources(ctx: StageContext, errors: dict[str, int]) -> tuple[list, list, list[float]]:
+@dataclass(frozen=True)
+class RewardSetup:
+    """What the run's rewards are built from: rl.rewards, the data's answer field, the worker processes the
+    functions run in (the runner's, shared by every stage), where their events go (`notify(event, **fields)`: a
+    reward running slow) and the reward model (the rm stage's final folder, loaded as the stage loads models)."""
+
+    specs: list[RewardSpec]
+    answer_field: str
+    workers: Workers
+    notify: Callable[..., None]
+    reward_model: ModelSource
+
+    def guarded(self, errors: dict[str, int]) -> list:
+        """rl.rewards as the stages call them, in order (None for the reward model): each function in its worker
+        with its deadline, its failures following its `on_error`, counted per reward name in `errors`."""
+        return rewards.stage_rewards(self.specs, self.answer_field, errors, self.workers, self.notify)
+
+
+def reward_sources(setup: RewardSetup, errors: dict[str, int]) -> tuple[list, list, list[float]]:
     """(reward functions or models, their tokenizers, weights) in the order of rl.rewards; each function runs
     in its worker with its deadline, its failures follow its `on_error`, counted per reward name in `errors`."""
     funcs, tokenizers, weights = [], [], []
-    guarded = rewards.stage_rewards(ctx.cfg.rl.rewards, ctx.cfg.data.answer_field, errors, ctx.workers, ctx.notify)
-    for spec, fn in zip(ctx.cfg.rl.rewards, guarded, strict=True):
+    for spec, fn in zip(setup.specs, setup.guarded(errors), strict=True):
         if fn is None:
-            path = str(RunDir(ctx.run_dir).final("rm"))
-            tok = models.tokenizer(ctx, path)
-            funcs.append(models.reward_model(ctx, path, tok.pad_token_id, trainable=False))
+            tok = models.tokenizer(setup.reward_model)
+            funcs.append(models.reward_model(setup.reward_model, tok.pad_token_id, trainable=False))
             tokenizers.append(tok)
         else:
             funcs.append(fn)
@@ -38,23 +57,23 @@ def reward_sources(ctx: StageContext, errors: dict[str, int]) -> tuple[list, lis
     return funcs, tokenizers, weights
 
 
-def overlong_buffer_tokens(ctx: StageContext) -> int:
+def overlong_buffer_tokens(rl: RLConfig) -> int:
     """DAPO's soft-overlong buffer in tokens (rl.filters.overlong_buffer is a fraction of max_new_tokens); 0 = off."""
-    rl = ctx.cfg.rl
     return round(rl.filters.overlong_buffer * rl.max_new_tokens) if rl.filters.overlong_buffer else 0
 
 
 class Scorer:
     """The run's weighted reward sum (rules, plugins, reward model) plus DAPO's soft overlong punishment; and whether
     the run's correctness reward (the first of rl.rewards, `rlctl.rewards.scoring`) scored each completion above
-    0.5, which VAPO's positive-example LM loss trains on."""
+    0.5, which VAPO's positive-example LM loss trains on. `rl`: the rl section (max_new_tokens, DAPO's overlong
+    filter); `tokenizer`: the policy's."""
 
-    def __init__(self, ctx: StageContext, tokenizer, device):
+    def __init__(self, rl: RLConfig, setup: RewardSetup, tokenizer, device):
         self.errors: dict[str, int] = {}  # completions scored 0 by rewards with on_error=zero, per reward
-        self.funcs, self.tokenizers, self.weights = reward_sources(ctx, self.errors)
+        self.funcs, self.tokenizers, self.weights = reward_sources(setup, self.errors)
         self.funcs = [f.to(device).eval() if isinstance(f, torch.nn.Module) else f for f in self.funcs]
-        self.tok, self.rl, self.buffer = tokenizer, ctx.cfg.rl, overlong_buffer_tokens(ctx)
-        self.correctness = scoring.correctness_index(ctx.cfg.rl.rewards)
+        self.tok, self.rl, self.buffer = tokenizer, rl, overlong_buffer_tokens(rl)
+        self.correctness = scoring.correctness_index(setup.specs)
 
     def __call__(self, samples: list[Sample], state: Any = None) -> None:
         """Each sample's score and correctness; `state` (rlctl.rewards.state.TrainerState: the optimizer steps so

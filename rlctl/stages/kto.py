@@ -9,15 +9,17 @@ rm and dpo stages, and scored at the end (mean margin of desirable over undesira
 from __future__ import annotations
 
 from rlctl.runtime import models
-from rlctl.runtime.rows import preference_split, training_rows
-from rlctl.stages.common import StageContext, score_held_out_pairs, train_causal_lm, training_args
+from rlctl.runtime.rows import preference_split
+from rlctl.stages.common import kept_rows
+from rlctl.stages.context import StageContext
+from rlctl.stages.trl_common import score_held_out_pairs, train_causal_lm, training_args
 
 
 def run(ctx: StageContext) -> None:
     from trl import KTOConfig, KTOTrainer
 
-    tok = models.tokenizer(ctx, ctx.stage.init_from)
-    rows = training_rows(ctx, tok)
+    tok = models.tokenizer(ctx.source())
+    rows = kept_rows(ctx, tok)
     sc = ctx.settings
     args = training_args(
         ctx,
@@ -29,5 +31,5 @@ def run(ctx: StageContext) -> None:
         undesirable_weight=sc.undesirable_weight,
     )
     trainer = train_causal_lm(ctx, KTOTrainer, args, rows, tok)
-    held = preference_split(ctx, "kto")[1][: sc.eval_samples]
+    held = preference_split(ctx.stage_data(), "kto")[1][: sc.eval_samples]
     score_held_out_pairs(ctx, trainer, held, None)

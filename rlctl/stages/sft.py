@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from rlctl.runtime import models
-from rlctl.runtime.rows import training_rows
-from rlctl.stages.common import StageContext, train_causal_lm, training_args
+from rlctl.stages.common import kept_rows
+from rlctl.stages.context import StageContext
+from rlctl.stages.trl_common import train_causal_lm, training_args
 
 
 def assistant_turns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -35,9 +36,10 @@ def run(ctx: StageContext) -> None:
 
     from rlctl.rollout import vision
 
-    tok = models.tokenizer(ctx, ctx.stage.init_from)
-    kept = assistant_turns(training_rows(ctx, tok))
-    processor = models.processor(ctx, ctx.stage.init_from)
+    source = ctx.source()
+    tok = models.tokenizer(source)
+    kept = assistant_turns(kept_rows(ctx, tok))
+    processor = models.processor(source)
     if processor is not None:
         kept = [{**r, "images": vision.row_images(r, None)} for r in kept]
     unused = {"ddp_find_unused_parameters": True} if processor is not None else {}  # DDP: batches without images

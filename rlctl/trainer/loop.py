@@ -1,14 +1,17 @@
-"""rlctl's own RL loop: the algorithms TRL 1.16 does not run faithfully, i.e. PPO with a critic (GAE), VAPO, DAPO
-(dynamic sampling with refill), REINFORCE++ (and -baseline), ReMax and PF-PPO.
+"""rlctl's own RL loop, which trains every RL algorithm of the rl stage: GRPO and its family (Dr. GRPO, GSPO,
+CISPO), RLOO, PPO with a critic (GAE), VAPO, DAPO (dynamic sampling with refill), REINFORCE++ (and -baseline),
+ReMax and PF-PPO.
 
 `train` takes what the rl stage built (`rlctl.trainer.state`: `Parts`, ready to train; `Settings`, the rl section
-and the plan fields the loop reads; `Hooks`, the stage around it) and reads top to bottom: `setup` and `restore`
-build the `Loop` and bring back the last complete checkpoint, then each step (`train_step`) calls, in order:
+and the plan fields the loop reads; `Hooks`, the stage around it: its metrics log, stops and monitors) and reads
+top to bottom: `setup` and `restore` build the `Loop` and bring back the last complete checkpoint, then each step
+(`train_step`) calls, in order:
 
 1. `rollout`: take prompts (value pretraining's from a stream of its own, so the policy's steps see the prompts
    they would without it), sample a group of completions per prompt through the plan's generation engine
    (`rlctl.rollout.generate.for_plan`: colocated vLLM in sleep mode when the plan has it, else transformers; with
-   rl.async_rollout the rounds the generator process sampled, `rlctl.trainer.async_rollout`) and score them
+   rl.async_rollout the rounds the generator engines sampled, each its share, `rlctl.trainer.async_rollout`) and
+   score them
    (`rlctl.runtime.rewarding.Scorer`). With dynamic sampling, groups whose rewards are all equal are dropped and
    more prompts are sampled until the batch is full.
 2. `prepare`: each process computes old and reference log-probs and critic values for its share of the batch
@@ -24,10 +27,12 @@ build the `Loop` and bring back the last complete checkpoint, then each step (`t
    the sum equal the loss aggregated over the whole mini-batch. Value pretraining and `rl.critic.warmup_steps`
    update the critic only. When the plan offloads between phases, the policy's AdamW moments stay in host RAM
    except around its optimizer step (`rlctl.trainer.offload`).
-5. `log_step` to metrics.jsonl (with the seconds each phase took: `time_sync`, `time_generate`, `time_score`,
-   `time_prepare`, `time_update`), then `save_checkpoint` (`rlctl.trainer.state`) every `save_every` steps (models,
-   optimizers, schedulers, RNG, loop state; marked complete). `train` hands back the policy alone (no critic); the
-   rl stage (`rlctl.stages.rl`) saves it to the stage's final folder.
+5. with rl.async_rollout, the updated weights pushed to every generator engine; at this process's first step the
+   layout check against the plan (the stage's monitors); `log_step` to metrics.jsonl (with the seconds each phase
+   took: `time_sync`, `time_generate`, `time_score`, `time_prepare`, `time_update`, and the step's best and worst
+   samples, `log_samples`), then `save_checkpoint` (`rlctl.trainer.state`) every `save_every` steps (models,
+   optimizers, schedulers, RNG, loop state; scored and marked complete by the stage's monitors). `train` hands back
+   the policy alone (no critic); the rl stage (`rlctl.stages.rl`) saves it to the stage's final folder.
 
 The math lives in `rlctl.algorithms`, the models in `rlctl.trainer.models`; this module moves tensors between
 processes and models.
@@ -86,7 +91,7 @@ def train(parts: Parts, settings: Settings, hooks: Hooks) -> Trained:
     finally:
         if loop.pipeline is not None:
             loop.pipeline.close(loop)
-    hooks.finish_layout(loop.offloaded.switches)
+    hooks.monitors.finish_layout(loop.offloaded.switches)
     trained = max(0, total - start)
     hooks.log.write(stage="rl", event="trained", resumed_from=start or None, steps=trained, max_steps=total)
     stopped = hooks.stops.alarm_stopped(start + trained) if alarm_stop(hooks.log) else signalled(hooks.stop)
@@ -109,7 +114,7 @@ def train_step(loop: Loop, step: int, first: bool) -> None:
         if loop.pipeline is not None:  # async: the generator engines sampled, with the engine they report
             engine, generators = loop.pipeline.sampled_with, loop.pipeline.running
         beside = layout.Beside(loop.acc.mixed_precision, loop.ref, loop.scorer.funcs, loop.critic, generators)
-        loop.hooks.check_layout(loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
+        loop.hooks.monitors.check_layout(loop.policy, loop.opt, engine, beside, loop.offloaded.switches)
     log_step(loop, step, rollout_, prepared, train, stats)
     signum = stop_signal(loop.hooks.stop)
     if step % loop.rl.save_every == 0 or step == loop.rl.total_steps or signum:
@@ -392,7 +397,7 @@ def update(loop: Loop, train: TrainBatch, step: int) -> dict[str, list[float]]:
 def optimizer_step(loop: Loop) -> None:
     """The policy's optimizer step; with phase offload its AdamW moments come back from host RAM only for it."""
     offload = loop.settings.phase_offload
-    loop.hooks.lap("training")
+    loop.hooks.monitors.lap("training")
     if offload:
         reload_optimizer_state(loop.opt, loop.offloaded)
     loop.opt.step()
@@ -400,7 +405,7 @@ def optimizer_step(loop: Loop) -> None:
     loop.opt.zero_grad(set_to_none=True)
     if offload:
         offload_optimizer_state(loop.opt, loop.offloaded)
-    loop.hooks.lap("optimizer step")
+    loop.hooks.monitors.lap("optimizer step")
 
 
 # ----------------------------------------------------------------------------------------------- 5. log
@@ -434,7 +439,7 @@ def log_step(loop: Loop, step: int, r: Rollout, p: Prepared, train: TrainBatch, 
     finite = {k: v for k, v in record.items() if math.isfinite(v)}
     hooks.log.write(stage="rl", step=step, max_steps=rl.total_steps, **finite)
     log_samples(loop, step, r)
-    hooks.flush(step)
+    hooks.monitors.flush(step)
     if alarm_stop(hooks.log):
         raise hooks.stops.alarm_stopped(step)
     bad = [k for k in ("reward", "loss", "value_loss", "grad_norm") if k in record and k not in finite]

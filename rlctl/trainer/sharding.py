@@ -21,11 +21,13 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from rlctl.plan import StagePlan
 
-def owns(ctx: Any) -> bool:
-    """Whether rlctl shards this stage's models itself: its RL loop under fsdp2 (TRL stages shard through
+
+def owns(stage: StagePlan) -> bool:
+    """Whether rlctl shards the models of `stage` itself: its RL loop under fsdp2 (TRL stages shard through
     accelerate, on GPUs)."""
-    return ctx.stage.strategy == "fsdp2" and ctx.stage.name == "rl"
+    return stage.strategy == "fsdp2" and stage.name == "rl"
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from rlctl import checkpoint, rundir
 from rlctl.algorithms import AdaptiveKLController, AdvantageConfig, FixedKLController, PolicyLossConfig
 from rlctl.config.rl import RLConfig
 from rlctl.data.tokens import prompt_text
+from rlctl.monitors.hooks import Monitors
 from rlctl.rollout import multiturn
 from rlctl.rollout.async_engine import AsyncGenerators
 from rlctl.rollout.generate import Generator
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
     from torch.optim.lr_scheduler import LRScheduler
     from transformers import PreTrainedTokenizerBase
-
-    from rlctl.monitors.layout import Beside
 
 Rows = TypeVar("Rows", list[Sample], Tensor)
 SHARDS = "sharded"  # a checkpoint's DCP folder: one __R_0.distcp per process and .metadata
@@ -91,20 +90,16 @@ class Settings:
 @dataclass
 class Hooks:
     """The stage around the loop, as the loop reaches it: its metrics log, stop flag and the errors that end it
-    (with its checkpoints folder), and what the stage does at each phase boundary (`lap`: the memory probe),
-    after each step's record (`flush`), with each checkpoint written (`publish`: held-out scoring, then the
-    checkpoint protocol), at the first step (`check_layout`: against the plan) and at the end (`finish_layout`:
-    the offload's switches over the stage)."""
+    (with its checkpoints folder), whether this is the main process, and the stage's monitors, whose methods the
+    loop calls at each phase boundary (`lap`: the memory probe), after each step's record (`flush`), with each
+    checkpoint written (`publish`: held-out scoring, then the checkpoint protocol), at the first step
+    (`check_layout`: against the plan) and at the end (`finish_layout`: the offload's switches over the stage)."""
 
     log: MetricsLog
     stop: StopFlag
     stops: Stops
     is_main: bool
-    lap: Callable[[str], None]
-    flush: Callable[[int], None]
-    publish: Callable[[int, Module, PreTrainedTokenizerBase], None]
-    check_layout: Callable[[Module, Optimizer, str, Beside, dict], object]
-    finish_layout: Callable[[dict], None]
+    monitors: Monitors
 
 
 @dataclass
@@ -214,13 +209,33 @@ def setup(parts: Parts, settings: Settings, hooks: Hooks) -> Loop:
     adv_cfg = AdvantageConfig(
         gamma=ret.gamma, lam=ret.lam, lam_alpha=ret.lam_alpha, short_lam=ret.short_lam, critic_lam=ret.critic_lam
     )
-    clock = PhaseClock(acc.device.type == "cuda", on_lap=hooks.lap)
     return Loop(
-        settings, hooks, acc, parts.tok, parts.policy, parts.ref, parts.critic, parts.opt, parts.sched,
-        parts.c_opt, parts.c_sched, kl_ctl, PromptStream(parts.rows, settings.seed),
-        PromptStream(parts.rows, settings.seed + PRETRAIN_STREAM_SEED), parts.scorer, parts.generator,
-        loss_cfg, adv_cfg, shard, mini, micro, clock, parts.agent, parts.shards, processor=parts.processor,
-    )  # fmt: skip
+        settings=settings,
+        hooks=hooks,
+        acc=acc,
+        tok=parts.tok,
+        policy=parts.policy,
+        ref=parts.ref,
+        critic=parts.critic,
+        opt=parts.opt,
+        sched=parts.sched,
+        c_opt=parts.c_opt,
+        c_sched=parts.c_sched,
+        kl_ctl=kl_ctl,
+        stream=PromptStream(parts.rows, settings.seed),
+        pretrain_stream=PromptStream(parts.rows, settings.seed + PRETRAIN_STREAM_SEED),
+        scorer=parts.scorer,
+        generator=parts.generator,
+        loss_cfg=loss_cfg,
+        adv_cfg=adv_cfg,
+        shard=shard,
+        mini=mini,
+        micro=micro,
+        clock=PhaseClock(acc.device.type == "cuda", on_lap=hooks.monitors.lap),
+        agent=parts.agent,
+        shards=parts.shards,
+        processor=parts.processor,
+    )
 
 
 def restore(loop: Loop) -> int:
@@ -266,7 +281,7 @@ def save_checkpoint(loop: Loop, step: int, state: LoopState) -> None:
         save_shards(folder, loop.shards)
     if acc.is_main_process:
         write_record(folder / LOOP_STATE, state)
-    loop.hooks.publish(step, acc.unwrap_model(loop.policy), loop.tok)
+    loop.hooks.monitors.publish(step, acc.unwrap_model(loop.policy), loop.tok)
 
 
 def _states(parts: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
