@@ -5,7 +5,7 @@ Usage:
     python bench/vapo_table.py compare  [--recipe tiny-demo] [--seeds 42 1 2] [--steps 20]
     python bench/vapo_table.py ablation [--recipe tiny-demo] [--seeds 42 1 2] [--steps 20]
     python bench/vapo_table.py compare --recipe smollm2-grpo-cpu --seeds 42 --steps 15 \
-        --vapo-set rl.critic.pretrain_steps=20
+        --vapo-set rl.critic.pretrain_steps=20 --vapo-set rl.learning_rate=6.25e-7
 
 Each table trains its SFT model once (`rlctl train --preset RECIPE --stages sft`, or --sft RUN_DIR to reuse one),
 then every RL run starts from it with the same generated data (the SFT run's data files, so a seed changes the
@@ -189,7 +189,8 @@ def main() -> None:
         from rlctl import config
 
         recipe = config.resolve(preset=opts.recipe, algorithm="vapo").rl
-        fill = {"GROUPS": str(recipe.batch_size), "RECIPE_LR": str(recipe.learning_rate)}
+        own_rate = config.resolve(preset=opts.recipe).rl.learning_rate  # before its for_algorithm divides it
+        fill = {"GROUPS": str(recipe.batch_size), "RECIPE_LR": str(own_rate)}
         rows = {k: v for k, v in ABLATIONS.items() if not opts.rows or k == "vapo" or any(w in k for w in opts.rows)}
         variants = {k: ("vapo", [_filled(s, fill) for s in v]) for k, v in rows.items()}
         table("ablation", opts, variants)
