@@ -83,12 +83,14 @@ def test_rl_presets_set_every_algorithm_key_and_resolve(name):
     assert "learning_rate" not in layer and "max_steps" not in layer, "scale-dependent knobs belong to recipes"
     cfg = config.resolve(preset="tiny-demo", algorithm=name)
     assert cfg.rl.algorithm == name
-    # order independence: the same algorithm on top of any other gives the same rl section
+    # order independence: the same algorithm on top of any other gives the same rl section (but the learning rate,
+    # which the recipe sets per algorithm: tiny-demo's for_algorithm)
     for other in ("ppo", "gspo", "dapo"):
         stacked = config.validate(
             presets.deep_merge(config.layered("tiny-demo", algorithm=other), presets.load(name, kind="algorithms"))
         )
-        assert stacked.rl == cfg.rl, (other, name)
+        same = {"exclude": {"learning_rate"}}
+        assert stacked.rl.model_dump(**same) == cfg.rl.model_dump(**same), (other, name)
 
 
 def test_offline_algorithms_replace_rm_and_rl_with_their_stage():
