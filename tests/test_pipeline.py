@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import RLCTL, rlctl, summary
+from tests.helpers import RLCTL, injected, rlctl, summary
 
 pytestmark = pytest.mark.slow
 
@@ -192,6 +192,32 @@ def test_signal_stops_with_a_checkpoint(tmp_path: Path, signum: int, code: int, 
     assert not (run_dir / "run.lock").exists()
     leftover = subprocess.run(["pgrep", "-f", f"rlctl.launch.runner {run_dir}"], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", "no trainer outlives the stop"
+
+
+# Loaded by every process of the run (PYTHONPATH); in the runner, its last exit hook sends SIGTERM to the `rlctl
+# train` above it: a stop that comes as the last stage has ended (a Stop clicked a moment too late).
+LATE_STOP = """
+import sys
+if sys.orig_argv[1:3] == ["-m", "rlctl.launch.runner"]:
+    import atexit, os, signal, psutil
+    def stop_the_cli():
+        for parent in psutil.Process().parents():
+            if parent.cmdline()[1:3] and parent.cmdline()[1].endswith("rlctl") and parent.cmdline()[2] == "train":
+                os.kill(parent.pid, signal.SIGTERM)
+    atexit.register(stop_the_cli)
+"""
+
+
+def test_a_stop_that_comes_as_the_run_ends_reports_the_run_complete(tmp_path: Path):
+    """Nothing is left to resume: exit 0 and the summary, not "Interrupted" and exit 143."""
+    run_dir = tmp_path / "run"
+    sets = ["stages=[rl]", "rl.rewards=[{name: exact_match}]", "rl.max_steps=2", "rl.eval_samples=8"]
+    args = ["--preset", "tiny-demo", *(a for s in sets for a in ("--set", s)), "--run-dir", str(run_dir)]
+    proc = rlctl("train", *args, env=injected(tmp_path, LATE_STOP))
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0, out
+    assert "The stop came after the last stage had ended: the run is complete." in out and "Done." in out, out
+    assert "Interrupted" not in out and summary(run_dir)["completed"] == ["rl"]
 
 
 def test_non_finite_reward_stops_and_keeps_the_last_good_checkpoint(tmp_path: Path):

@@ -334,9 +334,11 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     for label in browser.find_elements("css selector", "#stages label"):
         if label.text.strip() == "rm":
             label.click()
-    page.type("#sets", "\n".join(o for o in OVERRIDES if not o.startswith("sft.max_steps")))
-    page.type("#form--sft--max-steps", "12")  # the form writes the same --set item the CLI takes
-    page.wait("#sets", r"sft\.max_steps=12")
+    # 300 SFT steps, a checkpoint every 25: long enough for Stop to land mid-run on a fast machine too
+    sets = [o for o in OVERRIDES if not o.startswith(("sft.max_steps", "sft.save_every"))] + ["sft.save_every=25"]
+    page.type("#sets", "\n".join(sets))
+    page.type("#form--sft--max-steps", "300")  # the form writes the same --set item the CLI takes
+    page.wait("#sets", r"sft\.max_steps=300")
     page.wait("#check", "Valid: tiny-demo: .*stages sft, rl")
 
     page.tab("2 Data")
@@ -361,7 +363,7 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     plan = page.wait("#plan-text", r"accelerate launch", timeout=120)
     assert "rl (grpo)" in plan and "rm" not in re.findall(r"^(\w+)\s", plan, re.M)
     command = page.wait("#command", "rlctl train --config configs/tiny-demo.yaml --stages sft,rl")
-    assert "--set sft.max_steps=12" in command
+    assert "--set sft.max_steps=300" in command
     run_dir = re.search(r"--run-dir (\S+)", command).group(1)
     page.shot("plan")
 
@@ -369,13 +371,13 @@ def test_the_tiny_demo_from_the_page_to_an_export(server, browser, tmp_path):
     first = _step(page.wait("#headline", r"sft step [1-9]|rl step", timeout=180))
     page.wait("#loss-plot", r"sft loss", whole=True)
     page.shot("run")
-    later = "|".join(str(n) for n in range(first + 1, 13))
+    later = "|".join(str(n) for n in range(first + 1, 301))
     headline = page.wait("#headline", rf"sft step ({later})/|rl step", 120)  # the curve grew (a fast machine: RL)
     assert _step(headline) > first or headline.startswith("rl")
     page.wait("#device", r"cpu: \d+ processes", whole=True)  # the run's processes, beside the plan's budget
     page.shot("run-later")
 
-    page.wait("#headline", r"sft step ([5-9]|1[012])/|rl step", timeout=120)  # past the first checkpoint
+    page.wait("#headline", r"sft step (2[6-9]|[3-9]\d|[12]\d\d)/", timeout=120)  # past the first checkpoint
     page.click("#stop")
     page.wait("#job-state", r"rlctl train: stopped at a checkpoint \(exit 143\)", timeout=120)
     assert list((folder / run_dir / "sft" / "checkpoints").glob("checkpoint-*"))

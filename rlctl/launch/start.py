@@ -217,10 +217,13 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
     proc.wait()
-    if stopped:
+    code = proc.returncode
+    if stopped and not _finished(the_plan):
         console.print(f"[yellow]Interrupted.[/] Continue with: rlctl resume {run_dir}", soft_wrap=True)
         return 128 + stopped
-    code = proc.returncode
+    if stopped:  # the stop came as the last stage ended (its processes were exiting): nothing is left to resume
+        console.print("[yellow]The stop came after the last stage had ended:[/] the run is complete.")
+        code = 0
     if alarmed:
         names = ", ".join(a["alarm"] for a in alarmed)
         console.print(f"[yellow]{len(alarmed)} alarm(s)[/] ({names}): `rlctl report {run_dir}` lists their causes.")
@@ -244,6 +247,11 @@ def _run(the_plan: plan_mod.Plan, console: Console, resuming: bool) -> int:
         cause = f"The training launcher (pid {proc.pid}) {processes.exit_text(code)}."
     console.print(_failed(last_stage, code, cause, log_path, run_dir))
     return 2 if code == 2 else 1
+
+
+def _finished(the_plan: plan_mod.Plan) -> bool:
+    """Whether summary.json records every stage of the plan as completed."""
+    return {s.name for s in the_plan.stages} <= set(read_summary(Path(the_plan.run_dir)).completed)
 
 
 def _failed(stage: str, code: int, cause: str, log_path: Path, run_dir: Path) -> str:
